@@ -1,0 +1,81 @@
+"""The Python API behind every CLI command.
+
+    from weightdiag import api
+    row = api.fit_model("path/to/model")                 # or "EleutherAI/pythia-70m@step3000"
+    path = api.save_row(row)                             # DATABASE/rows/<model>@<rev>.json
+
+`fit_model` returns the row (a plain dict, schema in docs/row-schema.md); nothing is written
+unless you call `save_row`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .db import default_db_dir, write_row
+from .errors import BadInputError
+from .pipeline import FitOptions, fit_plan
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?(@[^\s]+)?$")
+
+
+def is_hub_id(spec: str) -> bool:
+    """ORG/NAME[@REV] (or NAME[@REV]) that is not an existing local path."""
+    return bool(_HUB_ID.match(spec)) and not Path(spec).exists() and not spec.startswith((".", "/", "~"))
+
+
+def split_revision(spec: str) -> tuple[str, str | None]:
+    if "@" in spec:
+        repo, rev = spec.rsplit("@", 1)
+        return repo, rev or None
+    return spec, None
+
+
+def open_model(
+    spec: str,
+    *,
+    model_id: str | None = None,
+    revision: str | None = None,
+    token: str | None = None,
+    download: bool = False,
+):
+    """Resolve a model spec to (plan, reader): local path first, else a Hub repo id."""
+    path = Path(spec).expanduser()
+    if path.exists():
+        from .source.local import open_local
+
+        if revision:
+            raise BadInputError(f"--revision applies to Hub repos; {spec} is a local path")
+        return open_local(path, model_id)
+    if is_hub_id(spec):
+        from .source.hub import open_hub
+
+        repo, rev = split_revision(spec)
+        return open_hub(repo, revision or rev, token=token, download=download, model_id=model_id)
+    raise BadInputError(f"{spec}: no such file or folder, and not a Hub id (ORG/NAME[@REVISION])")
+
+
+def fit_model(
+    spec: str,
+    options: FitOptions | None = None,
+    progress: Callable[[str, Any], None] | None = None,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    download: bool = False,
+) -> dict[str, Any]:
+    """Fit every weight matrix of a model (local path or Hub id) and return its row."""
+    options = options or FitOptions()
+    options.validate()
+    plan, reader = open_model(
+        spec, model_id=options.model_id, revision=revision, token=token, download=download
+    )
+    return fit_plan(plan, reader, options, progress)
+
+
+def save_row(row: dict[str, Any], db_dir: str | Path | None = None) -> Path:
+    """Write a row atomically into the database folder; returns its path."""
+    return write_row(row, Path(db_dir) if db_dir else default_db_dir())

@@ -1,0 +1,32 @@
+"""Choose where reductions run: `cpu`, `cuda[:N]`, or `auto` (CUDA when torch sees a GPU)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from .errors import BadInputError
+
+
+def _nvidia_present() -> bool:
+    # Cheap check first, so `auto` on a machine without a GPU never imports torch.
+    return os.path.exists("/proc/driver/nvidia/version") or shutil.which("nvidia-smi") is not None
+
+
+def resolve_device(spec: str) -> str:
+    spec = (spec or "auto").lower()
+    if spec == "cpu":
+        return "cpu"
+    if spec == "auto":
+        if not _nvidia_present():
+            return "cpu"
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if spec == "cuda" or spec.startswith("cuda:"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise BadInputError(f"--device {spec}: torch sees no CUDA GPU here; use --device cpu or auto")
+        return spec
+    raise BadInputError(f"--device {spec!r}: choose auto, cpu, cuda or cuda:N")

@@ -1,0 +1,1 @@
+"""Diagnoses built on fitted rows: classes, cohort comparison, trajectories, health checks."""

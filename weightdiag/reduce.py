@@ -1,0 +1,145 @@
+"""Reduce one tensor (or one part of a fused tensor) to a small exact summary.
+
+The summary (`Reduction`) is what every statistic and fit is computed from:
+- `counts`: elements per code (see codes.py). For BF16/F16/F8 the codes are the values, so the
+  counts are the exact empirical distribution; for F32 they group values into 2^-7-wide buckets.
+- For F32 only, what the buckets cannot give exactly: the cohort 1024-bin histogram, float64
+  power sums for the moments, and the exact largest |w|.
+- The flat index of the (first) largest finite |w|, for super-weight coordinates.
+
+This module is the CPU path; reduce_torch.py computes the same summary with torch on any device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import kernels
+from .codes import FINITE_LIMIT16, code_values, f32_bin_tables
+
+
+@dataclass(frozen=True)
+class Segments:
+    """A regular selection of elements: `count` runs of `length` elements, `stride` apart.
+
+    The whole tensor is Segments(0, numel, numel, 1); the q rows of a GPT-NeoX fused qkv are
+    Segments(0, head_dim * d, 3 * head_dim * d, n_heads).
+    """
+
+    offset: int
+    length: int
+    stride: int
+    count: int
+
+    @classmethod
+    def whole(cls, numel: int) -> Segments:
+        return cls(0, numel, max(numel, 1), 1)
+
+    @property
+    def numel(self) -> int:
+        return self.length * self.count
+
+    def view(self, flat: np.ndarray) -> np.ndarray:
+        """A 2-D (count, length) view of `flat`, no copy."""
+        if self.count == 1:
+            return flat[self.offset : self.offset + self.length].reshape(1, self.length)
+        item = flat.itemsize
+        return np.lib.stride_tricks.as_strided(
+            flat[self.offset :],
+            shape=(self.count, self.length),
+            strides=(self.stride * item, item),
+            writeable=False,
+        )
+
+    def original_index(self, view_index: int) -> int:
+        """Map a flat index in the (count, length) view back to the tensor's flat index."""
+        row, col = divmod(view_index, self.length)
+        return self.offset + row * self.stride + col
+
+
+@dataclass
+class Reduction:
+    dtype: str  # dtype the codes are in ("F32" also for F64 input, rounded)
+    numel: int
+    counts: np.ndarray  # int64 per signed code
+    exact: bool  # codes are exact values
+    argmax: int  # tensor flat index of the first largest finite |w|; -1 when there is none
+    max_abs: float  # exact largest finite |w| (nan when none)
+    hist1024: np.ndarray | None = None  # F32: exact cohort histogram
+    power_sums: np.ndarray | None = None  # F32: [sum d, d^2, d^3, d^4], d = x - shift, finite x
+    shift: float = 0.0
+    n_inf: int | None = None  # F32 only (its buckets mix Inf with NaN); exact dtypes read it from codes
+
+
+def reduce_array(flat: np.ndarray, dtype: str, segments: Segments | None = None) -> Reduction:
+    """Summarise `flat` (a tensor's elements in storage form, see plan.STORAGE_NUMPY)."""
+    if segments is None:
+        segments = Segments.whole(flat.size)
+    if dtype == "F64":
+        # The cohort protocol works on float32 |w| (as the paper's library casts); round once.
+        flat = segments.view(flat).astype(np.float32).reshape(-1)
+        inner = reduce_array(flat.view(np.uint32), "F32")
+        inner.argmax = segments.original_index(inner.argmax) if inner.argmax >= 0 else -1
+        return inner
+    if dtype in FINITE_LIMIT16:
+        return _reduce16(flat.view(np.uint16), dtype, segments)
+    if dtype == "F32":
+        return _reduce_f32(flat.view(np.uint32), segments)
+    if dtype in ("F8_E4M3", "F8_E5M2"):
+        return _reduce8(flat.view(np.uint8), dtype, segments)
+    raise ValueError(f"cannot reduce dtype {dtype}")
+
+
+def _reduce16(bits: np.ndarray, dtype: str, segments: Segments) -> Reduction:
+    counts, at = kernels.count_codes16(segments.view(bits), FINITE_LIMIT16[dtype])
+    argmax = segments.original_index(at) if at >= 0 else -1
+    max_abs = abs(float(code_values(dtype)[bits[argmax]])) if argmax >= 0 else float("nan")
+    return Reduction(dtype, segments.numel, counts, True, argmax, max_abs)
+
+
+def _reduce8(bits: np.ndarray, dtype: str, segments: Segments) -> Reduction:
+    # FP8 checkpoints are rare and small per tensor; plain numpy is enough.
+    view = segments.view(bits)
+    counts = np.zeros(256, dtype=np.int64)
+    mags = np.abs(code_values(dtype))
+    best, best_at = -1.0, -1
+    for r, row in enumerate(view):
+        counts += np.bincount(row, minlength=256)
+        row_mags = np.nan_to_num(mags[row], nan=-1.0, posinf=-1.0)
+        i = int(np.argmax(row_mags)) if row.size else -1
+        if i >= 0 and row_mags[i] > best:
+            best, best_at = float(row_mags[i]), r * segments.length + i
+    argmax = segments.original_index(best_at) if best_at >= 0 else -1
+    return Reduction(dtype, segments.numel, counts, True, argmax, best if best_at >= 0 else float("nan"))
+
+
+def _reduce_f32(bits: np.ndarray, segments: Segments) -> Reduction:
+    tables = f32_bin_tables()
+    view = segments.view(bits)
+    counts, above, irregular_hist, at = kernels.count_f32(
+        view, tables.thresholds, tables.irregular, len(tables.irregular_bins)
+    )
+    hist = tables.histogram(counts, above, irregular_hist)
+    values = view.view(np.float32)
+    argmax = segments.original_index(at) if at >= 0 else -1
+    max_abs = abs(float(bits[argmax : argmax + 1].view(np.float32)[0])) if argmax >= 0 else float("nan")
+    # Shift by a code-level mean estimate so the float64 power sums do not cancel when |mean| >> std.
+    finite = finite_mask("F32")
+    n_finite = int(counts[finite].sum())
+    shift = float(np.dot(counts[finite], code_values("F32")[finite]) / n_finite) if n_finite else 0.0
+    nonfinite = segments.numel - n_finite
+    n_inf = 0
+    if nonfinite:  # rare: mask Inf/NaN out first (copies, but only for damaged tensors)
+        flat_vals = values.reshape(-1)
+        n_inf = int(np.isinf(flat_vals).sum())
+        sums = kernels.power_sums(flat_vals[np.isfinite(flat_vals)].reshape(1, -1), shift)
+    else:
+        sums = kernels.power_sums(values, shift)
+    return Reduction("F32", segments.numel, counts, False, argmax, max_abs, hist, sums, shift, n_inf)
+
+
+def finite_mask(dtype: str) -> np.ndarray:
+    """Codes that hold finite values (for F32, buckets below the exponent-255 patterns)."""
+    return np.isfinite(code_values(dtype))

@@ -1,0 +1,121 @@
+"""The same `Reduction` as reduce.py, computed with torch on any device (the CUDA path).
+
+On CUDA the raw bytes are copied to the GPU once and every count is a `bincount` there; only the
+65,536 counts (and small side tables) come back. The code runs unchanged on the CPU device, which
+is how it is tested on machines without a GPU (tests/test_reduce_torch.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .codes import FINITE_LIMIT16, code_values, f32_bin_tables
+from .reduce import Reduction, Segments, finite_mask, reduce_array
+
+CHUNK = 1 << 24  # elements per step: bounds the int64 temporaries on the device
+
+
+def _flat_view(t, segments: Segments):
+    """Flattened (count, length) selection of a 1-D device tensor (a copy only for strided parts)."""
+    import torch
+
+    if segments.count == 1:
+        return t[segments.offset : segments.offset + segments.length]
+    view = torch.as_strided(t, (segments.count, segments.length), (segments.stride, 1), segments.offset)
+    return view.reshape(-1)
+
+
+def reduce_torch(raw: np.ndarray, dtype: str, device, segments: Segments | None = None) -> Reduction:
+    """Summarise the raw little-endian bytes of a tensor on `device` (a torch device or string)."""
+    import torch
+
+    n_elem = raw.size * 8 // {"BF16": 16, "F16": 16, "F32": 32, "F64": 64}.get(dtype, 8)
+    segments = segments or Segments.whole(n_elem)
+    if dtype not in ("BF16", "F16", "F32", "F64"):  # FP8: rare, small; the CPU path is exact
+        from .source.plan import STORAGE_NUMPY
+
+        return reduce_array(raw.view(STORAGE_NUMPY[dtype]), dtype, segments)
+    data = torch.from_numpy(raw).to(device, non_blocking=True)
+    if dtype in FINITE_LIMIT16:
+        return _reduce16(_flat_view(data.view(torch.int16), segments), dtype, segments)
+    if dtype == "F64":
+        values = _flat_view(data.view(torch.float64), segments).to(torch.float32)
+        red = _reduce_f32(values.view(torch.int32), Segments.whole(segments.numel))
+        red.argmax = segments.original_index(red.argmax) if red.argmax >= 0 else -1
+        return red
+    return _reduce_f32(_flat_view(data.view(torch.int32), segments), segments)
+
+
+def _reduce16(bits, dtype: str, segments: Segments) -> Reduction:
+    import torch
+
+    counts = torch.zeros(65536, dtype=torch.int64, device=bits.device)
+    best_value, best_at = -1, -1
+    for start in range(0, bits.numel(), CHUNK):
+        codes = bits[start : start + CHUNK].to(torch.int32) & 0xFFFF
+        counts += torch.bincount(codes, minlength=65536)
+        mags = codes & 0x7FFF
+        mags = torch.where(mags < FINITE_LIMIT16[dtype], mags, torch.full_like(mags, -1))
+        i = int(torch.argmax(mags))
+        if int(mags[i]) > best_value:
+            best_value, best_at = int(mags[i]), start + i
+    counts_np = counts.cpu().numpy()
+    argmax = segments.original_index(best_at) if best_value >= 0 else -1
+    max_abs = float(code_values(dtype)[best_value]) if best_value >= 0 else float("nan")
+    return Reduction(dtype, segments.numel, counts_np, True, argmax, max_abs)
+
+
+def _reduce_f32(bits, segments: Segments) -> Reduction:
+    import torch
+
+    device = bits.device
+    tables = f32_bin_tables()
+    thresholds = torch.from_numpy(tables.thresholds.astype(np.int64)).to(device)
+    irregular = torch.from_numpy(tables.irregular).to(device)
+    n_irr = max(len(tables.irregular_bins), 1)
+    counts = torch.zeros(65536, dtype=torch.int64, device=device)
+    above = torch.zeros(32768, dtype=torch.int64, device=device)
+    irregular_hist = torch.zeros(n_irr * 65536, dtype=torch.int64, device=device)
+    best_value, best_at = -1, -1
+    for start in range(0, bits.numel(), CHUNK):
+        chunk = bits[start : start + CHUNK].to(torch.int64) & 0xFFFFFFFF
+        counts += torch.bincount(chunk >> 16, minlength=65536)
+        mags = chunk & 0x7FFFFFFF
+        keys = mags >> 16
+        above += torch.bincount(keys[mags >= thresholds[keys]], minlength=32768)
+        irr = irregular[keys]
+        sel = irr >= 0
+        if bool(sel.any()):
+            irregular_hist += torch.bincount(irr[sel] * 65536 + (mags[sel] & 0xFFFF), minlength=n_irr * 65536)
+        finite_mags = torch.where(mags < 0x7F800000, mags, torch.full_like(mags, -1))
+        i = int(torch.argmax(finite_mags))
+        if int(finite_mags[i]) > best_value:
+            best_value, best_at = int(finite_mags[i]), start + i
+    counts_np = counts.cpu().numpy()
+    hist = tables.histogram(
+        counts_np, above.cpu().numpy(), irregular_hist.cpu().numpy().reshape(n_irr, 65536)
+    )
+    finite = finite_mask("F32")
+    n_finite = int(counts_np[finite].sum())
+    shift = float(np.dot(counts_np[finite], code_values("F32")[finite]) / n_finite) if n_finite else 0.0
+    sums = torch.zeros(4, dtype=torch.float64, device=device)
+    n_inf = 0
+    values = bits.view(torch.float32)
+    for start in range(0, values.numel(), CHUNK):
+        x = values[start : start + CHUNK]
+        ok = torch.isfinite(x)
+        if n_finite != segments.numel:
+            n_inf += int(torch.isinf(x).sum())
+            x = x[ok]
+        d = x.to(torch.float64) - shift
+        d2 = d * d
+        sums += torch.stack([d.sum(), d2.sum(), (d2 * d).sum(), (d2 * d2).sum()])
+    argmax = segments.original_index(best_at) if best_value >= 0 else -1
+    max_abs = (
+        float(np.array([best_value], dtype=np.uint32).view(np.float32)[0])
+        if best_value >= 0
+        else float("nan")
+    )
+    return Reduction(
+        "F32", segments.numel, counts_np, False, argmax, max_abs, hist, sums.cpu().numpy(), shift, n_inf
+    )

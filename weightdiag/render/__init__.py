@@ -1,0 +1,1 @@
+"""Turning rows and diagnoses into terminal tables, plots and HTML."""

@@ -1,0 +1,183 @@
+"""The row: one JSON document per model (and revision) that every later command reads.
+
+Schema `weightdiag.row/1` is documented field by field in docs/row-schema.md. Records are built
+here from reductions; nothing in this module reads files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from .diagnose.classes import NON_WEIBULL_R2, k_class, k_flags
+from .fit import TRIMS, gamma_closure
+from .layout import TensorRole, kind_class
+from .reduce import Reduction
+from .stats import MagnitudeDistribution, fit, magnitudes, matrix_stats
+
+SCHEMA = "weightdiag.row/1"
+
+
+def _num(value: float | None, digits: int = 10) -> float | None:
+    """JSON-safe float: NaN/Inf become null; rounding keeps rows readable and diff-stable."""
+    if value is None or not math.isfinite(value):
+        return None
+    return float(f"{value:.{digits}g}")
+
+
+def heaviness(dist: MagnitudeDistribution) -> dict[str, float | None]:
+    """Distribution-free tail metrics of nonzero |w| (for fits that are not Weibull)."""
+    nz = dist.nonzero()
+    if nz.total == 0:
+        return {"q90_q10": None, "q99_q50": None, "p999_p50": None, "gini": None}
+    q = {p: nz.quantile(p) for p in (0.10, 0.50, 0.90, 0.99, 0.999)}
+    mass = nz.values * nz.counts
+    cum_w = np.concatenate([[0.0], np.cumsum(mass) / mass.sum()])
+    cum_n = np.concatenate([[0.0], np.cumsum(nz.counts) / nz.total])
+    gini = 1.0 - float(np.sum(np.diff(cum_n) * (cum_w[1:] + cum_w[:-1])))
+    return {
+        "q90_q10": _num(q[0.90] / q[0.10]),
+        "q99_q50": _num(q[0.99] / q[0.50]),
+        "p999_p50": _num(q[0.999] / q[0.50]),
+        "gini": _num(gini),
+    }
+
+
+def reduction_record(red: Reduction, shape: tuple[int, ...], protocol: str) -> dict[str, Any]:
+    """Statistics and fits of one reduction (a whole matrix or one part of a fused one)."""
+    stats = matrix_stats(red)
+    fits = {trim: fit(red, protocol, trim) for trim in TRIMS}
+    record: dict[str, Any] = {
+        "numel": red.numel,
+        "stats": {k: (_num(v) if isinstance(v, float) else v) for k, v in stats.to_json().items()},
+        "argmax": [int(i) for i in np.unravel_index(red.argmax, shape)] if red.argmax >= 0 else None,
+        "fits": {
+            trim: {k: (_num(v) if isinstance(v, float) else v) for k, v in f.to_json().items()}
+            for trim, f in fits.items()
+        },
+        "heaviness": heaviness(magnitudes(red)),
+    }
+    main = fits["mid80"]
+    record["gamma_closure"] = _num(gamma_closure(main.k, main.lam, stats.std_abs)) if main.ok else None
+    return record
+
+
+def matrix_record(
+    name: str,
+    role: TensorRole,
+    dtype: str,
+    shape: tuple[int, ...],
+    red: Reduction,
+    protocol: str,
+    parts: list[tuple[str, Reduction]] | None = None,
+    parts_note: str | None = None,
+    note: str | None = None,
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "name": name,
+        "block": role.block,
+        "expert": role.expert,
+        "kind": role.kind,
+        "class": role.cls,
+        "dtype": dtype,
+        "shape": list(shape),
+    }
+    notes = [n for n in (role.note, note) if n]
+    if notes:
+        record["note"] = "; ".join(notes)
+    record.update(reduction_record(red, shape, protocol))
+    if parts:
+        record["parts"] = [{"kind": kind, **reduction_record(part, shape, protocol)} for kind, part in parts]
+    if parts_note:
+        record["parts_note"] = parts_note
+    return record
+
+
+def vector_record(
+    name: str, role: TensorRole, dtype: str, values: np.ndarray, norm_offset: float
+) -> dict[str, Any]:
+    """1-D tensors: norms (gamma/beta) and biases get their own statistics."""
+    v = values.astype(np.float64)
+    finite = np.isfinite(v)
+    record: dict[str, Any] = {
+        "name": name,
+        "block": role.block,
+        "expert": role.expert,
+        "kind": role.kind,
+        "param": role.param,
+        "dtype": dtype,
+        "numel": int(v.size),
+        "n_nonfinite": int((~finite).sum()),
+    }
+    if role.site:
+        record["site"] = role.site
+    if role.of_kind:
+        record["of_kind"] = role.of_kind
+    if role.note:
+        record["note"] = role.note
+    v = v[finite]
+    if role.kind == "norm" and role.param == "weight" and norm_offset:
+        v = v + norm_offset  # Gemma stores gamma - 1
+        record["offset_applied"] = norm_offset
+    l2 = float(np.sqrt(np.dot(v, v))) if v.size else float("nan")
+    record.update(
+        {
+            "l2": _num(l2),
+            "mean": _num(float(v.mean())) if v.size else None,
+            "std": _num(float(v.std())) if v.size else None,
+            "min": _num(float(v.min())) if v.size else None,
+            "max": _num(float(v.max())) if v.size else None,
+        }
+    )
+    if role.kind == "norm" and role.param == "weight":
+        record["l2_over_sqrt_d"] = _num(l2 / math.sqrt(values.size)) if values.size else None
+    return record
+
+
+def kind_summaries(
+    matrices: list[dict[str, Any]], trim: str = "mid80", parts: bool = False
+) -> dict[str, Any]:
+    """Per-kind medians over blocks (and experts), as in the cohort database's columns."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for m in matrices:
+        if parts:
+            for p in m.get("parts", []):
+                groups[p["kind"]].append(p)
+        else:
+            groups[m["kind"]].append(m)
+    out: dict[str, Any] = {}
+    for kind, records in groups.items():
+        fits = [r["fits"][trim] for r in records if r["fits"][trim]["ok"]]
+        ks = [f["k"] for f in fits]
+        lams = [f["lambda"] for f in fits]
+        r2s = [f["r2"] for f in fits if f["r2"] is not None]
+        k_med = float(np.median(ks)) if ks else None
+        r2_med = float(np.median(r2s)) if r2s else None
+        low = sum(1 for r in r2s if r < NON_WEIBULL_R2)
+        out[kind] = {
+            "class": kind_class(kind),
+            "count": len(records),
+            "fitted": len(fits),
+            "k_median": _num(k_med),
+            "lambda_median": _num(float(np.median(lams))) if lams else None,
+            "r2_median": _num(r2_med),
+            "r2_below_95": f"{low}/{len(fits)}",
+            "k_min": _num(min(ks)) if ks else None,
+            "k_max": _num(max(ks)) if ks else None,
+            # The k axis is defined for the attention and FFN matrices only (paper Sec. 2.2).
+            "k_class": k_class(k_med, r2_med) if k_med is not None and kind_class(kind) in _K_AXIS else None,
+            "flags": k_flags(k_med) if k_med is not None and kind_class(kind) in _K_AXIS else [],
+        }
+    return dict(sorted(out.items(), key=lambda item: _KIND_ORDER.get(item[0], 99)))
+
+
+_K_AXIS = ("selection", "transmission")
+_KIND_ORDER = {
+    k: i
+    for i, k in enumerate(
+        ("qkv", "q", "k", "v", "o", "ffn_in", "ffn_out", "gate", "up", "down", "embed", "unembed", "other")
+    )
+}

@@ -1,0 +1,1 @@
+"""Where weights come from: local files, the Hugging Face Hub, other checkpoint formats."""

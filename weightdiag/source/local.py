@@ -1,0 +1,260 @@
+"""Local checkpoints: a .safetensors file, a model folder (single or sharded), an HF cache folder.
+
+Only headers are read here; tensor bytes are read later, one tensor at a time, with pread into
+a caller-provided buffer. Paths named by a shard index must stay inside the model folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from ..errors import BadInputError, CheckpointFormatError
+from .plan import ModelPlan, ShardInfo, TensorRef
+from .safetensors_header import PREFIX_BYTES, SafetensorsHeader, read_header
+
+_GENERIC_DIR_NAMES = {"model", "models", "weights", "checkpoint", "final", "hf", "huggingface", "snapshot"}
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class LocalReader:
+    """pread-based reader over the plan's shard files (opened lazily, closed by close())."""
+
+    def __init__(self, root: Path, shards: list[ShardInfo]) -> None:
+        self._paths = [root / s.name for s in shards]
+        self._fds: dict[int, int] = {}
+
+    def _fd(self, shard: int) -> int:
+        fd = self._fds.get(shard)
+        if fd is None:
+            fd = self._fds[shard] = os.open(self._paths[shard], os.O_RDONLY)
+        return fd
+
+    def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
+        fd, done, view = self._fd(ref.shard), 0, memoryview(out).cast("B")
+        while done < ref.nbytes:
+            got = os.preadv(fd, [view[done:]], ref.start + done)
+            if got == 0:
+                raise CheckpointFormatError(
+                    f"{self._paths[ref.shard]}: file ended while reading tensor {ref.name!r} (truncated "
+                    "or changed while reading); re-download it"
+                )
+            done += got
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def _pread(path: Path):
+    fd = os.open(path, os.O_RDONLY)
+
+    def read_at(offset: int, size: int) -> bytes:
+        return os.pread(fd, size, offset)
+
+    return fd, read_at
+
+
+def read_file_header(path: Path, where: str) -> tuple[SafetensorsHeader, str]:
+    """Header of one local file and the sha256 of its prefix + header bytes."""
+    size = path.stat().st_size
+    fd, read_at = _pread(path)
+    try:
+        header = read_header(read_at, size, where)
+        digest = hashlib.sha256(read_at(0, PREFIX_BYTES + header.header_length)).hexdigest()
+    finally:
+        os.close(fd)
+    return header, digest
+
+
+def _blob_sha256(path: Path) -> str | None:
+    """HF cache snapshot files link to blobs named by their sha256 (for LFS files)."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return None
+    name = PurePosixPath(target).name
+    return name if _HEX64.match(name) else None
+
+
+def _check_inside(name: str, index_path: Path) -> None:
+    pure = PurePosixPath(name)
+    if not name or pure.is_absolute() or ".." in pure.parts or "\\" in name or name.startswith("~"):
+        raise CheckpointFormatError(
+            f"{index_path}: shard path {name!r} leaves the model folder; refusing to read it "
+            "(the index is damaged or malicious)"
+        )
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CheckpointFormatError(
+            f"{path}: not valid JSON ({exc.__class__.__name__}); fix or remove it"
+        ) from None
+
+
+def _resolve_hf_cache(path: Path) -> tuple[Path, str | None, str | None, str | None]:
+    """(folder, model id, revision, commit) for HF cache layouts; plain folders pass through."""
+    if path.name.startswith("models--") and (path / "snapshots").is_dir():
+        repo_id = path.name[len("models--") :].replace("--", "/")
+        ref = path / "refs" / "main"
+        snapshots = sorted((path / "snapshots").iterdir())
+        if ref.is_file():
+            commit = ref.read_text().strip()
+            return path / "snapshots" / commit, repo_id, "main", commit
+        if len(snapshots) == 1:
+            return snapshots[0], repo_id, None, snapshots[0].name
+        raise BadInputError(
+            f"{path}: several snapshots and no refs/main; pass one snapshot folder "
+            f"({', '.join(s.name[:12] for s in snapshots[:4])}...)"
+        )
+    if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+        repo_root = path.parent.parent
+        repo_id = repo_root.name[len("models--") :].replace("--", "/")
+        commit = path.name if _HEX40.match(path.name) else None
+        revision = None
+        refs = repo_root / "refs"
+        if refs.is_dir() and commit:
+            for ref in sorted(refs.rglob("*")):
+                if ref.is_file() and ref.read_text().strip() == commit:
+                    revision = ref.relative_to(refs).as_posix()
+                    break
+        return path, repo_id, revision, commit
+    return path, None, None, None
+
+
+def default_model_id(folder: Path) -> str:
+    name = folder.name
+    if name.lower() in _GENERIC_DIR_NAMES and folder.parent.name:
+        return f"{folder.parent.name}/{name}"
+    return name
+
+
+def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tuple[ModelPlan, LocalReader]:
+    """Plan a local checkpoint: a .safetensors file or a folder holding one or several."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise BadInputError(
+            f"{p}: no such file or folder; give a .safetensors file, a model folder or ORG/NAME"
+        )
+    revision = commit = None
+    if p.is_file():
+        if p.suffix != ".safetensors":
+            raise BadInputError(f"{p}: not a .safetensors file; give a safetensors file or a model folder")
+        root, files, index = p.parent, [p.name], None
+        guessed_id = p.stem if p.stem != "model" else default_model_id(p.parent)
+    else:
+        p, hub_id, revision, commit = _resolve_hf_cache(p)
+        root = p
+        guessed_id = hub_id or default_model_id(p.resolve())
+        files, index = _folder_shards(p)
+    headers: list[SafetensorsHeader] = []
+    shards: list[ShardInfo] = []
+    for name in files:
+        file_path = root / name
+        if not file_path.is_file():
+            where = index if index else root
+            raise BadInputError(f"{where}: shard {name!r} is missing from {root}; download the missing file")
+        header, header_digest = read_file_header(file_path, str(file_path))
+        headers.append(header)
+        shards.append(ShardInfo(name, header.file_size, _blob_sha256(file_path), header_digest))
+    tensors = _tensor_refs(headers, shards)
+    if index is not None:
+        _check_index_map(index, _load_json(index)["weight_map"], tensors, shards)
+    config_path = root / "config.json"
+    config = _load_json(config_path) if config_path.is_file() else None
+    if config is not None and not isinstance(config, dict):
+        raise CheckpointFormatError(f"{config_path}: expected a JSON object; fix or remove it")
+    metadata: dict[str, str] = {}
+    for header in headers:
+        metadata.update(header.metadata)
+    plan = ModelPlan(
+        model_id=model_id or guessed_id,
+        source="local",
+        location=str(p.resolve()),
+        shards=shards,
+        tensors=tensors,
+        config=config,
+        revision=revision,
+        commit=commit,
+        metadata=metadata,
+    )
+    return plan, LocalReader(root, shards)
+
+
+def _folder_shards(folder: Path) -> tuple[list[str], Path | None]:
+    indexes = sorted(folder.glob("*.safetensors.index.json"))
+    if len(indexes) > 1:
+        preferred = folder / "model.safetensors.index.json"
+        if preferred not in indexes:
+            raise BadInputError(
+                f"{folder}: several safetensors index files; pass the model folder of one model"
+            )
+        indexes = [preferred]
+    if indexes:
+        index_path = indexes[0]
+        doc = _load_json(index_path)
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if (
+            not isinstance(weight_map, dict)
+            or not weight_map
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items())
+        ):
+            raise CheckpointFormatError(f"{index_path}: no valid weight_map (tensor name -> shard file)")
+        names: list[str] = []
+        for shard in weight_map.values():
+            _check_inside(shard, index_path)
+            if shard not in names:
+                names.append(shard)
+        return sorted(names), index_path
+    files = sorted(f.name for f in folder.glob("*.safetensors") if f.is_file())
+    if not files:
+        others = sorted(f.name for f in folder.iterdir() if f.suffix in (".bin", ".pt", ".pth", ".gguf"))[:3]
+        hint = f" (found {', '.join(others)}: not supported here yet)" if others else ""
+        raise BadInputError(f"{folder}: no .safetensors weights found{hint}; point at a model folder or file")
+    return files, None
+
+
+def _tensor_refs(headers: list[SafetensorsHeader], shards: list[ShardInfo]) -> list[TensorRef]:
+    refs: list[TensorRef] = []
+    seen: dict[str, str] = {}
+    for i, header in enumerate(headers):
+        for entry in header.tensors:
+            if entry.name in seen:
+                raise CheckpointFormatError(
+                    f"tensor {entry.name!r} appears in both {seen[entry.name]} and {shards[i].name}; "
+                    "the folder mixes two checkpoints"
+                )
+            seen[entry.name] = shards[i].name
+            refs.append(TensorRef(entry.name, entry.dtype, entry.shape, i, entry.start, entry.end))
+    return refs
+
+
+def _check_index_map(
+    index: Path, weight_map: dict[str, str], tensors: list[TensorRef], shards: list[ShardInfo]
+) -> None:
+    where = {t.name: shards[t.shard].name for t in tensors}
+    for tensor, shard in weight_map.items():
+        if where.get(tensor) != shard:
+            found = f"it is in {where[tensor]}" if tensor in where else "no shard holds it"
+            raise CheckpointFormatError(
+                f"{index}: maps tensor {tensor!r} to {shard} but {found}; the index and shards do not match"
+            )
+
+
+def content_fingerprint(plan: ModelPlan) -> str:
+    """A short hash identifying the checkpoint's content layout (names, sizes, headers)."""
+    h = hashlib.sha256()
+    for shard in plan.shards:
+        h.update(f"{shard.name}\0{shard.size}\0{shard.sha256 or shard.header_sha256}\n".encode())
+    return h.hexdigest()[:12]

@@ -1,0 +1,83 @@
+"""What a model is made of, before any weight byte is read: files, tensors, config.
+
+A `ModelPlan` is produced by a source (local folder, Hub repo, ...) and consumed by the
+pipeline. A `TensorReader` turns a `TensorRef` into a flat numpy array in its storage form
+(BF16 as uint16 bit patterns, since numpy has no bfloat16).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..dtypes import DType
+
+# numpy storage type of each dtype weightdiag can reduce; BF16 travels as raw bits.
+STORAGE_NUMPY = {
+    "BF16": np.dtype("<u2"),
+    "F16": np.dtype("<f2"),
+    "F32": np.dtype("<f4"),
+    "F64": np.dtype("<f8"),
+    "F8_E4M3": np.dtype("u1"),
+    "F8_E5M2": np.dtype("u1"),
+}
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    name: str  # path relative to the model root
+    size: int
+    sha256: str | None = None  # content hash when known (Hub lfs oid, HF cache blob name, --hash)
+    header_sha256: str | None = None  # hash of the 8-byte prefix + JSON header (always cheap)
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    shard: int  # index into ModelPlan.shards
+    start: int  # absolute byte offsets in the shard
+    end: int
+    note: str | None = None  # e.g. "dequantized from Q4_1"
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class ModelPlan:
+    model_id: str
+    source: str  # "local" | "hub"
+    location: str  # folder, file or URL
+    shards: list[ShardInfo]
+    tensors: list[TensorRef]
+    config: dict[str, Any] | None = None
+    revision: str | None = None
+    commit: str | None = None
+    file_format: str = "safetensors"
+    metadata: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class TensorReader(Protocol):
+    """Reads the bytes of one tensor; used from one worker thread at a time."""
+
+    def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
+        """Fill `out` (a uint8 array of exactly ref.nbytes) with the tensor's stored bytes."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def storage_view(ref: TensorRef, raw: np.ndarray) -> np.ndarray:
+    """The tensor's elements as a flat array in storage form, viewing `raw` bytes without a copy."""
+    return raw.view(STORAGE_NUMPY[ref.dtype.name])
