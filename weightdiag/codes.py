@@ -84,7 +84,8 @@ def _float8_values(dtype: str) -> np.ndarray:
 @cache
 def code_bins(dtype: str) -> np.ndarray:
     """Cohort bin of every code of an exactly-coded dtype (BF16, F16, F8)."""
-    bins = cohort_bins(code_values(dtype).astype(np.float32))
+    with np.errstate(invalid="ignore"):  # NaN codes; they land outside the histogram
+        bins = cohort_bins(code_values(dtype).astype(np.float32))
     bins.setflags(write=False)
     return bins
 

@@ -330,6 +330,8 @@ def arch_from_config(config: dict[str, Any] | None) -> ArchInfo:
     info.tied_embeddings = tie
     if info.family in ("hf_olmo", "olmo") and str(cfg.get("activation_type", "")).lower() == "swiglu":
         info.swiglu_fused_order = "up,gate"  # OLMo native ff_proj: x, x_gate = chunk(2)
+        if info.ffn_size and "intermediate_size" not in cfg:
+            info.ffn_size //= 2  # native mlp_hidden_size counts both halves of ff_proj
     if info.family in ("phi3",):
         info.swiglu_fused_order = "gate,up"
     info.conv1d = info.family == "gpt2"

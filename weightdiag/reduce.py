@@ -43,6 +43,8 @@ class Segments:
 
     def view(self, flat: np.ndarray) -> np.ndarray:
         """A 2-D (count, length) view of `flat`, no copy."""
+        if self.offset < 0 or self.offset + (self.count - 1) * self.stride + self.length > flat.size:
+            raise ValueError(f"{self} does not fit in {flat.size} elements")
         if self.count == 1:
             return flat[self.offset : self.offset + self.length].reshape(1, self.length)
         item = flat.itemsize

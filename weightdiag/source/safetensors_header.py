@@ -116,17 +116,18 @@ def parse_header(raw: bytes, file_size: int, where: str) -> SafetensorsHeader:
     entries.sort(key=lambda e: (e[0], e[1]))
     cursor = 0
     tensors: list[TensorEntry] = []
-    for begin, end, name, dtype, shape in entries:
-        if begin < cursor:
-            _fail(where, f"tensor {name!r} bytes [{begin}, {end}) overlap the previous tensor")
-        if begin > cursor:
-            _fail(where, f"unused gap of {begin - cursor} bytes before tensor {name!r}")
+    for _, end, name, _, _ in entries:
         if end > data_size:
             _fail(
                 where,
                 f"tensor {name!r} ends at data byte {end} but the file holds only {data_size} data bytes"
                 " (truncated or offsets out of range)",
             )
+    for begin, end, name, dtype, shape in entries:
+        if begin < cursor:
+            _fail(where, f"tensor {name!r} bytes [{begin}, {end}) overlap the previous tensor")
+        if begin > cursor:
+            _fail(where, f"unused gap of {begin - cursor} bytes before tensor {name!r}")
         tensors.append(TensorEntry(name, dtype, shape, data_start + begin, data_start + end))
         cursor = end
     if cursor != data_size:

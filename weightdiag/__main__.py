@@ -1,0 +1,3 @@
+from weightdiag.cli import main
+
+main()
