@@ -100,16 +100,17 @@ def test_exact_protocol_equals_direct_order_statistics_without_ties():
     assert f.lam == pytest.approx(lam, rel=1e-9)
 
 
-def test_exact_protocol_pools_ties_at_their_mean_plotting_position():
-    # Heavy ties (a BF16-like grid): pooled fit equals the direct fit with ties expanded,
-    # up to the curvature of Y across a tie block (small).
+def test_exact_protocol_with_ties_equals_the_unpooled_order_statistic_fit():
+    # Heavy ties (a BF16-like grid): pooling a value's ranks at their mean Y gives the same line
+    # as regressing every order statistic separately.
     x = np.round(np.abs(np.random.default_rng(3).standard_normal(200_000)) * 64) / 64
     x = x[x > 0]
     values, counts = np.unique(x, return_counts=True)
-    pooled = fit_exact(values, counts)
-    k, lam = _order_statistic_fit(x, *trim_window("mid80"))
-    assert pooled.k == pytest.approx(k, rel=2e-3)
-    assert pooled.lam == pytest.approx(lam, rel=2e-3)
+    for trim in ("mid80", "mid90", "full"):
+        pooled = fit_exact(values, counts, trim)
+        k, lam = _order_statistic_fit(x, *(trim_window(trim) if trim != "full" else (0.0, 1.0)))
+        assert pooled.k == pytest.approx(k, rel=1e-9)
+        assert pooled.lam == pytest.approx(lam, rel=1e-9)
 
 
 def test_unfittable_inputs_say_why():

@@ -1,4 +1,4 @@
-"""The reducers: numba == numpy == torch, exact statistics, strided parts, damaged values."""
+"""The reducers: C == numpy == torch, exact statistics, strided parts, damaged values."""
 
 from __future__ import annotations
 
@@ -29,28 +29,79 @@ def _same(a: Reduction, b: Reduction):
         np.testing.assert_allclose(a.power_sums, b.power_sums, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba unavailable")
-def test_numba_and_numpy_kernels_agree():
+def _kernel_inputs():
     x = (RNG.standard_t(4, (300, 257)) * 0.02).astype(np.float32)
     x[3, 4] = np.nan
     x[7, 8] = np.inf
     bits16 = _bf16(np.nan_to_num(x, nan=0.0, posinf=0.0))
     bits16[5] = 0x7FC0  # NaN
     bits16[9] = 0xFF80  # -Inf
+    bits16[200, 100] = 0x4300  # a unique largest |w| (128.0) ...
+    bits16[250, 10] = 0xC300  # ... and a tie later: the first one must win
     view16 = bits16.reshape(-1)[7 : 7 + 13 * 5900].reshape(-1, 13)[:, 2:9]  # strided rows
-    a = kernels._codes16_numba(view16, np.uint16(0x7F80))
-    b = kernels._codes16_numpy(view16, 0x7F80)
-    assert np.array_equal(a[0], b[0]) and a[1] == b[1]
-    t = f32_bin_tables()
     view32 = x.view(np.uint32).reshape(-1)[3 : 3 + 11 * 7000].reshape(-1, 11)[:, 1:10]
-    a = kernels._f32_numba(view32, t.thresholds, t.irregular, len(t.irregular_bins))
-    b = kernels._f32_numpy(view32, t.thresholds, t.irregular, len(t.irregular_bins))
-    for u, v in zip(a, b, strict=True):
-        assert np.array_equal(u, v)
+    return x, view16, view32
+
+
+@pytest.mark.skipif(not kernels.HAVE_C, reason="C kernels not built")
+def test_c_and_numpy_kernels_agree():
+    x, view16, view32 = _kernel_inputs()
+    assert np.array_equal(kernels._hist16_c(view16), kernels._hist16_numpy(view16))
+    t = f32_bin_tables()
+    irregular = t.irregular.copy()
+    irregular[np.flatnonzero(t.thresholds != 0xFFFFFFFF)[:3]] = [0, 1, 2]  # exercise the irregular path
+    for n_irr in (0, 3):
+        a = kernels._hist32_c(view32, t.thresholds, irregular, n_irr)
+        b = kernels._hist32_numpy(view32, t.thresholds, irregular, n_irr)
+        for u, v in zip(a, b, strict=True):
+            assert np.array_equal(u, v)
+    assert kernels._c.max_finite32(view32) == kernels._max_finite32_numpy(view32)
+    assert kernels._c.max_finite32(np.full((2, 3), np.nan, dtype=np.float32).view(np.uint32)) == -1
+    for view, mask, target in (
+        (view16, 0x7FFF, 0x4300),
+        (view16, 0xFFFF, 0xC300),
+        (view16, 0xFFFF, 0x1234),
+        (view32, 0x7FFFFFFF, int(view32[5, 3]) & 0x7FFFFFFF),
+    ):
+        assert kernels.find_first(view, mask, target) == kernels._find_numpy(view, mask, target)
     finite = np.nan_to_num(x, nan=0.0, posinf=0.0)
     np.testing.assert_allclose(
-        kernels._power_sums_numba(finite, 0.001), kernels._power_sums_numpy(finite, 0.001), rtol=1e-10
+        kernels._power_sums_c(finite, 0.001), kernels._power_sums_numpy(finite, 0.001), rtol=1e-10
     )
+
+
+def test_argmax_is_the_first_largest_finite_value():
+    _, view16, _ = _kernel_inputs()
+    _, at = kernels.count_codes16(view16, 0x7F80)
+    row, col = divmod(at, view16.shape[1])
+    assert int(view16[row, col]) & 0x7FFF == 0x4300  # 128.0: the first of the two, NaN/Inf ignored
+    flat = np.asarray(view16).reshape(-1)
+    assert at == int(np.flatnonzero((flat & 0x7FFF) == 0x4300)[0])
+
+
+def test_threaded_split_gives_the_same_answer(monkeypatch):
+    x, view16, view32 = _kernel_inputs()
+    whole16 = kernels.count_codes16(view16, 0x7F80)
+    t = f32_bin_tables()
+    whole32 = kernels.count_f32(view32, t.thresholds, t.irregular, len(t.irregular_bins))
+    sums = kernels.power_sums(np.nan_to_num(x, nan=0.0, posinf=0.0), 0.0)
+    monkeypatch.setattr(kernels, "THREADS", 3)
+    monkeypatch.setattr(kernels, "PARALLEL_MIN", 64)
+    kernels._pool.cache_clear()
+    one_row = np.ascontiguousarray(view16).reshape(1, -1)
+    for view, pieces in ((view16, 3), (one_row, 3), (view16[:2], 1)):  # by rows, by columns, too few rows
+        assert len(kernels._pieces(view)) == pieces
+        split = kernels.count_codes16(view, 0x7F80)
+        assert np.array_equal(split[0], kernels._hist16_numpy(view))
+        assert split[1] == kernels._find_numpy(view, 0x7FFF, 0x4300) or view.shape[0] == 2
+    assert kernels.count_codes16(view16, 0x7F80)[1] == whole16[1]
+    split32 = kernels.count_f32(view32, t.thresholds, t.irregular, len(t.irregular_bins))
+    for u, v in zip(split32, whole32, strict=True):
+        assert np.array_equal(u, v)
+    np.testing.assert_allclose(
+        kernels.power_sums(np.nan_to_num(x, nan=0.0, posinf=0.0), 0.0), sums, rtol=1e-12
+    )
+    kernels._pool.cache_clear()
 
 
 @pytest.mark.parametrize("dtype", ["BF16", "F16", "F32", "F64"])
@@ -139,3 +190,16 @@ def test_magnitude_distribution_folds_signs():
     dist = magnitudes(reduce_array(_bf16(x), "BF16"))
     assert dist.values.tolist() == [0.0, 0.25, 0.5, 1.0]
     assert dist.counts.tolist() == [2, 1, 2, 1]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", ["BF16", "F16", "F32"])
+def test_cuda_reducer_equals_cpu_reducer(dtype):
+    x = RNG.standard_normal((2048, 1536)) * 0.02
+    x[100, 7] = -3.5
+    raw_values = {"BF16": _bf16(x), "F16": x.astype(np.float16), "F32": x.astype(np.float32)}[dtype]
+    raw = raw_values.reshape(-1).view(np.uint8)
+    _same(reduce_torch(raw, dtype, "cuda"), reduce_array(raw_values.reshape(-1), dtype))
+    part = Segments(offset=1536 * 8, length=1536 * 8, stride=1536 * 24, count=80)
+    _same(reduce_torch(raw, dtype, "cuda", part), reduce_array(raw_values.reshape(-1), dtype, part))

@@ -10,10 +10,12 @@ full everything. Two protocols choose the points:
   log10|w| over [-12, 2]; a point per non-empty bin at the bin's log-midpoint, with F the
   bin-midpoint ECDF (F_lo + F_hi) / 2, weight = bin count; bins kept when F is inside the window.
 - `exact`: the order statistics themselves. Order statistic i of the N finite nonzero |w| gets
-  the Hazen plotting position p_i = (i - 1/2) / N; ranks with p_i inside the window are kept. Tied
-  values (16-bit dtypes have many) are pooled: one point per distinct value at the mean plotting
-  position of its kept ranks, weighted by their number. For F32, a "value" is a 2^-7-wide bucket
-  at its midpoint (see codes.py); the measured effect on k is in benchmarks/RESULTS.md.
+  the Hazen plotting position p_i = (i - 1/2) / N, Y_i = ln(-ln(1 - p_i)); ranks with p_i inside
+  the window are kept. Tied values (16-bit dtypes have many) are pooled into one point per
+  distinct value carrying the mean of Y over its kept ranks (in closed form), weighted by their
+  number: the line is then exactly the least-squares line through all N order statistics (R^2 is
+  that of the pooled points). For F32, a "value" is a 2^-7-wide bucket at its midpoint (see
+  codes.py); the measured effect on k and lambda is in benchmarks/RESULTS.md.
 
 Zeros cannot sit on a log axis: both protocols fit the nonzero finite |w| only (the fraction of
 exact zeros is reported beside the fit).
@@ -26,7 +28,6 @@ from dataclasses import asdict, dataclass
 from functools import cache
 
 import numpy as np
-from scipy import integrate, special
 
 from .codes import BIN_EDGES
 
@@ -132,16 +133,15 @@ def fit_exact(values: np.ndarray, counts: np.ndarray, trim: str = "mid80") -> We
         first, last = lower, upper
     else:
         lo, hi = trim_window(trim)
-        # Ranks i with lo <= (i - 1/2)/N <= hi.
-        first = np.maximum(lower, math.ceil(lo * n + 0.5 - 1e-9))
-        last = np.minimum(upper, math.floor(hi * n + 0.5 + 1e-9))
+        first_rank, last_rank = _rank_window(lo, hi, n)
+        first = np.maximum(lower, first_rank)
+        last = np.minimum(upper, last_rank)
     kept = last - first + 1
     sel = kept > 0
     if sel.sum() < MIN_POINTS:
         return _not_fitted(f"fewer than {MIN_POINTS} distinct values inside the {trim} window")
-    p = ((first[sel] + last[sel]) / 2.0 - 0.5) / n
     x = np.log(values[sel])
-    y = np.log(-np.log1p(-p))
+    y = _mean_plot_y(first[sel], last[sel], n)
     slope, intercept, r2 = _weighted_line(x, y, kept[sel].astype(np.float64))
 
     def ks(k: float, lam: float) -> float:
@@ -149,6 +149,58 @@ def fit_exact(values: np.ndarray, counts: np.ndarray, trim: str = "mid80") -> We
         return float(max(np.abs(upper / n - fitted).max(), np.abs((lower - 1) / n - fitted).max()))
 
     return _line_to_fit(slope, intercept, r2, ks, int(sel.sum()))
+
+
+def _rank_window(lo: float, hi: float, n: int) -> tuple[int, int]:
+    """First and last rank i with lo <= (i - 1/2) / n <= hi, decided in float64 as an
+    element-wise implementation would (so boundary ranks never depend on rounding shortcuts)."""
+
+    def position(i: int) -> float:
+        return (i - 0.5) / n
+
+    first = max(1, math.ceil(lo * n + 0.5) - 2)
+    while position(first) < lo:
+        first += 1
+    last = min(n, math.floor(hi * n + 0.5) + 2)
+    while position(last) > hi:
+        last -= 1
+    return first, last
+
+
+def _mean_plot_y(first: np.ndarray, last: np.ndarray, n: int) -> np.ndarray:
+    """Mean of Y_i = ln(-ln(1 - (i - 1/2)/N)) over ranks first..last (arrays, inclusive).
+
+    The sum over a run of ranks is N times the integral of Y over ((first-1)/N, last/N) (the sum
+    is that integral's midpoint rule), with G(p) = -(1 - p) ln t - E1(t), t = -ln(1 - p), as the
+    antiderivative (G(0) = Euler's gamma, G(1) = 0). Where Y curves sharply, within 1024 ranks
+    of either end, the per-rank midpoint errors are added back exactly, so every run's sum equals
+    the explicit sum to about 1e-12.
+    """
+    from scipy.special import exp1  # imported here: only the exact protocol needs scipy
+
+    def antiderivative(p: np.ndarray) -> np.ndarray:
+        p = np.asarray(p, dtype=np.float64)
+        out = np.empty_like(p)
+        inner = (p > 0) & (p < 1)
+        t = -np.log1p(-p[inner])
+        out[inner] = -(1 - p[inner]) * np.log(t) - exp1(t)
+        out[p <= 0] = np.euler_gamma
+        out[p >= 1] = 0.0
+        return out
+
+    total = n * (antiderivative(last / n) - antiderivative((first - 1) / n))
+    edge = min(1024, n)
+    for a, b in ((1, edge), (max(edge + 1, n - 1023), n)):
+        if b < a:
+            continue
+        ranks = np.arange(a, b + 1)
+        exact = np.log(-np.log1p(-(ranks - 0.5) / n))
+        midpoint = n * (antiderivative(ranks / n) - antiderivative((ranks - 1) / n))
+        cum = np.concatenate([[0.0], np.cumsum(exact - midpoint)])
+        lo, hi = np.maximum(first, a), np.minimum(last, b)
+        overlap = hi >= lo
+        total[overlap] += cum[hi[overlap] - a + 1] - cum[lo[overlap] - a]
+    return total / (last - first + 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,6 +212,8 @@ def fit_exact(values: np.ndarray, counts: np.ndarray, trim: str = "mid80") -> We
 @cache
 def half_normal_anchor(trim: str = "mid80") -> tuple[float, float]:
     """(k0, lambda0 / sigma) for |w| of i.i.d. N(0, sigma^2) weights, by numerical integration."""
+    from scipy import integrate, special  # imported here: scipy costs ~0.3 s at start-up
+
     lo, hi = trim_window(trim) if TRIMS[trim] < 1 else (0.0, 1.0)
 
     def g(f: float) -> float:
@@ -180,7 +234,7 @@ def half_normal_anchor(trim: str = "mid80") -> tuple[float, float]:
 
 def weibull_std(k: float, lam: float) -> float:
     """Standard deviation of Weibull(k, lam): lam * sqrt(Gamma(1 + 2/k) - Gamma(1 + 1/k)^2)."""
-    g1, g2 = special.gamma(1 + 1 / k), special.gamma(1 + 2 / k)
+    g1, g2 = math.gamma(1 + 1 / k), math.gamma(1 + 2 / k)
     return lam * math.sqrt(max(g2 - g1 * g1, 0.0))
 
 

@@ -1,30 +1,103 @@
 """The CPU hot loops: one pass over a tensor's raw elements into exact counts.
 
-Each kernel has a numba implementation (compiled on first use, cached on disk, releases the GIL
-so reading the next tensor overlaps with it) and a numpy implementation with identical results
-(used when numba is unavailable, forced with WEIGHTDIAG_KERNELS=numpy, and as the test oracle).
+Each kernel has a C implementation (weightdiag/_kernels.c, built at install time; it releases
+the GIL, so one large tensor is split across cores with plain threads) and a numpy
+implementation with identical results, used when the extension is not built, forced with
+WEIGHTDIAG_KERNELS=numpy, and kept as the test oracle for the C code.
 
-Inputs are 2-D views (rows, row_length) of the raw storage so that a fused tensor's parts (rows
+Inputs are 2-D views (rows, row_length) of the raw storage, so that a fused tensor's parts (rows
 or columns of a strided layout) are reduced without copies. Argmax indices are flat positions in
-that 2-D view (row * row_length + column).
+that 2-D view (row * row_length + column) of the first largest finite |w|, -1 when there is none.
+The argmax costs no extra work in the histogram loop: the largest finite code is read off the
+histogram, then one vectorised search finds where it first occurs.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from functools import cache
+from typing import Any
 
 import numpy as np
 
-try:  # numba is a dependency, but weightdiag must still work where it cannot be imported
+try:
     if os.environ.get("WEIGHTDIAG_KERNELS", "").lower() == "numpy":
         raise ImportError("numpy kernels forced by WEIGHTDIAG_KERNELS")
-    from numba import njit
+    from . import _kernels as _c  # type: ignore[attr-defined]
+except ImportError:
+    _c = None
 
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - exercised by the WEIGHTDIAG_KERNELS=numpy test run
-    HAVE_NUMBA = False
-
+HAVE_C = _c is not None
+BACKEND = "c" if HAVE_C else "numpy"
+THREADS = max(1, int(os.environ.get("WEIGHTDIAG_THREADS") or os.cpu_count() or 1))
+PARALLEL_MIN = 1 << 22  # elements; smaller tensors are not worth a thread hand-off
 NUMPY_CHUNK = 1 << 20  # elements per numpy step: keeps temporaries in cache
+F32_INF = 0x7F800000
+
+
+_budget = threading.local()
+
+
+@contextmanager
+def thread_budget(threads: int) -> Iterator[None]:
+    """Limit how many threads one kernel call may split into (for callers already in a pool)."""
+    previous = getattr(_budget, "threads", None)
+    _budget.threads = max(1, threads)
+    try:
+        yield
+    finally:
+        _budget.threads = previous
+
+
+@cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(THREADS, thread_name_prefix="weightdiag-kernel")
+
+
+def _pieces(view: np.ndarray) -> list[np.ndarray]:
+    """Split a 2-D view into per-thread pieces (by rows, or by columns of a single row)."""
+    rows, cols = view.shape
+    threads = min(THREADS, getattr(_budget, "threads", None) or THREADS)
+    parts = min(threads, max(1, view.size // (PARALLEL_MIN // 2)))
+    if parts > 1 and rows >= parts:
+        bounds = np.linspace(0, rows, parts + 1).astype(int)
+        return [view[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+    if parts > 1 and rows == 1:
+        bounds = np.linspace(0, cols, parts + 1).astype(int)
+        return [view[:, a:b] for a, b in itertools.pairwise(bounds) if b > a]
+    return [view]
+
+
+def _map(fn: Callable[[np.ndarray], Any], view: np.ndarray) -> list[Any]:
+    pieces = _pieces(view)
+    return [fn(pieces[0])] if len(pieces) == 1 else list(_pool().map(fn, pieces))
+
+
+def _chunks(view: np.ndarray):
+    """(flat offset, 1-D chunk) over a 2-D view, for the numpy kernels."""
+    for r, row in enumerate(view):
+        for lo in range(0, row.size, NUMPY_CHUNK):
+            yield r * view.shape[1] + lo, row[lo : lo + NUMPY_CHUNK]
+
+
+def _find_numpy(view: np.ndarray, mask: int, target: int) -> int:
+    for offset, chunk in _chunks(view):
+        hits = np.flatnonzero((chunk & chunk.dtype.type(mask)) == target)
+        if hits.size:
+            return offset + int(hits[0])
+    return -1
+
+
+def find_first(view: np.ndarray, mask: int, target: int) -> int:
+    """First flat index with (x & mask) == target, -1 if none."""
+    if HAVE_C:
+        return int((_c.find16 if view.itemsize == 2 else _c.find32)(view, mask, target))
+    return _find_numpy(view, mask, target)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -32,77 +105,27 @@ NUMPY_CHUNK = 1 << 20  # elements per numpy step: keeps temporaries in cache
 # values. `finite_limit` is the smallest magnitude code that is Inf/NaN (0x7F80 BF16, 0x7C00 F16).
 
 
-def _codes16_numpy(view: np.ndarray, finite_limit: int) -> tuple[np.ndarray, int]:
+def _hist16_numpy(view: np.ndarray) -> np.ndarray:
     counts = np.zeros(65536, dtype=np.int64)
-    best, best_at = -1, -1
-    flat_pos = 0
-    for row in view:
-        for lo in range(0, row.size, NUMPY_CHUNK):
-            chunk = row[lo : lo + NUMPY_CHUNK]
-            counts += np.bincount(chunk, minlength=65536)
-            mags = (chunk & np.uint16(0x7FFF)).astype(np.int32)
-            mags[mags >= finite_limit] = -1
-            i = int(np.argmax(mags))
-            if chunk.size and int(mags[i]) > best:
-                best, best_at = int(mags[i]), flat_pos + lo + i
-        flat_pos += row.size
-    return counts, best_at
+    for _, chunk in _chunks(view):
+        counts += np.bincount(chunk, minlength=65536)
+    return counts
 
 
-if HAVE_NUMBA:
-
-    @njit(nogil=True, cache=True)
-    def _codes16_numba(view, finite_limit):  # pragma: no cover - compiled
-        # Four sub-histograms break the store-to-load dependency between equal neighbours.
-        sub = np.zeros((4, 65536), dtype=np.int64)
-        best = -1
-        best_at = -1
-        row_len = view.shape[1]
-        for r in range(view.shape[0]):
-            row = view[r]
-            base = r * row_len
-            n4 = row_len - row_len % 4
-            for i in range(0, n4, 4):
-                v0 = row[i]
-                v1 = row[i + 1]
-                v2 = row[i + 2]
-                v3 = row[i + 3]
-                sub[0, v0] += 1
-                sub[1, v1] += 1
-                sub[2, v2] += 1
-                sub[3, v3] += 1
-                m = v0 & 0x7FFF
-                if m > best and m < finite_limit:
-                    best = m
-                    best_at = base + i
-                m = v1 & 0x7FFF
-                if m > best and m < finite_limit:
-                    best = m
-                    best_at = base + i + 1
-                m = v2 & 0x7FFF
-                if m > best and m < finite_limit:
-                    best = m
-                    best_at = base + i + 2
-                m = v3 & 0x7FFF
-                if m > best and m < finite_limit:
-                    best = m
-                    best_at = base + i + 3
-            for i in range(n4, row_len):
-                v = row[i]
-                sub[0, v] += 1
-                m = v & 0x7FFF
-                if m > best and m < finite_limit:
-                    best = m
-                    best_at = base + i
-        return sub.sum(axis=0), best_at
+def _hist16_c(view: np.ndarray) -> np.ndarray:
+    counts = np.zeros(65536, dtype=np.int64)
+    _c.hist16(view, counts)
+    return counts
 
 
 def count_codes16(view: np.ndarray, finite_limit: int) -> tuple[np.ndarray, int]:
     """Histogram of uint16 codes in a 2-D view and the flat index of the first largest finite |w|."""
-    if HAVE_NUMBA:
-        counts, at = _codes16_numba(view, np.uint16(finite_limit))
-        return counts, int(at)
-    return _codes16_numpy(view, finite_limit)
+    counts = np.sum(_map(_hist16_c if HAVE_C else _hist16_numpy, view), axis=0)
+    magnitude_counts = counts[:32768] + counts[32768:]
+    present = np.flatnonzero(magnitude_counts[:finite_limit])
+    if present.size == 0:
+        return counts, -1
+    return counts, find_first(view, 0x7FFF, int(present[-1]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,66 +134,48 @@ def count_codes16(view: np.ndarray, finite_limit: int) -> tuple[np.ndarray, int]
 # histogram for the rare buckets where float32 log10 is not monotone, and the argmax of |w|.
 
 
-def _f32_numpy(view, thresholds, irregular, n_irregular):
+def _hist32_numpy(view, thresholds, irregular, n_irregular):
     counts = np.zeros(65536, dtype=np.int64)
     above = np.zeros(32768, dtype=np.int64)
     irregular_hist = np.zeros((max(n_irregular, 1), 65536), dtype=np.int64)
-    best, best_at, flat_pos = -1, -1, 0
-    for row in view:
-        for lo in range(0, row.size, NUMPY_CHUNK):
-            chunk = row[lo : lo + NUMPY_CHUNK]
-            counts += np.bincount(chunk >> 16, minlength=65536)
-            mags = chunk & np.uint32(0x7FFFFFFF)
-            keys = (mags >> 16).astype(np.int64)
-            above += np.bincount(keys[mags >= thresholds[keys]], minlength=32768)
+    for _, chunk in _chunks(view):
+        counts += np.bincount(chunk >> 16, minlength=65536)
+        mags = chunk & np.uint32(0x7FFFFFFF)
+        keys = (mags >> 16).astype(np.int64)
+        above += np.bincount(keys[mags >= thresholds[keys]], minlength=32768)
+        if n_irregular:
             irr = irregular[keys]
             sel = irr >= 0
-            if sel.any():
-                np.add.at(irregular_hist, (irr[sel], (mags[sel] & 0xFFFF).astype(np.int64)), 1)
-            finite = mags.astype(np.int64)
-            finite[mags >= np.uint32(0x7F800000)] = -1
-            i = int(np.argmax(finite))
-            if chunk.size and int(finite[i]) > best:
-                best, best_at = int(finite[i]), flat_pos + lo + i
-        flat_pos += row.size
-    return counts, above, irregular_hist, best_at
+            np.add.at(irregular_hist, (irr[sel], (mags[sel] & 0xFFFF).astype(np.int64)), 1)
+    return counts, above, irregular_hist
 
 
-if HAVE_NUMBA:
+def _hist32_c(view, thresholds, irregular, n_irregular):
+    counts = np.zeros(65536, dtype=np.int64)
+    above = np.zeros(32768, dtype=np.int64)
+    irregular_hist = np.zeros((max(n_irregular, 1), 65536), dtype=np.int64)
+    _c.hist32(view, thresholds, irregular if n_irregular else None, counts, above, irregular_hist)
+    return counts, above, irregular_hist
 
-    @njit(nogil=True, cache=True)
-    def _f32_numba(view, thresholds, irregular, n_irregular):  # pragma: no cover - compiled
-        counts = np.zeros(65536, dtype=np.int64)
-        above = np.zeros(32768, dtype=np.int64)
-        irregular_hist = np.zeros((max(n_irregular, 1), 65536), dtype=np.int64)
-        best = np.int64(-1)
-        best_at = -1
-        row_len = view.shape[1]
-        for r in range(view.shape[0]):
-            row = view[r]
-            base = r * row_len
-            for i in range(row_len):
-                w = row[i]
-                counts[w >> 16] += 1
-                mag = w & np.uint32(0x7FFFFFFF)
-                key = mag >> 16
-                if mag >= thresholds[key]:
-                    above[key] += 1
-                j = irregular[key]
-                if j >= 0:
-                    irregular_hist[j, mag & np.uint32(0xFFFF)] += 1
-                if np.int64(mag) > best and mag < np.uint32(0x7F800000):
-                    best = np.int64(mag)
-                    best_at = base + i
-        return counts, above, irregular_hist, best_at
+
+def _max_finite32_numpy(view: np.ndarray) -> int:
+    best = -1
+    for _, chunk in _chunks(view):
+        mags = chunk & np.uint32(0x7FFFFFFF)
+        finite = mags[mags < np.uint32(F32_INF)]
+        if finite.size:
+            best = max(best, int(finite.max()))
+    return best
 
 
 def count_f32(view: np.ndarray, thresholds: np.ndarray, irregular: np.ndarray, n_irregular: int):
     """One pass over uint32 bit patterns; see the section comment for the outputs."""
-    if HAVE_NUMBA:
-        counts, above, irregular_hist, at = _f32_numba(view, thresholds, irregular, n_irregular)
-        return counts, above, irregular_hist, int(at)
-    return _f32_numpy(view, thresholds, irregular, n_irregular)
+    kernel = _hist32_c if HAVE_C else _hist32_numpy
+    results = _map(lambda piece: kernel(piece, thresholds, irregular, n_irregular), view)
+    counts, above, irregular_hist = (np.sum([r[i] for r in results], axis=0) for i in range(3))
+    largest = max(_map(_c.max_finite32 if HAVE_C else _max_finite32_numpy, view))
+    at = find_first(view, 0x7FFFFFFF, largest) if largest >= 0 else -1
+    return counts, above, irregular_hist, at
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,41 +184,20 @@ def count_f32(view: np.ndarray, thresholds: np.ndarray, irregular: np.ndarray, n
 
 def _power_sums_numpy(view: np.ndarray, shift: float) -> np.ndarray:
     sums = np.zeros(4, dtype=np.float64)
-    for row in view:
-        for lo in range(0, row.size, NUMPY_CHUNK):
-            d = row[lo : lo + NUMPY_CHUNK].astype(np.float64) - shift
-            d2 = d * d
-            sums += (d.sum(), d2.sum(), (d2 * d).sum(), (d2 * d2).sum())
+    for _, chunk in _chunks(view):
+        d = chunk.astype(np.float64) - shift
+        d2 = d * d
+        sums += (d.sum(), d2.sum(), (d2 * d).sum(), (d2 * d2).sum())
     return sums
 
 
-if HAVE_NUMBA:
-    # fastmath only lets LLVM reorder the sums (vectorise); inputs are known to be finite.
-    @njit(nogil=True, cache=True, fastmath=True)
-    def _power_sums_numba(view, shift):  # pragma: no cover - compiled
-        s1 = 0.0
-        s2 = 0.0
-        s3 = 0.0
-        s4 = 0.0
-        for r in range(view.shape[0]):
-            row = view[r]
-            for i in range(row.shape[0]):
-                d = np.float64(row[i]) - shift
-                d2 = d * d
-                s1 += d
-                s2 += d2
-                s3 += d2 * d
-                s4 += d2 * d2
-        out = np.empty(4, dtype=np.float64)
-        out[0] = s1
-        out[1] = s2
-        out[2] = s3
-        out[3] = s4
-        return out
+def _power_sums_c(view: np.ndarray, shift: float) -> np.ndarray:
+    sums = np.zeros(4, dtype=np.float64)
+    _c.power_sums(view, shift, sums)
+    return sums
 
 
 def power_sums(view: np.ndarray, shift: float) -> np.ndarray:
     """[sum d, sum d^2, sum d^3, sum d^4] with d = x - shift, accumulated in float64."""
-    if HAVE_NUMBA:
-        return _power_sums_numba(view, float(shift))
-    return _power_sums_numpy(view, float(shift))
+    kernel = _power_sums_c if HAVE_C else _power_sums_numpy
+    return np.sum(_map(lambda piece: kernel(piece, float(shift)), view), axis=0)

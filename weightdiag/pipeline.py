@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import fnmatch
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
-from . import __version__
+from . import __version__, kernels
 from .codes import BIN_EDGES, HIST_BINS
 from .device import resolve_device
 from .dtypes import skip_reason
@@ -142,27 +144,114 @@ def fit_plan(
     matrices: list[dict[str, Any]] = []
     vectors: list[dict[str, Any]] = []
     started = time.perf_counter()
-    prefetch = Prefetcher(
-        work, lambda w: w.ref.nbytes, lambda w, out: reader.read_into(w.ref, out), allocate=_allocator(device)
-    )
+
+    def work_on(item: _Work, raw: np.ndarray) -> _Reduced:
+        return _reduce_item(item, raw, reduce, arch, options)
+
     try:
-        for item, raw in prefetch:
+        for item, reduced in _reduce_stream(work, reader, device, work_on):
             ref, role = item.ref, item.role
-            if len(ref.shape) == 1:
-                values = storage_view(ref, raw)
-                vectors.append(
-                    vector_record(
-                        ref.name, role, ref.dtype.name, _decode(values, ref.dtype.name), arch.norm_offset
+            if reduced.values is not None:
+                values = reduced.values
+                vectors.append(vector_record(ref.name, role, ref.dtype.name, values, arch.norm_offset))
+            else:
+                note = "F64 rounded to F32 for fitting" if ref.dtype.name == "F64" else ref.note
+                matrices.append(
+                    matrix_record(
+                        ref.name,
+                        role,
+                        ref.dtype.name,
+                        ref.shape,
+                        reduced.whole,
+                        options.protocol,
+                        reduced.parts,
+                        reduced.parts_note,
+                        note,
                     )
                 )
-            else:
-                matrices.append(_matrix(ref, role, raw, reduce, arch, options))
             if progress:
                 progress("advance", ref)
     finally:
         reader.close()
     elapsed = time.perf_counter() - started
     return build_row(plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes)
+
+
+@dataclass
+class _Reduced:
+    """What the workers hand back for one tensor: a reduction (and parts), or a vector's values."""
+
+    whole: Reduction | None = None
+    parts: list[tuple[str, Reduction]] = field(default_factory=list)
+    parts_note: str | None = None
+    values: np.ndarray | None = None
+
+
+def _reduce_item(item: _Work, raw: np.ndarray, reduce, arch: ArchInfo, options: FitOptions) -> _Reduced:
+    ref, role = item.ref, item.role
+    if len(ref.shape) == 1:
+        return _Reduced(values=_decode(storage_view(ref, raw), ref.dtype.name))
+    out = _Reduced(whole=reduce(raw, ref.dtype.name, None))
+    if options.split_fused and role.kind in ("qkv", "ffn_in"):
+        segments, out.parts_note = split_parts(role, ref.name, ref.shape, arch)
+        out.parts = [(kind, reduce(raw, ref.dtype.name, seg)) for kind, seg in segments]
+    return out
+
+
+IN_FLIGHT = min(8, 2 * kernels.THREADS)  # CPU: tensors reduced at once (measured best at 2 per core)
+
+
+def _reduce_stream(
+    work: list[_Work], reader: TensorReader, device: str, work_on: Callable[[_Work, np.ndarray], _Reduced]
+) -> Iterator[tuple[_Work, _Reduced]]:
+    """Reduce every tensor, yielding results in file order.
+
+    On the CPU, readers that can map files hand out zero-copy mappings of one tensor at a time
+    (no copy, no fresh pages). Several tensors are reduced at once in worker threads while this
+    thread fits and records finished ones; the mapped bytes in flight stay below twice the
+    largest tensor, so peak memory does not grow with the model. Other readers (CUDA staging,
+    network) fill two reusable buffers in a reader thread while this thread reduces.
+    """
+    mapper = getattr(reader, "map", None)
+    if device != "cpu" or mapper is None:
+        prefetch = Prefetcher(
+            work,
+            lambda w: w.ref.nbytes,
+            lambda w, out: reader.read_into(w.ref, out),
+            allocate=_allocator(device),
+        )
+        for item, raw in prefetch:
+            yield item, work_on(item, raw)
+        return
+    byte_cap = 2 * max(w.ref.nbytes for w in work)
+
+    def task(item: _Work, budget: int) -> _Reduced:
+        # Mapping in the worker: page-table set-up runs in parallel too, and the mapping is gone
+        # (unmapped) as soon as the reduction returns.
+        with kernels.thread_budget(budget), mapper(item.ref) as raw:
+            return work_on(item, raw)
+
+    pending: deque[tuple[_Work, Future[_Reduced]]] = deque()
+    in_flight_bytes = 0
+    with ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="weightdiag-reduce") as pool:
+        try:
+            for i, item in enumerate(work):
+                while pending and (len(pending) >= IN_FLIGHT or in_flight_bytes + item.ref.nbytes > byte_cap):
+                    done, future = pending.popleft()
+                    in_flight_bytes -= done.ref.nbytes
+                    yield done, future.result()
+                if i + 1 < len(work):
+                    reader.advise(work[i + 1].ref)  # type: ignore[attr-defined]
+                # Near the end fewer tensors remain: give each more of the cores.
+                budget = max(1, kernels.THREADS // min(IN_FLIGHT, len(work) - i))
+                pending.append((item, pool.submit(task, item, budget)))
+                in_flight_bytes += item.ref.nbytes
+            while pending:
+                done, future = pending.popleft()
+                yield done, future.result()
+        finally:
+            for _, future in pending:  # on errors: do not start what is still queued
+                future.cancel()
 
 
 def _decode(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -174,19 +263,6 @@ def _decode(values: np.ndarray, dtype: str) -> np.ndarray:
 
         return code_values(dtype)[values]
     return values.astype(np.float64)
-
-
-def _matrix(ref: TensorRef, role: TensorRole, raw: np.ndarray, reduce, arch: ArchInfo, options: FitOptions):
-    red = reduce(raw, ref.dtype.name, None)
-    parts: list[tuple[str, Reduction]] = []
-    parts_note = None
-    if options.split_fused and role.kind in ("qkv", "ffn_in"):
-        segments, parts_note = split_parts(role, ref.name, ref.shape, arch)
-        parts = [(kind, reduce(raw, ref.dtype.name, seg)) for kind, seg in segments]
-    note = "F64 rounded to F32 for fitting" if ref.dtype.name == "F64" else ref.note
-    return matrix_record(
-        ref.name, role, ref.dtype.name, ref.shape, red, options.protocol, parts, parts_note, note
-    )
 
 
 def build_row(

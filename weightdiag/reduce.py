@@ -13,6 +13,7 @@ This module is the CPU path; reduce_torch.py computes the same summary with torc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -142,6 +143,9 @@ def _reduce_f32(bits: np.ndarray, segments: Segments) -> Reduction:
     return Reduction("F32", segments.numel, counts, False, argmax, max_abs, hist, sums, shift, n_inf)
 
 
+@cache
 def finite_mask(dtype: str) -> np.ndarray:
     """Codes that hold finite values (for F32, buckets below the exponent-255 patterns)."""
-    return np.isfinite(code_values(dtype))
+    mask = np.isfinite(code_values(dtype))
+    mask.setflags(write=False)
+    return mask

@@ -16,7 +16,7 @@ from .diagnose.classes import NON_WEIBULL_R2, k_class, k_flags
 from .fit import TRIMS, gamma_closure
 from .layout import TensorRole, kind_class
 from .reduce import Reduction
-from .stats import MagnitudeDistribution, fit, magnitudes, matrix_stats
+from .stats import MagnitudeDistribution, Summary
 
 SCHEMA = "weightdiag.row/1"
 
@@ -48,8 +48,9 @@ def heaviness(dist: MagnitudeDistribution) -> dict[str, float | None]:
 
 def reduction_record(red: Reduction, shape: tuple[int, ...], protocol: str) -> dict[str, Any]:
     """Statistics and fits of one reduction (a whole matrix or one part of a fused one)."""
-    stats = matrix_stats(red)
-    fits = {trim: fit(red, protocol, trim) for trim in TRIMS}
+    summary = Summary(red)
+    stats = summary.stats
+    fits = {trim: summary.fit(protocol, trim) for trim in TRIMS}
     record: dict[str, Any] = {
         "numel": red.numel,
         "stats": {k: (_num(v) if isinstance(v, float) else v) for k, v in stats.to_json().items()},
@@ -58,7 +59,7 @@ def reduction_record(red: Reduction, shape: tuple[int, ...], protocol: str) -> d
             trim: {k: (_num(v) if isinstance(v, float) else v) for k, v in f.to_json().items()}
             for trim, f in fits.items()
         },
-        "heaviness": heaviness(magnitudes(red)),
+        "heaviness": heaviness(summary.magnitudes),
     }
     main = fits["mid80"]
     record["gamma_closure"] = _num(gamma_closure(main.k, main.lam, stats.std_abs)) if main.ok else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -41,38 +42,6 @@ class MagnitudeDistribution:
         return float(self.values[min(idx, self.values.size - 1)])
 
 
-def magnitudes(red: Reduction) -> MagnitudeDistribution:
-    """Fold the sign of finite codes into a distribution of |w|."""
-    half = red.counts.size // 2
-    folded = red.counts[:half] + red.counts[half:]
-    values = np.abs(code_values(red.dtype)[:half])
-    finite = finite_mask(red.dtype)[:half]
-    if not red.exact:
-        values = values.copy()
-        values[0] = 0.0  # F32 bucket 0 holds zero and subnormals below 1e-40
-    keep = finite & (folded > 0)
-    order = np.argsort(values[keep], kind="stable")
-    return MagnitudeDistribution(values[keep][order], folded[keep][order])
-
-
-def cohort_histogram(red: Reduction) -> np.ndarray:
-    """The 1024-bin log10|w| histogram of the cohort protocol (exact)."""
-    if red.hist1024 is not None:
-        return red.hist1024
-    bins = code_bins(red.dtype)
-    inside = (bins >= 0) & (bins < HIST_BINS)
-    return np.bincount(bins[inside], weights=red.counts[inside], minlength=HIST_BINS).astype(np.int64)
-
-
-def fit(red: Reduction, protocol: str, trim: str) -> WeibullFit:
-    if protocol == "hist1024":
-        return fit_hist1024(cohort_histogram(red), trim)
-    if protocol == "exact":
-        dist = magnitudes(red).nonzero()
-        return fit_exact(dist.values, dist.counts, trim)
-    raise ValueError(f"unknown protocol {protocol!r}")
-
-
 @dataclass(frozen=True)
 class MatrixStats:
     numel: int
@@ -90,67 +59,123 @@ class MatrixStats:
     max_over_q99: float
 
     def to_json(self) -> dict[str, object]:
-        return {k: _clean(v) for k, v in asdict(self).items()}
+        return asdict(self)
 
 
-def _clean(value: object) -> object:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+class Summary:
+    """Everything derived from one reduction, each piece computed at most once."""
 
+    def __init__(self, red: Reduction) -> None:
+        self.red = red
 
-def _moments(red: Reduction, n: int) -> tuple[float, float, float]:
-    """Mean, population std and excess kurtosis of the finite values."""
-    if n == 0:
-        return (float("nan"),) * 3
-    if red.power_sums is not None:
-        s1, s2, s3, s4 = (float(s) / n for s in red.power_sums)
-        mean_d = s1
-        m2 = s2 - mean_d**2
-        m4 = s4 - 4 * mean_d * s3 + 6 * mean_d**2 * s2 - 3 * mean_d**4
-        mean = red.shift + mean_d
-    else:
+    @cached_property
+    def _used(self) -> np.ndarray:
+        """Codes that are finite and occur (usually a few thousand of the 65,536)."""
+        return np.flatnonzero(finite_mask(self.red.dtype) & (self.red.counts > 0))
+
+    @cached_property
+    def magnitudes(self) -> MagnitudeDistribution:
+        """Fold the sign of the finite codes into a distribution of |w|."""
+        red = self.red
+        values = np.abs(code_values(red.dtype)[self._used])
+        if not red.exact:
+            values[(self._used & 0x7FFF) == 0] = 0.0  # F32 bucket 0: zero and subnormals below 1e-40
+        order = np.argsort(values, kind="stable")
+        values, counts = values[order], red.counts[self._used][order]
+        distinct, first = np.unique(values, return_index=True)  # +x and -x fold together
+        return MagnitudeDistribution(distinct, np.add.reduceat(counts, first) if counts.size else counts)
+
+    @cached_property
+    def histogram(self) -> np.ndarray:
+        """The 1024-bin log10|w| histogram of the cohort protocol (exact)."""
+        red = self.red
+        if red.hist1024 is not None:
+            return red.hist1024
+        bins = code_bins(red.dtype)[self._used]
+        inside = (bins >= 0) & (bins < HIST_BINS)
+        return np.bincount(bins[inside], weights=red.counts[self._used][inside], minlength=HIST_BINS).astype(
+            np.int64
+        )
+
+    def fit(self, protocol: str, trim: str) -> WeibullFit:
+        if protocol == "hist1024":
+            return fit_hist1024(self.histogram, trim)
+        if protocol == "exact":
+            dist = self.magnitudes.nonzero()
+            return fit_exact(dist.values, dist.counts, trim)
+        raise ValueError(f"unknown protocol {protocol!r}")
+
+    def _moments(self, n: int) -> tuple[float, float, float]:
+        """Mean, population std and excess kurtosis of the finite values."""
+        red = self.red
+        if n == 0:
+            return (float("nan"),) * 3
+        if red.power_sums is not None:
+            s1, s2, s3, s4 = (float(s) / n for s in red.power_sums)
+            m2 = s2 - s1**2
+            m4 = s4 - 4 * s1 * s3 + 6 * s1**2 * s2 - 3 * s1**4
+            mean = red.shift + s1
+        else:
+            values, counts = code_values(red.dtype)[self._used], red.counts[self._used].astype(np.float64)
+            mean = float(np.dot(counts, values) / n)
+            dev2 = (values - mean) ** 2
+            m2 = float(np.dot(counts, dev2) / n)
+            m4 = float(np.dot(counts, dev2 * dev2) / n)
+        m2 = max(m2, 0.0)
+        kurt = m4 / (m2 * m2) - 3.0 if m2 > 0 else float("nan")
+        return mean, math.sqrt(m2), kurt
+
+    @cached_property
+    def stats(self) -> MatrixStats:
+        red = self.red
         finite = finite_mask(red.dtype)
-        values, counts = code_values(red.dtype)[finite], red.counts[finite].astype(np.float64)
-        mean = float(np.dot(counts, values) / n)
-        dev = values - mean
-        m2 = float(np.dot(counts, dev * dev) / n)
-        m4 = float(np.dot(counts, dev**4) / n)
-    m2 = max(m2, 0.0)
-    kurt = m4 / (m2 * m2) - 3.0 if m2 > 0 else float("nan")
-    return mean, math.sqrt(m2), kurt
+        n_finite = int(red.counts[self._used].sum())
+        if red.n_inf is not None:
+            n_inf = red.n_inf
+        else:
+            nonfinite = ~finite
+            n_inf = int(red.counts[nonfinite][np.isinf(code_values(red.dtype)[nonfinite])].sum())
+        dist = self.magnitudes
+        n_zero = int(dist.counts[dist.values == 0].sum())
+        mean, std, kurt = self._moments(n_finite)
+        if n_finite:
+            mean_abs = float(np.dot(dist.counts, dist.values) / n_finite)
+            # E[w^2] exactly from the moments, E|w| from the distribution.
+            std_abs = math.sqrt(max(std**2 + mean**2 - mean_abs**2, 0.0))
+        else:
+            mean_abs = std_abs = float("nan")
+        q99 = dist.quantile(0.99)
+        return MatrixStats(
+            numel=red.numel,
+            n_finite=n_finite,
+            n_nan=red.numel - n_finite - n_inf,
+            n_inf=n_inf,
+            zero_fraction=n_zero / n_finite if n_finite else float("nan"),
+            mean=mean,
+            std=std,
+            excess_kurtosis=kurt,
+            mean_abs=mean_abs,
+            std_abs=std_abs,
+            max_abs=red.max_abs,
+            q99_abs=q99,
+            max_over_q99=red.max_abs / q99 if q99 > 0 else float("nan"),
+        )
+
+
+# Conveniences for callers that need one thing from a reduction.
+
+
+def magnitudes(red: Reduction) -> MagnitudeDistribution:
+    return Summary(red).magnitudes
+
+
+def cohort_histogram(red: Reduction) -> np.ndarray:
+    return Summary(red).histogram
+
+
+def fit(red: Reduction, protocol: str, trim: str) -> WeibullFit:
+    return Summary(red).fit(protocol, trim)
 
 
 def matrix_stats(red: Reduction) -> MatrixStats:
-    finite = finite_mask(red.dtype)
-    n_finite = int(red.counts[finite].sum())
-    nonfinite_values = code_values(red.dtype)[~finite]
-    nonfinite_counts = red.counts[~finite]
-    n_inf = red.n_inf if red.n_inf is not None else int(nonfinite_counts[np.isinf(nonfinite_values)].sum())
-    n_nan = red.numel - n_finite - n_inf
-    dist = magnitudes(red)
-    n_zero = int(dist.counts[dist.values == 0].sum())
-    mean, std, kurt = _moments(red, n_finite)
-    if n_finite:
-        mean_abs = float(np.dot(dist.counts, dist.values) / n_finite)
-        # E[w^2] exactly from the moments, E|w| from the distribution.
-        std_abs = math.sqrt(max(std**2 + mean**2 - mean_abs**2, 0.0))
-    else:
-        mean_abs = std_abs = float("nan")
-    q99 = dist.quantile(0.99)
-    ratio = red.max_abs / q99 if q99 > 0 else float("nan")
-    return MatrixStats(
-        numel=red.numel,
-        n_finite=n_finite,
-        n_nan=n_nan,
-        n_inf=n_inf,
-        zero_fraction=n_zero / n_finite if n_finite else float("nan"),
-        mean=mean,
-        std=std,
-        excess_kurtosis=kurt,
-        mean_abs=mean_abs,
-        std_abs=std_abs,
-        max_abs=red.max_abs,
-        q99_abs=q99,
-        max_over_q99=ratio,
-    )
+    return Summary(red).stats

@@ -6,10 +6,14 @@ a caller-provided buffer. Paths named by a shard index must stay inside the mode
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import mmap
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -25,7 +29,12 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class LocalReader:
-    """pread-based reader over the plan's shard files (opened lazily, closed by close())."""
+    """Reads tensors of the plan's shard files (opened lazily, closed by close()).
+
+    `map` gives zero-copy access through a mapping of just that tensor's bytes, released when the
+    last view of it is dropped; `read_into` copies with pread (for pinned GPU staging buffers).
+    `advise` asks the kernel to start reading a tensor ahead of use (cold files on disk).
+    """
 
     def __init__(self, root: Path, shards: list[ShardInfo]) -> None:
         self._paths = [root / s.name for s in shards]
@@ -47,6 +56,28 @@ class LocalReader:
                     "or changed while reading); re-download it"
                 )
             done += got
+
+    @contextmanager
+    def map(self, ref: TensorRef) -> Iterator[np.ndarray]:
+        if ref.nbytes == 0:
+            yield np.empty(0, dtype=np.uint8)
+            return
+        start = ref.start - ref.start % mmap.ALLOCATIONGRANULARITY
+        try:
+            mapping = mmap.mmap(self._fd(ref.shard), ref.end - start, prot=mmap.PROT_READ, offset=start)
+        except (ValueError, OSError) as exc:  # e.g. the file shrank below the header's offsets
+            raise CheckpointFormatError(
+                f"{self._paths[ref.shard]}: cannot map tensor {ref.name!r} ({exc}); the file is truncated "
+                "or changed while reading; re-download it"
+            ) from None
+        with contextlib.suppress(AttributeError, OSError):
+            mapping.madvise(mmap.MADV_SEQUENTIAL)
+        # The mapping is unmapped when the last array viewing it is garbage-collected.
+        yield np.frombuffer(mapping, dtype=np.uint8, count=ref.nbytes, offset=ref.start - start)
+
+    def advise(self, ref: TensorRef) -> None:
+        with contextlib.suppress(AttributeError, OSError):
+            os.posix_fadvise(self._fd(ref.shard), ref.start, ref.nbytes, os.POSIX_FADV_WILLNEED)
 
     def close(self) -> None:
         for fd in self._fds.values():
