@@ -150,7 +150,7 @@ CASES = {
     "offsets out of range": (_case_offsets_out_of_range, "out of range"),
     "overlapping offsets": (_case_overlapping, "overlap"),
     "unknown dtype": (_case_unknown_dtype, "unknown dtype 'F12'"),
-    "empty folder": (_case_empty_folder, "no .safetensors weights found"),
+    "empty folder": (_case_empty_folder, "no .safetensors, pytorch_model*.bin or single .gguf weights found"),
     "index naming a missing shard": (_case_index_missing_shard, "is missing"),
     "index path leaving the folder": (_case_index_escapes, "leaves the model folder"),
     "nonexistent path": (lambda p: p / "does" / "not" / "exist", "no such file or folder"),

@@ -110,15 +110,18 @@ def test_index_that_disagrees_with_the_shards(tmp_path, small_llama):
 
 
 def test_empty_folder_and_wrong_files(tmp_path):
-    with pytest.raises(BadInputError, match=r"no \.safetensors weights"):
+    with pytest.raises(BadInputError, match=r"no \.safetensors"):
         open_local(tmp_path)
     (tmp_path / "pytorch_model.bin").write_bytes(b"x")
     with pytest.raises(BadInputError, match=r"pytorch_model\.bin"):
         open_local(tmp_path)
     with pytest.raises(BadInputError, match="no such file"):
         open_local(tmp_path / "nope")
-    with pytest.raises(BadInputError, match=r"not a \.safetensors file"):
+    with pytest.raises(CheckpointFormatError, match=r"not a readable torch checkpoint"):
         open_local(tmp_path / "pytorch_model.bin")
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(BadInputError, match=r"not a weights file"):
+        open_local(tmp_path / "notes.txt")
 
 
 def test_two_checkpoints_in_one_folder_are_refused(tmp_path):

@@ -214,10 +214,14 @@ def _reduce_stream(
     """
     mapper = getattr(reader, "map", None)
     if device != "cpu" or mapper is None:
+        # Readers may ask for more reads in flight (network: hide per-request latency).
+        slots, workers = getattr(reader, "prefetch", (2, 1))
         prefetch = Prefetcher(
             work,
             lambda w: w.ref.nbytes,
             lambda w, out: reader.read_into(w.ref, out),
+            slots=slots,
+            workers=workers,
             allocate=_allocator(device),
         )
         for item, raw in prefetch:

@@ -171,8 +171,12 @@ def default_model_id(folder: Path) -> str:
     return name
 
 
-def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tuple[ModelPlan, LocalReader]:
-    """Plan a local checkpoint: a .safetensors file or a folder holding one or several."""
+def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tuple[ModelPlan, Any]:
+    """Plan a local checkpoint: a file (.safetensors, .gguf, pytorch .bin) or a model folder.
+
+    Folders are read as safetensors when they hold any (sharded via an index or not), else as
+    pytorch_model*.bin shards (restricted unpickler), else as a single GGUF file.
+    """
     p = Path(path).expanduser()
     if not p.exists():
         raise BadInputError(
@@ -180,8 +184,20 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
         )
     revision = commit = None
     if p.is_file():
+        if p.suffix == ".gguf":
+            from .gguf import open_gguf
+
+            return open_gguf(p, model_id)
+        if p.suffix in (".bin", ".pt", ".pth"):
+            from .torch_bin import open_torch_bin
+
+            return open_torch_bin(
+                p.parent, [p.name], model_id=model_id or default_model_id(p.parent.resolve())
+            )
         if p.suffix != ".safetensors":
-            raise BadInputError(f"{p}: not a .safetensors file; give a safetensors file or a model folder")
+            raise BadInputError(
+                f"{p}: not a weights file; give a .safetensors, .gguf or pytorch .bin file, or a model folder"
+            )
         root, files, index = p.parent, [p.name], None
         guessed_id = p.stem if p.stem != "model" else default_model_id(p.parent)
     else:
@@ -189,6 +205,8 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
         root = p
         guessed_id = hub_id or default_model_id(p.resolve())
         files, index = _folder_shards(p)
+        if not files:
+            return _open_other_formats(p, model_id or guessed_id, revision, commit)
     headers: list[SafetensorsHeader] = []
     shards: list[ShardInfo] = []
     for name in files:
@@ -248,12 +266,34 @@ def _folder_shards(folder: Path) -> tuple[list[str], Path | None]:
             if shard not in names:
                 names.append(shard)
         return sorted(names), index_path
-    files = sorted(f.name for f in folder.glob("*.safetensors") if f.is_file())
-    if not files:
-        others = sorted(f.name for f in folder.iterdir() if f.suffix in (".bin", ".pt", ".pth", ".gguf"))[:3]
-        hint = f" (found {', '.join(others)}: not supported here yet)" if others else ""
-        raise BadInputError(f"{folder}: no .safetensors weights found{hint}; point at a model folder or file")
-    return files, None
+    return sorted(f.name for f in folder.glob("*.safetensors") if f.is_file()), None
+
+
+def _open_other_formats(folder: Path, model_id: str, revision: str | None, commit: str | None):
+    from .torch_bin import bin_shards, open_torch_bin
+
+    bins, _ = bin_shards(folder)
+    if bins:
+        plan, reader = open_torch_bin(folder, bins, model_id=model_id)
+    else:
+        ggufs = sorted(folder.glob("*.gguf"))
+        if len(ggufs) != 1:
+            found = f" (found {len(ggufs)} .gguf files: pass one of them)" if ggufs else ""
+            raise BadInputError(
+                f"{folder}: no .safetensors, pytorch_model*.bin or single .gguf weights found{found}; "
+                "point at a model folder or file"
+            )
+        from .gguf import open_gguf
+
+        plan, reader = open_gguf(ggufs[0], model_id)
+    plan.revision, plan.commit = revision, commit
+    return plan, reader
+
+
+def file_header_digest(path: Path, nbytes: int = 1 << 20) -> str:
+    """sha256 of a file's first MiB: a cheap fingerprint for formats without a separate header."""
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read(nbytes)).hexdigest()
 
 
 def _tensor_refs(headers: list[SafetensorsHeader], shards: list[ShardInfo]) -> list[TensorRef]:
