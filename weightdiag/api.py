@@ -70,12 +70,52 @@ def fit_model(
     """Fit every weight matrix of a model (local path or Hub id) and return its row."""
     options = options or FitOptions()
     options.validate()
-    plan, reader = open_model(
-        spec, model_id=options.model_id, revision=revision, token=token, download=download
-    )
+    plan, reader = open_model(spec, model_id=options.model_id, revision=revision, token=token, download=download)
     return fit_plan(plan, reader, options, progress)
 
 
 def save_row(row: dict[str, Any], db_dir: str | Path | None = None) -> Path:
     """Write a row atomically into the database folder; returns its path."""
     return write_row(row, Path(db_dir) if db_dir else default_db_dir())
+
+
+def resolve_row(
+    spec: str,
+    db_dir: str | Path | None = None,
+    options: FitOptions | None = None,
+    progress: Callable[[str, Any], None] | None = None,
+    *,
+    token: str | None = None,
+    download: bool = False,
+    save: bool = True,
+    reuse: bool = True,
+) -> tuple[dict[str, Any], str]:
+    """A row for `spec`, and where it came from.
+
+    A `.json` file is read as a row; a cohort entry id gives the shipped row. A local model is
+    always fitted (its files may have changed since any earlier row). A Hub id reuses a row of the
+    database fitted on the same commit when `reuse` is set, else it is fitted. Fresh fits are saved
+    unless save=False.
+    """
+    from .db import find_rows, load_row
+    from .diagnose.cohort import cohort_row
+
+    options = options or FitOptions()
+    db = Path(db_dir) if db_dir else default_db_dir()
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".json":
+        return load_row(path), "row file"
+    if not path.exists():
+        entry = cohort_row(spec)
+        if entry is not None:
+            return entry, "cohort"
+    plan, reader = open_model(spec, model_id=options.model_id, token=token, download=download)
+    if reuse and plan.source == "hub" and plan.commit:
+        for row in reversed(find_rows(plan.model_id, db, protocol=options.protocol)):
+            if row["model"].get("commit") == plan.commit:
+                reader.close()
+                return row, "database"
+    row = fit_plan(plan, reader, options, progress)
+    if save:
+        save_row(row, db)
+    return row, "fitted"

@@ -42,35 +42,29 @@ def _print_json(document: Any) -> None:
 
 @app.command()
 def fit(
-    model: Annotated[
-        str, typer.Argument(help="A .safetensors file, a model folder, or a Hub id ORG/NAME[@REV].")
-    ],
+    model: Annotated[str, typer.Argument(help="A .safetensors file, a model folder, or a Hub id ORG/NAME[@REV].")],
     db: DbOption = None,
     device: Annotated[str, typer.Option(help="Where to reduce: auto, cpu, cuda, cuda:N.")] = "auto",
     protocol: Annotated[
         str, typer.Option(help="hist1024 (the cohort's protocol) or exact (order statistics).")
     ] = "hist1024",
-    trim: Annotated[
-        str, typer.Option(help="Trim for per-kind medians: mid80 (paper), mid90 or full.")
-    ] = "mid80",
+    trim: Annotated[str, typer.Option(help="Trim for per-kind medians: mid80 (paper), mid90 or full.")] = "mid80",
     include: Annotated[
         list[str] | None, typer.Option("--include", help="Only tensors matching this glob (repeatable).")
     ] = None,
     exclude: Annotated[
         list[str] | None, typer.Option("--exclude", help="Skip tensors matching this glob (repeatable).")
     ] = None,
-    revision: Annotated[
-        str | None, typer.Option(help="Hub branch, tag or commit (same as ORG/NAME@REV).")
-    ] = None,
-    token: Annotated[
-        str | None, typer.Option(help="Hub token (default: HF_TOKEN or `hf auth login`).")
-    ] = None,
+    revision: Annotated[str | None, typer.Option(help="Hub branch, tag or commit (same as ORG/NAME@REV).")] = None,
+    token: Annotated[str | None, typer.Option(help="Hub token (default: HF_TOKEN or `hf auth login`).")] = None,
     download: Annotated[
         bool, typer.Option("--download", help="Fetch whole shards into the HF cache instead of streaming.")
     ] = False,
-    name: Annotated[
-        str | None, typer.Option(help="Model id to record (default: from the path or repo).")
-    ] = None,
+    name: Annotated[str | None, typer.Option(help="Model id to record (default: from the path or repo).")] = None,
+    lr: Annotated[float | None, typer.Option("--lr", help="Peak learning rate (for T/tau).")] = None,
+    weight_decay: Annotated[float | None, typer.Option("--weight-decay", help="AdamW weight decay.")] = None,
+    steps: Annotated[float | None, typer.Option("--steps", help="Training steps done.")] = None,
+    preset: Annotated[str | None, typer.Option(help="Recipe preset, e.g. pythia-410m (see docs).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the row as JSON on stdout.")] = False,
     save: Annotated[bool, typer.Option(help="Write the row into the database folder.")] = True,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
@@ -87,6 +81,10 @@ def fit(
         include=include or (),
         exclude=exclude or (),
         model_id=name,
+        lr=lr,
+        weight_decay=weight_decay,
+        steps=steps,
+        preset=preset,
     )
     progress = FitProgress(stderr, enabled=not quiet and stderr.is_terminal)
     try:
@@ -104,6 +102,188 @@ def fit(
         stderr.print(f"{len(row['unclassified'])} matrices of unknown role fitted as 'other': {shown}")
     if path:
         stderr.print(f"row written to {path}")
+
+
+ProtocolOption = Annotated[str, typer.Option(help="Protocol to fit with when a model has no row yet.")]
+DeviceOption = Annotated[str, typer.Option(help="Where to reduce when a model must be fitted.")]
+TokenOption = Annotated[str | None, typer.Option(help="Hub token (default: HF_TOKEN or `hf auth login`).")]
+
+
+def _row_for(spec: str, db: Path | None, options, token: str | None = None, quiet: bool = False):
+    from .api import resolve_row
+    from .render.tables import FitProgress
+
+    progress = FitProgress(stderr, enabled=not quiet and stderr.is_terminal)
+    try:
+        row, how = resolve_row(spec, db, options, progress, token=token)
+    finally:
+        progress.close()
+    if how == "fitted":
+        stderr.print(f"{spec}: fitted and saved")
+    return row
+
+
+@app.command()
+def compare(
+    models: Annotated[
+        list[str] | None,
+        typer.Argument(help="Models, row files or cohort entries (default: every fitted row in the database)."),
+    ] = None,
+    db: DbOption = None,
+    protocol: ProtocolOption = "hist1024",
+    device: DeviceOption = "auto",
+    lr: Annotated[float | None, typer.Option("--lr", help="Peak learning rate, for models fitted here.")] = None,
+    weight_decay: Annotated[float | None, typer.Option("--weight-decay", help="AdamW weight decay.")] = None,
+    steps: Annotated[float | None, typer.Option("--steps", help="Training steps done.")] = None,
+    preset: Annotated[str | None, typer.Option(help="Recipe preset, e.g. pythia-410m.")] = None,
+    token: TokenOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Compare models with the paper's 12-entry cohort: kinds, band, Selection severity, neighbours."""
+    from .db import iter_rows
+    from .diagnose.compare import compare as compare_row
+    from .errors import BadInputError
+    from .pipeline import FitOptions
+    from .render.reports import compare_view
+
+    options = FitOptions(protocol=protocol, device=device, lr=lr, weight_decay=weight_decay, steps=steps, preset=preset)
+    options.validate()
+    if models:
+        rows = [_row_for(spec, db, options, token, quiet) for spec in models]
+    else:
+        rows = [row for _, row in iter_rows(db)]
+        if not rows:
+            raise BadInputError("no fitted rows in the database; give a model to compare (weightdiag compare PATH)")
+    reports = [compare_row(row) for row in rows]
+    if as_json:
+        _print_json(reports if len(reports) > 1 or not models else reports[0])
+        return
+    for report in reports:
+        stdout.print(compare_view(report))
+
+
+@app.command()
+def check(
+    model: Annotated[str, typer.Argument(help="Model to check (path, Hub id, or a row file).")],
+    baseline: Annotated[Path, typer.Option(help="The baseline row file (weightdiag.row/1 JSON).")],
+    tol_k: Annotated[float, typer.Option("--tol-k", help="Allowed |k - k_baseline| (absolute).")] = 0.002,
+    tol_lambda: Annotated[float, typer.Option("--tol-lambda", help="Allowed |λ/λ_baseline - 1|.")] = 0.01,
+    junit: Annotated[Path | None, typer.Option(help="Also write a JUnit XML report here.")] = None,
+    db: DbOption = None,
+    device: DeviceOption = "auto",
+    token: TokenOption = None,
+    save: Annotated[bool, typer.Option(help="Save the fitted row in the database.")] = False,
+    show_all: Annotated[bool, typer.Option("--all", help="List passing matrices too.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Regression check: exit 0 if every matrix stays within tolerance of the baseline, 1 otherwise."""
+    from .api import resolve_row
+    from .db import load_row
+    from .diagnose.check import check as check_rows
+    from .diagnose.check import junit_xml
+    from .pipeline import FitOptions
+    from .render.reports import check_view
+    from .render.tables import FitProgress
+
+    base = load_row(baseline)
+    options = FitOptions(protocol=base["protocol"]["name"], device=device)
+    progress = FitProgress(stderr, enabled=not quiet and stderr.is_terminal)
+    try:
+        row, _ = resolve_row(model, db, options, progress, token=token, save=save, reuse=False)
+    finally:
+        progress.close()
+    result = check_rows(row, base, tol_k, tol_lambda)
+    if junit:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(junit_xml(result))
+    if as_json:
+        _print_json(result)
+    elif result["passed"] and not show_all:
+        stdout.print(
+            f"PASS: all {result['checked']} matrices of {result['model']} within |Δk| <= {tol_k} and "
+            f"|Δλ/λ| <= {tol_lambda * 100:g}% of {result['baseline']}"
+        )
+    else:
+        stdout.print(check_view(result, show_all))
+    raise typer.Exit(ExitCode.OK if result["passed"] else ExitCode.INTERNAL)
+
+
+db_app = typer.Typer(help="The database: the shipped cohorts and your fitted rows.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("list")
+def db_list(
+    db: DbOption = None,
+    fitted_only: Annotated[bool, typer.Option("--fitted", help="Only fitted rows (no cohort entries).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+) -> None:
+    """List cohort entries and fitted rows."""
+    from .db import all_rows, flat_record
+    from .render.reports import db_list_view
+
+    records = [flat_record(r) for r in all_rows(db, cohorts=not fitted_only)]
+    if as_json:
+        _print_json(records)
+    else:
+        stdout.print(db_list_view(records))
+
+
+@db_app.command("show")
+def db_show(
+    row_id: Annotated[str, typer.Argument(metavar="ID", help="Cohort entry, model id[@revision], or row file.")],
+    db: DbOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole row as JSON.")] = False,
+) -> None:
+    """Show one row: the per-kind table (or the whole row with --json)."""
+    from .db import row_by_id
+    from .render.tables import kinds_table
+
+    row = row_by_id(row_id, db)
+    if as_json:
+        _print_json(row)
+        return
+    stdout.print(kinds_table(row))
+    if row.get("provenance"):
+        p = row["provenance"]
+        stdout.print(f"{p['paper']}; {p['license']} {p['copyright']}", markup=False, style="dim")
+
+
+@db_app.command("export")
+def db_export(
+    fmt: Annotated[str, typer.Option("--format", help="csv or jsonl.")] = "csv",
+    output: Annotated[Path | None, typer.Option(help="Write here instead of stdout.")] = None,
+    db: DbOption = None,
+    fitted_only: Annotated[bool, typer.Option("--fitted", help="Only fitted rows (no cohort entries).")] = False,
+) -> None:
+    """Export one flat record per row (identity, T/tau, per-kind median k and λ) as CSV or JSONL."""
+    import csv
+    import io
+
+    from .db import all_rows, flat_record, write_text_atomic
+    from .errors import BadInputError
+
+    if fmt not in ("csv", "jsonl"):
+        raise BadInputError(f"--format {fmt!r}: choose csv or jsonl")
+    records = [flat_record(r) for r in all_rows(db, cohorts=not fitted_only)]
+    buffer = io.StringIO()
+    if fmt == "jsonl":
+        for record in records:
+            buffer.write(json.dumps(record) + "\n")
+    else:
+        columns: list[str] = []
+        for record in records:
+            columns += [c for c in record if c not in columns]
+        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
+    if output:
+        write_text_atomic(output, buffer.getvalue())
+        stderr.print(f"{len(records)} rows written to {output}")
+    else:
+        sys.stdout.write(buffer.getvalue())
 
 
 @app.command()

@@ -41,14 +41,13 @@ def row_filename(row: dict[str, Any]) -> str:
     return f"{slug(model['id'])}@{slug(revision)}{suffix}.json"
 
 
-def write_json_atomic(path: Path, document: Any) -> None:
-    """Write JSON so that `path` holds either the old content or the complete new one."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write text so that `path` holds either the old content or the complete new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(document, f, indent=1, allow_nan=False)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -56,6 +55,10 @@ def write_json_atomic(path: Path, document: Any) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path: Path, document: Any) -> None:
+    write_text_atomic(path, json.dumps(document, indent=1, allow_nan=False) + "\n")
 
 
 def write_row(row: dict[str, Any], db_dir: Path | None = None) -> Path:
@@ -72,9 +75,7 @@ def load_row(path: Path) -> dict[str, Any]:
             f"{path}: cannot read a row ({exc.__class__.__name__}); give a weightdiag row file"
         ) from None
     if not isinstance(row, dict) or not str(row.get("schema", "")).startswith("weightdiag.row/"):
-        raise BadInputError(
-            f"{path}: not a weightdiag row (no 'schema' field); give a row written by weightdiag"
-        )
+        raise BadInputError(f"{path}: not a weightdiag row (no 'schema' field); give a row written by weightdiag")
     return row
 
 
@@ -87,3 +88,68 @@ def iter_rows(db_dir: Path | None = None) -> Iterator[tuple[Path, dict[str, Any]
             yield path, load_row(path)
         except BadInputError:
             continue
+
+
+def find_rows(spec: str, db_dir: Path | None = None, protocol: str | None = None) -> list[dict[str, Any]]:
+    """Fitted rows whose model id (or id@revision) is `spec`, oldest first."""
+    found = []
+    for _, row in iter_rows(db_dir):
+        model = row["model"]
+        names = {model["id"], f"{model['id']}@{model.get('revision')}"}
+        if spec in names and (protocol is None or row["protocol"]["name"] == protocol):
+            found.append(row)
+    return sorted(found, key=lambda r: r.get("created") or "")
+
+
+def all_rows(db_dir: Path | None = None, cohorts: bool = True) -> list[dict[str, Any]]:
+    """The shipped cohort rows (unless cohorts=False) followed by the fitted rows of the database."""
+    rows: list[dict[str, Any]] = []
+    if cohorts:
+        from .diagnose.cohort import COHORTS, load_cohort
+
+        for name in COHORTS:
+            rows.extend(load_cohort(name))
+    rows.extend(row for _, row in iter_rows(db_dir))
+    return rows
+
+
+def flat_record(row: dict[str, Any]) -> dict[str, Any]:
+    """One flat record per row (for listing and CSV/JSONL export): identity plus per-kind medians."""
+    from .diagnose.functions import ffn_median_k
+
+    model = row["model"]
+    hp = row.get("hyperparameters") or {}
+    record: dict[str, Any] = {
+        "id": model["id"],
+        "revision": model.get("revision"),
+        "source": model["source"] + (f":{model['cohort']}" if model.get("cohort") else ""),
+        "protocol": row["protocol"]["name"],
+        "matrices": len(row.get("matrices", [])),
+        "attention": (row.get("architecture") or {}).get("attention"),
+        "ffn_median_k": ffn_median_k(row),
+        "t_over_tau": hp.get("t_over_tau"),
+        "state": hp.get("state"),
+        "created": row.get("created"),
+    }
+    for kind, s in row.get("kinds", {}).items():
+        record[f"k_median_{kind}"] = s.get("k_median")
+        record[f"lambda_median_{kind}"] = s.get("lambda_median")
+    return record
+
+
+def row_by_id(spec: str, db_dir: Path | None = None) -> dict[str, Any]:
+    """A row by file path, cohort entry id, or fitted model id[@revision] (the newest)."""
+    path = Path(spec)
+    if path.is_file():
+        return load_row(path)
+    from .diagnose.cohort import cohort_row
+
+    entry = cohort_row(spec)
+    if entry is not None:
+        return entry
+    found = find_rows(spec, db_dir)
+    if not found:
+        raise BadInputError(
+            f"{spec}: no such row (not a row file, cohort entry or fitted model id); see `weightdiag db list`"
+        )
+    return found[-1]

@@ -56,9 +56,7 @@ class TensorRole:
     expert: int | None = None  # MoE expert index; None for dense and shared experts
     param: str = "weight"  # weight | bias | buffer
     of_kind: str | None = None  # for biases: the projection they belong to
-    site: str | None = (
-        None  # for norms: attn | ffn | post_attn | post_ffn | q_norm | k_norm | embed | final | mtp
-    )
+    site: str | None = None  # for norms: attn | ffn | post_attn | post_ffn | q_norm | k_norm | embed | final | mtp
     note: str | None = None
 
     @property
@@ -81,9 +79,7 @@ _PROJECTIONS: dict[str, str] = {
     **dict.fromkeys(["k_proj", "key", "wk", "attn_k"], "k"),
     **dict.fromkeys(["v_proj", "value", "wv", "attn_v"], "v"),
     **dict.fromkeys(["o_proj", "out_proj", "attn_out", "wo", "attn_output"], "o"),
-    **dict.fromkeys(
-        ["query_key_value", "c_attn", "qkv_proj", "att_proj", "wqkv", "w_pack", "attn_qkv"], "qkv"
-    ),
+    **dict.fromkeys(["query_key_value", "c_attn", "qkv_proj", "att_proj", "wqkv", "w_pack", "attn_qkv"], "qkv"),
     **dict.fromkeys(["gate_proj", "ffn_gate", "ffn_gate_exps"], "gate"),
     **dict.fromkeys(["up_proj", "ffn_up", "ffn_up_exps"], "up"),
     **dict.fromkeys(["down_proj", "ffn_down", "ffn_down_exps"], "down"),
@@ -306,11 +302,7 @@ def arch_from_config(config: dict[str, Any] | None) -> ArchInfo:
     info.ffn_size = ffn
     info.vocab_size = cfg.get("vocab_size")
     info.n_experts = _first(cfg, "num_local_experts", "num_experts", "n_routed_experts")
-    if (
-        "rms_norm_eps" in cfg
-        or cfg.get("layer_norm_type") == "rms"
-        or str(cfg.get("norm_type", "")).startswith("rms")
-    ):
+    if "rms_norm_eps" in cfg or cfg.get("layer_norm_type") == "rms" or str(cfg.get("norm_type", "")).startswith("rms"):
         info.norm_type = "rmsnorm"
     elif any(k in cfg for k in ("layer_norm_eps", "layer_norm_epsilon", "layernorm_epsilon")):
         info.norm_type = "layernorm"
@@ -340,9 +332,7 @@ def arch_from_config(config: dict[str, Any] | None) -> ArchInfo:
 
 def complete_arch(info: ArchInfo, tensors: Iterable[tuple[str, tuple[int, ...]]]) -> ArchInfo:
     """Fill what the config does not say from the tensor names and shapes."""
-    roles = [
-        (name, shape, classify_tensor(name, shape, info.n_layers, info.family)) for name, shape in tensors
-    ]
+    roles = [(name, shape, classify_tensor(name, shape, info.n_layers, info.family)) for name, shape in tensors]
     kinds = {r.kind for _, _, r in roles}
     names = " ".join(n for n, _, _ in roles)
     if info.family is None:
@@ -422,9 +412,7 @@ def split_parts(
     return [], None
 
 
-def _split_qkv(
-    last: str, rows: int, cols: int, arch: ArchInfo
-) -> tuple[list[tuple[str, Segments]], str | None]:
+def _split_qkv(last: str, rows: int, cols: int, arch: ArchInfo) -> tuple[list[tuple[str, Segments]], str | None]:
     n_q, n_kv, hd = arch.n_heads, arch.n_kv_heads, arch.head_dim
     if not (n_q and n_kv and hd):
         return [], "config.json does not give head counts and head size"

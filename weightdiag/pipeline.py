@@ -20,6 +20,7 @@ import numpy as np
 from . import __version__, kernels
 from .codes import BIN_EDGES, HIST_BINS
 from .device import resolve_device
+from .diagnose import lambda_axis
 from .dtypes import skip_reason
 from .errors import BadInputError
 from .fit import PROTOCOLS, TRIMS
@@ -49,13 +50,23 @@ class FitOptions:
     exclude: Sequence[str] = ()
     split_fused: bool = True
     model_id: str | None = None
-    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    # Training hyperparameters for the lambda axis (T/tau); a preset or a step* revision fills gaps.
+    lr: float | None = None
+    weight_decay: float | None = None
+    steps: float | None = None
+    preset: str | None = None
 
     def validate(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise BadInputError(f"--protocol {self.protocol!r}: choose one of {', '.join(PROTOCOLS)}")
         if self.trim not in TRIMS:
             raise BadInputError(f"--trim {self.trim!r}: choose one of {', '.join(TRIMS)}")
+        if self.preset and self.preset not in lambda_axis.PRESETS:
+            raise BadInputError(f"--preset {self.preset!r}: unknown; choose one of {', '.join(lambda_axis.PRESETS)}")
+        for name in ("lr", "weight_decay", "steps"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise BadInputError(f"--{name.replace('_', '-')} must be positive, not {value}")
 
 
 def selected(name: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
@@ -70,9 +81,7 @@ class _Work:
     role: TensorRole
 
 
-def plan_work(
-    plan: ModelPlan, arch: ArchInfo, options: FitOptions
-) -> tuple[list[_Work], list[dict[str, Any]]]:
+def plan_work(plan: ModelPlan, arch: ArchInfo, options: FitOptions) -> tuple[list[_Work], list[dict[str, Any]]]:
     """Decide per tensor: read it (matrix or vector) or skip it with a reason."""
     work: list[_Work] = []
     skipped: list[dict[str, Any]] = []
@@ -88,9 +97,7 @@ def plan_work(
         elif len(ref.shape) == 0:
             reason = "scalar"
         if reason:
-            skipped.append(
-                {"name": ref.name, "dtype": ref.dtype.name, "shape": list(ref.shape), "reason": reason}
-            )
+            skipped.append({"name": ref.name, "dtype": ref.dtype.name, "shape": list(ref.shape), "reason": reason})
         else:
             work.append(_Work(ref, role))
     # Read in file order: sequential I/O on disks and in the page cache.
@@ -297,8 +304,7 @@ def build_row(
             "format": plan.file_format,
         },
         "files": [
-            {"name": s.name, "size": s.size, "sha256": s.sha256, "header_sha256": s.header_sha256}
-            for s in plan.shards
+            {"name": s.name, "size": s.size, "sha256": s.sha256, "header_sha256": s.header_sha256} for s in plan.shards
         ],
         "metadata": plan.metadata,
         "architecture": arch_json,
@@ -321,7 +327,14 @@ def build_row(
             "include": list(options.include),
             "exclude": list(options.exclude),
         },
-        "hyperparameters": options.hyperparameters or None,
+        "hyperparameters": lambda_axis.resolve(
+            plan.model_id,
+            plan.revision,
+            lr=options.lr,
+            weight_decay=options.weight_decay,
+            steps=options.steps,
+            preset=options.preset,
+        ).to_json(),
         "kinds": kind_summaries(matrices, options.trim),
         "part_kinds": kind_summaries(matrices, options.trim, parts=True),
         "matrices": matrices,
@@ -333,9 +346,7 @@ def build_row(
     return row
 
 
-def fit_path(
-    spec: str, options: FitOptions, progress: Callable[[str, Any], None] | None = None
-) -> dict[str, Any]:
+def fit_path(spec: str, options: FitOptions, progress: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
     """Fit a model given as a local path (Hub ids are handled by fit_model in api.py)."""
     from .source.local import open_local
 

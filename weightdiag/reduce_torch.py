@@ -92,9 +92,7 @@ def _reduce_f32(bits, segments: Segments) -> Reduction:
         if int(finite_mags[i]) > best_value:
             best_value, best_at = int(finite_mags[i]), start + i
     counts_np = counts.cpu().numpy()
-    hist = tables.histogram(
-        counts_np, above.cpu().numpy(), irregular_hist.cpu().numpy().reshape(n_irr, 65536)
-    )
+    hist = tables.histogram(counts_np, above.cpu().numpy(), irregular_hist.cpu().numpy().reshape(n_irr, 65536))
     finite = finite_mask("F32")
     n_finite = int(counts_np[finite].sum())
     shift = float(np.dot(counts_np[finite], code_values("F32")[finite]) / n_finite) if n_finite else 0.0
@@ -111,11 +109,5 @@ def _reduce_f32(bits, segments: Segments) -> Reduction:
         d2 = d * d
         sums += torch.stack([d.sum(), d2.sum(), (d2 * d).sum(), (d2 * d2).sum()])
     argmax = segments.original_index(best_at) if best_value >= 0 else -1
-    max_abs = (
-        float(np.array([best_value], dtype=np.uint32).view(np.float32)[0])
-        if best_value >= 0
-        else float("nan")
-    )
-    return Reduction(
-        "F32", segments.numel, counts_np, False, argmax, max_abs, hist, sums.cpu().numpy(), shift, n_inf
-    )
+    max_abs = float(np.array([best_value], dtype=np.uint32).view(np.float32)[0]) if best_value >= 0 else float("nan")
+    return Reduction("F32", segments.numel, counts_np, False, argmax, max_abs, hist, sums.cpu().numpy(), shift, n_inf)

@@ -97,9 +97,7 @@ def matrix_record(
     return record
 
 
-def vector_record(
-    name: str, role: TensorRole, dtype: str, values: np.ndarray, norm_offset: float
-) -> dict[str, Any]:
+def vector_record(name: str, role: TensorRole, dtype: str, values: np.ndarray, norm_offset: float) -> dict[str, Any]:
     """1-D tensors: norms (gamma/beta) and biases get their own statistics."""
     v = values.astype(np.float64)
     finite = np.isfinite(v)
@@ -138,9 +136,7 @@ def vector_record(
     return record
 
 
-def kind_summaries(
-    matrices: list[dict[str, Any]], trim: str = "mid80", parts: bool = False
-) -> dict[str, Any]:
+def kind_summaries(matrices: list[dict[str, Any]], trim: str = "mid80", parts: bool = False) -> dict[str, Any]:
     """Per-kind medians over blocks (and experts), as in the cohort database's columns."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for m in matrices:

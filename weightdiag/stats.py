@@ -93,9 +93,7 @@ class Summary:
             return red.hist1024
         bins = code_bins(red.dtype)[self._used]
         inside = (bins >= 0) & (bins < HIST_BINS)
-        return np.bincount(bins[inside], weights=red.counts[self._used][inside], minlength=HIST_BINS).astype(
-            np.int64
-        )
+        return np.bincount(bins[inside], weights=red.counts[self._used][inside], minlength=HIST_BINS).astype(np.int64)
 
     def fit(self, protocol: str, trim: str) -> WeibullFit:
         if protocol == "hist1024":

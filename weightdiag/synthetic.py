@@ -192,9 +192,7 @@ def _shards(spec: ModelSpec, tensors: list[TensorSpec]) -> list[list[TensorSpec]
     return shards
 
 
-def header_bytes(
-    entries: list[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str] | None = None
-) -> bytes:
+def header_bytes(entries: list[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str] | None = None) -> bytes:
     """A safetensors prefix + header for tensors laid out contiguously in the given order."""
     doc: dict[str, object] = {"__metadata__": metadata or {"format": "pt"}}
     offset = 0

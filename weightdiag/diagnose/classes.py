@@ -4,9 +4,11 @@ All thresholds live here, with the paper's evidence (arXiv 2605.18898, CC BY 4.0
 - Transmission band: the median terminal FFN k of all 12 cohort entries lies in [1.186, 1.204]
   (Sec. 3.1); the half-normal init anchor is k0 = 1.2054 (App. A.1). A matrix is Transmission-like
   from k >= 1.18 and flagged "above band" beyond 1.22 (above the anchor by more than noise).
-- Selection: separately stored MHA Q/K (OLMo-1, OLMo-2) 0.76-0.99 -> deep (< 1.05); GQA Q/K
-  (Llama-3, Mistral, Qwen2.5/3) 1.10-1.16 -> mild [1.05, 1.18); Pythia's fused W_qkv 1.05-1.18
-  is transitional, i.e. mild (Sec. 4.3).
+- Selection: separately stored MHA Q/K (OLMo-1, OLMo-2) 0.76-0.99 -> deep; GQA Q/K (Llama-3,
+  Mistral, Qwen2.5/3) 1.10-1.16 -> mild; Pythia's fused W_qkv "1.05-1.18" is transitional, i.e.
+  mild (Sec. 4.3). The paper quotes these ranges at two decimals: Pythia-70m's W_qkv is 1.0488 in
+  the released CSV and inside its transitional zone, so the deep/mild cut is 1.045 (= 1.05 at the
+  paper's precision); any cut in (0.99, 1.0488] separates the paper's groups.
 - A fit with R^2 < 0.95 is not Weibull: no class, distribution-free metrics instead (the
   database's R2_below_95 columns use the same cut).
 """
@@ -17,7 +19,7 @@ import math
 
 TRANSMISSION_MIN_K = 1.18
 ABOVE_BAND_K = 1.22
-SELECTION_DEEP_BELOW_K = 1.05
+SELECTION_DEEP_BELOW_K = 1.045
 NON_WEIBULL_R2 = 0.95
 BAND = (1.186, 1.204)  # cohort FFN median band (Sec. 3.1)
 INIT_ANCHOR_K = 1.2054

@@ -88,9 +88,7 @@ def open_hub(
     lfs = {name: (s.lfs.sha256 if s.lfs else None) for name, s in files.items()}
     if snapshot is not None:
         plan, reader = _open_snapshot(snapshot, repo, model_id)
-        plan.shards = [
-            ShardInfo(s.name, s.size, lfs.get(s.name) or s.sha256, s.header_sha256) for s in plan.shards
-        ]
+        plan.shards = [ShardInfo(s.name, s.size, lfs.get(s.name) or s.sha256, s.header_sha256) for s in plan.shards]
     else:
         plan, reader = _stream(repo, commit, files, weights, token, model_id)
     plan.source = "hub"
@@ -122,9 +120,7 @@ def _model_info(repo: str, revision: str | None, token: str | None):
             "or set HF_TOKEN (or pass --token)"
         ) from None
     except hf.RevisionNotFoundError:
-        raise HubError(
-            f"{repo}: revision {revision!r} not found{_nearest_steps(api, repo, revision)}"
-        ) from None
+        raise HubError(f"{repo}: revision {revision!r} not found{_nearest_steps(api, repo, revision)}") from None
     except hf.RepositoryNotFoundError:
         raise HubError(
             f"{repo}: no such model repository on {_endpoint()} (or it is private: set HF_TOKEN or pass --token)"
@@ -199,9 +195,7 @@ def _cached_snapshot(repo: str, commit: str, names: list[str]) -> Path | None:
         # Shards named by the index must be cached too.
         shards = set(json.loads((folder / ST_INDEX).read_text()).get("weight_map", {}).values())
         for shard in shards:
-            if not isinstance(
-                try_to_load_from_cache(repo, shard, cache_dir=_cache_dir(), revision=commit), str
-            ):
+            if not isinstance(try_to_load_from_cache(repo, shard, cache_dir=_cache_dir(), revision=commit), str):
                 return None
     return folder
 
@@ -236,9 +230,7 @@ def _download(repo: str, commit: str, names: list[str], token: str | None) -> Pa
                 repo, name, revision=commit, cache_dir=_cache_dir(), token=token, endpoint=_endpoint()
             )
         except Exception as exc:
-            raise HubError(
-                f"{repo}: downloading {name} failed ({type(exc).__name__}: {str(exc)[:160]})"
-            ) from None
+            raise HubError(f"{repo}: downloading {name} failed ({type(exc).__name__}: {str(exc)[:160]})") from None
         folder = Path(path).parent
         if name in (ST_INDEX, BIN_INDEX):
             shards = sorted(set(json.loads(Path(path).read_text()).get("weight_map", {}).values()))
@@ -308,9 +300,7 @@ def _stream(
     config = None
     if CONFIG in files:
         try:
-            config = json.loads(
-                _small_file(repo, commit, CONFIG, files[CONFIG].size, session, headers, policy)
-            )
+            config = json.loads(_small_file(repo, commit, CONFIG, files[CONFIG].size, session, headers, policy))
         except ValueError:
             config = None
     if ST_INDEX in files:
@@ -322,9 +312,7 @@ def _stream(
             raise HubError(f"{repo}/{ST_INDEX}: not a valid safetensors index") from None
         missing = [w for w in weights if w not in files]
         if missing:
-            raise HubError(
-                f"{repo}: the index names {missing[0]!r}, which is not in the repo at {commit[:12]}"
-            )
+            raise HubError(f"{repo}: the index names {missing[0]!r}, which is not in the repo at {commit[:12]}")
     remotes: list[RangedFile] = []
     shards: list[ShardInfo] = []
     tensors: list[TensorRef] = []

@@ -129,9 +129,7 @@ def _load_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise CheckpointFormatError(
-            f"{path}: not valid JSON ({exc.__class__.__name__}); fix or remove it"
-        ) from None
+        raise CheckpointFormatError(f"{path}: not valid JSON ({exc.__class__.__name__}); fix or remove it") from None
 
 
 def _resolve_hf_cache(path: Path) -> tuple[Path, str | None, str | None, str | None]:
@@ -179,9 +177,7 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
     """
     p = Path(path).expanduser()
     if not p.exists():
-        raise BadInputError(
-            f"{p}: no such file or folder; give a .safetensors file, a model folder or ORG/NAME"
-        )
+        raise BadInputError(f"{p}: no such file or folder; give a .safetensors file, a model folder or ORG/NAME")
     revision = commit = None
     if p.is_file():
         if p.suffix == ".gguf":
@@ -191,9 +187,7 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
         if p.suffix in (".bin", ".pt", ".pth"):
             from .torch_bin import open_torch_bin
 
-            return open_torch_bin(
-                p.parent, [p.name], model_id=model_id or default_model_id(p.parent.resolve())
-            )
+            return open_torch_bin(p.parent, [p.name], model_id=model_id or default_model_id(p.parent.resolve()))
         if p.suffix != ".safetensors":
             raise BadInputError(
                 f"{p}: not a weights file; give a .safetensors, .gguf or pytorch .bin file, or a model folder"
@@ -246,9 +240,7 @@ def _folder_shards(folder: Path) -> tuple[list[str], Path | None]:
     if len(indexes) > 1:
         preferred = folder / "model.safetensors.index.json"
         if preferred not in indexes:
-            raise BadInputError(
-                f"{folder}: several safetensors index files; pass the model folder of one model"
-            )
+            raise BadInputError(f"{folder}: several safetensors index files; pass the model folder of one model")
         indexes = [preferred]
     if indexes:
         index_path = indexes[0]

@@ -59,9 +59,7 @@ class RangedFile:
         with self._lock:
             self._cdn_url = None
 
-    def read(
-        self, start: int, out: np.ndarray, policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep
-    ):
+    def read(self, start: int, out: np.ndarray, policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep):
         """Fill `out` (uint8) with bytes [start, start + len(out)) of the file."""
         import httpx2
 
@@ -125,9 +123,7 @@ class RangedFile:
     def _check_content_range(self, header: str | None, first: int, last: int) -> None:
         match = _CONTENT_RANGE.match((header or "").strip())
         if not match:
-            raise HubError(
-                f"{self.where}: a 206 reply without a valid Content-Range ({header!r}); try --download"
-            )
+            raise HubError(f"{self.where}: a 206 reply without a valid Content-Range ({header!r}); try --download")
         got_first, got_last, size = int(match.group(1)), int(match.group(2)), match.group(3)
         if (got_first, got_last) != (first, last) or (size != "*" and int(size) != self.size):
             raise HubError(

@@ -163,8 +163,7 @@ def _parse_entry(name: str, info: object, where: str) -> tuple[int, int, str, DT
     if expected is None or expected != end - begin:
         _fail(
             where,
-            f"tensor {name!r}: {dtype_name} x {list(shape)} needs {expected} bytes "
-            f"but data_offsets span {end - begin}",
+            f"tensor {name!r}: {dtype_name} x {list(shape)} needs {expected} bytes but data_offsets span {end - begin}",
         )
     return begin, end, name, dtype, shape  # type: ignore[return-value]
 

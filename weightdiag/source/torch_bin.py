@@ -52,9 +52,7 @@ def bin_shards(folder: Path) -> tuple[list[str], Path | None]:
         names = sorted(set(weight_map.values()))
         for name in names:
             if not isinstance(name, str) or os.path.isabs(name) or ".." in Path(name).parts:
-                raise CheckpointFormatError(
-                    f"{index}: shard path {name!r} leaves the model folder; refusing it"
-                )
+                raise CheckpointFormatError(f"{index}: shard path {name!r} leaves the model folder; refusing it")
         return names, index
     return sorted(p.name for p in folder.glob("pytorch_model*.bin") if p.is_file()), None
 
@@ -74,9 +72,7 @@ def _load(path: Path) -> dict[str, Any]:
             ) from None
         raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (corrupt pickle)") from None
     except (RuntimeError, OSError, ValueError, EOFError) as exc:
-        raise CheckpointFormatError(
-            f"{path}: not a readable torch checkpoint ({exc.__class__.__name__})"
-        ) from None
+        raise CheckpointFormatError(f"{path}: not a readable torch checkpoint ({exc.__class__.__name__})") from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict):
@@ -117,14 +113,10 @@ def open_torch_bin(
             raise BadInputError(f"{folder}: shard {name!r} is missing; download the missing file")
         state = _load(path)
         states.append(state)
-        shards.append(
-            ShardInfo(name, path.stat().st_size, (sha256 or {}).get(name), file_header_digest(path))
-        )
+        shards.append(ShardInfo(name, path.stat().st_size, (sha256 or {}).get(name), file_header_digest(path)))
         for key, tensor in state.items():
             if key in seen:
-                raise CheckpointFormatError(
-                    f"tensor {key!r} appears in two shards; the folder mixes checkpoints"
-                )
+                raise CheckpointFormatError(f"tensor {key!r} appears in two shards; the folder mixes checkpoints")
             seen.add(key)
             dtype = DTYPES.get(_TORCH_DTYPES.get(str(tensor.dtype).removeprefix("torch."), ""), _UNKNOWN)
             nbytes = math.prod(tensor.shape) * max(dtype.bits // 8, 1)

@@ -1,0 +1,258 @@
+"""Place one fitted model against the paper's cohort, and say in plain words what stands out.
+
+Distance between two models (for "nearest neighbour"): over the comparison keys both have, the
+root mean square of (delta k / 0.02)^2 + (delta ln lambda / ln 2)^2. One unit is a k difference of
+0.02 (the cohort's FFN medians span 0.017) or a factor of 2 in lambda (lambda spans 7x across the
+cohort and depends on the init recipe, so it weighs less). Comparison keys merge the two FFN
+naming schemes like the paper's Fig. 4: up and ffn_in -> ffn_in, down and ffn_out -> ffn_out.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .classes import BAND, SELECTION_DEEP, SELECTION_MILD, TRANSMISSION, k_class
+from .cohort import ATTRIBUTION, GROUP_EXPECTATION, architecture_group, load_cohort
+from .functions import attention_arch, cross_family_band, ffn_median_k, lambda_scaling, transmission_lambda
+
+K_UNIT = 0.02
+LOG_LAMBDA_UNIT = math.log(2.0)
+COMPARISON_KEY = {
+    "q": "q",
+    "k": "k",
+    "v": "v",
+    "o": "o",
+    "qkv": "qkv",
+    "gate": "gate",
+    "up": "ffn_in",
+    "ffn_in": "ffn_in",
+    "down": "ffn_out",
+    "ffn_out": "ffn_out",
+}
+SELECTION_ORDER = {SELECTION_DEEP: 0, SELECTION_MILD: 1, TRANSMISSION: 2}
+SHALLOW_BLOCKS = range(0, 6)  # the Qwen companion's shallow-FFN window (blocks 0-5)
+REGIME_A_MIN_K, REGIME_B_MAX_K = 1.0, 0.7
+
+
+def _keys(row: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    out: dict[str, list[tuple[float, float]]] = {}
+    for kind, s in row["kinds"].items():
+        key = COMPARISON_KEY.get(kind)
+        if key and s.get("k_median") and s.get("lambda_median"):
+            out.setdefault(key, []).append((s["k_median"], s["lambda_median"]))
+    return {k: (float(np.mean([a for a, _ in v])), float(np.mean([b for _, b in v]))) for k, v in out.items()}
+
+
+def distance(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, list[str]]:
+    ka, kb = _keys(a), _keys(b)
+    shared = sorted(set(ka) & set(kb))
+    if not shared:
+        return None, []
+    terms = [
+        ((ka[k][0] - kb[k][0]) / K_UNIT) ** 2 + (math.log(ka[k][1] / kb[k][1]) / LOG_LAMBDA_UNIT) ** 2 for k in shared
+    ]
+    return math.sqrt(sum(terms) / len(terms)), shared
+
+
+def shallow_ffn_regime(row: dict[str, Any], trim: str = "mid80") -> dict[str, Any] | None:
+    """The Qwen companion's test: min block k over gate/up/down in blocks 0-5 (A >= 1.0, B <= 0.7)."""
+    ks = [
+        m["fits"][trim]["k"]
+        for m in row.get("matrices", [])
+        if m["kind"] in ("gate", "up", "down", "ffn_in", "ffn_out")
+        and m["block"] in SHALLOW_BLOCKS
+        and m["fits"][trim]["ok"]
+    ]
+    gates = [
+        m["fits"][trim]["k"]
+        for m in row.get("matrices", [])
+        if m["kind"] in ("gate", "ffn_in") and m["fits"][trim]["ok"] and m["block"] is not None
+    ]
+    if not ks:
+        return None
+    shallow_min = min(ks)
+    regime = "A" if shallow_min >= REGIME_A_MIN_K else ("B" if shallow_min <= REGIME_B_MAX_K else "between A and B")
+    deep = [
+        m["fits"][trim]["k"]
+        for m in row.get("matrices", [])
+        if m["kind"] in ("gate", "ffn_in") and m["fits"][trim]["ok"] and (m["block"] or 0) >= 10
+    ]
+    shallow_gate = [
+        m["fits"][trim]["k"]
+        for m in row.get("matrices", [])
+        if m["kind"] in ("gate", "ffn_in") and m["fits"][trim]["ok"] and m["block"] in SHALLOW_BLOCKS
+    ]
+    return {
+        "regime": regime,
+        "shallow_min_k": shallow_min,
+        "shallow_median_k_gate": float(np.median(shallow_gate)) if shallow_gate else None,
+        "deep_median_k_gate": float(np.median(deep)) if deep else None,
+        "blocks_checked": len(gates),
+    }
+
+
+def compare(row: dict[str, Any]) -> dict[str, Any]:
+    """Everything `weightdiag compare` prints for one row."""
+    cohort = load_cohort("v9_1")
+    qwen = load_cohort("qwen")
+    me = row["model"]["id"]
+    arch = row.get("architecture") or {}
+    group = architecture_group(arch)
+    out: dict[str, Any] = {
+        "model": me,
+        "revision": row["model"].get("revision"),
+        "protocol": row["protocol"]["name"],
+        "attention": attention_arch(arch)["label"] if arch else None,
+        "group": group,
+        "findings": [],
+        "attribution": ATTRIBUTION,
+    }
+    if row["protocol"]["name"] != "hist1024":
+        out["findings"].append(
+            f"fitted with the {row['protocol']['name']} protocol; the cohort used hist1024, so k and lambda "
+            "compare only approximately (refit with --protocol hist1024)"
+        )
+
+    # Per-kind values side by side with the cohort entries that have the same kind.
+    kinds: dict[str, Any] = {}
+    for kind, s in row["kinds"].items():
+        if s.get("k_median") is None:
+            continue
+        peers = [(c["model"]["id"], c["kinds"][kind]) for c in cohort if kind in c["kinds"]]
+        nearest = min(peers, key=lambda p: abs(p[1]["k_median"] - s["k_median"]))[0] if peers else None
+        group_ks = [
+            c["kinds"][kind]["k_median"]
+            for c in cohort
+            if kind in c["kinds"] and architecture_group(c["architecture"]) == group
+        ]
+        kinds[kind] = {
+            "k": s["k_median"],
+            "lambda": s["lambda_median"],
+            "class": s.get("k_class"),
+            "cohort_k_range": [min(p[1]["k_median"] for p in peers), max(p[1]["k_median"] for p in peers)]
+            if peers
+            else None,
+            "group_k_range": [min(group_ks), max(group_ks)] if group_ks else None,
+            "nearest_by_k": nearest,
+        }
+    out["kinds"] = kinds
+
+    # Transmission: the FFN median against the band.
+    band = cross_family_band(cohort, [row])
+    placed = next(iter(band["models"].values()), None)
+    out["transmission"] = {
+        "ffn_median_k": ffn_median_k(row),
+        "cohort_band": band["band"],
+        "paper_band": list(BAND),
+        "position": placed["position"] if placed else None,
+    }
+    if placed:
+        k = placed["ffn_median_k"]
+        if placed["position"] == "inside":
+            out["findings"].append(
+                f"FFN median k {k:.4f} is inside the cohort's Transmission band "
+                f"[{band['band'][0]:.4f}, {band['band'][1]:.4f}]"
+            )
+        else:
+            out["findings"].append(
+                f"FFN median k {k:.4f} is {placed['position']} the cohort's Transmission band "
+                f"[{band['band'][0]:.4f}, {band['band'][1]:.4f}] by {placed['distance_to_band']:.4f}"
+                + (
+                    ": heavier-tailed FFN weights than any cohort model"
+                    if placed["position"] == "below"
+                    else ": lighter-tailed than any cohort model (close to the Gaussian init, k0 = 1.2054)"
+                )
+            )
+
+    # Selection: Q/K (or fused qkv) severity against what the architecture predicts.
+    sel_kinds = [k for k in ("q", "k", "qkv") if k in row["kinds"] and row["kinds"][k].get("k_median")]
+    expected, evidence = GROUP_EXPECTATION.get(group, (None, "no cohort group"))
+    selection = {"kinds": {}, "expected": expected, "evidence": evidence, "departs": False}
+    for kind in sel_kinds:
+        s = row["kinds"][kind]
+        cls = k_class(s["k_median"], s.get("r2_median"))
+        selection["kinds"][kind] = {"k": s["k_median"], "class": cls}
+        if expected and cls in SELECTION_ORDER and cls != expected:
+            selection["departs"] = True
+            direction = "more severe" if SELECTION_ORDER[cls] < SELECTION_ORDER[expected] else "milder"
+            out["findings"].append(
+                f"{kind}: k {s['k_median']:.4f} is {cls}, {direction} than its architecture group ({group}) "
+                f"predicts ({expected}; {evidence})"
+            )
+        elif expected and cls == expected:
+            out["findings"].append(f"{kind}: k {s['k_median']:.4f} is {cls}, as {group} models are ({evidence})")
+        elif cls == "non-weibull":
+            out["findings"].append(f"{kind}: median R^2 below 0.95, not Weibull; read its heaviness metrics")
+    out["selection"] = selection
+
+    # Nearest neighbours over every kind both have.
+    dists = []
+    for c in cohort:
+        d, shared = distance(row, c)
+        if d is not None:
+            dists.append(
+                {
+                    "entry": c["model"]["id"],
+                    "distance": d,
+                    "kinds": shared,
+                    "group": architecture_group(c["architecture"]),
+                }
+            )
+    dists.sort(key=lambda x: x["distance"])
+    out["nearest"] = dists[:3]
+    if dists:
+        top = dists[0]
+        out["findings"].append(
+            f"nearest cohort entry: {top['entry']} (distance {top['distance']:.2f} over {', '.join(top['kinds'])})"
+        )
+
+    # Lambda against sqrt(eta / lambda_wd), when the training hyperparameters are known.
+    hp = row.get("hyperparameters") or {}
+    lam = transmission_lambda(row)
+    if hp.get("lr") and hp.get("weight_decay") and lam:
+        ratio = lam / math.sqrt(hp["lr"] / hp["weight_decay"])
+        scaling = lambda_scaling(cohort)
+        ratios = sorted(v["ratio"] for v in scaling["entries"].values())
+        out["lambda"] = {
+            "transmission_lambda": lam,
+            "ratio": ratio,
+            "cohort_ratio_range": [ratios[0], ratios[-1]],
+            "pythia_slope": lambda_scaling([c for c in cohort if c["model"]["id"].startswith("pythia")])["slope"],
+            "state": hp.get("state"),
+            "t_over_tau": hp.get("t_over_tau"),
+        }
+        text = f"lambda / sqrt(eta / lambda_wd) = {ratio:.3f} (cohort {ratios[0]:.3f}-{ratios[-1]:.3f})"
+        if hp.get("t_over_tau") is not None:
+            text += f"; T/tau = {hp['t_over_tau']:.3g}: {hp.get('state')}"
+        out["findings"].append(text)
+    else:
+        out["lambda"] = {
+            "transmission_lambda": lam,
+            "state": "unknown",
+            "note": "training hyperparameters unknown: pass --lr --weight-decay --steps or --preset",
+        }
+
+    # The Qwen companion's shallow-FFN regime A/B test.
+    regime = shallow_ffn_regime(row)
+    if regime:
+        peers = [(q["model"]["id"], q["shallow_ffn"]["shallow_min_k"]) for q in qwen]
+        nearest = min(peers, key=lambda p: abs(p[1] - regime["shallow_min_k"]))
+        regime["nearest_companion"] = {"entry": nearest[0], "shallow_min_k": nearest[1]}
+        out["shallow_ffn"] = regime
+        if regime["regime"] == "B":
+            out["findings"].append(
+                f"shallow FFN blocks 0-5 hold a secondary population (min k {regime['shallow_min_k']:.3f} <= 0.7): "
+                "the Qwen companion's regime B, like " + nearest[0]
+            )
+        elif regime["regime"] == "A":
+            out["findings"].append(
+                f"shallow FFN blocks 0-5 are clean (min k {regime['shallow_min_k']:.3f} >= 1.0): regime A"
+            )
+        else:
+            out["findings"].append(
+                f"shallow FFN min k {regime['shallow_min_k']:.3f} lies between the companion's regimes A and B"
+            )
+    return out
