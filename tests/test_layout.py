@@ -136,7 +136,10 @@ def test_arch_from_configs():
     gpt2 = arch_from_config(
         {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "layer_norm_epsilon": 1e-5}
     )
-    assert (gpt2.ffn_size, gpt2.conv1d, gpt2.norm_type) == (3072, True, "layernorm")
+    assert (gpt2.ffn_size, gpt2.norm_type) == (3072, "layernorm")
+    # Conv1D is a property of the stored names (HF c_attn/c_fc/c_proj), not of the family: GGUF transposes them.
+    assert complete_arch(gpt2, [("transformer.h.0.attn.c_attn.weight", (768, 2304))]).conv1d
+    assert not complete_arch(arch_from_config({"model_type": "gpt2"}), [("blk.0.attn_qkv.weight", (2304, 768))]).conv1d
     bert = arch_from_config({"model_type": "bert", "hidden_size": 384, "num_attention_heads": 12})
     assert bert.norm_placement == "post" and attention_architecture(bert) == "MHA"
     gemma = arch_from_config({"model_type": "gemma2", "hidden_size": 8})

@@ -166,6 +166,8 @@ def _norm_site(stem: str, block: int | None, n_layers: int | None, family: str |
         ("q_layernorm", "q_norm"),
         ("k_layernorm", "k_norm"),
         ("post_feedforward_layernorm", "post_ffn"),
+        ("post_attention_norm", "post_attn"),  # llama.cpp names (Gemma-2/3)
+        ("post_ffw_norm", "post_ffn"),
         ("pre_feedforward_layernorm", "ffn"),
         ("attention.output.layernorm", "post_attn"),
         ("output.layernorm", "post_ffn"),
@@ -326,7 +328,6 @@ def arch_from_config(config: dict[str, Any] | None) -> ArchInfo:
             info.ffn_size //= 2  # native mlp_hidden_size counts both halves of ff_proj
     if info.family in ("phi3",):
         info.swiglu_fused_order = "gate,up"
-    info.conv1d = info.family == "gpt2"
     return info
 
 
@@ -426,7 +427,7 @@ def _split_qkv(last: str, rows: int, cols: int, arch: ArchInfo) -> tuple[list[tu
             return [], f"{rows} rows != 3 x {n_q} heads x {hd}"
         run = hd * cols
         return [(kind, Segments(i * run, run, 3 * run, n_q)) for i, kind in enumerate("qkv")], None
-    if last in ("qkv_proj", "att_proj", "wqkv"):  # rows [q | k | v], blocks of whole heads
+    if last in ("qkv_proj", "att_proj", "wqkv", "attn_qkv"):  # rows [q | k | v], blocks of whole heads
         sizes = (n_q * hd, n_kv * hd, n_kv * hd)
         if rows != sum(sizes):
             return [], f"{rows} rows != q {sizes[0]} + k {sizes[1]} + v {sizes[2]}"

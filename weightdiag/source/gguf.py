@@ -1,0 +1,840 @@
+"""GGUF files (llama.cpp): header validation, an HF-style config, dequantizing tensor reads.
+
+Format (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md), little-endian: magic "GGUF",
+u32 version (2 or 3; v1 used 32-bit counts and is refused), u64 tensor count, u64 metadata count,
+the metadata (key string, u32 value type, value; strings are u64 length + UTF-8, arrays u32 element
+type + u64 count + elements), then one info per tensor (name, u32 n_dims, u64 dims innermost
+first, u32 ggml type, u64 offset relative to the data section), padding to `general.alignment`
+(default 32), the data section. Like the safetensors parser we trust nothing: counts and lengths are
+capped and bounded by the file size, every tensor's byte size follows from its type and dims,
+offsets are aligned, inside the file and do not overlap. Every violation raises
+CheckpointFormatError with one line; no other exception escapes `parse_gguf`, and `open_gguf` adds
+only BadInputError for paths it cannot open.
+
+What the pipeline sees (TensorRef): HF shapes (GGUF dims reversed) and the bytes the reader
+*delivers*, not the stored ones:
+
+* F32, F16, BF16, F64 (and integer types) are delivered as stored, under their own DType;
+* quantized types weightdiag can decode (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL,
+  IQ4_XS, MXFP4) are delivered dequantized to little-endian F32, with `note` "GGUF Q4_1,
+  dequantized";
+* any other ggml type gets a non-fittable DType named "GGUF_<type>", so the pipeline lists the
+  tensor as skipped ("float format GGUF_IQ2_XS is not supported for fitting yet").
+
+`start` is the tensor's real file offset (so sorting by it reads the file in order) and
+`end - start` the delivered size, which the pipeline allocates for `read_into`; the stored offset,
+type and size live in the reader. llama.cpp's convert script permutes the rows of llama-family
+attention Q and K weights (for its rotary layout) and stores Gemma norms as 1 + w; the reader
+undoes both, so values and row order match the Hugging Face checkpoint the file was made from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import re
+import struct
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+
+from ..dtypes import DTYPES, DType
+from ..errors import BadInputError, CheckpointFormatError
+from .plan import ModelPlan, ShardInfo, TensorRef
+
+MAGIC = b"GGUF"
+VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+MAX_TENSORS = 1 << 20  # far above any real model (DeepSeek-V3 has ~1,900 tensors)
+MAX_KV = 1 << 20
+MAX_STRING = 64 << 20  # one metadata string (chat templates are a few KiB)
+MAX_NAME = 4096  # tensor names and keys; llama.cpp itself allows 63 bytes
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_ARRAY_DEPTH = 4
+KEEP_STRINGS = 64  # longer string arrays (token lists, merges) are counted, not kept
+KEEP_NUMBERS = 4096  # per-layer numbers are kept; token types and scores are not
+METADATA_CHARS = 4096  # longer metadata strings are cut in plan.metadata
+_HEADER_CHUNK = 1 << 20
+_DECODE_CHUNK = 1 << 21  # stored bytes dequantized at a time: bounds the temporaries
+
+_TODO = "the file is damaged or not a GGUF file; re-download it"
+
+
+def _fail(where: str, what: str, todo: str = _TODO) -> NoReturn:
+    raise CheckpointFormatError(f"{where}: {what}; {todo}")
+
+
+# --- ggml types ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GGMLType:
+    id: int
+    name: str
+    block: int  # elements per block
+    size: int  # bytes per block
+
+
+# ggml's type table (ids are fixed by the format; removed ids are absent). Q8_1 follows ggml's
+# current block_q8_1 (two f16 + 32 int8 = 36 bytes).
+GGML_TYPES: dict[int, GGMLType] = {
+    t.id: t
+    for t in (
+        GGMLType(0, "F32", 1, 4),
+        GGMLType(1, "F16", 1, 2),
+        GGMLType(2, "Q4_0", 32, 18),
+        GGMLType(3, "Q4_1", 32, 20),
+        GGMLType(6, "Q5_0", 32, 22),
+        GGMLType(7, "Q5_1", 32, 24),
+        GGMLType(8, "Q8_0", 32, 34),
+        GGMLType(9, "Q8_1", 32, 36),
+        GGMLType(10, "Q2_K", 256, 84),
+        GGMLType(11, "Q3_K", 256, 110),
+        GGMLType(12, "Q4_K", 256, 144),
+        GGMLType(13, "Q5_K", 256, 176),
+        GGMLType(14, "Q6_K", 256, 210),
+        GGMLType(15, "Q8_K", 256, 292),
+        GGMLType(16, "IQ2_XXS", 256, 66),
+        GGMLType(17, "IQ2_XS", 256, 74),
+        GGMLType(18, "IQ3_XXS", 256, 98),
+        GGMLType(19, "IQ1_S", 256, 50),
+        GGMLType(20, "IQ4_NL", 32, 18),
+        GGMLType(21, "IQ3_S", 256, 110),
+        GGMLType(22, "IQ2_S", 256, 82),
+        GGMLType(23, "IQ4_XS", 256, 136),
+        GGMLType(24, "I8", 1, 1),
+        GGMLType(25, "I16", 1, 2),
+        GGMLType(26, "I32", 1, 4),
+        GGMLType(27, "I64", 1, 8),
+        GGMLType(28, "F64", 1, 8),
+        GGMLType(29, "IQ1_M", 256, 56),
+        GGMLType(30, "BF16", 1, 2),
+        GGMLType(34, "TQ1_0", 256, 54),
+        GGMLType(35, "TQ2_0", 256, 66),
+        GGMLType(39, "MXFP4", 32, 17),
+        GGMLType(40, "NVFP4", 64, 36),
+        GGMLType(41, "Q1_0", 128, 18),
+    )
+}
+GGML_BY_NAME = {t.name: t for t in GGML_TYPES.values()}
+RAW_TYPES = ("F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64")  # delivered as stored
+
+
+# --- dequantization: blocks (n, block bytes) uint8 -> out (n, block elements) float32 ----------
+# Each decoder follows ggml's block layout; results are bit-identical to ggml's reference
+# dequantization (tests compare with the gguf package's).
+
+_NIBBLE_SHIFT = np.array([0, 4], dtype=np.uint8)
+_CRUMB_SHIFT = np.array([0, 2, 4, 6], dtype=np.uint8)
+_BIT_SHIFT = np.arange(8, dtype=np.uint8)
+_IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
+_MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.float32)  # e2m1 x 2
+
+
+def _f16(blocks: np.ndarray, at: int) -> np.ndarray:
+    """The f16 at byte `at` of every block, as an (n, 1) float32 column."""
+    return blocks[:, at : at + 2].view("<f2").astype(np.float32)
+
+
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+    """(n, 16) bytes -> (n, 32) codes: low nibbles are elements 0..15, high nibbles 16..31."""
+    return ((qs[:, None, :] >> _NIBBLE_SHIFT[None, :, None]) & 15).reshape(len(qs), -1)
+
+
+def _high_bits(qh: np.ndarray) -> np.ndarray:
+    """(n, 4) bytes of a little-endian u32 -> (n, 32) bits, bit j for element j."""
+    return np.unpackbits(qh, axis=1, bitorder="little")
+
+
+def _q4_0(blocks: np.ndarray, out: np.ndarray) -> None:
+    out[:] = _nibbles(blocks[:, 2:])
+    out -= 8
+    out *= _f16(blocks, 0)
+
+
+def _q4_1(blocks: np.ndarray, out: np.ndarray) -> None:
+    out[:] = _nibbles(blocks[:, 4:])
+    out *= _f16(blocks, 0)
+    out += _f16(blocks, 2)
+
+
+def _q5_0(blocks: np.ndarray, out: np.ndarray) -> None:
+    out[:] = _nibbles(blocks[:, 6:]) | (_high_bits(blocks[:, 2:6]) << 4)
+    out -= 16
+    out *= _f16(blocks, 0)
+
+
+def _q5_1(blocks: np.ndarray, out: np.ndarray) -> None:
+    out[:] = _nibbles(blocks[:, 8:]) | (_high_bits(blocks[:, 4:8]) << 4)
+    out *= _f16(blocks, 0)
+    out += _f16(blocks, 2)
+
+
+def _q8_0(blocks: np.ndarray, out: np.ndarray) -> None:
+    np.multiply(blocks[:, 2:].view(np.int8), _f16(blocks, 0), out=out)
+
+
+def _iq4_nl(blocks: np.ndarray, out: np.ndarray) -> None:
+    np.take(_IQ4_VALUES, _nibbles(blocks[:, 2:]), out=out)
+    out *= _f16(blocks, 0)
+
+
+def _mxfp4(blocks: np.ndarray, out: np.ndarray) -> None:
+    # e8m0 scale: 2^(e - 127), halved because the value table is doubled.
+    scale = np.ldexp(np.float32(1), blocks[:, :1].astype(np.int32) - 128)
+    np.take(_MXFP4_VALUES, _nibbles(blocks[:, 1:]), out=out)
+    out *= scale
+
+
+def _k_scales(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K/Q5_K: 12 bytes -> eight 6-bit scales and eight 6-bit mins, each (n, 8) uint8."""
+    lo, hi, top = s[:, 0:4], s[:, 4:8], s[:, 8:12]
+    sc = np.concatenate([lo & 63, (top & 15) | ((lo >> 6) << 4)], axis=1)
+    mn = np.concatenate([hi & 63, (top >> 4) | ((hi >> 6) << 4)], axis=1)
+    return sc, mn
+
+
+def _q2_k(blocks: np.ndarray, out: np.ndarray) -> None:
+    n, s = len(blocks), blocks[:, 0:16]
+    # Element 128h + 32j + l takes bits 2j..2j+1 of qs[32h + l]; scale (and min) index is element // 16.
+    q = (blocks[:, 16:80].reshape(n, 2, 1, 32) >> _CRUMB_SHIFT[None, None, :, None]) & 3
+    dl = (_f16(blocks, 80) * (s & 15)).reshape(n, 16, 1)
+    ml = (_f16(blocks, 82) * (s >> 4)).reshape(n, 16, 1)
+    o = out.reshape(n, 16, 16)
+    o[:] = q.reshape(n, 16, 16)
+    o *= dl
+    o -= ml
+
+
+def _q3_k(blocks: np.ndarray, out: np.ndarray) -> None:
+    n = len(blocks)
+    hmask, qs, s = blocks[:, 0:32], blocks[:, 32:96], blocks[:, 96:108]
+    # Sixteen 6-bit signed scales: low 4 bits from bytes 0..7 (low then high nibbles), top 2 bits
+    # from bytes 8..11 (bit pairs 0..3 in turn).
+    low = ((s[:, None, 0:8] >> _NIBBLE_SHIFT[None, :, None]) & 15).reshape(n, 16)
+    high = ((s[:, None, 8:12] >> _CRUMB_SHIFT[None, :, None]) & 3).reshape(n, 16)
+    scale = (low | (high << 4)).astype(np.int8) - np.int8(32)
+    q = ((qs.reshape(n, 2, 1, 32) >> _CRUMB_SHIFT[None, None, :, None]) & 3).astype(np.int8)
+    # A clear hmask bit (bit 4h + j of hmask[l]) subtracts 4.
+    h = (hmask[:, None, :] >> _BIT_SHIFT[None, :, None]) & 1
+    q -= ((h ^ 1) << 2).astype(np.int8).reshape(n, 2, 4, 32)
+    o = out.reshape(n, 16, 16)
+    o[:] = q.reshape(n, 16, 16)
+    o *= (_f16(blocks, 108) * scale).reshape(n, 16, 1)
+
+
+def _q45_k(blocks: np.ndarray, out: np.ndarray, qs_at: int, qh: np.ndarray | None) -> None:
+    n = len(blocks)
+    sc, mn = _k_scales(blocks[:, 4:16])
+    # Four 32-byte chunks: low nibbles are sub-block 2c, high nibbles sub-block 2c + 1.
+    q = (blocks[:, qs_at:].reshape(n, 4, 1, 32) >> _NIBBLE_SHIFT[None, None, :, None]) & 15
+    q = q.reshape(n, 8, 32)
+    if qh is not None:  # Q5_K: bit j of qh[l] is the fifth bit of element l of sub-block j
+        q |= ((qh[:, None, :] >> _BIT_SHIFT[None, :, None]) & 1) << 4
+    o = out.reshape(n, 8, 32)
+    o[:] = q
+    o *= (_f16(blocks, 0) * sc).reshape(n, 8, 1)
+    o -= (_f16(blocks, 2) * mn).reshape(n, 8, 1)
+
+
+def _q4_k(blocks: np.ndarray, out: np.ndarray) -> None:
+    _q45_k(blocks, out, 16, None)
+
+
+def _q5_k(blocks: np.ndarray, out: np.ndarray) -> None:
+    _q45_k(blocks, out, 48, blocks[:, 16:48])
+
+
+def _q6_k(blocks: np.ndarray, out: np.ndarray) -> None:
+    n = len(blocks)
+    # Per 128-element half h: low 4 bits from ql[64h : 64h + 64] (low nibbles first), top 2 bits
+    # from bit pair j of qh[32h + l] for element 32j + l; scale index is element // 16.
+    low = (blocks[:, 0:128].reshape(n, 2, 1, 64) >> _NIBBLE_SHIFT[None, None, :, None]) & 15
+    high = (blocks[:, 128:192].reshape(n, 2, 1, 32) >> _CRUMB_SHIFT[None, None, :, None]) & 3
+    q = (low.reshape(n, 2, 128) | (high.reshape(n, 2, 128) << 4)).astype(np.int8) - np.int8(32)
+    o = out.reshape(n, 16, 16)
+    o[:] = q.reshape(n, 16, 16)
+    o *= (_f16(blocks, 208) * blocks[:, 192:208].view(np.int8)).reshape(n, 16, 1)
+
+
+def _iq4_xs(blocks: np.ndarray, out: np.ndarray) -> None:
+    n = len(blocks)
+    # Eight sub-blocks of 32: 6-bit scale = nibble of scales_l | bit pair of the u16 scales_h, minus 32.
+    low = ((blocks[:, None, 4:8] >> _NIBBLE_SHIFT[None, :, None]) & 15).transpose(0, 2, 1).reshape(n, 8)
+    sh = blocks[:, 2:4].view("<u2").astype(np.uint16)
+    high = (sh >> (2 * np.arange(8, dtype=np.uint16))) & 3
+    scale = (low | (high << 4)).astype(np.int16) - np.int16(32)
+    o = out.reshape(n, 8, 32)
+    np.take(_IQ4_VALUES, _nibbles(blocks[:, 8:].reshape(n * 8, 16)).reshape(n, 8, 32), out=o)
+    o *= (_f16(blocks, 0) * scale).reshape(n, 8, 1)
+
+
+DECODERS: dict[str, Callable[[np.ndarray, np.ndarray], None]] = {
+    "Q4_0": _q4_0,
+    "Q4_1": _q4_1,
+    "Q5_0": _q5_0,
+    "Q5_1": _q5_1,
+    "Q8_0": _q8_0,
+    "Q2_K": _q2_k,
+    "Q3_K": _q3_k,
+    "Q4_K": _q4_k,
+    "Q5_K": _q5_k,
+    "Q6_K": _q6_k,
+    "IQ4_NL": _iq4_nl,
+    "IQ4_XS": _iq4_xs,
+    "MXFP4": _mxfp4,
+}
+
+
+def dequantize(raw: np.ndarray, type_name: str, out: np.ndarray | None = None) -> np.ndarray:
+    """Stored bytes of a quantized tensor -> float32 values (flat), into `out` when given."""
+    t = GGML_BY_NAME[type_name]
+    blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, t.size)
+    if out is None:
+        out = np.empty(len(blocks) * t.block, dtype=np.float32)
+    per_chunk = max(1, _DECODE_CHUNK // t.size)
+    dst = out.reshape(-1, t.block)
+    with np.errstate(all="ignore"):  # random or damaged scales may overflow: inf/nan, not errors
+        for i in range(0, len(blocks), per_chunk):
+            DECODERS[type_name](blocks[i : i + per_chunk], dst[i : i + per_chunk])
+    return out
+
+
+# --- the header ---------------------------------------------------------------------------------
+
+_VALUE_TYPES: dict[int, tuple[str, str | None, int]] = {
+    # id: (name, struct format, size); STRING and ARRAY have variable size
+    0: ("UINT8", "<B", 1),
+    1: ("INT8", "<b", 1),
+    2: ("UINT16", "<H", 2),
+    3: ("INT16", "<h", 2),
+    4: ("UINT32", "<I", 4),
+    5: ("INT32", "<i", 4),
+    6: ("FLOAT32", "<f", 4),
+    7: ("BOOL", "<B", 1),
+    8: ("STRING", None, 8),
+    9: ("ARRAY", None, 12),
+    10: ("UINT64", "<Q", 8),
+    11: ("INT64", "<q", 8),
+    12: ("FLOAT64", "<d", 8),
+}
+_NUMPY_VALUE = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 10: "<u8", 11: "<i8"}
+_NUMPY_VALUE[12] = "<f8"
+
+
+@dataclass(frozen=True)
+class LongArray:
+    """A metadata array too long to keep (token lists): its element type and length."""
+
+    type_name: str
+    count: int
+
+
+@dataclass(frozen=True)
+class GGUFTensor:
+    name: str
+    type: GGMLType
+    dims: tuple[int, ...]  # GGUF order, innermost first
+    offset: int  # absolute byte offset in the file
+    nbytes: int  # stored bytes
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Row-major (Hugging Face) shape."""
+        return tuple(reversed(self.dims))
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    where: str
+    file_size: int
+    version: int
+    alignment: int
+    data_start: int  # absolute offset of the (aligned) data section
+    metadata: dict[str, Any]  # scalars, short lists, LongArray for long arrays
+    value_types: dict[str, str]  # key -> GGUF value type name
+    tensors: tuple[GGUFTensor, ...] = field(default_factory=tuple)  # in header order
+
+
+class _Cursor:
+    """Sequential reads through `read_at`, buffered, never past the file's end."""
+
+    def __init__(self, read_at: Callable[[int, int], bytes], file_size: int, where: str) -> None:
+        self.read_at, self.file_size, self.where = read_at, file_size, where
+        self.buf, self.base, self.pos = b"", 0, 0
+
+    def _fill(self, n: int, what: str) -> None:
+        if self.pos + n > self.file_size:
+            _fail(self.where, f"file ends inside the header while reading {what} (truncated?)")
+        if self.pos + n > self.base + len(self.buf):
+            keep = self.buf[self.pos - self.base :]
+            start = self.pos + len(keep)
+            want = min(max(n - len(keep), _HEADER_CHUNK), self.file_size - start)
+            got = self.read_at(start, want)
+            self.buf, self.base = keep + got, self.pos
+            if len(self.buf) < n:
+                _fail(self.where, f"could not read {what} (file truncated or changed while reading?)")
+
+    def take(self, n: int, what: str) -> bytes:
+        self._fill(n, what)
+        at = self.pos - self.base
+        self.pos += n
+        return self.buf[at : at + n]
+
+    def unpack(self, fmt: str, size: int, what: str) -> Any:
+        self._fill(size, what)
+        value = struct.unpack_from(fmt, self.buf, self.pos - self.base)[0]
+        self.pos += size
+        return value
+
+    def string(self, what: str, cap: int = MAX_STRING) -> str:
+        n = self.unpack("<Q", 8, what)
+        if n > cap:
+            _fail(self.where, f"{what} is {n} bytes long, above the {cap}-byte cap")
+        raw = self.take(n, what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            _fail(self.where, f"{what} is not valid UTF-8")
+
+    def skip(self, n: int, what: str) -> None:
+        self._fill(n, what)
+        self.pos += n
+
+    def skip_strings(self, count: int, what: str) -> None:
+        for _ in range(count):
+            n = self.unpack("<Q", 8, what)
+            if n > MAX_STRING:
+                _fail(self.where, f"{what}: an element is {n} bytes long, above the {MAX_STRING}-byte cap")
+            self.skip(n, what)
+
+
+def _read_value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> Any:
+    if vtype not in _VALUE_TYPES:
+        _fail(cur.where, f"metadata {key!r} has unknown value type {vtype}")
+    name, fmt, size = _VALUE_TYPES[vtype]
+    if name == "STRING":
+        return cur.string(f"metadata {key!r}")
+    if name != "ARRAY":
+        value = cur.unpack(fmt, size, f"metadata {key!r}")  # type: ignore[arg-type]
+        return bool(value) if name == "BOOL" else value
+    if depth >= MAX_ARRAY_DEPTH:
+        _fail(cur.where, f"metadata {key!r} nests arrays deeper than {MAX_ARRAY_DEPTH}")
+    etype = cur.unpack("<I", 4, f"metadata {key!r}")
+    count = cur.unpack("<Q", 8, f"metadata {key!r}")
+    if etype not in _VALUE_TYPES:
+        _fail(cur.where, f"metadata {key!r} is an array of unknown value type {etype}")
+    ename, _, esize = _VALUE_TYPES[etype]
+    if count * esize > cur.file_size - cur.pos:
+        _fail(cur.where, f"metadata {key!r} claims {count} {ename} elements, more than the file can hold")
+    if count > (KEEP_STRINGS if etype in (8, 9) else KEEP_NUMBERS):
+        if ename == "STRING":
+            cur.skip_strings(count, f"metadata {key!r}")
+        elif ename == "ARRAY":
+            for _ in range(count):
+                _read_value(cur, etype, key, depth + 1)
+        else:
+            cur.skip(count * esize, f"metadata {key!r}")
+        return LongArray(ename, count)
+    if etype in _NUMPY_VALUE:
+        raw = cur.take(count * esize, f"metadata {key!r}")
+        return np.frombuffer(raw, dtype=_NUMPY_VALUE[etype]).tolist()
+    return [_read_value(cur, etype, key, depth + 1) for _ in range(count)]
+
+
+def parse_gguf(read_at: Callable[[int, int], bytes], file_size: int, where: str) -> GGUFHeader:
+    """Read and validate a GGUF header through `read_at(offset, length) -> bytes`."""
+    cur = _Cursor(read_at, file_size, where)
+    if file_size < 24:
+        _fail(where, f"file is {file_size} bytes, too short to hold a GGUF header")
+    magic = cur.take(4, "the magic")
+    if magic != MAGIC:
+        _fail(where, f"bad magic {magic!r} (expected b'GGUF')", "this is not a GGUF file")
+    raw_version = cur.take(4, "the version")
+    version = struct.unpack("<I", raw_version)[0]
+    if version not in VERSIONS:
+        if struct.unpack(">I", raw_version)[0] in VERSIONS:
+            _fail(where, "big-endian GGUF file", "convert it to a little-endian GGUF file")
+        todo = "re-convert it with a current llama.cpp" if version == 1 else "weightdiag reads GGUF v2 and v3"
+        _fail(where, f"unsupported GGUF version {version}", todo)
+    n_tensors = cur.unpack("<Q", 8, "the tensor count")
+    n_kv = cur.unpack("<Q", 8, "the metadata count")
+    # Each tensor info takes at least 32 bytes and each metadata entry 13: a bound for any file.
+    if n_tensors > MAX_TENSORS or n_tensors * 32 > file_size:
+        _fail(where, f"tensor count {n_tensors} is absurd for a {file_size}-byte file (cap {MAX_TENSORS})")
+    if n_kv > MAX_KV or n_kv * 13 > file_size:
+        _fail(where, f"metadata count {n_kv} is absurd for a {file_size}-byte file (cap {MAX_KV})")
+
+    metadata: dict[str, Any] = {}
+    value_types: dict[str, str] = {}
+    for i in range(n_kv):
+        key = cur.string(f"metadata key #{i}", MAX_NAME)
+        if key in metadata:
+            _fail(where, f"metadata key {key!r} appears twice")
+        vtype = cur.unpack("<I", 4, f"the type of metadata {key!r}")
+        metadata[key] = _read_value(cur, vtype, key)
+        value_types[key] = _VALUE_TYPES[vtype][0]
+
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if (
+        not isinstance(alignment, int)
+        or isinstance(alignment, bool)
+        or alignment <= 0
+        or alignment & (alignment - 1)
+        or alignment > 1 << 20
+    ):
+        _fail(where, f"general.alignment {alignment!r} is not a power of two up to 1 MiB")
+
+    infos: list[tuple[str, GGMLType, tuple[int, ...], int]] = []
+    seen: set[str] = set()
+    for i in range(n_tensors):
+        name = cur.string(f"tensor name #{i}", MAX_NAME)
+        if name in seen:
+            _fail(where, f"tensor {name!r} appears twice")
+        seen.add(name)
+        n_dims = cur.unpack("<I", 4, f"tensor {name!r}")
+        if not 1 <= n_dims <= MAX_DIMS:
+            _fail(where, f"tensor {name!r} has {n_dims} dimensions (1 to {MAX_DIMS} allowed)")
+        dims = struct.unpack(f"<{n_dims}Q", cur.take(8 * n_dims, f"tensor {name!r}"))
+        type_id = cur.unpack("<I", 4, f"tensor {name!r}")
+        offset = cur.unpack("<Q", 8, f"tensor {name!r}")
+        if type_id not in GGML_TYPES:
+            _fail(
+                where,
+                f"tensor {name!r} has unknown ggml type {type_id}",
+                "the file is damaged or newer than weightdiag; re-convert it with a common type",
+            )
+        infos.append((name, GGML_TYPES[type_id], dims, offset))
+
+    data_start = -(-cur.pos // alignment) * alignment
+    tensors = _place_tensors(where, file_size, data_start, alignment, infos)
+    return GGUFHeader(where, file_size, version, alignment, data_start, metadata, value_types, tensors)
+
+
+def _place_tensors(
+    where: str,
+    file_size: int,
+    data_start: int,
+    alignment: int,
+    infos: list[tuple[str, GGMLType, tuple[int, ...], int]],
+) -> tuple[GGUFTensor, ...]:
+    tensors: list[GGUFTensor] = []
+    for name, t, dims, offset in infos:
+        numel = math.prod(dims)
+        if dims[0] % t.block:
+            _fail(where, f"tensor {name!r}: row length {dims[0]} is not a multiple of the {t.name} block {t.block}")
+        nbytes = numel // t.block * t.size
+        if offset % alignment:
+            _fail(where, f"tensor {name!r}: data offset {offset} is not a multiple of the alignment {alignment}")
+        if data_start + offset + nbytes > file_size:
+            _fail(
+                where,
+                f"tensor {name!r} ({t.name} x {list(dims)}, {nbytes} bytes at data offset {offset}) runs past "
+                f"the end of the {file_size}-byte file (truncated or offsets out of range)",
+            )
+        tensors.append(GGUFTensor(name, t, dims, data_start + offset, nbytes))
+    previous: GGUFTensor | None = None
+    for tensor in sorted((t for t in tensors if t.nbytes), key=lambda t: t.offset):
+        if previous is not None and tensor.offset < previous.offset + previous.nbytes:
+            _fail(where, f"tensor {tensor.name!r} overlaps the bytes of tensor {previous.name!r}")
+        previous = tensor
+    return tuple(tensors)
+
+
+def parse_gguf_bytes(blob: bytes, where: str = "<bytes>") -> GGUFHeader:
+    """Parse the header of a whole file given as bytes (tests, fuzzing)."""
+    return parse_gguf(lambda off, size: blob[off : off + size], len(blob), where)
+
+
+# --- config and metadata ------------------------------------------------------------------------
+
+# GGUF architecture names whose HF model_type differs.
+_MODEL_TYPES = {
+    "gptneox": "gpt_neox",
+    "qwen2moe": "qwen2_moe",
+    "qwen3moe": "qwen3_moe",
+    "command-r": "cohere",
+    "deepseek2": "deepseek_v2",
+    "phi2": "phi",
+    "starcoder": "gpt_bigcode",
+}
+# convert_hf_to_gguf.py permutes Q/K rows (LlamaModel.permute) for these architectures.
+_PERMUTED_QK = frozenset({"llama", "deci", "granite", "granitemoe", "minicpm", "arcee"})
+# ... and stores RMSNorm weights as 1 + w for these (HF Gemma keeps w, applies 1 + w).
+_NORM_PLUS_ONE = frozenset({"gemma", "gemma2", "gemma3"})
+_QK_NAME = re.compile(r"^blk\.(\d+)\.attn_([qk])\.(weight|bias)$")
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative integer; per-layer arrays give their largest entry."""
+    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        value = max(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def _per_layer(value: Any, block: int) -> int | None:
+    if isinstance(value, list):
+        return _count(value[block]) if block < len(value) else None
+    return _count(value)
+
+
+def _real(value: Any, f32: bool) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        # F32 metadata: the shortest decimal that rounds to it (9.9999997e-06 -> 1e-05).
+        return float(str(np.float32(value))) if f32 else float(value)
+    return None
+
+
+def hf_config(header: GGUFHeader, tensor_names: set[str]) -> dict[str, Any]:
+    """An HF-style config.json built from the metadata, for layout.arch_from_config."""
+    meta = header.metadata
+    arch = meta.get("general.architecture")
+    config: dict[str, Any] = {"gguf_architecture": arch}
+    if not isinstance(arch, str) or not arch:
+        return config
+    config["model_type"] = _MODEL_TYPES.get(arch, arch)
+
+    def get(suffix: str) -> Any:
+        return meta.get(f"{arch}.{suffix}")
+
+    for key, suffix in (
+        ("hidden_size", "embedding_length"),
+        ("num_hidden_layers", "block_count"),
+        ("num_attention_heads", "attention.head_count"),
+        ("num_key_value_heads", "attention.head_count_kv"),
+        ("intermediate_size", "feed_forward_length"),
+        ("max_position_embeddings", "context_length"),
+        ("head_dim", "attention.key_length"),
+        ("num_local_experts", "expert_count"),
+        ("num_experts_per_tok", "expert_used_count"),
+    ):
+        value = _count(get(suffix))
+        if value is not None:
+            config[key] = value
+    for key, suffix in (
+        ("rms_norm_eps", "attention.layer_norm_rms_epsilon"),
+        ("layer_norm_eps", "attention.layer_norm_epsilon"),
+        ("rope_theta", "rope.freq_base"),
+    ):
+        value = _real(get(suffix), header.value_types.get(f"{arch}.{suffix}") == "FLOAT32")
+        if value is not None:
+            config[key] = value
+    tokens = meta.get("tokenizer.ggml.tokens")
+    vocab = tokens.count if isinstance(tokens, LongArray) else len(tokens) if isinstance(tokens, list) else None
+    vocab = vocab or _count(get("vocab_size"))
+    if vocab:
+        config["vocab_size"] = vocab
+    config["tie_word_embeddings"] = "output.weight" not in tensor_names
+    return config
+
+
+def _metadata_text(value: Any, vtype: str) -> str:
+    if isinstance(value, LongArray):
+        return f"[{value.count} x {value.type_name}]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return str(np.float32(value)) if vtype == "FLOAT32" else repr(value)
+    if isinstance(value, list):
+        text = json.dumps(value, ensure_ascii=False, default=str) if len(value) <= KEEP_STRINGS else ""
+        text = text or f"[{len(value)} x {type(value[0]).__name__}]"
+    else:
+        text = str(value)
+    return text if len(text) <= METADATA_CHARS else f"{text[:METADATA_CHARS]}... ({len(text)} chars)"
+
+
+# --- the reader ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """Where a tensor's bytes are and what reading it involves."""
+
+    offset: int
+    type: GGMLType
+    nbytes: int
+    heads: int | None = None  # un-permute rows in groups of this many heads (llama Q/K)
+    norm_shift: bool = False  # subtract 1 (Gemma norms stored as 1 + w)
+
+
+class GGUFReader:
+    """Reads tensors of one GGUF file with pread, dequantizing into the caller's buffer."""
+
+    def __init__(self, path: Path, stored: dict[str, _Stored]) -> None:
+        self.path = path
+        self.stored = stored
+        self._fd: int | None = None
+
+    def _read_exact(self, view: memoryview, offset: int, name: str) -> None:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        done = 0
+        while done < len(view):
+            got = os.preadv(self._fd, [view[done:]], offset + done)
+            if got == 0:
+                raise CheckpointFormatError(
+                    f"{self.path}: file ended while reading tensor {name!r} (truncated or changed while "
+                    "reading); re-download it"
+                )
+            done += got
+
+    def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
+        """Fill `out` (uint8, ref.nbytes) with the tensor's values in HF order and dtype."""
+        s = self.stored[ref.name]
+        if s.type.name in RAW_TYPES and not s.norm_shift:
+            self._read_exact(memoryview(out).cast("B"), s.offset, ref.name)
+        elif s.type.name in DECODERS or s.type.name in RAW_TYPES:
+            values = out.view("<f4")
+            step = max(1, _DECODE_CHUNK // s.type.size) * s.type.size  # whole blocks per read
+            per = step // s.type.size * s.type.block
+            buf = np.empty(min(step, s.nbytes), dtype=np.uint8)
+            for i, at in enumerate(range(0, s.nbytes, step)):
+                chunk = buf[: min(step, s.nbytes - at)]
+                self._read_exact(memoryview(chunk), s.offset + at, ref.name)
+                dst = values[i * per : i * per + len(chunk) // s.type.size * s.type.block]
+                if s.type.name in DECODERS:
+                    dequantize(chunk, s.type.name, dst)
+                else:  # a norm stored as float, delivered as F32 to shift it
+                    dst[:] = _raw_floats(chunk, s.type.name)
+            if s.norm_shift:
+                values -= 1
+        else:
+            raise BadInputError(
+                f"{self.path}: tensor {ref.name!r} is {s.type.name}, which weightdiag cannot dequantize; "
+                "exclude it (--exclude)"
+            )
+        if s.heads:
+            _unpermute_rows(out, ref.shape, s.heads)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _raw_floats(chunk: np.ndarray, type_name: str) -> np.ndarray:
+    if type_name == "BF16":
+        return (chunk.view("<u2").astype(np.uint32) << 16).view(np.float32)
+    return chunk.view({"F32": "<f4", "F16": "<f2", "F64": "<f8"}[type_name])
+
+
+def _unpermute_rows(out: np.ndarray, shape: tuple[int, ...], heads: int) -> None:
+    """Undo convert_hf_to_gguf's LlamaModel.permute on the rows of `out`, in place, one head at a time.
+
+    The script stores HF row (h, i, j) of a (heads, 2, half) split at (h, j, i) of (heads, half, 2).
+    """
+    rows = shape[0]
+    per_head = rows // heads
+    grid = out.reshape(rows, -1)  # rows as bytes: works for any delivered dtype
+    for h in range(heads):
+        block = grid[h * per_head : (h + 1) * per_head]
+        block[:] = block.reshape(per_head // 2, 2, -1).swapaxes(0, 1).reshape(per_head, -1)
+
+
+def _delivered(t: GGUFTensor, norm_shift: bool) -> tuple[DType, int, str | None]:
+    """The DType, byte size and note of what read_into hands over for `t`."""
+    f32_size = 4 * math.prod(t.dims)
+    if t.type.name in RAW_TYPES and not norm_shift:
+        return DTYPES[t.type.name], t.nbytes, None
+    if t.type.name in DECODERS:
+        return DTYPES["F32"], f32_size, f"GGUF {t.type.name}, dequantized"
+    if norm_shift:
+        return DTYPES["F32"], f32_size, f"GGUF {t.type.name}, stored as 1 + w; 1 subtracted"
+    # Not decodable: a non-fittable float DType puts it on the row's skipped list with a reason.
+    bits = max(1, round(8 * t.type.size / t.type.block))
+    return DType(f"GGUF_{t.type.name}", bits, "float", False), t.nbytes, f"GGUF {t.type.name}: no dequantizer"
+
+
+def _qk_heads(t: GGUFTensor, arch: Any, meta: dict[str, Any]) -> tuple[int | None, str | None]:
+    """Heads to un-permute a llama-family Q/K tensor by, or (None, why not) when it cannot be done."""
+    match = _QK_NAME.match(t.name)
+    if not match or arch not in _PERMUTED_QK:
+        return None, None
+    block, which = int(match.group(1)), match.group(2)
+    heads = _per_layer(meta.get(f"{arch}.attention.head_count"), block)
+    if which == "k":
+        heads = _per_layer(meta.get(f"{arch}.attention.head_count_kv"), block) or heads
+    rows = t.shape[0]
+    if not heads or not rows or rows % (2 * heads):
+        return None, f"{t.name}: rows left in llama.cpp's rotary order ({rows} rows, {heads} heads)"
+    return heads, None
+
+
+def _blob_sha256(path: Path) -> str | None:
+    """HF cache snapshot files link to blobs named by their sha256."""
+    with contextlib.suppress(OSError):
+        name = Path(os.readlink(path)).name
+        if re.fullmatch(r"[0-9a-f]{64}", name):
+            return name
+    return None
+
+
+def open_gguf(path: str | os.PathLike[str], model_id: str | None = None) -> tuple[ModelPlan, GGUFReader]:
+    """Plan a .gguf file: validate its header, build a config, describe the delivered tensors."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise BadInputError(f"{p}: no such file; give a .gguf file")
+    try:
+        file_size = p.stat().st_size
+        fd = os.open(p, os.O_RDONLY)
+    except OSError as exc:
+        raise BadInputError(f"{p}: cannot open it ({exc.strerror}); check the path and permissions") from None
+    try:
+        header = parse_gguf(lambda off, size: os.pread(fd, size, off), file_size, str(p))
+        digest = hashlib.sha256()
+        for at in range(0, header.data_start, _HEADER_CHUNK):
+            digest.update(os.pread(fd, min(_HEADER_CHUNK, header.data_start - at), at))
+    finally:
+        os.close(fd)
+
+    meta = header.metadata
+    arch = meta.get("general.architecture")
+    names = {t.name for t in header.tensors}
+    refs: list[TensorRef] = []
+    stored: dict[str, _Stored] = {}
+    notes: list[str] = []
+    for t in sorted(header.tensors, key=lambda t: t.offset):
+        heads, why_not = _qk_heads(t, arch, meta)
+        if why_not:
+            notes.append(why_not)
+        norm_shift = arch in _NORM_PLUS_ONE and t.name.endswith("norm.weight") and t.type.name in RAW_TYPES[:4]
+        dtype, size, note = _delivered(t, norm_shift)
+        if heads:
+            note = f"{note}; Q/K rows un-permuted to HF order" if note else "Q/K rows un-permuted to HF order"
+        refs.append(TensorRef(t.name, dtype, t.shape, 0, t.offset, t.offset + size, note))
+        stored[t.name] = _Stored(t.offset, t.type, t.nbytes, heads, norm_shift)
+
+    counts = Counter(t.type.name for t in header.tensors)
+    types_text = ", ".join(f"{n} {name}" for name, n in counts.most_common())
+    quantized = sorted(name for name in counts if name in DECODERS)
+    if quantized:
+        notes.append(f"GGUF tensor types: {types_text}; {', '.join(quantized)} dequantized to F32 for fitting")
+    split = _count(meta.get("split.count"))
+    if split and split > 1:
+        notes.append(f"this is one of {split} GGUF split files; only its own tensors are read")
+
+    metadata = {k: _metadata_text(v, header.value_types[k]) for k, v in meta.items()}
+    metadata["gguf.version"] = str(header.version)
+    metadata["gguf.tensor_types"] = types_text
+    name = meta.get("general.name")
+    plan = ModelPlan(
+        model_id=model_id or (name.strip() if isinstance(name, str) and name.strip() else p.stem),
+        source="local",
+        location=str(p.resolve()),
+        shards=[ShardInfo(p.name, file_size, _blob_sha256(p), digest.hexdigest())],
+        tensors=refs,
+        config=hf_config(header, names),
+        file_format="gguf",
+        metadata=metadata,
+        notes=notes,
+    )
+    return plan, GGUFReader(p, stored)
