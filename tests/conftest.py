@@ -74,9 +74,7 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, np.ndarray]], me
     return path
 
 
-def run_cli(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess:
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the real console entry point in a subprocess."""
     full_env = {**os.environ, "COLUMNS": "160", **(env or {})}
     return subprocess.run(
@@ -95,3 +93,6 @@ def row_files(db: Path) -> list[Path]:
 
 def load_json(path: Path):
     return json.loads(Path(path).read_text())
+
+
+from .hub_server import fake_hub  # noqa: E402,F401  (registers the fixture)

@@ -84,7 +84,9 @@ def open_hub(
                 f"{repo}@{revision or 'main'} has only pytorch_model*.bin shards (pickles), which cannot be "
                 "streamed; rerun with --download (they are then read with torch.load(weights_only=True))"
             )
-        snapshot = _download(repo, commit, wanted, token)
+        # Download by the revision's name, so the cache also records refs/<name> (offline use later).
+        snapshot = _download(repo, revision or "main", wanted, token)
+        commit = snapshot.name if re.fullmatch(r"[0-9a-f]{40}", snapshot.name) else commit
     lfs = {name: (s.lfs.sha256 if s.lfs else None) for name, s in files.items()}
     if snapshot is not None:
         plan, reader = _open_snapshot(snapshot, repo, model_id)
@@ -218,7 +220,7 @@ def _from_cache_only(repo: str, revision: str | None, model_id: str | None, reas
     return plan, reader
 
 
-def _download(repo: str, commit: str, names: list[str], token: str | None) -> Path:
+def _download(repo: str, revision: str, names: list[str], token: str | None) -> Path:
     from huggingface_hub import hf_hub_download
 
     folder = None
@@ -227,7 +229,7 @@ def _download(repo: str, commit: str, names: list[str], token: str | None) -> Pa
         name = todo.pop(0)
         try:
             path = hf_hub_download(
-                repo, name, revision=commit, cache_dir=_cache_dir(), token=token, endpoint=_endpoint()
+                repo, name, revision=revision, cache_dir=_cache_dir(), token=token, endpoint=_endpoint()
             )
         except Exception as exc:
             raise HubError(f"{repo}: downloading {name} failed ({type(exc).__name__}: {str(exc)[:160]})") from None
@@ -296,7 +298,7 @@ def _stream(
     from huggingface_hub import hf_hub_url
 
     session, headers = _session_and_headers(token)
-    policy = RetryPolicy()
+    policy = RetryPolicy.from_env()
     config = None
     if CONFIG in files:
         try:

@@ -13,6 +13,7 @@ same file cost one request each.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -33,6 +34,17 @@ class RetryPolicy:
     max_wait: float = 60.0  # cap on one wait, Retry-After included
     chunk: int = 1 << 20  # body bytes per read call
 
+    @classmethod
+    def from_env(cls) -> RetryPolicy:
+        """Defaults, overridable with WEIGHTDIAG_HTTP_ATTEMPTS and WEIGHTDIAG_HTTP_BACKOFF (seconds)."""
+        policy = cls()
+        try:
+            policy.attempts = max(1, int(os.environ.get("WEIGHTDIAG_HTTP_ATTEMPTS", policy.attempts)))
+            policy.backoff = max(0.0, float(os.environ.get("WEIGHTDIAG_HTTP_BACKOFF", policy.backoff)))
+        except ValueError:
+            raise HubError("WEIGHTDIAG_HTTP_ATTEMPTS / WEIGHTDIAG_HTTP_BACKOFF must be numbers") from None
+        return policy
+
 
 class RangedFile:
     """One remote file: resolve URL, expected size, and the HTTP session/headers to use."""
@@ -43,6 +55,7 @@ class RangedFile:
         self.where = where
         self._session = session
         self._headers = headers
+        self._public_headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
         self._cdn_url: str | None = None
         self._lock = threading.Lock()
 
@@ -76,7 +89,9 @@ class RangedFile:
                 )
             first, last = start + done, start + total - 1
             url = self._url()
-            headers = {**self._headers, "Range": f"bytes={first}-{last}", "Accept-Encoding": "identity"}
+            headers = {"Range": f"bytes={first}-{last}", "Accept-Encoding": "identity"}
+            # The token goes to the Hub only, never to a remembered CDN location.
+            headers.update(self._headers if url == self.resolve_url else self._public_headers)
             try:
                 with self._session.stream(
                     "GET",
