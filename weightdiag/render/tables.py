@@ -27,10 +27,11 @@ def fmt(value: Any, spec: str = ".4f") -> str:
 def kinds_table(row: dict[str, Any], title: str | None = None) -> Table:
     model = row["model"]
     arch = row.get("architecture", {})
-    caption = (
-        f"protocol {row['protocol']['name']}, trim {row['protocol']['trim']}; "
-        f"{len(row['matrices'])} matrices, {len(row['vectors'])} vectors, {len(row['skipped'])} skipped"
-    )
+    if model["source"] == "cohort":
+        contents = f"{model['cohort']} summary: per-kind medians only"
+    else:
+        contents = f"{len(row['matrices'])} matrices, {len(row['vectors'])} vectors, {len(row['skipped'])} skipped"
+    caption = f"protocol {row['protocol']['name']}, trim {row['protocol']['trim']}; {contents}"
     table = Table(
         title=title or f"{model['id']}" + (f"@{model['revision']}" if model.get("revision") else ""),
         caption=caption,
