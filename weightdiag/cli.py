@@ -286,6 +286,15 @@ def db_export(
         sys.stdout.write(buffer.getvalue())
 
 
+def _register_extra_commands() -> None:
+    from .cli_report import register
+
+    register(app)
+
+
+_register_extra_commands()
+
+
 @app.command()
 def version() -> None:
     """Print the weightdiag version."""

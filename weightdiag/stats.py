@@ -57,6 +57,7 @@ class MatrixStats:
     max_abs: float
     q99_abs: float
     max_over_q99: float
+    distinct_values: int  # occupied codes: exact for 16/8-bit dtypes, 2^-7-wide buckets for F32
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -157,6 +158,7 @@ class Summary:
             max_abs=red.max_abs,
             q99_abs=q99,
             max_over_q99=red.max_abs / q99 if q99 > 0 else float("nan"),
+            distinct_values=int(self._used.size),
         )
 
 
