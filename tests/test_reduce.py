@@ -98,9 +98,7 @@ def test_threaded_split_gives_the_same_answer(monkeypatch):
     split32 = kernels.count_f32(view32, t.thresholds, t.irregular, len(t.irregular_bins))
     for u, v in zip(split32, whole32, strict=True):
         assert np.array_equal(u, v)
-    np.testing.assert_allclose(
-        kernels.power_sums(np.nan_to_num(x, nan=0.0, posinf=0.0), 0.0), sums, rtol=1e-12
-    )
+    np.testing.assert_allclose(kernels.power_sums(np.nan_to_num(x, nan=0.0, posinf=0.0), 0.0), sums, rtol=1e-12)
     kernels._pool.cache_clear()
 
 

@@ -286,6 +286,139 @@ def db_export(
         sys.stdout.write(buffer.getvalue())
 
 
+@app.command()
+def sweep(
+    target: Annotated[str, typer.Argument(help="A Hub repo id (ORG/NAME) or a folder of checkpoint folders.")],
+    revisions: Annotated[str | None, typer.Option(help="Comma-separated revisions (branch / folder names).")] = None,
+    steps: Annotated[
+        str | None, typer.Option(help="log:N (N log-spaced steps; the default is log:14) or a,b,c.")
+    ] = None,
+    every: Annotated[bool, typer.Option("--all", help="Every revision.")] = False,
+    glob: Annotated[
+        str | None, typer.Option(help="Local runs: glob of checkpoint folders (default step*, ...).")
+    ] = None,
+    db: DbOption = None,
+    jobs: Annotated[int, typer.Option(help="Local worker processes.")] = 1,
+    executor: Annotated[str, typer.Option(help="local (processes) or ray (an existing Ray cluster).")] = "local",
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS).")] = None,
+    protocol: ProtocolOption = "hist1024",
+    device: DeviceOption = "auto",
+    lr: Annotated[float | None, typer.Option("--lr", help="Peak learning rate (for T/tau).")] = None,
+    weight_decay: Annotated[float | None, typer.Option("--weight-decay", help="AdamW weight decay.")] = None,
+    preset: Annotated[str | None, typer.Option(help="Recipe preset, e.g. pythia-410m.")] = None,
+    name: Annotated[str | None, typer.Option(help="Model id for the rows (default: repo id or folder name).")] = None,
+    token: TokenOption = None,
+    download: Annotated[bool, typer.Option("--download", help="Fetch whole shards into the HF cache.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the outcomes as JSON.")] = False,
+) -> None:
+    """Fit every selected checkpoint of a training run into the database (resumable, parallel)."""
+    from dataclasses import asdict
+
+    from rich.table import Table
+
+    from . import sweep as sw
+    from .db import default_db_dir
+    from .errors import BadInputError
+    from .pipeline import FitOptions
+
+    options = FitOptions(protocol=protocol, device=device, lr=lr, weight_decay=weight_decay, preset=preset)
+    options.validate()
+    if jobs < 1:
+        raise BadInputError("--jobs must be at least 1")
+    plan = sw.plan_sweep(
+        target,
+        model_id=name,
+        names=revisions.split(",") if revisions else None,
+        steps=steps,
+        everything=every,
+        glob=glob,
+        token=token,
+    )
+    if executor == "ray":
+        runner = sw.ray_runner(ray_address)
+    elif executor == "local":
+        runner = sw.process_runner(jobs) if jobs > 1 else sw.serial_runner
+    else:
+        raise BadInputError(f"--executor {executor!r}: choose local or ray")
+    fields = ("protocol", "device", "lr", "weight_decay", "preset")
+    option_dict = {f: getattr(options, f) for f in fields}
+    stderr.print(f"{plan.model_id}: {len(plan.revisions)} revisions " + ", ".join(r.name for r in plan.revisions))
+
+    def show(outcome: sw.Outcome) -> None:
+        if not as_json:
+            stderr.print(f"  {outcome.revision}: {outcome.status} {outcome.detail}".rstrip(), markup=False)
+
+    outcomes = sw.run_sweep(
+        plan, db or default_db_dir(), option_dict, runner, token=token, download=download, on_outcome=show
+    )
+    if as_json:
+        _print_json([asdict(o) for o in outcomes])
+    else:
+        counts = {s: sum(o.status == s for o in outcomes) for s in ("fitted", "reused", "existing", "failed")}
+        table = Table(title=f"sweep {plan.model_id}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        for col in ("revision", "status", "seconds", "FFN median k", "detail"):
+            table.add_column(col)
+        for o in outcomes:
+            table.add_row(
+                o.revision,
+                o.status,
+                f"{o.seconds:.1f}" if o.seconds else "-",
+                f"{o.ffn_median_k:.4f}" if o.ffn_median_k else "-",
+                o.detail,
+            )
+        stdout.print(table)
+    if any(o.status == "failed" for o in outcomes):
+        raise typer.Exit(ExitCode.INTERNAL)
+
+
+@app.command()
+def trajectory(
+    model: Annotated[str, typer.Argument(help="Model id of the swept rows (repo id or run folder name).")],
+    db: DbOption = None,
+    schedule: Annotated[
+        str, typer.Option(help="constant (T x eta x wd) or cosine (warmup + cosine decay).")
+    ] = "constant",
+    total: Annotated[float | None, typer.Option(help="Cosine: total training steps.")] = None,
+    warmup: Annotated[float, typer.Option(help="Cosine: warm-up steps.")] = 0.0,
+    min_lr_ratio: Annotated[float, typer.Option(help="Cosine: final learning rate / peak.")] = 0.1,
+    plot: Annotated[
+        Path | None, typer.Option(help="Write PNG plots into this folder (needs weightdiag[plot]).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
+) -> None:
+    """Read a swept run from its rows: k and λ over steps, drift, λ peak, step-0 checks, std patterns."""
+    from .db import find_rows
+    from .diagnose import trajectory as tr
+    from .errors import BadInputError
+    from .render.reports import trajectory_view
+
+    rows = [r for r in find_rows(model, db) if r["model"]["id"] == model]
+    if not rows:
+        raise BadInputError(f"{model}: no rows in the database; run `weightdiag sweep {model}` first")
+    if schedule not in ("constant", "cosine"):
+        raise BadInputError(f"--schedule {schedule!r}: choose constant or cosine")
+    spec = None
+    if schedule == "cosine":
+        if not total:
+            raise BadInputError("--schedule cosine needs --total (the run's total steps)")
+        spec = {"kind": "cosine", "total": total, "warmup": warmup, "min_ratio": min_lr_ratio}
+    result = tr.trajectory(rows, spec)
+    if plot:
+        from .render.trajectory_plots import k_lambda_plot, std_heatmap
+
+        plot.mkdir(parents=True, exist_ok=True)
+        points = [(s, r) for s, r in tr.ordered(rows) if r["matrices"]]
+        files = [str(k_lambda_plot(result, plot / "k_lambda_vs_step.png"))]
+        if points:
+            steps_, blocks, table = tr.block_std(points)
+            files.append(str(std_heatmap(steps_, blocks, table, model, plot / "std_heatmap.png")))
+        result["plots"] = files
+    if as_json:
+        _print_json(result)
+    else:
+        stdout.print(trajectory_view(result))
+
+
 def _register_extra_commands() -> None:
     from .cli_report import register
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,3 +241,87 @@ def write_model(path: str | Path, spec: ModelSpec, modify: Modifier | None = Non
 
 def iter_matrices(spec: ModelSpec) -> Iterator[TensorSpec]:
     return (t for t in spec.tensors() if t.fill is None)
+
+
+# --- a synthetic training run (for sweep/trajectory tests and demos) -------------------------------
+
+
+@dataclass
+class RunSpec:
+    """A GPT-NeoX-shaped run with known dynamics, one checkpoint per step.
+
+    - step 0 is the Pythia init (recipe A: small_init for qkv/ffn_in, wang_init for o/ffn_out);
+    - Transmission sigma grows until `peak_step` (x (1 + growth)) then retreats halfway back;
+    - W_qkv turns heavy-tailed over training (a Gaussian scale mixture), so its k falls;
+    - the deepest `stagnant` blocks keep their init weights (deep-layer stagnation);
+    - `duplicate` = (a, b): step b is written as an exact copy of step a (Pythia issue 205).
+    """
+
+    steps: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000, 2000, 4000, 8000)
+    n_layers: int = 6
+    d_model: int = 128
+    n_heads: int = 4
+    ffn_size: int = 512
+    vocab: int = 512
+    peak_step: int = 1000
+    growth: float = 1.5
+    stagnant: int = 2
+    heavy_tail: float = 0.7
+    duplicate: tuple[int, int] | None = (4000, 8000)
+    seed: int = 0
+
+    def model(self, step: int) -> ModelSpec:
+        sigma = pythia_init_sigmas(self.d_model, self.n_layers, "A")
+        return ModelSpec(
+            family="gpt_neox",
+            n_layers=self.n_layers,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_kv_heads=self.n_heads,
+            ffn_size=self.ffn_size,
+            vocab=self.vocab,
+            dtype="BF16",
+            sigma=sigma,
+            seed=self.seed + step,
+        )
+
+    def scale(self, step: int) -> float:
+        """Transmission sigma multiplier: linear growth to the peak, then a retreat halfway back."""
+        if step <= self.peak_step:
+            return 1 + self.growth * step / self.peak_step
+        last = max(self.steps)
+        back = (step - self.peak_step) / max(last - self.peak_step, 1)
+        return 1 + self.growth * (1 - 0.5 * back)
+
+    def tail(self, step: int) -> float:
+        last = max(self.steps)
+        return self.heavy_tail * math.log1p(step) / math.log1p(last)
+
+
+def write_training_run(root: str | Path, run: RunSpec) -> dict[int, Path]:
+    """Write `root/step_<N>` checkpoint folders; returns {step: folder}."""
+    import shutil
+
+    root = Path(root)
+    folders: dict[int, Path] = {}
+    for step in run.steps:
+        folder = root / f"step_{step}"
+        if run.duplicate and step == run.duplicate[1]:
+            # Hard links: the very same files, as a Hub serves one LFS object under two branches.
+            shutil.copytree(folders[run.duplicate[0]], folder, dirs_exist_ok=True, copy_function=os.link)
+            folders[step] = folder
+            continue
+        rng = np.random.default_rng(run.seed * 7919 + step)
+
+        def modify(t: TensorSpec, x: np.ndarray, step: int = step, rng: np.random.Generator = rng) -> np.ndarray:
+            if step == 0 or t.fill is not None or t.block is None or t.block >= run.n_layers - run.stagnant:
+                return x
+            if t.kind == "qkv":
+                spread = run.tail(step)
+                return x * np.exp(spread * rng.standard_normal(x.shape) - spread**2).astype(np.float32)
+            if t.kind in ("o", "ffn_in", "ffn_out"):
+                return x * np.float32(run.scale(step))
+            return x
+
+        folders[step] = write_model(folder, run.model(step), modify=modify)
+    return folders

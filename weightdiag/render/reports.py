@@ -90,3 +90,37 @@ def db_list_view(rows: list[dict[str, Any]]) -> Table:
             r["created"] or "-",
         )
     return table
+
+
+def trajectory_view(t: dict[str, Any]) -> Group:
+    parts: list[Any] = []
+    if not t.get("steps"):
+        return Group(Text("\n".join(t["findings"])))
+    kinds = list(t["kinds"])
+    table = Table(title=f"{t['model']}: per-kind median k (λ) over {len(t['steps'])} checkpoints")
+    table.add_column("step", justify="right")
+    table.add_column("T/τ state")
+    for kind in kinds:
+        table.add_column(kind, justify="right")
+    states = {s["step"]: s for s in t["states"]}
+    for step, revision in zip(t["steps"], t["revisions"], strict=True):
+        cells = []
+        for kind in kinds:
+            s = t["kinds"][kind]
+            if step in s["steps"]:
+                i = s["steps"].index(step)
+                cells.append(f"{s['k'][i]:.4f} ({s['lambda'][i]:.3g})")
+            else:
+                cells.append("-")
+        state = states.get(step, {})
+        label = f"{state['t_over_tau']:.3g} {state['state']}" if state.get("t_over_tau") is not None else "unknown"
+        original = t["duplicates"].get(revision)
+        table.add_row(str(step) + (f" (= {original})" if original else ""), label, *cells)
+    parts.append(table)
+    findings = Text("Findings\n", style="bold")
+    for line in t["findings"]:
+        findings.append(f"  - {line}\n", style="")
+    parts.append(findings)
+    if t.get("plots"):
+        parts.append(Text("plots: " + ", ".join(t["plots"]), style="dim"))
+    return Group(*parts)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -105,11 +107,26 @@ def open_hub(
 
 def _model_info(repo: str, revision: str | None, token: str | None):
     from huggingface_hub import HfApi
+
+    with hub_errors(repo, revision, token):
+        return HfApi(endpoint=_endpoint(), token=token).model_info(repo, revision=revision, files_metadata=True)
+
+
+def _unreachable(exc: BaseException) -> HubError:
+    return HubError(
+        f"cannot reach the Hub at {_endpoint()} ({type(exc).__name__}); check the network, or set "
+        "HF_HUB_OFFLINE=1 to use models already in the local cache"
+    )
+
+
+@contextmanager
+def hub_errors(repo: str, revision: str | None, token: str | None) -> Iterator[None]:
+    """Turn huggingface_hub and network exceptions into one-line HubErrors (exit code 3)."""
+    from huggingface_hub import HfApi
     from huggingface_hub import errors as hf
 
-    api = HfApi(endpoint=_endpoint(), token=token)
     try:
-        return api.model_info(repo, revision=revision, files_metadata=True)
+        yield
     except hf.GatedRepoError as exc:
         status = getattr(getattr(exc, "response", None), "status_code", None)
         if status == 403 or token or os.environ.get("HF_TOKEN"):
@@ -122,6 +139,7 @@ def _model_info(repo: str, revision: str | None, token: str | None):
             "or set HF_TOKEN (or pass --token)"
         ) from None
     except hf.RevisionNotFoundError:
+        api = HfApi(endpoint=_endpoint(), token=token)
         raise HubError(f"{repo}: revision {revision!r} not found{_nearest_steps(api, repo, revision)}") from None
     except hf.RepositoryNotFoundError:
         raise HubError(
@@ -131,16 +149,10 @@ def _model_info(repo: str, revision: str | None, token: str | None):
         status = getattr(getattr(exc, "response", None), "status_code", "?")
         raise HubError(f"{repo}: the Hub answered HTTP {status}; try again later") from None
     except (OSError, ValueError) as exc:  # connection refused, DNS, TLS, timeouts
-        raise HubError(
-            f"cannot reach the Hub at {_endpoint()} ({type(exc).__name__}); check the network, or set "
-            "HF_HUB_OFFLINE=1 to use models already in the local cache"
-        ) from None
+        raise _unreachable(exc) from None
     except Exception as exc:
         if type(exc).__module__.split(".")[0] in ("httpx2", "httpx", "httpcore", "requests"):
-            raise HubError(
-                f"cannot reach the Hub at {_endpoint()} ({type(exc).__name__}); check the network, or set "
-                "HF_HUB_OFFLINE=1 to use models already in the local cache"
-            ) from None
+            raise _unreachable(exc) from None
         raise
 
 

@@ -1,0 +1,243 @@
+"""Sweeping a training run and reading its trajectory: synthetic runs with known dynamics."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from weightdiag import sweep as sw
+from weightdiag import synthetic
+from weightdiag.db import find_rows, iter_rows, load_row
+from weightdiag.diagnose import trajectory as tr
+from weightdiag.errors import BadInputError
+
+from .conftest import run_cli
+
+RUN = synthetic.RunSpec()  # steps 0..8000, peak 1000, 2 stagnant deep blocks, step 8000 == step 4000
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("run")
+    synthetic.write_training_run(root, RUN)
+    return root
+
+
+def _science(row: dict) -> dict:
+    return {k: v for k, v in row.items() if k not in ("created", "run", "model", "files")}
+
+
+def _rows(db: Path) -> dict[str, dict]:
+    return {row["model"]["revision"]: row for _, row in iter_rows(db)}
+
+
+def test_sweep_a_run_served_from_the_hub_and_read_its_trajectory(fake_hub, run_folder, tmp_path):
+    for step in RUN.steps:
+        fake_hub.add_folder("EleutherAI/pythia-70m", run_folder / f"step_{step}", branch=f"step{step}")
+    db = tmp_path / "db"
+    plan = sw.plan_sweep("EleutherAI/pythia-70m", everything=True)
+    assert [r.name for r in plan.revisions] == [f"step{s}" for s in RUN.steps]  # ordered by step, not by name
+    fake_hub.reset_counters()
+    outcomes = sw.run_sweep(plan, db, {"protocol": "hist1024", "device": "cpu"})
+    status = {o.revision: o.status for o in outcomes}
+    assert status.pop("step8000") == "reused" and set(status.values()) == {"fitted"}
+    # The duplicate was recognised from its LFS object ids: its bytes were never requested.
+    assert not [r for r in fake_hub.requests if "step8000" in r.path and r.path.endswith(".safetensors")]
+    rows = _rows(db)
+    assert rows["step8000"]["duplicate_of"] == "step4000"
+    assert _science({**rows["step8000"], "duplicate_of": None, "hyperparameters": None}) == _science(
+        {**rows["step4000"], "duplicate_of": None, "hyperparameters": None}
+    )
+    # Pythia's recipe is recognised from the repo name and T comes from each step branch.
+    assert rows["step1000"]["hyperparameters"]["steps"] == 1000
+    assert rows["step1000"]["hyperparameters"]["t_over_tau"] == pytest.approx(1000 * 1e-3 * 0.01)
+
+    t = tr.trajectory(find_rows("EleutherAI/pythia-70m", db))
+    assert t["steps"] == list(RUN.steps)
+    assert t["lambda_o_peak"]["peak_step"] == RUN.peak_step  # lambda growth, then retreat
+    assert 10 < t["lambda_o_peak"]["retreat_percent"] < 25
+    assert t["paired_lambda"]["pearson_r_loglog"] > 0.99
+    assert t["drift"]["qkv"]["delta_from_step0"] < -0.1  # Q/K (fused) k falling
+    assert abs(t["drift"]["ffn_in"]["delta_from_step0"]) < 0.02  # Transmission k stays put
+    assert t["std_pattern"]["pattern"] == "deep-layer stagnation"
+    assert t["std_pattern"]["blocks"] == [RUN.n_layers - 2, RUN.n_layers - 1]
+    step0 = t["step0"]
+    assert step0["k_at_anchor"] and step0["norms_at_sqrt_d"]
+    assert step0["lambda_ratio"]["closest"].startswith("small_init + wang_init")
+    assert abs(step0["lambda_ratio"]["error_percent"]) < 1  # paper Table 5: within 0.13%
+    assert t["duplicates"] == {"step8000": "step4000"}
+    assert t["states"][-1]["state"] == "Transition"
+
+
+def test_resume_skips_existing_rows_and_local_duplicates_are_hard_links(run_folder, tmp_path):
+    db = tmp_path / "db"
+    plan = sw.plan_sweep(str(run_folder), steps="0,1000,4000,8000")
+    first = sw.run_sweep(plan, db, {"protocol": "hist1024", "device": "cpu"})
+    assert [o.status for o in first] == ["fitted", "fitted", "fitted", "reused"]
+    again = sw.run_sweep(plan, db, {"protocol": "hist1024", "device": "cpu"})
+    assert {o.status for o in again} == {"existing"}
+    assert len(list((db / "rows").glob("*.json"))) == 4
+
+
+def test_selection():
+    revs = [sw.Revision(f"step{s}", s, f"x@step{s}") for s in (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)]
+    revs.append(sw.Revision("main", None, "x@main"))
+    chosen = sw.select(revs, steps="log:5")
+    assert next(r.step for r in chosen) == 0 and chosen[-1].step == 1000 and len(chosen) == 5
+    assert [r.name for r in sw.select(revs, names=["step4", "main"])] == ["step4", "main"]
+    assert len(sw.select(revs, everything=True)) == 13
+    assert [r.step for r in sw.select(revs, steps="8,64")] == [8, 64]
+    with pytest.raises(BadInputError, match="does not exist"):
+        sw.select(revs, names=["step3"])
+    with pytest.raises(BadInputError, match="step 3 does not exist"):
+        sw.select(revs, steps="3")
+    with pytest.raises(BadInputError, match="log:N"):
+        sw.select(revs, steps="log:x")
+
+
+def test_cosine_schedule_integral():
+    # Constant: T steps. Cosine to 10% after a 1% warm-up: the mean rate over the run is ~0.55.
+    assert tr.lr_integral(500, 1000, 0, "constant", 0.1) == 500
+    full = tr.lr_integral(143_000, 143_000, 1430, "cosine", 0.1)
+    assert full / 143_000 == pytest.approx(0.55 * 0.99 + 0.005, abs=0.01)
+    assert tr.lr_integral(1430, 143_000, 1430, "cosine", 0.1) == pytest.approx(715)
+
+
+# --- the CLI: parallel workers, Ray, interruption ------------------------------------------------------
+
+
+def _sweep_cli(run_folder: Path, db: Path, *extra: str, env: dict | None = None):
+    return run_cli("sweep", str(run_folder), "--all", "--db", str(db), "--device", "cpu", *extra, env=env)
+
+
+def test_jobs_2_gives_the_same_rows_as_a_serial_sweep(run_folder, tmp_path):
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    out = _sweep_cli(run_folder, serial)
+    assert out.returncode == 0, out.stderr
+    assert "14 fitted, 1 reused" in out.stdout
+    out = _sweep_cli(run_folder, parallel, "--jobs", "2")
+    assert out.returncode == 0, out.stderr
+    a, b = _rows(serial), _rows(parallel)
+    assert set(a) == set(b) and len(a) == len(RUN.steps)
+    for rev in a:
+        assert _science(a[rev]) == _science(b[rev]), rev
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_ray_executor_gives_the_same_rows(run_folder, tmp_path):
+    pytest.importorskip("ray")
+    ray_bin = Path(sys.executable).parent / "ray"
+    port = _free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    start = subprocess.run(
+        [
+            str(ray_bin),
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert start.returncode == 0, start.stderr[-2000:]
+    try:
+        serial, ray_db = tmp_path / "serial", tmp_path / "ray"
+        assert _sweep_cli(run_folder, serial).returncode == 0
+        out = _sweep_cli(
+            run_folder,
+            ray_db,
+            "--executor",
+            "ray",
+            "--ray-address",
+            f"127.0.0.1:{port}",
+            env={"RAY_AUTH_MODE": "disabled"},
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        a, b = _rows(serial), _rows(ray_db)
+        assert set(a) == set(b)
+        for rev in a:
+            assert _science(a[rev]) == _science(b[rev]), rev
+    finally:
+        subprocess.run([str(ray_bin), "stop", "--force"], capture_output=True, env=env, timeout=120)
+
+
+def test_kill_9_in_the_middle_then_rerun_leaves_exactly_one_valid_row_each(tmp_path):
+    run = synthetic.RunSpec(
+        steps=(0, 10, 20, 30, 40, 50, 60, 70), n_layers=8, d_model=256, ffn_size=1024, duplicate=None, peak_step=40
+    )
+    root = tmp_path / "run"
+    synthetic.write_training_run(root, run)
+    db = tmp_path / "db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "weightdiag", "sweep", str(root), "--all", "--db", str(db), "--device", "cpu"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list((db / "rows").glob("*.json"))) < 2:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = len(list((db / "rows").glob("*.json")))
+    assert 2 <= done_before < len(run.steps), "the sweep should be interrupted in the middle"
+    out = run_cli("sweep", str(root), "--all", "--db", str(db), "--device", "cpu", "--json")
+    assert out.returncode == 0, out.stderr
+    statuses = [o["status"] for o in json.loads(out.stdout)]
+    assert statuses.count("existing") == done_before and statuses.count("fitted") == len(run.steps) - done_before
+    rows = sorted((db / "rows").glob("*.json"))
+    assert len(rows) == len(run.steps)
+    for path in rows:
+        load_row(path)  # each one complete and valid
+    revisions = [load_row(p)["model"]["revision"] for p in rows]
+    assert sorted(revisions) == sorted(f"step_{s}" for s in run.steps)
+
+
+def test_trajectory_cli_with_plots_and_json(run_folder, tmp_path):
+    db = tmp_path / "db"
+    assert _sweep_cli(run_folder, db, "--preset", "pythia-70m").returncode == 0
+    name = run_folder.resolve().name
+    out = run_cli("trajectory", name, "--db", str(db), "--plot", str(tmp_path / "plots"))
+    assert out.returncode == 0, out.stderr
+    for text in ("Findings", "deep-layer stagnation", "peaked at step 1000", "small_init + wang_init"):
+        assert text in out.stdout, text
+    for png in ("k_lambda_vs_step.png", "std_heatmap.png"):
+        assert (tmp_path / "plots" / png).stat().st_size > 10_000
+    data = json.loads(run_cli("trajectory", name, "--db", str(db), "--json").stdout)
+    assert data["lambda_o_peak"]["peak_step"] == 1000 and data["states"][-1]["state"] == "Transition"
+    cosine = json.loads(
+        run_cli(
+            "trajectory", name, "--db", str(db), "--json", "--schedule", "cosine", "--total", "8000", "--warmup", "80"
+        ).stdout
+    )
+    assert cosine["states"][-1]["t_over_tau"] < data["states"][-1]["t_over_tau"]
+    missing = run_cli("trajectory", "no/such-run", "--db", str(db))
+    assert missing.returncode == 2 and "sweep" in missing.stderr
+
+
+def test_bad_sweep_targets(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = run_cli("sweep", str(empty), "--db", str(tmp_path / "db"))
+    assert out.returncode == 2 and "no checkpoint folders" in out.stderr
+    assert run_cli("sweep", "org/name@step1", "--db", str(tmp_path)).returncode == 2
+    shutil.rmtree(empty)

@@ -1,0 +1,357 @@
+"""Read a training run from its rows: k and lambda over steps, drift, lambda peaks, init checks, std patterns.
+
+Everything here works on rows (one per revision, as written by `weightdiag sweep`), never on
+weights. Cuts for the layer-wise std patterns (seed 000's anomaly table, made quantitative here):
+- exploding inflation: a block's std reaches > 5x its first value and > 3x the median block's
+  peak growth, or any checkpoint holds NaN/Inf weights;
+- deep-layer stagnation: the deepest third of blocks moves by < 5% (median) while the shallowest
+  third grows by > 20% and at least 4x as much;
+- global oscillation: >= 75% of blocks reverse direction at least twice, each swing > 5% of std;
+- undifferentiated evolution: every block grows by > 10% and the spread of growth across blocks is
+  < 15% of the median growth;
+- otherwise differentiated evolution (healthy: depths move at their own pace).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .classes import BAND, INIT_ANCHOR_K
+from .functions import lambda_paired_correlation
+from .lambda_axis import state_of
+
+WEIGHT_KINDS = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "ffn_in", "ffn_out")
+INPUT_SIDE = {"qkv": "o", "ffn_in": "ffn_out", "up": "down", "gate": "down"}  # in/out pairs of App. A.3
+K_BINNING_TOLERANCE = 0.0018  # hist1024's bin-phase effect on k0 (tests/test_fit.py)
+
+
+def _step(row: dict[str, Any]) -> int | None:
+    hp = row.get("hyperparameters") or {}
+    if "step" in (hp.get("source") or "") and hp.get("steps") is not None:
+        return int(hp["steps"])
+    from .lambda_axis import step_from_revision
+
+    return step_from_revision(row["model"].get("revision"))
+
+
+def ordered(rows: Sequence[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """(step, row) for rows with a step number, ascending; one row per step (the newest)."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        step = _step(row)
+        if step is None:
+            continue
+        if step not in by_step or (row.get("created") or "") > (by_step[step].get("created") or ""):
+            by_step[step] = row
+    return sorted(by_step.items())
+
+
+# --- learning-rate schedules (for T/tau with decay) -----------------------------------------------
+
+
+def lr_integral(step: float, total: float, warmup: float, schedule: str, min_ratio: float) -> float:
+    """Sum of eta(t) / eta_peak over the first `step` steps (continuous approximation)."""
+    if schedule == "constant":
+        return step
+    if schedule != "cosine":
+        raise ValueError(f"unknown schedule {schedule!r}")
+    w = min(step, warmup)
+    area = w * w / (2 * warmup) if warmup > 0 else 0.0
+    if step > warmup:
+        span = max(total - warmup, 1.0)
+        x = min(step, total) - warmup
+        # integral of min + (1 - min) (1 + cos(pi u / span)) / 2 over [0, x]
+        area += min_ratio * x + (1 - min_ratio) * (x / 2 + span / (2 * math.pi) * math.sin(math.pi * x / span))
+        if step > total:
+            area += min_ratio * (step - total)
+    return area
+
+
+def t_over_tau_at(step: int, hp: dict[str, Any], schedule: dict[str, Any] | None) -> float | None:
+    lr, wd = hp.get("lr"), hp.get("weight_decay")
+    if not lr or not wd:
+        return None
+    if not schedule or schedule.get("kind", "constant") == "constant":
+        return step * lr * wd
+    effective = lr_integral(
+        step, schedule["total"], schedule.get("warmup", 0), schedule["kind"], schedule.get("min_ratio", 0.1)
+    )
+    return effective * lr * wd
+
+
+# --- the pieces ------------------------------------------------------------------------------------
+
+
+def _kind_series(points: list[tuple[int, dict[str, Any]]]) -> dict[str, dict[str, list]]:
+    series: dict[str, dict[str, list]] = {}
+    for step, row in points:
+        for kind, s in row["kinds"].items():
+            if kind not in WEIGHT_KINDS or s.get("k_median") is None:
+                continue
+            entry = series.setdefault(kind, {"steps": [], "k": [], "lambda": []})
+            entry["steps"].append(step)
+            entry["k"].append(s["k_median"])
+            entry["lambda"].append(s["lambda_median"])
+    return series
+
+
+def _lambda_peak(series: dict[str, list]) -> dict[str, Any] | None:
+    lam = series["lambda"]
+    if len(lam) < 3:
+        return None
+    i = int(np.argmax(lam))
+    peak, final = lam[i], lam[-1]
+    return {
+        "peak_step": series["steps"][i],
+        "peak_lambda": peak,
+        "final_lambda": final,
+        "retreat_percent": (peak - final) / peak * 100,
+        "still_rising": i == len(lam) - 1,
+    }
+
+
+def _drift(series: dict[str, dict[str, list]], has_step0: bool) -> dict[str, Any]:
+    out = {}
+    for kind, s in series.items():
+        final = s["k"][-1]
+        entry = {"k_final": final, "delta_from_anchor": final - INIT_ANCHOR_K}
+        if has_step0 and s["steps"][0] == 0:
+            entry.update(k_step0=s["k"][0], delta_from_step0=final - s["k"][0])
+        out[kind] = entry
+    return out
+
+
+def step0_checks(row: dict[str, Any]) -> dict[str, Any]:
+    """At initialisation: k of every block at the anchor, in/out lambda ratios of App. A.3, norms at sqrt(d)."""
+    k_off = []
+    for m in row["matrices"]:
+        fit = m["fits"]["mid80"]
+        if m["kind"] not in WEIGHT_KINDS or not fit["ok"]:
+            continue
+        tolerance = K_BINNING_TOLERANCE + 4 * 1.7 / math.sqrt(max(m["numel"], 1))  # sampling noise of k
+        if abs(fit["k"] - INIT_ANCHOR_K) > tolerance:
+            k_off.append({"name": m["name"], "block": m["block"], "k": fit["k"], "tolerance": tolerance})
+    ratios = []
+    by_block: dict[int, dict[str, float]] = {}
+    for m in row["matrices"]:
+        if m["block"] is not None and m["fits"]["mid80"]["ok"]:
+            by_block.setdefault(m["block"], {})[m["kind"]] = m["fits"]["mid80"]["lambda"]
+    for kinds in by_block.values():
+        for inner, outer in INPUT_SIDE.items():
+            if inner in kinds and outer in kinds:
+                ratios.append(kinds[inner] / kinds[outer])
+    arch = row.get("architecture") or {}
+    n_layers = arch.get("n_layers")
+    recipe = None
+    measured = float(np.mean(ratios)) if ratios else None
+    if measured and n_layers:
+        predictions = {
+            "small_init + wang_init (L / sqrt(10))": n_layers / math.sqrt(10),
+            "normal + scaled_normal (sqrt(2L))": math.sqrt(2 * n_layers),
+            "same sigma for all (1)": 1.0,
+        }
+        name, value = min(predictions.items(), key=lambda kv: abs(math.log(measured / kv[1])))
+        recipe = {
+            "measured_in_out_ratio": measured,
+            "predictions": predictions,
+            "closest": name,
+            "error_percent": (measured / value - 1) * 100,
+        }
+    norms_off = [
+        {"name": v["name"], "l2_over_sqrt_d": v["l2_over_sqrt_d"]}
+        for v in row["vectors"]
+        if v["kind"] == "norm"
+        and v.get("param") == "weight"
+        and v.get("l2_over_sqrt_d") is not None
+        and abs(v["l2_over_sqrt_d"] - 1.0) > 1e-3
+    ]
+    n_norms = sum(1 for v in row["vectors"] if v["kind"] == "norm" and v.get("param") == "weight")
+    return {
+        "k_at_anchor": not k_off,
+        "k_off_anchor": k_off,
+        "lambda_ratio": recipe,
+        "norms_at_sqrt_d": not norms_off,
+        "norms_checked": n_norms,
+        "norms_off": norms_off,
+    }
+
+
+def block_std(points: list[tuple[int, dict[str, Any]]]) -> tuple[list[int], list[int], np.ndarray]:
+    """(steps, blocks, std[step, block]): per block the median std over its attention/FFN matrices."""
+    steps = [s for s, _ in points]
+    blocks = sorted(
+        {m["block"] for _, r in points for m in r["matrices"] if m["block"] is not None and m["kind"] in WEIGHT_KINDS}
+    )
+    table = np.full((len(steps), len(blocks)), np.nan)
+    col = {b: i for i, b in enumerate(blocks)}
+    for i, (_, row) in enumerate(points):
+        values: dict[int, list[float]] = {}
+        for m in row["matrices"]:
+            if m["block"] is not None and m["kind"] in WEIGHT_KINDS and m["stats"].get("std"):
+                values.setdefault(m["block"], []).append(m["stats"]["std"])
+        for b, v in values.items():
+            table[i, col[b]] = float(np.median(v))
+    return steps, blocks, table
+
+
+def std_pattern(points: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    """Name the layer-wise std evolution (seed 000) with its evidence."""
+    steps, blocks, table = block_std(points)
+    nonfinite = [
+        (step, m["name"])
+        for step, r in points
+        for m in r["matrices"]
+        if (m["stats"].get("n_nan") or 0) + (m["stats"].get("n_inf") or 0) > 0
+    ]
+    if len(steps) < 2 or not blocks:
+        return {"pattern": "unknown", "evidence": "fewer than two checkpoints with per-block statistics"}
+    rel = table / table[0]
+    growth = rel[-1] - 1
+    peak_growth = np.nanmax(rel, axis=0)
+    third = max(1, len(blocks) // 3)
+    shallow, deep = growth[:third], growth[-third:]
+    evidence: dict[str, Any] = {
+        "blocks": blocks,
+        "growth_percent": [float(g * 100) for g in growth],
+        "shallow_median_growth_percent": float(np.nanmedian(shallow) * 100),
+        "deep_median_growth_percent": float(np.nanmedian(deep) * 100),
+    }
+    exploding = [b for b, p in zip(blocks, peak_growth, strict=True) if p > 5 and p > 3 * np.nanmedian(peak_growth)]
+    if nonfinite or exploding:
+        where = f"blocks {exploding}" if exploding else ""
+        bad = f"non-finite weights in {nonfinite[0][1]} at step {nonfinite[0][0]}" if nonfinite else ""
+        return {
+            "pattern": "exploding inflation",
+            "blocks": exploding,
+            "evidence": evidence,
+            "summary": "; ".join(x for x in (f"runaway std growth in {where}" if where else "", bad) if x),
+        }
+    deep_move, shallow_move = float(np.nanmedian(np.abs(deep))), float(np.nanmedian(shallow))
+    if deep_move < 0.05 and shallow_move > 0.2 and shallow_move > 4 * deep_move:
+        stagnant = [b for b, g in zip(blocks, growth, strict=True) if abs(g) < 0.05]
+        return {
+            "pattern": "deep-layer stagnation",
+            "blocks": stagnant,
+            "evidence": evidence,
+            "summary": f"deep blocks moved {deep_move * 100:.1f}% (median) while shallow blocks grew "
+            f"{shallow_move * 100:.0f}%: blocks {stagnant} barely left their init",
+        }
+    if len(steps) >= 4:
+        diffs = np.diff(table, axis=0) / table[:-1]
+        signs = np.where(np.abs(diffs) > 0.05, np.sign(diffs), 0)
+        reversals = [int(np.sum(np.abs(np.diff(col[col != 0])) == 2)) for col in signs.T]
+        if np.mean([r >= 2 for r in reversals]) >= 0.75:
+            return {
+                "pattern": "global oscillation",
+                "evidence": {**evidence, "reversals": reversals},
+                "summary": f"{sum(r >= 2 for r in reversals)} of {len(blocks)} blocks swing back and forth "
+                "(>= 2 reversals of > 5%)",
+            }
+    median_growth = float(np.nanmedian(growth))
+    if np.all(growth > 0.1) and (np.nanmax(growth) - np.nanmin(growth)) < 0.15 * median_growth:
+        return {
+            "pattern": "undifferentiated evolution",
+            "evidence": evidence,
+            "summary": f"all depths grew together ({np.nanmin(growth) * 100:.0f}-{np.nanmax(growth) * 100:.0f}%)",
+        }
+    return {
+        "pattern": "differentiated evolution",
+        "evidence": evidence,
+        "summary": f"shallow blocks grew {shallow_move * 100:.0f}% and deep blocks "
+        f"{float(np.nanmedian(deep)) * 100:.0f}% (median): depths move at their own pace",
+    }
+
+
+def trajectory(rows: Sequence[dict[str, Any]], schedule: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The whole reading of a run; `schedule` = {"kind": "cosine", "total": T, "warmup": W, "min_ratio": r}."""
+    points = ordered(rows)
+    if not points:
+        return {"steps": [], "findings": ["no rows with a step number (revisions named step*, checkpoint-*)"]}
+    series = _kind_series(points)
+    has_step0 = points[0][0] == 0
+    out: dict[str, Any] = {
+        "model": points[-1][1]["model"]["id"],
+        "steps": [s for s, _ in points],
+        "revisions": [r["model"].get("revision") for _, r in points],
+        "kinds": series,
+        "drift": _drift(series, has_step0),
+        "duplicates": {r["model"]["revision"]: r["duplicate_of"] for _, r in points if r.get("duplicate_of")},
+        "band": list(BAND),
+        "findings": [],
+    }
+    o_kind = "o" if "o" in series else None
+    out_kind = next((k for k in ("ffn_out", "down") if k in series), None)
+    if o_kind and out_kind:
+        out["paired_lambda"] = lambda_paired_correlation(series[o_kind]["lambda"], series[out_kind]["lambda"])
+    if o_kind:
+        out["lambda_o_peak"] = _lambda_peak(series[o_kind])
+    hp = points[-1][1].get("hyperparameters") or {}
+    states = []
+    for step, _ in points:
+        ratio = t_over_tau_at(step, hp, schedule)
+        states.append({"step": step, "t_over_tau": ratio, "state": state_of(ratio)})
+    out["states"] = states
+    out["schedule"] = schedule or {"kind": "constant"}
+    if has_step0 and points[0][1]["matrices"]:
+        out["step0"] = step0_checks(points[0][1])
+    out["std_pattern"] = std_pattern([(s, r) for s, r in points if r["matrices"]])
+    out["findings"] = _findings(out)
+    return out
+
+
+def _findings(t: dict[str, Any]) -> list[str]:
+    lines = []
+    for kind, d in t["drift"].items():
+        if kind in ("q", "k", "qkv") and "delta_from_step0" in d:
+            lines.append(
+                f"{kind}: k went from {d['k_step0']:.4f} at step 0 to {d['k_final']:.4f} "
+                f"(Δk {d['delta_from_step0']:+.4f}; {d['delta_from_anchor']:+.4f} from the anchor 1.2054)"
+            )
+    peak = t.get("lambda_o_peak")
+    if peak:
+        if peak["still_rising"]:
+            lines.append(f"λ_O is still rising at the last step ({peak['final_lambda']:.5g}): unsaturated training")
+        else:
+            lines.append(
+                f"λ_O peaked at step {peak['peak_step']} ({peak['peak_lambda']:.5g}) and retreated "
+                f"{peak['retreat_percent']:.0f}% by step {t['steps'][-1]}"
+            )
+    paired = t.get("paired_lambda")
+    if paired and paired["pearson_r_loglog"] is not None:
+        lines.append(
+            f"λ_O and λ_FFN_out move together over steps: log-log r = {paired['pearson_r_loglog']:.4f} "
+            f"(n = {paired['n']}; paper: 0.9967 for Pythia)"
+        )
+    if t["duplicates"]:
+        lines.append("identical checkpoints: " + ", ".join(f"{a} = {b}" for a, b in t["duplicates"].items()))
+    step0 = t.get("step0")
+    if step0:
+        if step0["k_at_anchor"]:
+            lines.append("step 0: every matrix's k is at the half-normal anchor 1.2054 (within sampling noise)")
+        else:
+            off = step0["k_off_anchor"]
+            first = off[0]
+            lines.append(f"step 0: {len(off)} matrices off the anchor 1.2054, e.g. {first['name']} k {first['k']:.4f}")
+        if step0["lambda_ratio"]:
+            r = step0["lambda_ratio"]
+            lines.append(
+                f"step 0: input/output λ ratio {r['measured_in_out_ratio']:.3f} matches {r['closest']} "
+                f"({r['error_percent']:+.2f}%)"
+            )
+        lines.append(
+            f"step 0: all {step0['norms_checked']} norm vectors at sqrt(d)"
+            if step0["norms_at_sqrt_d"]
+            else f"step 0: {len(step0['norms_off'])} norm vectors not at sqrt(d), e.g. "
+            f"{step0['norms_off'][0]['name']} {step0['norms_off'][0]['l2_over_sqrt_d']:.4f}"
+        )
+    pattern = t.get("std_pattern")
+    if pattern and pattern["pattern"] != "unknown":
+        lines.append(f"layer-wise std: {pattern['pattern']}: {pattern.get('summary', '')}")
+    known = [s for s in t["states"] if s["t_over_tau"] is not None]
+    if known:
+        lines.append(f"T/τ at the last step: {known[-1]['t_over_tau']:.3g} ({known[-1]['state']})")
+    return lines

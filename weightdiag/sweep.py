@@ -1,0 +1,408 @@
+"""Sweep a training run: fit every selected checkpoint revision into the database, resumably.
+
+A run is a Hub repo whose branches are checkpoints (Pythia's `step*`) or a local folder of
+checkpoint folders (`step_*`, `checkpoint-*`, ... or a glob). Before any weight byte is read,
+revisions whose files are identical (same LFS object ids on the Hub; the very same files on disk)
+are grouped: one is fitted and the others get a copy of its row, flagged `duplicate_of`. A revision
+that already has a row in the database is skipped, so an interrupted sweep (Ctrl-C, kill -9) is
+resumed by running it again; rows are written atomically, so no partial row is ever seen and
+several workers (processes, Ray tasks) can share one database folder.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .db import ROWS_DIR, load_row, row_filename, write_row
+from .diagnose.lambda_axis import step_from_revision
+from .errors import BadInputError, WeightdiagError
+
+LOCAL_PATTERNS = ("step*", "checkpoint-*", "checkpoint_*", "global_step*", "iter_*", "epoch*")
+
+
+@dataclass
+class Revision:
+    name: str  # branch / tag name, or the checkpoint folder's name
+    step: int | None
+    spec: str  # what api.open_model takes: "org/name@rev" or a folder path
+    commit: str | None = None
+    identity: tuple[str, ...] | None = None  # content identity known without reading weights
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Outcome:
+    revision: str
+    status: str  # fitted | reused | existing | failed
+    seconds: float = 0.0
+    detail: str = ""
+    row_path: str | None = None
+    ffn_median_k: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# --- listing revisions ---------------------------------------------------------------------------
+
+
+def _order(revisions: list[Revision]) -> list[Revision]:
+    return sorted(revisions, key=lambda r: (r.step is None, r.step if r.step is not None else 0, r.name))
+
+
+def hub_revisions(repo: str, token: str | None = None) -> list[Revision]:
+    """Every branch of a Hub repo (tags too), ordered by training step."""
+    from huggingface_hub import HfApi
+
+    from .source.hub import _endpoint, hub_errors
+
+    api = HfApi(endpoint=_endpoint(), token=token)
+    with hub_errors(repo, None, token):
+        refs = api.list_repo_refs(repo)
+    revisions = [
+        Revision(ref.name, step_from_revision(ref.name), f"{repo}@{ref.name}", commit=ref.target_commit)
+        for ref in list(refs.branches) + list(refs.tags)
+    ]
+    return _order(revisions)
+
+
+def local_revisions(folder: Path, glob: str | None = None) -> list[Revision]:
+    """Checkpoint sub-folders of a run folder (by pattern, or an explicit glob)."""
+    if not folder.is_dir():
+        raise BadInputError(f"{folder}: not a folder; give a folder of checkpoint folders or a Hub repo id")
+    patterns = (glob,) if glob else LOCAL_PATTERNS
+    found: dict[str, Path] = {}
+    for pattern in patterns:
+        for path in folder.glob(pattern):
+            if path.is_dir():
+                found[path.name] = path
+    if not found:
+        raise BadInputError(
+            f"{folder}: no checkpoint folders ({', '.join(patterns)}); name them step_N or checkpoint-N, or pass --glob"
+        )
+    return _order([Revision(name, step_from_revision(name), str(path)) for name, path in found.items()])
+
+
+# --- choosing ----------------------------------------------------------------------------------------
+
+
+def select(
+    revisions: list[Revision], *, names: Iterable[str] | None = None, steps: str | None = None, everything: bool = False
+) -> list[Revision]:
+    """--revisions a,b,c | --steps log:N | --steps a,b,c | --all."""
+    if everything:
+        return revisions
+    by_name = {r.name: r for r in revisions}
+    if names:
+        wanted = [n.strip() for n in names if n.strip()]
+        missing = [n for n in wanted if n not in by_name]
+        if missing:
+            raise BadInputError(f"revision {missing[0]!r} does not exist; available: {_preview(revisions)}")
+        return _order([by_name[n] for n in wanted])
+    stepped = [r for r in revisions if r.step is not None]
+    if not stepped:
+        raise BadInputError("no step-numbered revisions to choose from; use --revisions or --all")
+    spec = steps or "log:14"
+    if spec.startswith("log:"):
+        try:
+            count = int(spec[4:])
+        except ValueError:
+            raise BadInputError(f"--steps {spec!r}: expected log:N (N log-spaced steps)") from None
+        return _order(_log_spaced(stepped, count))
+    try:
+        targets = [int(s) for s in spec.split(",")]
+    except ValueError:
+        raise BadInputError(f"--steps {spec!r}: expected log:N or a comma-separated list of steps") from None
+    chosen = []
+    for t in targets:
+        match = [r for r in stepped if r.step == t]
+        if not match:
+            raise BadInputError(f"--steps: step {t} does not exist; available: {_preview(stepped)}")
+        chosen.append(match[0])
+    return _order(chosen)
+
+
+def _log_spaced(stepped: list[Revision], count: int) -> list[Revision]:
+    """`count` revisions spread evenly in log(step): step 0 (if any), the last, and log-spaced between."""
+    if count < 2:
+        raise BadInputError("--steps log:N needs N >= 2")
+    positive = [r for r in stepped if r.step and r.step > 0]
+    chosen: dict[str, Revision] = {}
+    zero = [r for r in stepped if r.step == 0]
+    if zero:
+        chosen[zero[0].name] = zero[0]
+    if positive:
+        lo, hi = math.log(positive[0].step), math.log(positive[-1].step)
+        slots = count - len(chosen)
+        for i in range(slots):
+            target = lo + (hi - lo) * i / max(slots - 1, 1)
+            best = min(positive, key=lambda r: abs(math.log(r.step) - target))
+            chosen[best.name] = best
+    return list(chosen.values())
+
+
+def _preview(revisions: list[Revision]) -> str:
+    names = [r.name for r in revisions]
+    return ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+
+
+# --- content identity (before any weight byte is read) -----------------------------------------
+
+
+def hub_identity(repo: str, revision: Revision, token: str | None = None) -> tuple[str, ...]:
+    from huggingface_hub import HfApi
+
+    from .source.hub import _endpoint, hub_errors
+
+    api = HfApi(endpoint=_endpoint(), token=token)
+    with hub_errors(repo, revision.name, token):
+        info = api.model_info(repo, revision=revision.commit or revision.name, files_metadata=True)
+    revision.commit = info.sha
+    weights = sorted(
+        (s.rfilename, s.lfs.sha256 if s.lfs else (s.blob_id or ""))
+        for s in info.siblings or []
+        if re.search(r"\.(safetensors|bin|gguf)$", s.rfilename)
+    )
+    return tuple(f"{name}:{oid}" for name, oid in weights) or (f"commit:{info.sha}",)
+
+
+def local_identity(folder: Path) -> tuple[str, ...]:
+    """The weight files themselves (device, inode, size): symlinked or hard-linked copies are identical."""
+    out = []
+    for path in sorted(folder.iterdir()):
+        if re.search(r"\.(safetensors|bin|gguf)$", path.name):
+            st = path.stat()  # follows symlinks: HF-cache style links to one blob are the same content
+            out.append(f"{path.name}:{st.st_dev}:{st.st_ino}:{st.st_size}")
+    return tuple(out)
+
+
+# --- running -----------------------------------------------------------------------------------------
+
+
+def row_path(db: Path, model_id: str, revision: str, protocol: str) -> Path:
+    stub = {"model": {"id": model_id, "revision": revision}, "protocol": {"name": protocol}}
+    return db / ROWS_DIR / row_filename(stub)
+
+
+def fit_revision(task: dict[str, Any]) -> dict[str, Any]:
+    """Fit one revision and write its row (runs in worker processes and Ray tasks: plain dicts in and out)."""
+    from .api import open_model, save_row
+    from .diagnose.functions import ffn_median_k
+    from .pipeline import FitOptions, fit_plan
+
+    started = time.perf_counter()
+    try:
+        options = FitOptions(**task["options"])
+        plan, reader = open_model(
+            task["spec"], model_id=task["model_id"], token=task.get("token"), download=task.get("download", False)
+        )
+        plan.model_id = task["model_id"]
+        plan.revision = task["revision"]
+        row = fit_plan(plan, reader, options)
+        path = save_row(row, task["db"])
+        return asdict(
+            Outcome(
+                task["revision"],
+                "fitted",
+                time.perf_counter() - started,
+                row_path=str(path),
+                ffn_median_k=ffn_median_k(row),
+            )
+        )
+    except WeightdiagError as exc:
+        return asdict(Outcome(task["revision"], "failed", time.perf_counter() - started, detail=exc.message))
+    except Exception as exc:  # one bad checkpoint must not stop the sweep; its reason is reported
+        return asdict(
+            Outcome(
+                task["revision"],
+                "failed",
+                time.perf_counter() - started,
+                detail=f"internal error: {type(exc).__name__}: {exc}",
+            )
+        )
+
+
+def reuse_row(source: Path, revision: Revision, original: str, db: Path, options: dict[str, Any]) -> Path:
+    """Write the row of `original` again for a revision with identical files, flagged as a duplicate."""
+    from .diagnose.lambda_axis import resolve
+
+    row = load_row(source)
+    row["model"]["revision"] = revision.name
+    row["model"]["commit"] = revision.commit or row["model"].get("commit")
+    row["duplicate_of"] = original
+    row["hyperparameters"] = resolve(
+        row["model"]["id"],
+        revision.name,
+        lr=options.get("lr"),
+        weight_decay=options.get("weight_decay"),
+        steps=options.get("steps"),
+        preset=options.get("preset"),
+    ).to_json()
+    return write_row(row, db)
+
+
+Runner = Callable[[list[dict[str, Any]]], Iterable[dict[str, Any]]]
+
+
+def serial_runner(tasks: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+    for task in tasks:
+        yield fit_revision(task)
+
+
+def process_runner(jobs: int) -> Runner:
+    def run(tasks: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # Each worker reduces with its share of the cores.
+        ctx = mp.get_context("spawn")
+        os.environ.setdefault("WEIGHTDIAG_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
+        with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+            futures = [pool.submit(fit_revision, t) for t in tasks]
+            for future in as_completed(futures):
+                yield future.result()
+
+    return run
+
+
+def ray_runner(address: str | None) -> Runner:
+    def run(tasks: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+        try:
+            import ray
+        except ImportError:
+            raise BadInputError("--executor ray needs Ray: pip install 'weightdiag[ray]'") from None
+        target = address or os.environ.get("RAY_ADDRESS")
+        if not target:
+            raise BadInputError("--executor ray: give --ray-address HOST:PORT or set RAY_ADDRESS (an existing cluster)")
+        ray.init(address=target, ignore_reinit_error=True, log_to_driver=False)
+        try:
+            remote = ray.remote(fit_revision)
+            pending = [remote.remote(t) for t in tasks]
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                yield ray.get(done[0])
+        finally:
+            ray.shutdown()
+
+    return run
+
+
+@dataclass
+class SweepPlan:
+    model_id: str
+    hub: bool
+    revisions: list[Revision]
+
+
+def plan_sweep(
+    target: str,
+    *,
+    model_id: str | None = None,
+    names: Iterable[str] | None = None,
+    steps: str | None = None,
+    everything: bool = False,
+    glob: str | None = None,
+    token: str | None = None,
+) -> SweepPlan:
+    from .api import is_hub_id, split_revision
+
+    path = Path(target).expanduser()
+    if path.exists():
+        revisions = local_revisions(path, glob)
+        chosen = select(revisions, names=names, steps=steps, everything=everything)
+        for r in chosen:
+            r.identity = local_identity(Path(r.spec))
+        return SweepPlan(model_id or path.resolve().name, False, chosen)
+    if not is_hub_id(target) or "@" in target:
+        raise BadInputError(f"{target}: not a folder of checkpoints or a Hub repo id (ORG/NAME, without @REV)")
+    repo, _ = split_revision(target)
+    chosen = select(hub_revisions(repo, token), names=names, steps=steps, everything=everything)
+    for r in chosen:
+        r.identity = hub_identity(repo, r, token)
+    return SweepPlan(model_id or repo, True, chosen)
+
+
+def run_sweep(
+    plan: SweepPlan,
+    db: Path,
+    options: dict[str, Any],
+    runner: Runner = serial_runner,
+    *,
+    token: str | None = None,
+    download: bool = False,
+    on_outcome: Callable[[Outcome], None] | None = None,
+) -> list[Outcome]:
+    """Fit what is missing; reuse rows across identical revisions; return one outcome per revision."""
+    db = db.resolve()
+    protocol = options.get("protocol", "hist1024")
+    outcomes: dict[str, Outcome] = {}
+
+    def report(outcome: Outcome) -> None:
+        outcomes[outcome.revision] = outcome
+        if on_outcome:
+            on_outcome(outcome)
+
+    def existing(rev: Revision) -> Path | None:
+        path = row_path(db, plan.model_id, rev.name, protocol)
+        try:
+            load_row(path)
+        except BadInputError:
+            return None
+        return path
+
+    # One revision per content identity does the work; the others copy its row.
+    leaders: dict[tuple[str, ...], Revision] = {}
+    followers: list[tuple[Revision, Revision]] = []
+    for rev in plan.revisions:
+        key = rev.identity or (f"revision:{rev.name}",)
+        if key in leaders:
+            followers.append((rev, leaders[key]))
+        else:
+            leaders[key] = rev
+    tasks = []
+    for rev in leaders.values():
+        path = existing(rev)
+        if path is not None:
+            report(Outcome(rev.name, "existing", row_path=str(path), detail="row already in the database"))
+        else:
+            tasks.append(
+                {
+                    "spec": rev.spec,
+                    "model_id": plan.model_id,
+                    "revision": rev.name,
+                    "db": str(db),
+                    "options": options,
+                    "token": token,
+                    "download": download,
+                }
+            )
+    for result in runner(tasks):
+        report(Outcome(**result))
+    for rev, leader in followers:
+        path = existing(rev)
+        if path is not None:
+            report(Outcome(rev.name, "existing", row_path=str(path), detail="row already in the database"))
+            continue
+        source = outcomes.get(leader.name)
+        if source is None or source.row_path is None:
+            report(Outcome(rev.name, "failed", detail=f"identical to {leader.name}, which failed"))
+            continue
+        written = reuse_row(Path(source.row_path), rev, leader.name, db, options)
+        report(
+            Outcome(
+                rev.name,
+                "reused",
+                row_path=str(written),
+                detail=f"identical files to {leader.name}",
+                ffn_median_k=source.ffn_median_k,
+            )
+        )
+    order = {r.name: i for i, r in enumerate(plan.revisions)}
+    return sorted(outcomes.values(), key=lambda o: order.get(o.revision, 0))
