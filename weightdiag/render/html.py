@@ -1,0 +1,172 @@
+"""The health report as one self-contained HTML file: plots embedded as base64 PNG data URIs
+(each <img> names its file in data-file), tables and findings as plain HTML, no scripts."""
+
+from __future__ import annotations
+
+import base64
+import os
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from ..db import write_text_atomic
+from .plots import PlotFile
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; max-width: 1400px; color: #222; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; font-size: 0.82em; margin: 0.6em 0; }
+th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: right; }
+th { background: #f3f3f3; } td.l, th.l { text-align: left; }
+.warning { color: #b00020; } .notice { color: #005f87; }
+.deep { background: #f8c9c4; } .mild { background: #fbeec1; } .quant { font-style: italic; color: #777; }
+figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: #555; max-width: 1000px; }
+img { max-width: 100%; border: 1px solid #eee; }
+"""
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return escape(str(value))
+
+
+def _table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
+    head = "".join(
+        f'<th class="l">{escape(h)}</th>' if i < left else f"<th>{escape(h)}</th>" for i, h in enumerate(headers)
+    )
+    body = "".join(
+        "<tr>" + "".join(f'<td class="l">{c}</td>' if i < left else f"<td>{c}</td>" for i, c in enumerate(r)) + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _k_cell(cell: dict[str, Any] | None) -> str:
+    if not cell or cell["k"] is None:
+        return ""
+    css = (
+        "quant" if cell["quant"] else {"selection-deep": "deep", "selection-mild": "mild"}.get(cell["class"] or "", "")
+    )
+    return f'<span class="{css}">{cell["k"]:.3f}</span>' if css else f"{cell['k']:.3f}"
+
+
+def _blocks(result: dict[str, Any]) -> str:
+    from ..diagnose.health import KIND_ORDER
+
+    blocks = result["blocks"]
+    kinds = [k for k in KIND_ORDER if any(k in b["kinds"] for b in blocks)]
+    sites = sorted({s for b in blocks for s in b["norms"]})
+    headers = ["block", "params", "QK-norm", "biases"]
+    headers += [f"std {k}" for k in kinds] + [f"k {k}" for k in kinds] + [f"‖γ‖/√d {s}" for s in sites]
+    headers += ["max/q99", "kurtosis", "findings"]
+    rows = []
+    for b in blocks:
+        rows.append(
+            [
+                str(b["block"]) + (" (mtp)" if b["mtp"] else ""),
+                f"{b['params']:,}",
+                "yes" if b["qk_norm"] else "no",
+                escape(" ".join(b["biases"]) or "-"),
+                *[_fmt(b["kinds"][k]["std"], 3) if k in b["kinds"] else "" for k in kinds],
+                *[_k_cell(b["kinds"].get(k)) for k in kinds],
+                *[_fmt(b["norms"].get(s), 3) if s in b["norms"] else "" for s in sites],
+                _fmt(b.get("max_over_q99"), 3),
+                _fmt(b.get("kurtosis"), 3),
+                escape(", ".join(b["findings"])),
+            ]
+        )
+    return _table(headers, rows, left=1)
+
+
+def _findings(result: dict[str, Any]) -> str:
+    if not result["findings"]:
+        return "<p>No block stands out from the depth trend, and no norm lies outside seed 001's band.</p>"
+    items = "".join(
+        f'<li><b>{f["id"]}</b> <span class="{f["severity"]}">[{f["severity"]}]</span> {escape(f["text"])}</li>'
+        for f in result["findings"]
+    )
+    return f"<ol style='list-style:none;padding-left:0'>{items}</ol>"
+
+
+def _super_weights(result: dict[str, Any]) -> str:
+    rows = [
+        [
+            escape(t["tensor"]),
+            "-" if t["block"] is None else str(t["block"]),
+            escape("(" + ", ".join(map(str, t["index"])) + ")") if t["index"] else "-",
+            _fmt(t["abs_value"]),
+            _fmt(t["max_over_q99"], 3),
+            _fmt(t["over_std"], 3),
+            _fmt(t["kurtosis"], 3),
+        ]
+        for t in result["super_weights"]["top"]
+    ]
+    return _table(["tensor", "block", "(row, col)", "|w|", "max/q99", "|w|/std", "kurtosis"], rows)
+
+
+def _norms(result: dict[str, Any]) -> str:
+    rows = [
+        [escape(r["name"]), escape(r["site"]), str(r["d"]), _fmt(r["l2"]), _fmt(r["ratio"], 4), escape(r["regime"])]
+        for r in result["norms"]["vectors"]
+    ]
+    return _table(["norm weight", "site", "d", "‖γ‖₂", "‖γ‖/√d", "regime (seed 001)"], rows, left=2)
+
+
+def _shallow(result: dict[str, Any]) -> str:
+    sh = result.get("shallow_ffn")
+    if not sh:
+        return "<p>No FFN matrices in blocks 0-5.</p>"
+    rows = [
+        [
+            str(m["block"]),
+            escape(m["kind"]),
+            _fmt(m["k"]),
+            _fmt(m["r2"]),
+            _fmt(m["q90_q10"], 3),
+            "yes" if m["second_population"] else "no",
+        ]
+        for m in sh["matrices"]
+    ]
+    head = f"<p>Regime {escape(sh['regime'])}: min k {sh['shallow_min_k']:.3f} (A >= 1.0, B <= 0.7).</p>"
+    return head + _table(["block", "kind", "k", "R²", "q90/q10", "second population"], rows, left=2)
+
+
+def _figure(plot: PlotFile) -> str:
+    data = base64.b64encode(plot.path.read_bytes()).decode("ascii")
+    name = escape(plot.path.name)
+    return (
+        f'<figure><img src="data:image/png;base64,{data}" data-file="{name}" alt="{escape(plot.title)}">'
+        f"<figcaption><b>{escape(plot.title)}</b> ({name}). {escape(plot.caption)}</figcaption></figure>"
+    )
+
+
+def render_html(result: dict[str, Any], plots: list[PlotFile]) -> str:
+    model = result["model"]
+    title = f"weightdiag report: {model['id']}" + (f"@{model['revision']}" if model.get("revision") else "")
+    observations = "".join(f"<li>{escape(line)}</li>" for line in result["observations"])
+    figures = "".join(_figure(p) for p in plots)
+    return (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body><h1>{escape(title)}</h1>"
+        f"<p>protocol {escape(result['protocol']['name'])}, trim {escape(result['protocol']['trim'])}; "
+        f"{len(result['findings'])} findings. How to read it: docs/report.md.</p>"
+        f"<h2>Summary</h2><ul>{observations}</ul>"
+        f"<h2>Findings</h2>{_findings(result)}"
+        f"<h2>Plots</h2>{figures}"
+        f"<h2>Blocks</h2>{_blocks(result)}"
+        f"<h2>Super-weight candidates</h2>{_super_weights(result)}"
+        f"<h2>Norm weights</h2>{_norms(result)}"
+        f"<h2>Shallow FFN (Qwen companion)</h2>{_shallow(result)}"
+        "</body></html>\n"
+    )
+
+
+def write_html(result: dict[str, Any], plots: list[PlotFile], path: Path) -> Path:
+    write_text_atomic(path, render_html(result, plots))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)  # a report to share, not a private temporary file
+    return path

@@ -1,0 +1,278 @@
+"""Plots of a health report: the k heatmap (the paper's Fig. 6), depth profiles, norm weights
+against sqrt(d), and per-matrix |w| histograms with the fitted Weibull body and the tail beyond q99
+(Fig. 3).
+
+matplotlib is the optional `weightdiag[plot]` extra: it is imported only here, only when plots are
+asked for, and always with the non-interactive Agg backend.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..codes import BIN_EDGES
+from ..diagnose.classes import INIT_ANCHOR_K, SELECTION_DEEP_BELOW_K, TRANSMISSION_MIN_K
+from ..diagnose.health import KIND_ORDER, NORM_COLLAPSE, NORM_EXPLOSION, TABLE2, short_name
+from ..errors import BadInputError
+
+DPI = 110
+REBIN = 4  # 1024 cohort bins of 0.0137 decades -> 256 bins for the body panel
+
+
+@dataclass(frozen=True)
+class PlotFile:
+    path: Path
+    title: str
+    caption: str
+
+
+def require_matplotlib() -> None:
+    if importlib.util.find_spec("matplotlib") is None:
+        raise BadInputError("--plot and --html need matplotlib, which is not installed; pip install 'weightdiag[plot]'")
+
+
+def _pyplot():
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
+
+
+def write_plots(result: dict[str, Any], histograms: dict[str, dict[str, Any]], folder: Path) -> list[PlotFile]:
+    """Write every plot of `result` into `folder`; returns them in reading order."""
+    plt = _pyplot()
+    folder.mkdir(parents=True, exist_ok=True)
+    files = [heatmap_k(plt, result, folder), depth_profile(plt, result, folder)]
+    if result["norms"]["vectors"]:
+        files.append(norms_plot(plt, result, folder))
+    files += [histogram(plt, data, folder) for data in histograms.values()]
+    return files
+
+
+def _warning_blocks(result: dict[str, Any]) -> set[int]:
+    return {b for f in result["findings"] if f["severity"] == "warning" for b in f["blocks"]}
+
+
+def heatmap_k(plt, result: dict[str, Any], folder: Path) -> PlotFile:
+    from matplotlib.colors import TwoSlopeNorm
+    from matplotlib.patches import Rectangle
+
+    blocks = [b for b in result["blocks"] if b["kinds"]]
+    kinds = [k for k in KIND_ORDER if any(k in b["kinds"] for b in blocks)]
+    grid = np.full((len(kinds), len(blocks)), np.nan)
+    for j, b in enumerate(blocks):
+        for i, k in enumerate(kinds):
+            cell = b["kinds"].get(k)
+            if cell and cell["k"] is not None:
+                grid[i, j] = cell["k"]
+    lo = min(0.7, float(np.nanmin(grid))) if np.isfinite(grid).any() else 0.7
+    hi = max(1.3, float(np.nanmax(grid))) if np.isfinite(grid).any() else 1.3
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.42 * len(blocks) + 2.5), 0.45 * len(kinds) + 1.8))
+    image = ax.imshow(grid, aspect="auto", cmap="RdYlBu", norm=TwoSlopeNorm(vmin=lo, vcenter=INIT_ANCHOR_K, vmax=hi))
+    ax.set_xticks(range(len(blocks)), [str(b["block"]) for b in blocks], fontsize=7)
+    ax.set_yticks(range(len(kinds)), kinds)
+    ax.set_xlabel("block")
+    flagged = {(b, k) for f in result["findings"] for b in f["blocks"] for k in f.get("kinds", [])}
+    for j, b in enumerate(blocks):
+        for i, k in enumerate(kinds):
+            cell = b["kinds"].get(k)
+            if cell is None or cell["k"] is None:
+                continue
+            if len(blocks) <= 32:
+                ax.text(j, i, f"{cell['k']:.2f}" + ("*" if cell["quant"] else ""), ha="center", va="center", fontsize=6)
+            if (b["block"], k) in flagged:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.6))
+    fig.colorbar(image, ax=ax, label=f"k (mid80); white = init anchor {INIT_ANCHOR_K}")
+    ax.set_title("Weibull shape k per block and kind (cf. the paper's Fig. 6)", fontsize=10)
+    fig.tight_layout()
+    path = folder / "heatmap_k.png"
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return PlotFile(
+        path,
+        "k per block and kind",
+        "Red: heavier tails (Selection, k < 1.18; deep below 1.045); blue: lighter than the Gaussian init. Boxed "
+        "cells carry a finding; * marks quantized matrices (class withheld).",
+    )
+
+
+def depth_profile(plt, result: dict[str, Any], folder: Path) -> PlotFile:
+    depth = result["depth"]
+    series = depth["series"]
+    fig, axes = plt.subplots(5, 1, figsize=(9, 13), sharex=True)
+    warn = _warning_blocks(result)
+    for ax in axes:
+        for b in warn:
+            ax.axvspan(b - 0.5, b + 0.5, color="tab:red", alpha=0.08, linewidth=0)
+    for key, s in series.items():
+        for ax, stat in zip(axes[:3], ("k", "lambda", "std"), strict=True):
+            xs = [b for b, v in zip(s["blocks"], s[stat], strict=True) if v is not None]
+            ys = [v for v in s[stat] if v is not None]
+            ax.plot(xs, ys, marker="o", markersize=3, linewidth=1, label=key)
+    axes[0].axhline(INIT_ANCHOR_K, color="grey", linestyle="--", linewidth=0.8)
+    axes[0].axhline(TRANSMISSION_MIN_K, color="tab:orange", linestyle=":", linewidth=0.8)
+    axes[0].axhline(SELECTION_DEEP_BELOW_K, color="tab:red", linestyle=":", linewidth=0.8)
+    axes[0].set_ylabel("k")
+    axes[0].legend(fontsize=7, ncol=4, loc="best")
+    axes[1].set_ylabel("λ")
+    axes[2].set_ylabel("std")
+    for ax in axes[1:4]:
+        ax.set_yscale("log")
+    per_block = result["super_weights"]["blocks"]
+    axes[3].plot([b["block"] for b in per_block], [b["max_over_q99"] for b in per_block], marker="o", color="black")
+    medians = [row[1] for row in TABLE2.values()]
+    axes[3].axhspan(min(medians), max(medians), color="tab:green", alpha=0.15, label="Table 2 family medians")
+    axes[3].set_ylabel("block max/q99")
+    axes[3].legend(fontsize=7)
+    change = depth["adjacent_change"]
+    if change:
+        xs = sorted(int(b) for b in change)
+        axes[4].plot(xs, [max(change[str(b)], 1e-3) for b in xs], marker="o", color="tab:purple")
+        axes[4].set_yscale("log")
+    axes[4].axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+    axes[4].set_ylabel("change vs block b-1\n(tolerance units)")
+    axes[4].set_xlabel("block")
+    placement = {"pre": "Pre-LN", "post": "Post-LN", "peri": "Peri-LN"}.get(
+        depth["placement"] or "", "norm placement ?"
+    )
+    fig.suptitle(f"Depth profile ({placement}); red bands: blocks with a warning", fontsize=10)
+    fig.tight_layout()
+    path = folder / "depth_profile.png"
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return PlotFile(
+        path,
+        "depth profile",
+        "k, λ and std per kind against depth (dashed: init anchor; dotted: Transmission 1.18 and deep Selection "
+        "1.045), the block max/q99 against Table 2's family medians, and how much each block differs from the "
+        "previous one (below 1: indistinguishable within sampling noise, the weight-side reading of the Curse of "
+        "Depth). " + depth["reading"],
+    )
+
+
+def norms_plot(plt, result: dict[str, Any], folder: Path) -> PlotFile:
+    depth = result["depth"]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for site, s in depth["norm_series"].items():
+        ax.plot(s["blocks"], s["ratio"], marker="o", markersize=3, linewidth=1, label=site)
+    n = depth["n_layers"] or 0
+    for r in result["norms"]["singled_out"]:
+        x = -1 if r["site"] == "embed" else (r["block"] if r["site"] == "mtp" and r["block"] is not None else n)
+        ax.scatter([x], [r["ratio"]], marker="*", s=90, zorder=3, label=f"{r['site']}: {short_name(r['name'])}")
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+    ax.axhspan(1e-3, NORM_COLLAPSE, color="tab:red", alpha=0.08)
+    ax.axhspan(NORM_EXPLOSION, 1e3, color="tab:red", alpha=0.08)
+    ratios = [r["ratio"] for r in result["norms"]["vectors"]]
+    ax.set_ylim(min(0.3, min(ratios) / 1.3), max(2.2, max(ratios) * 1.3))
+    ax.set_yscale("log")
+    ax.set_xlabel("block")
+    ax.set_ylabel("‖γ‖₂ / √d")
+    ax.legend(fontsize=7, ncol=3)
+    ax.set_title(
+        f"Norm weights against √d: collapse < {NORM_COLLAPSE}, explosion > {NORM_EXPLOSION} (seed 001)", fontsize=10
+    )
+    fig.tight_layout()
+    path = folder / "norms.png"
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return PlotFile(
+        path,
+        "norm weights",
+        "Every norm weight's ‖γ‖₂/√d by block and site (1 = all-ones init); stars: final, embedding and MTP norms; "
+        "shaded: the collapse and explosion regimes.",
+    )
+
+
+def weibull_tail(w: np.ndarray, k: float, lam: float) -> np.ndarray:
+    return np.exp(-((np.asarray(w) / lam) ** k))
+
+
+def histogram(plt, data: dict[str, Any], folder: Path) -> PlotFile:
+    """Fig. 3 style: left, the log10|w| histogram with the fitted Weibull body; right, the tail beyond
+    q99 (observed counts) against what the body fit predicts."""
+    fit, n = data["fit"], data["n"]
+    k, lam = fit.get("k"), fit.get("lambda")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    counts = data["hist1024"].reshape(-1, REBIN).sum(axis=1)
+    edges = BIN_EDGES[::REBIN]
+    width = edges[1] - edges[0]
+    used = np.flatnonzero(counts)
+    lo_i, hi_i = (used[0], used[-1] + 1) if used.size else (0, counts.size)
+    left.stairs(counts[lo_i:hi_i], edges[lo_i : hi_i + 1], fill=True, alpha=0.5, label="observed")
+    if fit.get("ok"):
+        x = np.linspace(edges[lo_i], edges[hi_i], 400)
+        w = 10.0**x
+        density = math.log(10) * w * (k / lam) * (w / lam) ** (k - 1) * weibull_tail(w, k, lam)
+        left.plot(x, n * width * density, color="tab:red", label=f"Weibull body k={k:.3f}, λ={lam:.3g}")
+        lo_w, hi_w = lam * (-math.log(0.9)) ** (1 / k), lam * (-math.log(0.1)) ** (1 / k)
+        left.axvspan(math.log10(lo_w), math.log10(hi_w), color="tab:red", alpha=0.06, label="fitted window (mid80)")
+    left.axvline(math.log10(data["q99"]), color="black", linestyle=":", label="q99")
+    left.set_yscale("log")
+    left.set_ylim(0.5, max(float(counts.max()), 1.0) * 3)
+    left.set_xlabel("log10 |w|")
+    left.set_ylabel(f"count per {width:.3f} decades")
+    left.legend(fontsize=7)
+    left.set_title("body", fontsize=9)
+    # Tail beyond q99: observed counts in log-spaced bins vs the body fit extrapolated.
+    values, vcounts = data["values"], data["counts"]
+    q99, top = data["q99"], data["max_abs"]
+    tail_edges = np.geomspace(q99, top * 1.02, 25) if top > q99 else np.array([q99, q99 * 1.02])
+    observed = np.histogram(values, bins=tail_edges, weights=vcounts)[0]
+    seen = observed > 0  # empty bins are left blank on the log axis
+    right.bar(
+        tail_edges[:-1][seen],
+        observed[seen],
+        width=np.diff(tail_edges)[seen],
+        align="edge",
+        alpha=0.5,
+        label="observed",
+    )
+    caption_tail = ""
+    if fit.get("ok"):
+        predicted = n * (weibull_tail(tail_edges[:-1], k, lam) - weibull_tail(tail_edges[1:], k, lam))
+        centres = np.sqrt(tail_edges[:-1] * tail_edges[1:])
+        right.plot(centres, np.maximum(predicted, 1e-3), color="tab:red", marker=".", label="Weibull body predicts")
+        log10_ptail = -((top / lam) ** k) / math.log(10)
+        beyond = int(vcounts[values > q99].sum())
+        expected = float(n * weibull_tail(q99, k, lam))
+        caption_tail = (
+            f" Beyond q99: {beyond} observed vs {expected:.0f} predicted by the body; the largest |w| has "
+            f"log10 P_tail = {log10_ptail:.1f} under the fit."
+        )
+        right.set_title(f"tail beyond q99: max/q99 = {top / q99:.1f}, log10 P_tail = {log10_ptail:.1f}", fontsize=9)
+    right.axvline(top, color="tab:red", linestyle=":", label="max |w|")
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_ylim(bottom=0.05, top=max(float(observed.max()), 1.0) * 3)
+    right.set_xlabel("|w|")
+    right.set_ylabel("count")
+    right.legend(fontsize=7)
+    where = f"block {data['block']}, " if data["block"] is not None else ""
+    fig.suptitle(
+        f"{data['name']} ({where}{data['kind']})" + (f" — {data['note']}" if data.get("note") else ""), fontsize=9
+    )
+    fig.tight_layout()
+    path = folder / f"hist_{safe_name(data['name'])}.png"
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    at = f" at ({', '.join(map(str, data['argmax']))})" if data.get("argmax") else ""
+    return PlotFile(
+        path,
+        f"|w| of {data['name']}",
+        f"{n:,} nonzero |w|; the fitted Weibull body (mid80 window) on log axes and the tail beyond q99 = "
+        f"{q99:.4g}; largest |w| = {top:.4g}{at}." + caption_tail,
+    )
