@@ -16,11 +16,11 @@ import pytest
 from rich.console import Console
 
 from weightdiag import api, synthetic
-from weightdiag.cli_report import report_view
 from weightdiag.diagnose import health
 from weightdiag.diagnose.health import health_report
 from weightdiag.errors import BadInputError
 from weightdiag.pipeline import FitOptions
+from weightdiag.render.health_view import report_view
 
 from .conftest import run_cli
 

@@ -35,10 +35,11 @@ class PlotFile:
 
 def require_matplotlib() -> None:
     if importlib.util.find_spec("matplotlib") is None:
-        raise BadInputError("--plot and --html need matplotlib, which is not installed; pip install 'weightdiag[plot]'")
+        raise BadInputError("plots need matplotlib, which is not installed: pip install 'weightdiag[plot]'")
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot with the file-only Agg backend, or a one-line error saying how to get it."""
     require_matplotlib()
     import matplotlib
 
@@ -54,7 +55,7 @@ def safe_name(name: str) -> str:
 
 def write_plots(result: dict[str, Any], histograms: dict[str, dict[str, Any]], folder: Path) -> list[PlotFile]:
     """Write every plot of `result` into `folder`; returns them in reading order."""
-    plt = _pyplot()
+    plt = pyplot()
     folder.mkdir(parents=True, exist_ok=True)
     files = [heatmap_k(plt, result, folder), depth_profile(plt, result, folder)]
     if result["norms"]["vectors"]:

@@ -11,19 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BadInputError
-
-
-def pyplot():
-    """matplotlib.pyplot with a file-only backend, or a one-line error saying how to get it."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise BadInputError("plots need matplotlib: pip install 'weightdiag[plot]'") from None
-    return plt
+from ..diagnose.classes import INIT_ANCHOR_K
+from .plots import pyplot
 
 
 def _x(steps: list[int]) -> np.ndarray:
@@ -38,7 +27,7 @@ def k_lambda_plot(t: dict[str, Any], path: Path) -> Path:
         ax_k.plot(x, s["k"], marker="o", ms=3, label=kind)
         ax_l.plot(x, s["lambda"], marker="o", ms=3, label=kind)
     ax_k.axhspan(*t["band"], color="gold", alpha=0.35, label="Transmission band")
-    ax_k.axhline(1.2054, color="grey", ls="--", lw=1, label="init anchor 1.2054")
+    ax_k.axhline(INIT_ANCHOR_K, color="grey", ls="--", lw=1, label=f"init anchor {INIT_ANCHOR_K}")
     for ax, label in ((ax_k, "median k"), (ax_l, "median λ")):
         ax.set_xscale("log")
         ax.set_xlabel("step (step 0 at 1)")

@@ -1,0 +1,104 @@
+"""Gathering a row's records into per-(block, kind) cells, how a matrix was quantized, and the small
+formatting helpers (short tensor names, numbers, block spans) shared by the report's text."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..classes import NON_WEIBULL_R2
+from .cuts import FEW_DISTINCT, KIND_ORDER, QUANT_K_SHIFT
+
+_GGUF_NOTE = re.compile(r"GGUF (\w+), dequantized")
+_BITS = re.compile(r"^(?:I?Q)(\d)|^MXFP(\d)")
+
+
+@dataclass
+class Cell:
+    """One (block, kind) of the model: a matrix, a part of a fused one, or experts pooled by median."""
+
+    block: int
+    key: str
+    tensor: str
+    records: list[dict[str, Any]]
+    quant: dict[str, Any] | None = None
+
+    def value(self, stat: str, trim: str) -> float | None:
+        values = [v for v in (_record_stat(r, stat, trim) for r in self.records) if v is not None]
+        return float(np.median(values)) if values else None
+
+
+def _record_stat(rec: dict[str, Any], stat: str, trim: str) -> float | None:
+    if stat in ("k", "lambda", "r2"):
+        fit = rec["fits"][trim]
+        value = fit.get(stat) if fit.get("ok") else None
+    else:
+        value = rec["stats"].get("excess_kurtosis" if stat == "kurtosis" else stat)
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def quantization_of(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """How a matrix was quantized, and whether its fit is distorted by it (None: not quantized)."""
+    note = rec.get("note") or ""
+    match = _GGUF_NOTE.search(note)
+    stats = rec["stats"]
+    distinct = stats.get("distinct_values")
+    few = distinct is not None and distinct <= FEW_DISTINCT and stats.get("numel", 0) >= 16 * FEW_DISTINCT
+    if not match and not few:
+        return None
+    qtype = match.group(1) if match else None
+    bits_match = _BITS.match(qtype or "")
+    bits = int(next(g for g in bits_match.groups() if g)) if bits_match else None
+    r2 = rec["fits"]["mid80"].get("r2")
+    reasons = []
+    if qtype:
+        shift = QUANT_K_SHIFT.get(qtype)
+        reasons.append(
+            f"{qtype} ({bits}-bit codes per block)"
+            + (f": moves k by +{shift[0]:.2f} to +{shift[1]:.2f} on synthetic matrices" if shift else "")
+        )
+    if few:
+        reasons.append(f"only {distinct} distinct values")
+    if r2 is not None and r2 < NON_WEIBULL_R2:
+        reasons.append(f"R² {r2:.3f} < {NON_WEIBULL_R2}")
+    if stats.get("zero_fraction", 0) >= 0.01:
+        reasons.append(f"{stats['zero_fraction']:.1%} of values rounded to exactly 0")
+    return {"type": qtype or "grid", "bits": bits, "distorted": True, "why": "; ".join(reasons)}
+
+
+def gather_cells(row: dict[str, Any]) -> dict[tuple[int, str], Cell]:
+    """Every (block, kind) cell; fused matrices add their parts as 'qkv[q]' etc."""
+    grouped: dict[tuple[int, str], list[tuple[str, dict[str, Any], dict[str, Any]]]] = defaultdict(list)
+    for m in row["matrices"]:
+        if m["block"] is None or m["kind"] not in KIND_ORDER:
+            continue
+        grouped[(m["block"], m["kind"])].append((m["name"], m, m))
+        for part in m.get("parts", []):
+            grouped[(m["block"], f"{m['kind']}[{part['kind']}]")].append((f"{m['name']}[{part['kind']}]", part, m))
+    cells = {}
+    for (block, key), members in grouped.items():
+        tensor = members[0][0] if len(members) == 1 else f"{len(members)} experts of {key}"
+        quant = quantization_of(members[0][2])
+        cells[(block, key)] = Cell(block, key, tensor, [rec for _, rec, _ in members], quant)
+    return cells
+
+
+def short_name(name: str) -> str:
+    """'model.layers.3.self_attn.k_proj.weight' -> 'self_attn.k_proj' (what a reader scans for)."""
+    text = re.sub(r"^.*?(?:layers|layer|h|blocks|block|blk)\.\d+\.", "", name)
+    return re.sub(r"\.weight$", "", text)
+
+
+def fmt(value: float | None, digits: int = 4) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.{digits}g}"
+
+
+def span(blocks: list[int] | tuple[int, ...]) -> str:
+    return f"{blocks[0]}" if len(blocks) == 1 else f"{blocks[0]}-{blocks[-1]}"

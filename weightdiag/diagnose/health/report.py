@@ -1,0 +1,184 @@
+"""`health_report(row)`: the whole report of one row, assembled from the other modules, and its
+model-level observation lines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import BadInputError
+from ..classes import INIT_ANCHOR_K
+from ..compare import REGIME_B_MAX_K
+from .blocks import architecture_summary, block_table, quantization_summary, shallow_ffn
+from .cells import gather_cells, short_name
+from .cuts import INIT_K_TOL, INIT_MAX_Q99, KIND_ORDER, MIN_BLOCKS, NEIGHBOURS, NORM_STAT, STATS, Z_CUT
+from .depth import PLACEMENT_NAME, depth_profile, selection_text
+from .findings import category_of, finding, finish, matrix_findings
+from .norms import SINGLED, analyse_norms
+from .robust import Point, Series, analyse
+from .superweights import super_weight_text, super_weights
+
+
+def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -> dict[str, Any]:
+    """Everything `weightdiag report` shows for one row (JSON-able)."""
+    model = row.get("model", {})
+    if not row.get("matrices"):
+        what = (
+            "a cohort summary (per-kind medians only)" if model.get("source") == "cohort" else "a row without matrices"
+        )
+        raise BadInputError(
+            f"{model.get('id', 'this row')} is {what}; the report needs per-matrix data: give the model itself "
+            "(a folder, file or Hub id) so it can be fitted"
+        )
+    trim = trim or row["protocol"]["trim"]
+    all_cells = gather_cells(row)
+    n_layers = row["architecture"].get("n_layers")
+    # MTP layers (numbered after the main stack) are not part of the depth profile; the table lists them.
+    cells = {bk: c for bk, c in all_cells.items() if n_layers is None or bk[0] < n_layers}
+    blocks_present = sorted({b for b, _ in cells})
+    matrix_series = []
+    for key in KIND_ORDER:
+        for stat in STATS.values():
+            pts = []
+            for b in blocks_present:
+                c = cells.get((b, key))
+                v = c.value(stat.key, trim) if c else None
+                if v is not None and (not stat.log or v + stat.offset > 0):
+                    pts.append(Point(b, v, c.tensor, stat.t(v)))
+            if pts:
+                matrix_series.append(analyse(Series(key, stat, pts)))
+    findings = matrix_findings(matrix_series, cells, trim)
+    norms, norm_findings = analyse_norms(row)
+    findings += norm_findings
+    shallow = shallow_ffn(row, cells, trim)
+    for m in shallow["matrices"] if shallow else []:
+        if m["second_population"] and not any(m["tensor"] in f["tensors"] for f in findings):
+            category, severity, reason = category_of(m["kind"], [], [cells[(m["block"], m["kind"])]], trim)
+            findings.append(
+                finding(
+                    category,
+                    [m["block"]],
+                    f"k {m['k']:.4f} <= {REGIME_B_MAX_K}",
+                    reason,
+                    severity=severity,
+                    kinds=[m["kind"]],
+                    tensors=[m["tensor"]],
+                    what=short_name(m["tensor"]),
+                    statistic="k",
+                    value=m["k"],
+                    expected=1.0,
+                    expected_from="the Qwen companion: regime A (clean) has shallow FFN k >= 1.0",
+                    deviation=round(m["k"], 4),
+                    deviation_type="k against the regime B cut 0.7",
+                )
+            )
+    depth = depth_profile(row, cells, norms["vectors"], trim)
+    blocks = block_table(row, all_cells, norms["vectors"], trim)
+    init_like = depth["init_like_blocks"]
+    untrained = "at init" in norms["model_wide"] or len(init_like) >= len(blocks_present) / 2
+    if init_like and not untrained:
+        findings += [
+            finding(
+                "init-like",
+                [b],
+                f"all matrices within {INIT_K_TOL} of k0 = {INIT_ANCHOR_K}, max/q99 < {INIT_MAX_Q99}, norms at init",
+                "every matrix still looks like its Gaussian init (seed 000: deep-layer stagnation)",
+                statistic="k",
+                value=None,
+                expected=INIT_ANCHOR_K,
+                expected_from="the half-normal init anchor",
+                deviation=None,
+                deviation_type=None,
+            )
+            for b in init_like
+        ]
+    findings = finish(findings)
+    for b in blocks:
+        # Model-wide findings would tag every block; the table lists what singles a block out.
+        b["findings"] = [
+            f["id"] for f in findings if b["block"] in f["blocks"] and not f["category"].endswith("model-wide")
+        ]
+        b["init_like"] = b["block"] in init_like
+    sw = super_weights(row, trim, top)
+    for b in blocks:
+        pb = next((x for x in sw["blocks"] if x["block"] == b["block"]), None)
+        b["max_over_q99"] = pb["max_over_q99"] if pb else None
+        b["kurtosis"] = pb["kurtosis"] if pb else None
+    quant = quantization_summary(row)
+    arch = architecture_summary(row, blocks)
+    report = {
+        "schema": "weightdiag.report/1",
+        "model": {k: model.get(k) for k in ("id", "revision", "source", "location", "format", "fingerprint")},
+        "protocol": {"name": row["protocol"]["name"], "trim": trim},
+        "architecture": arch,
+        "blocks": blocks,
+        "findings": findings,
+        "norms": norms,
+        "super_weights": sw,
+        "depth": depth,
+        "shallow_ffn": shallow,
+        "quantization": quant,
+        "cuts": {
+            "robust_z": Z_CUT,
+            "neighbours": NEIGHBOURS,
+            "min_blocks": MIN_BLOCKS,
+            "statistics": {
+                s.key: {"log": s.log, "scale_floor": s.floor, "min_effect": s.min_effect}
+                for s in (*STATS.values(), NORM_STAT)
+            },
+        },
+    }
+    report["observations"] = _observations(report, row)
+    return report
+
+
+def _observations(report: dict[str, Any], row: dict[str, Any]) -> list[str]:
+    """Model-level statements, each one line."""
+    a = report["architecture"]
+    lines = [
+        f"{a['family'] or 'unknown family'}: {a['n_layers']} blocks, d_model {a['d_model']}, attention {a['attention']}"
+        + (f" (heads {a['heads']})" if a["heads"] else "")
+        + f", {a['norm_type'] or 'unknown norm'} {PLACEMENT_NAME.get(a['norm_placement'] or '', 'unknown placement')}"
+        + f" ({a['placement_evidence']}), QK-norm {'yes' if a['qk_norm'] else 'no'}, biases "
+        + (
+            ", ".join(a["biases"])
+            if isinstance(a["biases"], tuple | list) and a["biases"]
+            else "none"
+            if a["biases"] == ()
+            else str(a["biases"])
+        )
+    ]
+    if report["quantization"]["quantized"]:
+        lines.append(report["quantization"]["text"])
+    norms = report["norms"]
+    if norms["block_regimes"]:
+        regimes = ", ".join(f"{n} {r}" for r, n in sorted(norms["block_regimes"].items(), key=lambda x: -x[1]))
+        lines.append(f"block norm weights: {regimes} (seed 001 cuts: collapse < 0.4 √d, explosion > 1.8 √d)")
+    if "at init" in norms["model_wide"]:
+        lines.append("most norm weights are exactly at their all-ones init: an untrained or synthetic checkpoint")
+    for r in norms["singled_out"]:
+        lines.append(
+            f"{SINGLED.get(r['site'], r['site'] + ' norm')} {r['name']}: ‖γ‖ = {r['l2']:.4g} = "
+            f"{r['ratio']:.3f} √d, {r['regime']}"
+        )
+    lines += super_weight_text(report["super_weights"], a["n_layers"])
+    depth = report["depth"]
+    lines.append(depth["reading"])
+    lines.append(depth["stretch_text"])
+    lines += selection_text(depth, row["architecture"])
+    n_blocks = len(report["blocks"])
+    if depth["init_like_blocks"] and (
+        len(depth["init_like_blocks"]) >= n_blocks / 2 or "at init" in norms["model_wide"]
+    ):
+        lines.append(
+            f"{len(depth['init_like_blocks'])} of {n_blocks} blocks still look like their Gaussian init (k within "
+            f"{INIT_K_TOL} of {INIT_ANCHOR_K}, no outliers): untrained, or a synthetic checkpoint"
+        )
+    sh = report["shallow_ffn"]
+    if sh:
+        lines.append(
+            f"shallow FFN (blocks 0-5): min k {sh['shallow_min_k']:.3f}, regime {sh['regime']} (A: >= 1.0, B: <= 0.7; "
+            f"nearest companion entry {sh['nearest_companion']['entry']} at {sh['nearest_companion']['shallow_min_k']})"
+        )
+    if len(report["blocks"]) < MIN_BLOCKS:
+        lines.append(f"only {len(report['blocks'])} blocks: too few for a depth trend, so no robust findings")
+    return lines
