@@ -232,3 +232,38 @@ def test_ambiguous_splits_say_why():
     wrong = ArchInfo(family="gpt_neox", n_heads=4, n_kv_heads=4, head_dim=8)
     parts, reason = _parts("gpt_neox.layers.0.attention.query_key_value.weight", (90, 32), wrong)
     assert parts == [] and "rows" in reason
+
+
+def test_internlm2_wqkv_split_follows_kv_groups():
+    n_q, n_kv, hd, d = 4, 2, 2, 8
+    arch = ArchInfo(family="internlm2", n_heads=n_q, n_kv_heads=n_kv, head_dim=hd, d_model=d)
+    w = np.arange((n_q + 2 * n_kv) * hd * d).reshape(n_kv, n_q // n_kv + 2, hd, d)  # per group: q q k v
+    parts, reason = _parts("model.layers.0.attention.wqkv.weight", ((n_q + 2 * n_kv) * hd, d), arch)
+    assert reason is None and [k for k, _ in parts] == ["q", "k", "v"]
+    flat = w.reshape(-1)
+    assert np.array_equal(_gather(flat, parts[0][1]), w[:, :2].reshape(-1))
+    assert np.array_equal(_gather(flat, parts[1][1]), w[:, 2].reshape(-1))
+    assert np.array_equal(_gather(flat, parts[2][1]), w[:, 3].reshape(-1))
+
+
+def test_fused_qkv_of_an_unknown_family_is_not_guessed():
+    arch = ArchInfo(family="someformer", n_heads=4, n_kv_heads=4, head_dim=4, d_model=16)
+    parts, reason = _parts("model.layers.0.self_attn.qkv_proj.weight", (48, 16), arch)
+    assert parts == [] and "someformer" in reason
+    # GGUF attn_qkv is always [q | k | v] (llama.cpp's converter reorders it)
+    parts, reason = _parts("blk.0.attn_qkv.weight", (48, 16), arch)
+    assert reason is None and [k for k, _ in parts] == ["q", "k", "v"]
+
+
+def test_gpt_bigcode_c_attn_is_a_linear_not_conv1d():
+    arch = arch_from_config({"model_type": "gpt_bigcode", "n_embd": 16, "n_layer": 1, "n_head": 4})
+    role = classify_tensor("transformer.h.0.attn.c_attn.weight", (24, 16), arch.family, arch.n_layers)
+    assert role.kind == "qkv" and not (role.note and "Conv1D" in role.note)
+    assert not complete_arch(arch, [("transformer.h.0.attn.c_attn.weight", (24, 16))]).conv1d
+
+
+def test_vision_tower_is_kept_apart_from_the_language_model():
+    role = classify_tensor("vision_tower.vision_model.encoder.layers.0.self_attn.q_proj.weight", (64, 64), "llava", 2)
+    assert role.kind == "other" and "vision_tower" in role.note
+    role = classify_tensor("language_model.model.layers.0.self_attn.q_proj.weight", (64, 64), "llava", 2)
+    assert role.kind == "q"

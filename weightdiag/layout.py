@@ -66,6 +66,10 @@ class TensorRole:
 
 # --- name parsing --------------------------------------------------------------------------
 
+_TOWER = re.compile(
+    r"(?:^|\.)(vision_tower|vision_model|visual|vision_encoder|image_encoder|audio_tower|audio_encoder|"
+    r"audio_model|mm_projector|multi_modal_projector|vision_embed_tokens)\."
+)
 _BLOCK = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks|block|blk)\.(\d+)\.")
 _EXPERT = re.compile(r"(?:^|\.)experts\.(\d+)\.")
 _NORM = re.compile(
@@ -105,23 +109,32 @@ _PROJECTIONS: dict[str, str] = {
 }
 _ATTENTION_PARENTS = ("attention", "self_attention", "self_attn", "attn")
 _SWIGLU_W = {"w1": "gate", "w3": "up", "w2": "down"}  # Mixtral experts, Llama-native feed_forward
-_ROUTERS = {"gate", "router", "shared_expert_gate", "ffn_gate_inp"}
+_ROUTERS = {"router", "shared_expert_gate", "ffn_gate_inp"}
 
 
-def _projection_kind(stem: str, in_block: bool, in_expert: bool = False) -> tuple[str | None, str | None]:
+CONV1D_NOTE = "Conv1D: stored transposed (in, out)"
+# Families that store c_attn / c_fc / c_proj as GPT-2's Conv1D (in, out); gpt_bigcode uses the same
+# names for ordinary Linear layers (out, in). Unknown family with these names: assume GPT-2.
+_CONV1D_FAMILIES = {None, "gpt2"}
+
+
+def _projection_kind(
+    stem: str, in_block: bool, in_expert: bool = False, family: str | None = None
+) -> tuple[str | None, str | None]:
     """Kind (and a note) for a projection stem such as 'self_attn.q_proj' or 'attn.c_proj'."""
     parts = stem.lower().split(".")
     last = parts[-1]
     parent = parts[-2] if len(parts) > 1 else ""
+    conv1d = CONV1D_NOTE if family in _CONV1D_FAMILIES else None
     if last in _PROJECTIONS:
         kind = _PROJECTIONS[last]
         if (kind == "qkv" and last == "c_attn") or (kind == "ffn_in" and last == "c_fc"):
-            return kind, "Conv1D: stored transposed (in, out)"
+            return kind, conv1d
         if kind == "q" and last in ("q_a_proj", "q_b_proj"):
             return kind, "MLA low-rank query projection"
         return kind, None
-    if last == "c_proj":  # GPT-2 Conv1D: attention output or FFN output by its parent
-        return ("o" if parent in _ATTENTION_PARENTS else "ffn_out"), "Conv1D: stored transposed (in, out)"
+    if last == "c_proj":  # GPT-2 style: attention output or FFN output by its parent
+        return ("o" if parent in _ATTENTION_PARENTS else "ffn_out"), conv1d
     if last == "dense":
         if parent in _ATTENTION_PARENTS:  # GPT-NeoX attention.dense, BLOOM/Falcon self_attention.dense
             return "o", None
@@ -133,7 +146,7 @@ def _projection_kind(stem: str, in_block: bool, in_expert: bool = False) -> tupl
         return ("ffn_out" if in_block else "unembed"), None
     if last in _SWIGLU_W and (in_expert or parent in ("feed_forward", "mlp")):
         return _SWIGLU_W[last], None
-    if last in _ROUTERS or (last == "gate" and parent in ("block_sparse_moe", "mlp", "moe")):
+    if last in _ROUTERS or (last == "gate" and parent in ("block_sparse_moe", "mlp", "moe")):  # not gate_proj
         return None, "MoE router"
     if last == "output" and not in_block:
         return "unembed", None  # llama.cpp 'output.weight'
@@ -210,10 +223,13 @@ def classify_tensor(
     shared_note = "shared expert" if "shared_expert" in name and "shared_expert_gate" not in name else None
     last = stem.split(".")[-1]
     ndim = len(shape)
+    tower = _TOWER.search(name)
+    if tower:  # a vision/audio encoder beside the language model: listed, never mixed into its kinds
+        return TensorRole("other", block, expert, param, note=f"{tower.group(1)} (not the language model)")
     if _NORM.search(last) and ndim <= 1:
         site = _norm_site(stem if match is None else name, block, n_layers, family)
         return TensorRole("norm", block, expert, param, site=site)
-    kind, note = _projection_kind(stem, match is not None, expert is not None)
+    kind, note = _projection_kind(stem, match is not None, expert is not None, family)
     note = note or shared_note
     if param == "bias" and ndim == 1:
         return TensorRole("bias", block, expert, "bias", of_kind=kind or "other", note=note)
@@ -364,12 +380,7 @@ def complete_arch(info: ArchInfo, tensors: Iterable[tuple[str, tuple[int, ...]]]
         has_gamma = any(r.kind == "norm" and r.param == "weight" for _, _, r in roles)
         if has_gamma:
             info.norm_type = "layernorm" if has_beta else "rmsnorm"
-    if any(
-        _projection_kind(n.rsplit(".", 1)[0], True)[1] == "Conv1D: stored transposed (in, out)"
-        for n, _, _ in roles
-        if n.endswith(".weight")
-    ):
-        info.conv1d = True
+    info.conv1d = any(r.note and CONV1D_NOTE in r.note for _, _, r in roles)
     return info
 
 
@@ -413,11 +424,16 @@ def split_parts(
     return [], None
 
 
+# Families whose fused qkv rows are [q | k | v] in whole-head blocks; others (InternLM2, Falcon's grouped
+# layout, unknown ones) interleave differently and are split only where the layout is known.
+_CONTIGUOUS_QKV = {"phi3", "phimoe", "hf_olmo", "olmo", "mpt", "dbrx", "qwen", "chatglm", "glm"}
+
+
 def _split_qkv(last: str, rows: int, cols: int, arch: ArchInfo) -> tuple[list[tuple[str, Segments]], str | None]:
     n_q, n_kv, hd = arch.n_heads, arch.n_kv_heads, arch.head_dim
     if not (n_q and n_kv and hd):
         return [], "config.json does not give head counts and head size"
-    if last == "c_attn":  # GPT-2 Conv1D (d, 3d): columns [q | k | v]
+    if last == "c_attn" and arch.family in _CONV1D_FAMILIES:  # GPT-2 Conv1D (d, 3d): columns [q | k | v]
         if cols != 3 * rows or n_q != n_kv:
             return [], f"unexpected c_attn shape ({rows}, {cols})"
         return [(kind, Segments(i * rows, rows, cols, rows)) for i, kind in enumerate("qkv")], None
@@ -427,7 +443,17 @@ def _split_qkv(last: str, rows: int, cols: int, arch: ArchInfo) -> tuple[list[tu
             return [], f"{rows} rows != 3 x {n_q} heads x {hd}"
         run = hd * cols
         return [(kind, Segments(i * run, run, 3 * run, n_q)) for i, kind in enumerate("qkv")], None
-    if last in ("qkv_proj", "att_proj", "wqkv", "attn_qkv"):  # rows [q | k | v], blocks of whole heads
+    if last == "wqkv" and arch.family == "internlm2":
+        # Rows grouped per KV head: [g0: q x (n_q/n_kv) | k | v][g1: ...]
+        if n_q % n_kv or rows != (n_q + 2 * n_kv) * hd:
+            return [], f"{rows} rows != ({n_q} q + 2 x {n_kv} kv heads) x {hd}"
+        per_q = n_q // n_kv * hd * cols
+        group = per_q + 2 * hd * cols
+        starts = (("q", 0, per_q), ("k", per_q, hd * cols), ("v", per_q + hd * cols, hd * cols))
+        return [(kind, Segments(start, size, group, n_kv)) for kind, start, size in starts], None
+    fused_names = ("qkv_proj", "att_proj", "wqkv", "c_attn", "query_key_value")
+    if last == "attn_qkv" or (last in fused_names and arch.family in _CONTIGUOUS_QKV):
+        # rows [q | k | v], blocks of whole heads (llama.cpp's converter stores every attn_qkv this way)
         sizes = (n_q * hd, n_kv * hd, n_kv * hd)
         if rows != sum(sizes):
             return [], f"{rows} rows != q {sizes[0]} + k {sizes[1]} + v {sizes[2]}"
