@@ -139,3 +139,25 @@ def test_reader_fails_clearly_if_the_file_shrinks(tmp_path):
     with pytest.raises(CheckpointFormatError, match="file ended"):
         reader.read_into(ref, np.empty(ref.nbytes, dtype=np.uint8))
     reader.close()
+
+
+def test_checkpoint_folders_are_named_with_their_run(tmp_path):
+    from weightdiag.source.local import default_model_id
+
+    assert default_model_id(tmp_path / "run-a" / "checkpoint-1000") == "run-a/checkpoint-1000"
+    assert default_model_id(tmp_path / "run-b" / "step143000") == "run-b/step143000"
+    assert default_model_id(tmp_path / "runs" / "pythia-70m") == "pythia-70m"
+
+
+def test_same_shaped_checkpoints_in_two_places_get_different_fingerprints(tmp_path):
+    from weightdiag.source.local import content_fingerprint, open_local
+
+    prints = []
+    for run in ("a", "b"):
+        folder = tmp_path / run / "model"
+        folder.mkdir(parents=True)
+        write_safetensors(folder / "model.safetensors", {"w": ("F32", np.zeros((4, 4), np.float32))})
+        plan, reader = open_local(folder)
+        reader.close()
+        prints.append(content_fingerprint(plan))
+    assert prints[0] != prints[1]

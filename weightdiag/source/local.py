@@ -24,6 +24,7 @@ from .plan import ModelPlan, ShardInfo, TensorRef
 from .safetensors_header import PREFIX_BYTES, SafetensorsHeader, read_header
 
 _GENERIC_DIR_NAMES = {"model", "models", "weights", "checkpoint", "final", "hf", "huggingface", "snapshot"}
+_CHECKPOINT_DIR = re.compile(r"^(?:step|checkpoint|ckpt|iter|global_step)[-_]?\d+$", re.IGNORECASE)
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -163,8 +164,10 @@ def _resolve_hf_cache(path: Path) -> tuple[Path, str | None, str | None, str | N
 
 
 def default_model_id(folder: Path) -> str:
+    """The folder's name, with its parent's for generic or per-checkpoint names ('run-a/checkpoint-1000')."""
     name = folder.name
-    if name.lower() in _GENERIC_DIR_NAMES and folder.parent.name:
+    generic = name.lower() in _GENERIC_DIR_NAMES or _CHECKPOINT_DIR.match(name)
+    if generic and folder.parent.name:
         return f"{folder.parent.name}/{name}"
     return name
 
@@ -316,8 +319,11 @@ def _check_index_map(
 
 
 def content_fingerprint(plan: ModelPlan) -> str:
-    """A short hash identifying the checkpoint's content layout (names, sizes, headers)."""
+    """A short hash identifying the checkpoint: its content when every shard's hash is known, else its
+    layout (names, sizes, headers) and where it lies, so that two runs' same-shaped checkpoints differ."""
     h = hashlib.sha256()
     for shard in plan.shards:
         h.update(f"{shard.name}\0{shard.size}\0{shard.sha256 or shard.header_sha256}\n".encode())
+    if any(shard.sha256 is None for shard in plan.shards):
+        h.update(b"\0at\0" + os.fsencode(os.path.realpath(plan.location)))
     return h.hexdigest()[:12]
