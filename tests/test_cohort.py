@@ -266,3 +266,21 @@ def test_db_list_show_export(minilm_dir, tmp_path):
     assert len(out_file.read_text().splitlines()) == 24
     assert run_cli("db", "show", "no-such-model", "--db", str(db)).returncode == 2
     assert run_cli("db", "export", "--format", "xml", "--db", str(db)).returncode == 2
+
+
+def test_compare_reads_a_row_fitted_at_another_trim_at_the_cohorts_mid80():
+    from weightdiag.diagnose.compare import compare
+    from weightdiag.row import at_trim
+
+    row = json.loads(BASELINE.read_text())
+    assert at_trim(row, "mid80") is row
+    mid90 = at_trim(row, "mid90")
+    assert mid90["protocol"]["trim"] == "mid90"
+    assert mid90["kinds"]["ffn_in"]["k_median"] != row["kinds"]["ffn_in"]["k_median"]
+    assert compare(mid90)["kinds"] == compare(row)["kinds"]
+
+
+def test_check_refuses_bad_tolerances(minilm_dir):
+    for flag, value in (("--tol-k", "nan"), ("--tol-lambda", "-0.1"), ("--tol-k", "inf")):
+        out = run_cli("check", str(minilm_dir), "--baseline", str(BASELINE), flag, value, "-q")
+        assert out.returncode == 2 and flag in out.stderr, out.stderr

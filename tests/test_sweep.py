@@ -230,6 +230,9 @@ def test_trajectory_cli_with_plots_and_json(run_folder, tmp_path):
         ).stdout
     )
     assert cosine["states"][-1]["t_over_tau"] < data["states"][-1]["t_over_tau"]
+    assert data["protocol"] == "hist1024"
+    other = run_cli("trajectory", name, "--db", str(db), "--protocol", "exact")
+    assert other.returncode == 2 and "found: hist1024" in other.stderr
     missing = run_cli("trajectory", "no/such-run", "--db", str(db))
     assert missing.returncode == 2 and "sweep" in missing.stderr
 

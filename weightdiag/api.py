@@ -94,8 +94,8 @@ def resolve_row(
 
     A `.json` file is read as a row; a cohort entry id gives the shipped row. A local model is
     always fitted (its files may have changed since any earlier row). A Hub id reuses a row of the
-    database fitted on the same commit when `reuse` is set, else it is fitted. Fresh fits are saved
-    unless save=False.
+    database fitted on the same commit with the same --include/--exclude when `reuse` is set, else
+    it is fitted. Fresh fits are saved unless save=False.
     """
     from .db import find_rows, load_row
     from .diagnose.cohort import cohort_row
@@ -112,7 +112,11 @@ def resolve_row(
     plan, reader = open_model(spec, model_id=options.model_id, token=token, download=download)
     if reuse and plan.source == "hub" and plan.commit:
         for row in reversed(find_rows(plan.model_id, db, protocol=options.protocol)):
-            if row["model"].get("commit") == plan.commit:
+            run = row.get("run") or {}
+            same_selection = run.get("include", []) == list(options.include) and run.get("exclude", []) == list(
+                options.exclude
+            )
+            if row["model"].get("commit") == plan.commit and same_selection:
                 reader.close()
                 return row, "database"
     row = fit_plan(plan, reader, options, progress)

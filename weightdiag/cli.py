@@ -7,8 +7,10 @@ Errors print one line on stderr, never a traceback (set WEIGHTDIAG_DEBUG=1 to se
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -183,10 +185,14 @@ def check(
     from .db import load_row
     from .diagnose.check import check as check_rows
     from .diagnose.check import junit_xml
+    from .errors import BadInputError
     from .pipeline import FitOptions
     from .render.reports import check_view
     from .render.tables import FitProgress
 
+    for flag, tol in (("--tol-k", tol_k), ("--tol-lambda", tol_lambda)):
+        if not (math.isfinite(tol) and tol >= 0):
+            raise BadInputError(f"{flag} {tol}: give a finite tolerance >= 0")
     base = load_row(baseline)
     options = FitOptions(protocol=base["protocol"]["name"], device=device)
     progress = FitProgress(stderr, enabled=not quiet and stderr.is_terminal)
@@ -384,6 +390,10 @@ def trajectory(
     plot: Annotated[
         Path | None, typer.Option(help="Write PNG plots into this folder (needs weightdiag[plot]).")
     ] = None,
+    protocol: Annotated[
+        str | None,
+        typer.Option(help="Use rows fitted with this protocol (default: hist1024 when there are any)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
 ) -> None:
     """Read a swept run from its rows: k and λ over steps, drift, λ peak, step-0 checks, std patterns."""
@@ -395,6 +405,13 @@ def trajectory(
     rows = [r for r in find_rows(model, db) if r["model"]["id"] == model]
     if not rows:
         raise BadInputError(f"{model}: no rows in the database; run `weightdiag sweep {model}` first")
+    # One protocol per trajectory: hist1024 and exact differ by more than a step's change late in a run.
+    fitted = Counter(r["protocol"]["name"] for r in rows)
+    chosen = protocol or ("hist1024" if "hist1024" in fitted else fitted.most_common(1)[0][0])
+    rows = [r for r in rows if r["protocol"]["name"] == chosen]
+    if not rows:
+        found = ", ".join(sorted(fitted))
+        raise BadInputError(f"{model}: no rows fitted with --protocol {chosen} (found: {found})")
     if schedule not in ("constant", "cosine"):
         raise BadInputError(f"--schedule {schedule!r}: choose constant or cosine")
     spec = None
@@ -403,6 +420,7 @@ def trajectory(
             raise BadInputError("--schedule cosine needs --total (the run's total steps)")
         spec = {"kind": "cosine", "total": total, "warmup": warmup, "min_ratio": min_lr_ratio}
     result = tr.trajectory(rows, spec)
+    result["protocol"] = chosen
     if plot:
         from .render.trajectory_plots import k_lambda_plot, std_heatmap
 

@@ -7,6 +7,7 @@ reusable read buffers (one being filled while the other is reduced) plus the sma
 from __future__ import annotations
 
 import fnmatch
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -65,8 +66,8 @@ class FitOptions:
             raise BadInputError(f"--preset {self.preset!r}: unknown; choose one of {', '.join(lambda_axis.PRESETS)}")
         for name in ("lr", "weight_decay", "steps"):
             value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise BadInputError(f"--{name.replace('_', '-')} must be positive, not {value}")
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise BadInputError(f"--{name.replace('_', '-')} must be a positive finite number, not {value}")
 
 
 def selected(name: str, include: Sequence[str], exclude: Sequence[str]) -> bool:

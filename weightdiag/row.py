@@ -178,3 +178,19 @@ _KIND_ORDER = {
         ("qkv", "q", "k", "v", "o", "ffn_in", "ffn_out", "gate", "up", "down", "embed", "unembed", "other")
     )
 }
+
+
+def at_trim(row: dict[str, Any], trim: str = "mid80") -> dict[str, Any]:
+    """The row with its per-kind summaries taken at `trim` (the cohort's is mid80).
+
+    Every matrix record keeps its fits at all trims, so a row fitted with --trim mid90 still compares
+    like for like with the cohort: its summaries are rebuilt here rather than mixed across trims.
+    """
+    if row["protocol"].get("trim", "mid80") == trim or not row.get("matrices"):
+        return row
+    return {
+        **row,
+        "protocol": {**row["protocol"], "trim": trim},
+        "kinds": kind_summaries(row["matrices"], trim),
+        "part_kinds": kind_summaries(row["matrices"], trim, parts=True),
+    }

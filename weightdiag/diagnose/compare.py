@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..row import at_trim
 from .classes import BAND, SELECTION_DEEP, SELECTION_MILD, TRANSMISSION, k_class
 from .cohort import ATTRIBUTION, GROUP_EXPECTATION, architecture_group, load_cohort
 from .functions import attention_arch, cross_family_band, ffn_median_k, lambda_scaling, transmission_lambda
@@ -95,7 +96,8 @@ def shallow_ffn_regime(row: dict[str, Any], trim: str = "mid80") -> dict[str, An
 
 
 def compare(row: dict[str, Any]) -> dict[str, Any]:
-    """Everything `weightdiag compare` prints for one row."""
+    """Everything `weightdiag compare` prints for one row (its summaries at the cohort's mid80 trim)."""
+    row = at_trim(row, "mid80")
     cohort = load_cohort("v9_1")
     qwen = load_cohort("qwen")
     me = row["model"]["id"]

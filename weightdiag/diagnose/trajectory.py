@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..row import at_trim
 from .classes import BAND, INIT_ANCHOR_K
 from .functions import lambda_paired_correlation
 from .lambda_axis import state_of
@@ -268,7 +269,7 @@ def std_pattern(points: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
 
 def trajectory(rows: Sequence[dict[str, Any]], schedule: dict[str, Any] | None = None) -> dict[str, Any]:
     """The whole reading of a run; `schedule` = {"kind": "cosine", "total": T, "warmup": W, "min_ratio": r}."""
-    points = ordered(rows)
+    points = [(step, at_trim(row, "mid80")) for step, row in ordered(rows)]
     if not points:
         return {"steps": [], "findings": ["no rows with a step number (revisions named step*, checkpoint-*)"]}
     series = _kind_series(points)

@@ -97,7 +97,8 @@ def trajectory_view(t: dict[str, Any]) -> Group:
     if not t.get("steps"):
         return Group(Text("\n".join(t["findings"])))
     kinds = list(t["kinds"])
-    table = Table(title=f"{t['model']}: per-kind median k (λ) over {len(t['steps'])} checkpoints")
+    protocol = f", {t['protocol']}" if t.get("protocol") else ""
+    table = Table(title=f"{t['model']}: per-kind median k (λ) over {len(t['steps'])} checkpoints{protocol}")
     table.add_column("step", justify="right")
     table.add_column("T/τ state")
     for kind in kinds:
