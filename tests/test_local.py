@@ -138,6 +138,9 @@ def test_reader_fails_clearly_if_the_file_shrinks(tmp_path):
     ref = plan.tensors[-1]
     with pytest.raises(CheckpointFormatError, match="file ended"):
         reader.read_into(ref, np.empty(ref.nbytes, dtype=np.uint8))
+    with pytest.raises(CheckpointFormatError, match="file ends before tensor"):
+        with reader.map(ref):
+            pass
     reader.close()
 
 

@@ -12,6 +12,7 @@ import json
 import mmap
 import os
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -35,27 +36,36 @@ class LocalReader:
     `map` gives zero-copy access through a mapping of just that tensor's bytes, released when the
     last view of it is dropped; `read_into` copies with pread (for pinned GPU staging buffers).
     `advise` asks the kernel to start reading a tensor ahead of use (cold files on disk).
+
+    A file that shrinks below a tensor's end before it is mapped gives CheckpointFormatError; one
+    truncated by another process *while* a mapped tensor is being reduced cannot be caught (the kernel
+    sends SIGBUS): do not fit files that are still being written.
     """
 
     def __init__(self, root: Path, shards: list[ShardInfo]) -> None:
         self._paths = [root / s.name for s in shards]
         self._fds: dict[int, int] = {}
+        self._lock = threading.Lock()  # several tensors are read at once; open each shard once
 
     def _fd(self, shard: int) -> int:
-        fd = self._fds.get(shard)
-        if fd is None:
-            fd = self._fds[shard] = os.open(self._paths[shard], os.O_RDONLY)
-        return fd
+        with self._lock:
+            fd = self._fds.get(shard)
+            if fd is None:
+                fd = self._fds[shard] = os.open(self._paths[shard], os.O_RDONLY)
+            return fd
+
+    def _truncated(self, ref: TensorRef, how: str) -> CheckpointFormatError:
+        return CheckpointFormatError(
+            f"{self._paths[ref.shard]}: {how} tensor {ref.name!r}; the file is truncated or changed while "
+            "reading; re-download it"
+        )
 
     def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
         fd, done, view = self._fd(ref.shard), 0, memoryview(out).cast("B")
         while done < ref.nbytes:
             got = os.preadv(fd, [view[done:]], ref.start + done)
             if got == 0:
-                raise CheckpointFormatError(
-                    f"{self._paths[ref.shard]}: file ended while reading tensor {ref.name!r} (truncated "
-                    "or changed while reading); re-download it"
-                )
+                raise self._truncated(ref, "file ended while reading")
             done += got
 
     @contextmanager
@@ -63,14 +73,14 @@ class LocalReader:
         if ref.nbytes == 0:
             yield np.empty(0, dtype=np.uint8)
             return
+        fd = self._fd(ref.shard)
+        if os.fstat(fd).st_size < ref.end:  # touching mapped pages past the end would be SIGBUS
+            raise self._truncated(ref, "file ends before")
         start = ref.start - ref.start % mmap.ALLOCATIONGRANULARITY
         try:
-            mapping = mmap.mmap(self._fd(ref.shard), ref.end - start, prot=mmap.PROT_READ, offset=start)
-        except (ValueError, OSError) as exc:  # e.g. the file shrank below the header's offsets
-            raise CheckpointFormatError(
-                f"{self._paths[ref.shard]}: cannot map tensor {ref.name!r} ({exc}); the file is truncated "
-                "or changed while reading; re-download it"
-            ) from None
+            mapping = mmap.mmap(fd, ref.end - start, prot=mmap.PROT_READ, offset=start)
+        except (ValueError, OSError) as exc:
+            raise self._truncated(ref, f"cannot map ({exc})") from None
         with contextlib.suppress(AttributeError, OSError):
             mapping.madvise(mmap.MADV_SEQUENTIAL)
         # The mapping is unmapped when the last array viewing it is garbage-collected.
