@@ -143,6 +143,20 @@ def _case_index_escapes(p: Path, small_llama: Path) -> Path:
     return folder
 
 
+def _case_index_through_linked_folder(p: Path, small_llama: Path) -> Path:
+    folder = Path(shutil.copytree(small_llama, p / "m"))
+    outside = p / "elsewhere"
+    outside.mkdir()
+    shard = sorted(folder.glob("model-*.safetensors"))[0]
+    shard.rename(outside / shard.name)
+    (folder / "sub").symlink_to(outside, target_is_directory=True)
+    index = folder / "model.safetensors.index.json"
+    doc = json.loads(index.read_text())
+    doc["weight_map"] = {k: (f"sub/{v}" if v == shard.name else v) for k, v in doc["weight_map"].items()}
+    index.write_text(json.dumps(doc))
+    return folder
+
+
 CASES = {
     "truncated file": (_case_truncated, "truncated"),
     "header length beyond the file": (_case_header_beyond_file, "runs past the end"),
@@ -153,6 +167,7 @@ CASES = {
     "empty folder": (_case_empty_folder, "no .safetensors, pytorch_model*.bin or single .gguf weights found"),
     "index naming a missing shard": (_case_index_missing_shard, "is missing"),
     "index path leaving the folder": (_case_index_escapes, "leaves the model folder"),
+    "index path through a linked folder": (_case_index_through_linked_folder, "leaves the model folder"),
     "nonexistent path": (lambda p: p / "does" / "not" / "exist", "no such file or folder"),
 }
 

@@ -267,3 +267,22 @@ def test_vision_tower_is_kept_apart_from_the_language_model():
     assert role.kind == "other" and "vision_tower" in role.note
     role = classify_tensor("language_model.model.layers.0.self_attn.q_proj.weight", (64, 64), "llava", 2)
     assert role.kind == "q"
+
+
+def test_arch_from_a_config_with_wrong_types_ignores_those_fields():
+    arch = arch_from_config(
+        {
+            "model_type": ["llama"],
+            "architectures": "LlamaForCausalLM",
+            "num_hidden_layers": "32",
+            "hidden_size": 4096.0,
+            "num_attention_heads": True,
+            "intermediate_size": None,
+            "mlp_ratio": "4",
+            "vocab_size": -1,
+            "tie_word_embeddings": "false",
+        }
+    )
+    assert arch.family is None and arch.architectures == [] and arch.n_layers is None
+    assert arch.d_model == 4096 and arch.n_heads is None and arch.head_dim is None
+    assert arch.ffn_size is None and arch.vocab_size is None and arch.tied_embeddings is None

@@ -69,3 +69,19 @@ def test_a_corrupt_bin_is_a_format_error(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(pickle.dumps([1, 2, 3])[:5])
     with pytest.raises(CheckpointFormatError, match="not a readable torch checkpoint"):
         open_local(tmp_path)
+
+
+def test_a_legacy_non_zip_bin_is_read_without_mapping(tmp_path):
+    w = torch.randn(16, 8, generator=torch.Generator().manual_seed(0))
+    torch.save({"layers.0.mlp.up_proj.weight": w}, tmp_path / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    plan, reader = open_local(tmp_path)
+    out = np.empty(plan.tensors[0].nbytes, dtype=np.uint8)
+    reader.read_into(plan.tensors[0], out)
+    assert np.array_equal(out.view(np.float32).reshape(16, 8), w.numpy())
+
+
+def test_a_bin_index_with_a_bad_weight_map_is_a_format_error(tmp_path):
+    torch.save({"a.weight": torch.zeros(2, 2)}, tmp_path / "pytorch_model-1.bin")
+    (tmp_path / "pytorch_model.bin.index.json").write_text('{"weight_map": {"a.weight": 3}}')
+    with pytest.raises(CheckpointFormatError, match="no valid weight_map"):
+        open_local(tmp_path)

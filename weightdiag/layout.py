@@ -257,10 +257,14 @@ _POST_LN_FAMILIES = {
 _GEMMA_FAMILIES = {"gemma", "gemma2", "gemma3", "gemma3_text", "recurrent_gemma"}
 
 
-def _first(config: dict[str, Any], *keys: str) -> Any:
+def _count(config: dict[str, Any], *keys: str) -> int | None:
+    """The first of `keys` holding a positive integer; hand-edited configs with strings, floats or
+    nulls in these fields are read as if the field were absent rather than failing later."""
     for key in keys:
         value = config.get(key)
-        if value is not None:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
 
@@ -299,27 +303,29 @@ def arch_from_config(config: dict[str, Any] | None) -> ArchInfo:
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
     cfg = {**config, **text} if text else config  # multimodal configs nest the language model
     info.sources.append("config.json")
-    info.family = cfg.get("model_type")
-    info.architectures = list(config.get("architectures") or [])
-    info.n_layers = _first(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
-    info.d_model = _first(cfg, "hidden_size", "n_embd", "d_model", "dim")
-    info.n_heads = _first(cfg, "num_attention_heads", "n_head", "n_heads", "num_heads")
-    info.n_kv_heads = _first(cfg, "num_key_value_heads", "n_kv_heads", "num_kv_heads")
+    info.family = cfg["model_type"] if isinstance(cfg.get("model_type"), str) else None
+    arches = config.get("architectures")
+    info.architectures = [a for a in arches if isinstance(a, str)] if isinstance(arches, list) else []
+    info.n_layers = _count(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    info.d_model = _count(cfg, "hidden_size", "n_embd", "d_model", "dim")
+    info.n_heads = _count(cfg, "num_attention_heads", "n_head", "n_heads", "num_heads")
+    info.n_kv_heads = _count(cfg, "num_key_value_heads", "n_kv_heads", "num_kv_heads")
     if info.n_kv_heads is None and cfg.get("multi_query"):
         info.n_kv_heads = 1
     if info.n_kv_heads is None and info.n_heads is not None:
         info.n_kv_heads = info.n_heads
-    info.head_dim = _first(cfg, "head_dim")
+    info.head_dim = _count(cfg, "head_dim")
     if info.head_dim is None and info.d_model and info.n_heads:
         info.head_dim = info.d_model // info.n_heads
-    ffn = _first(cfg, "intermediate_size", "n_inner", "ffn_hidden_size", "mlp_hidden_size", "ffn_dim")
-    if ffn is None and info.d_model and cfg.get("mlp_ratio"):
-        ffn = int(cfg["mlp_ratio"] * info.d_model)
+    ffn = _count(cfg, "intermediate_size", "n_inner", "ffn_hidden_size", "mlp_hidden_size", "ffn_dim")
+    ratio = cfg.get("mlp_ratio")
+    if ffn is None and info.d_model and isinstance(ratio, (int, float)) and ratio > 0:
+        ffn = int(ratio * info.d_model)
     if ffn is None and info.d_model and info.family == "gpt2":
         ffn = 4 * info.d_model
     info.ffn_size = ffn
-    info.vocab_size = cfg.get("vocab_size")
-    info.n_experts = _first(cfg, "num_local_experts", "num_experts", "n_routed_experts")
+    info.vocab_size = _count(cfg, "vocab_size")
+    info.n_experts = _count(cfg, "num_local_experts", "num_experts", "n_routed_experts")
     if "rms_norm_eps" in cfg or cfg.get("layer_norm_type") == "rms" or str(cfg.get("norm_type", "")).startswith("rms"):
         info.norm_type = "rmsnorm"
     elif any(k in cfg for k in ("layer_norm_eps", "layer_norm_epsilon", "layernorm_epsilon")):
@@ -337,7 +343,7 @@ def arch_from_config(config: dict[str, Any] | None) -> ArchInfo:
     tie = config.get("tie_word_embeddings", cfg.get("tie_word_embeddings"))
     if tie is None and "weight_tying" in cfg:
         tie = cfg["weight_tying"]  # OLMo native
-    info.tied_embeddings = tie
+    info.tied_embeddings = tie if isinstance(tie, bool) else None
     if info.family in ("hf_olmo", "olmo") and str(cfg.get("activation_type", "")).lower() == "swiglu":
         info.swiglu_fused_order = "up,gate"  # OLMo native ff_proj: x, x_gate = chunk(2)
         if info.ffn_size and "intermediate_size" not in cfg:

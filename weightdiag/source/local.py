@@ -127,13 +127,42 @@ def _blob_sha256(path: Path) -> str | None:
     return name if _HEX64.match(name) else None
 
 
-def _check_inside(name: str, index_path: Path) -> None:
+def check_inside(name: str, index_path: Path) -> None:
+    """Refuse an index's shard path that leaves the model folder, by its text or through a linked
+    sub-folder (the shard file itself may link out: HF cache snapshots point into blobs/)."""
     pure = PurePosixPath(name)
-    if not name or pure.is_absolute() or ".." in pure.parts or "\\" in name or name.startswith("~"):
+    root = index_path.parent.resolve()
+    parent = (root / name).parent.resolve()
+    textual = not name or pure.is_absolute() or ".." in pure.parts or "\\" in name or name.startswith("~")
+    if textual or not parent.is_relative_to(root):
         raise CheckpointFormatError(
             f"{index_path}: shard path {name!r} leaves the model folder; refusing to read it "
             "(the index is damaged or malicious)"
         )
+
+
+def load_weight_map(index_path: Path) -> dict[str, str]:
+    """An index's weight_map (tensor name -> shard file), validated."""
+    doc = _load_json(index_path)
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if (
+        not isinstance(weight_map, dict)
+        or not weight_map
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items())
+    ):
+        raise CheckpointFormatError(f"{index_path}: no valid weight_map (tensor name -> shard file)")
+    for shard in set(weight_map.values()):
+        check_inside(shard, index_path)
+    return weight_map
+
+
+def load_config(folder: Path) -> dict[str, Any] | None:
+    """The folder's config.json as a dict, None when there is none."""
+    config_path = folder / "config.json"
+    config = _load_json(config_path) if config_path.is_file() else None
+    if config is not None and not isinstance(config, dict):
+        raise CheckpointFormatError(f"{config_path}: expected a JSON object; fix or remove it")
+    return config
 
 
 def _load_json(path: Path) -> Any:
@@ -226,11 +255,8 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
         shards.append(ShardInfo(name, header.file_size, _blob_sha256(file_path), header_digest))
     tensors = _tensor_refs(headers, shards)
     if index is not None:
-        _check_index_map(index, _load_json(index)["weight_map"], tensors, shards)
-    config_path = root / "config.json"
-    config = _load_json(config_path) if config_path.is_file() else None
-    if config is not None and not isinstance(config, dict):
-        raise CheckpointFormatError(f"{config_path}: expected a JSON object; fix or remove it")
+        _check_index_map(index, load_weight_map(index), tensors, shards)
+    config = load_config(root)
     metadata: dict[str, str] = {}
     for header in headers:
         metadata.update(header.metadata)
@@ -257,20 +283,7 @@ def _folder_shards(folder: Path) -> tuple[list[str], Path | None]:
         indexes = [preferred]
     if indexes:
         index_path = indexes[0]
-        doc = _load_json(index_path)
-        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
-        if (
-            not isinstance(weight_map, dict)
-            or not weight_map
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items())
-        ):
-            raise CheckpointFormatError(f"{index_path}: no valid weight_map (tensor name -> shard file)")
-        names: list[str] = []
-        for shard in weight_map.values():
-            _check_inside(shard, index_path)
-            if shard not in names:
-                names.append(shard)
-        return sorted(names), index_path
+        return sorted(set(load_weight_map(index_path).values())), index_path
     return sorted(f.name for f in folder.glob("*.safetensors") if f.is_file()), None
 
 

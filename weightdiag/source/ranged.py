@@ -13,6 +13,7 @@ same file cost one request each.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import threading
@@ -74,8 +75,8 @@ class RangedFile:
 
     def read(self, start: int, out: np.ndarray, policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep):
         """Fill `out` (uint8) with bytes [start, start + len(out)) of the file."""
-        import httpx2
-
+        # huggingface_hub's session is an httpx (1.x) or httpx2 (2.x) client; both name these alike.
+        httpx = importlib.import_module(type(self._session).__module__.split(".")[0])
         total = out.size
         done = 0
         failures = 0
@@ -98,7 +99,7 @@ class RangedFile:
                     url,
                     headers=headers,
                     follow_redirects=True,
-                    timeout=httpx2.Timeout(30.0, read=120.0),
+                    timeout=httpx.Timeout(30.0, read=120.0),
                 ) as response:
                     status = response.status_code
                     if status == 206:
@@ -109,7 +110,7 @@ class RangedFile:
                             out[done : done + n] = np.frombuffer(chunk, dtype=np.uint8, count=n)
                             done += n
                         if done < total:  # the server closed early without an error
-                            raise httpx2.RemoteProtocolError("body ended early")
+                            raise httpx.RemoteProtocolError("body ended early")
                         return
                     if status == 200:
                         raise HubError(
@@ -129,7 +130,7 @@ class RangedFile:
                         wait *= 2
                         continue
                     raise HubError(f"{self.where}: HTTP {status} while reading a byte range; try --download")
-            except (httpx2.TransportError, httpx2.TimeoutException) as exc:
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
                 failures += 1
                 last_error = f"{type(exc).__name__}: {exc}"[:200]
                 sleep(min(wait, policy.max_wait))

@@ -7,9 +7,8 @@ file until a tensor is read, so memory stays at a few tensors here too.
 
 from __future__ import annotations
 
-import json
 import math
-import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import numpy as np
 
 from ..dtypes import DTYPES, DType
 from ..errors import BadInputError, CheckpointFormatError
-from .local import default_model_id, file_header_digest
+from .local import default_model_id, file_header_digest, load_config, load_weight_map
 from .plan import ModelPlan, ShardInfo, TensorRef
 
 # torch dtype name -> safetensors dtype name
@@ -45,16 +44,20 @@ def bin_shards(folder: Path) -> tuple[list[str], Path | None]:
     """The pytorch_model*.bin files of a folder (via pytorch_model.bin.index.json when present)."""
     index = folder / "pytorch_model.bin.index.json"
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise CheckpointFormatError(f"{index}: no valid weight_map ({exc.__class__.__name__})") from None
-        names = sorted(set(weight_map.values()))
-        for name in names:
-            if not isinstance(name, str) or os.path.isabs(name) or ".." in Path(name).parts:
-                raise CheckpointFormatError(f"{index}: shard path {name!r} leaves the model folder; refusing it")
-        return names, index
+        return sorted(set(load_weight_map(index).values())), index
     return sorted(p.name for p in folder.glob("pytorch_model*.bin") if p.is_file()), None
+
+
+def _restricted_load(torch: Any, path: Path) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's notes on pickle protocols: not the user's concern
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "zipfile" not in str(exc) and "mmap" not in str(exc):
+                raise
+        # Legacy (pre-1.6, non-zip) serialization cannot be mapped: that shard is read whole.
+        return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -63,9 +66,9 @@ def _load(path: Path) -> dict[str, Any]:
     import torch
 
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        state = _restricted_load(torch, path)
     except pickle.UnpicklingError as exc:
-        if "weights only" in str(exc).lower():
+        if "unsupported global" in str(exc).lower() or "not an allowed global" in str(exc).lower():
             raise CheckpointFormatError(
                 f"{path}: refused by the restricted unpickler (it would build objects other than tensors); "
                 "only plain tensor checkpoints are read: convert it to safetensors"
@@ -121,15 +124,14 @@ def open_torch_bin(
             dtype = DTYPES.get(_TORCH_DTYPES.get(str(tensor.dtype).removeprefix("torch."), ""), _UNKNOWN)
             nbytes = math.prod(tensor.shape) * max(dtype.bits // 8, 1)
             refs.append(TensorRef(key, dtype, tuple(tensor.shape), i, 0, nbytes))
-    config_path = folder / "config.json"
-    config = json.loads(config_path.read_text()) if config_path.is_file() else None
+    config = load_config(folder)
     plan = ModelPlan(
         model_id=model_id or default_model_id(folder.resolve()),
         source="local",
         location=str(folder.resolve()),
         shards=shards,
         tensors=refs,
-        config=config if isinstance(config, dict) else None,
+        config=config,
         file_format="torch",
         notes=[NOTE],
     )
