@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -198,3 +199,61 @@ def test_usage_errors_exit_2(tmp_path):
 def test_version():
     out = run_cli("version")
     assert out.returncode == 0 and out.stdout.startswith("weightdiag ")
+
+
+def test_an_unwritable_database_fails_before_fitting(tmp_path):
+    model = _valid(tmp_path)
+    blocker = tmp_path / "db-is-a-file"
+    blocker.write_text("")
+    out = run_cli("fit", str(model), "--db", str(blocker))
+    assert out.returncode == 2 and "is not a folder" in out.stderr and "--no-save" in out.stderr
+
+
+def test_a_read_only_database_folder_fails_before_fitting(tmp_path):
+    model = _valid(tmp_path)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as root: permissions are not enforced")
+        out = run_cli("fit", str(model), "--db", str(locked / "db"))
+        assert out.returncode == 2 and "is not writable" in out.stderr
+        assert run_cli("fit", str(model), "--db", str(locked / "db"), "--no-save").returncode == 0
+    finally:
+        locked.chmod(0o700)
+
+
+def test_a_damaged_row_is_skipped_by_listing_and_refused_when_named(minilm_dir, tmp_path):
+    db = tmp_path / "db"
+    assert run_cli("fit", str(minilm_dir), "--db", str(db), "-q", "--device", "cpu").returncode == 0
+    bad = db / "rows" / "broken.json"
+    bad.write_text(json.dumps({"schema": "weightdiag.row/1", "model": {"id": 3}}))
+    listing = run_cli("db", "list", "--db", str(db))
+    assert listing.returncode == 0 and "Traceback" not in listing.stderr
+    out = run_cli("compare", str(bad), "--db", str(db))
+    assert out.returncode == 2 and "damaged" in out.stderr
+
+
+def test_model_names_that_look_like_markup_are_printed_as_they_are(tmp_path):
+    model = _valid(tmp_path)
+    out = run_cli("fit", str(model), "--name", "run[/bold][red]x", "--db", str(tmp_path / "db"))
+    assert out.returncode == 0, out.stderr
+    assert "run[/bold][red]x" in out.stdout
+
+
+def test_permission_denied_is_bad_input_not_a_bug(tmp_path, monkeypatch, capsys):
+    from weightdiag import cli
+    from weightdiag.source import local
+
+    model = _valid(tmp_path)
+
+    def denied(path, where):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(local, "read_file_header", denied)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["fit", str(model), "--no-save", "-q"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "permission denied" in err and str(model) in err and "Traceback" not in err

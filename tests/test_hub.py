@@ -247,6 +247,8 @@ def test_network_unreachable_and_offline_with_nothing_cached(tmp_path):
     _expect_exit3(
         run_cli("fit", "acme/tiny", "--db", str(tmp_path), env={**env, "HF_HUB_OFFLINE": "1"}), "not in the local cache"
     )
+    bad = run_cli("fit", "acme/ti..ny", "--db", str(tmp_path), env=env)  # the Hub's naming rules: input, not network
+    assert bad.returncode == 2 and "not a valid Hub repo id" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_offline_mode_and_unreachable_hub_use_the_cache(fake_hub, small_model, tmp_path):

@@ -67,6 +67,10 @@ def test_hf_cache_snapshot_layout(tmp_path, small_llama):
         reader.close()
         assert plan.model_id == "acme/tiny-llama" and plan.commit == commit and plan.revision == "main"
         assert all(s.sha256 and len(s.sha256) == 64 for s in plan.shards)
+    for damaged in ("../../../etc", "b" * 40):  # a path, or a commit with no snapshot
+        (repo / "refs" / "main").write_text(damaged)
+        with pytest.raises(BadInputError, match="does not name a snapshot"):
+            open_local(repo)
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -138,9 +142,8 @@ def test_reader_fails_clearly_if_the_file_shrinks(tmp_path):
     ref = plan.tensors[-1]
     with pytest.raises(CheckpointFormatError, match="file ended"):
         reader.read_into(ref, np.empty(ref.nbytes, dtype=np.uint8))
-    with pytest.raises(CheckpointFormatError, match="file ends before tensor"):
-        with reader.map(ref):
-            pass
+    with pytest.raises(CheckpointFormatError, match="file ends before tensor"), reader.map(ref):
+        pass
     reader.close()
 
 

@@ -153,3 +153,21 @@ def test_peak_memory_does_not_grow_with_the_checkpoint(tmp_path):
     largest = 4096 * 1024 * 2  # one BF16 FFN matrix (= the embedding)
     assert peaks[8] < peaks[2] + 64 * 2**20, peaks  # no growth with model size beyond noise
     assert peaks[8] < 3 * largest + 500 * 2**20, peaks
+
+
+def test_f64_values_beyond_float32_count_as_infinite_without_warnings(tmp_path):
+    import warnings
+
+    w = np.random.default_rng(0).standard_normal((64, 64))
+    w[0, 0], w[1, 1] = 1e300, -1e250
+    path = write_safetensors(
+        tmp_path / "model.safetensors",
+        {"model.layers.0.mlp.up_proj.weight": ("F64", w), "model.norm.weight": ("F64", np.full(64, 1e200))},
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        row = fit_path(str(path), FitOptions(device="cpu"))
+    (m,) = row["matrices"]
+    assert m["stats"]["n_finite"] == 64 * 64 - 2 and m["fits"]["mid80"]["ok"]
+    (norm,) = [v for v in row["vectors"] if v["kind"] == "norm"]
+    assert norm["l2"] is None and norm["mean"] == pytest.approx(1e200)  # sums past float64: null, not a warning

@@ -97,7 +97,7 @@ def resolve_row(
     database fitted on the same commit with the same --include/--exclude when `reuse` is set, else
     it is fitted. Fresh fits are saved unless save=False.
     """
-    from .db import find_rows, load_row
+    from .db import check_writable, find_rows, load_row
     from .diagnose.cohort import cohort_row
 
     options = options or FitOptions()
@@ -119,6 +119,12 @@ def resolve_row(
             if row["model"].get("commit") == plan.commit and same_selection:
                 reader.close()
                 return row, "database"
+    if save:
+        try:
+            check_writable(db)
+        except BaseException:
+            reader.close()
+            raise
     row = fit_plan(plan, reader, options, progress)
     if save:
         save_row(row, db)

@@ -73,6 +73,7 @@ def fit(
 ) -> None:
     """Fit a Weibull to |w| of every weight matrix and write one row to the database."""
     from .api import fit_model, save_row
+    from .db import check_writable
     from .pipeline import FitOptions
     from .render.tables import FitProgress, kinds_table
 
@@ -88,6 +89,9 @@ def fit(
         steps=steps,
         preset=preset,
     )
+    options.validate()
+    if save:
+        check_writable(db)
     progress = FitProgress(stderr, enabled=not quiet and stderr.is_terminal)
     try:
         row = fit_model(model, options, progress, revision=revision, token=token, download=download)
@@ -101,9 +105,9 @@ def fit(
         stdout.print(kinds_table(row))
     if row["unclassified"]:
         shown = ", ".join(row["unclassified"][:5]) + (" ..." if len(row["unclassified"]) > 5 else "")
-        stderr.print(f"{len(row['unclassified'])} matrices of unknown role fitted as 'other': {shown}")
+        stderr.print(f"{len(row['unclassified'])} matrices of unknown role fitted as 'other': {shown}", markup=False)
     if path:
-        stderr.print(f"row written to {path}")
+        stderr.print(f"row written to {path}", markup=False)
 
 
 ProtocolOption = Annotated[str, typer.Option(help="Protocol to fit with when a model has no row yet.")]
@@ -121,7 +125,7 @@ def _row_for(spec: str, db: Path | None, options, token: str | None = None, quie
     finally:
         progress.close()
     if how == "fitted":
-        stderr.print(f"{spec}: fitted and saved")
+        stderr.print(f"{spec}: fitted and saved", markup=False)
     return row
 
 
@@ -209,7 +213,8 @@ def check(
     elif result["passed"] and not show_all:
         stdout.print(
             f"PASS: all {result['checked']} matrices of {result['model']} within |Δk| <= {tol_k} and "
-            f"|Δλ/λ| <= {tol_lambda * 100:g}% of {result['baseline']}"
+            f"|Δλ/λ| <= {tol_lambda * 100:g}% of {result['baseline']}",
+            markup=False,
         )
     else:
         stdout.print(check_view(result, show_all))
@@ -287,7 +292,7 @@ def db_export(
         writer.writerows(records)
     if output:
         write_text_atomic(output, buffer.getvalue())
-        stderr.print(f"{len(records)} rows written to {output}")
+        stderr.print(f"{len(records)} rows written to {output}", markup=False)
     else:
         sys.stdout.write(buffer.getvalue())
 
@@ -320,6 +325,7 @@ def sweep(
     """Fit every selected checkpoint of a training run into the database (resumable, parallel)."""
     from dataclasses import asdict
 
+    from rich.markup import escape
     from rich.table import Table
 
     from . import sweep as sw
@@ -348,7 +354,8 @@ def sweep(
         raise BadInputError(f"--executor {executor!r}: choose local or ray")
     fields = ("protocol", "device", "lr", "weight_decay", "preset")
     option_dict = {f: getattr(options, f) for f in fields}
-    stderr.print(f"{plan.model_id}: {len(plan.revisions)} revisions " + ", ".join(r.name for r in plan.revisions))
+    revision_list = ", ".join(r.name for r in plan.revisions)
+    stderr.print(f"{plan.model_id}: {len(plan.revisions)} revisions {revision_list}", markup=False)
 
     def show(outcome: sw.Outcome) -> None:
         if not as_json:
@@ -361,16 +368,16 @@ def sweep(
         _print_json([asdict(o) for o in outcomes])
     else:
         counts = {s: sum(o.status == s for o in outcomes) for s in ("fitted", "reused", "existing", "failed")}
-        table = Table(title=f"sweep {plan.model_id}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        table = Table(title=f"sweep {escape(plan.model_id)}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
         for col in ("revision", "status", "seconds", "FFN median k", "detail"):
             table.add_column(col)
         for o in outcomes:
             table.add_row(
-                o.revision,
+                escape(o.revision),
                 o.status,
                 f"{o.seconds:.1f}" if o.seconds else "-",
                 f"{o.ffn_median_k:.4f}" if o.ffn_median_k else "-",
-                o.detail,
+                escape(o.detail),
             )
         stdout.print(table)
     if any(o.status == "failed" for o in outcomes):
@@ -465,6 +472,17 @@ def main(argv: list[str] | None = None) -> None:
             raise
         stderr.print(f"error: {exc.message}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
+    except PermissionError as exc:  # a file or folder the user may not read or write: their input, not a bug
+        if os.environ.get("WEIGHTDIAG_DEBUG"):
+            raise
+        where = exc.filename or "a file"
+        stderr.print(
+            f"error: {where}: permission denied; make it readable (or the folder writable) or choose another path",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        sys.exit(ExitCode.BAD_INPUT)
     except KeyboardInterrupt:
         stderr.print("interrupted")
         sys.exit(130)

@@ -61,9 +61,27 @@ def write_json_atomic(path: Path, document: Any) -> None:
     write_text_atomic(path, json.dumps(document, indent=1, allow_nan=False) + "\n")
 
 
+def check_writable(db_dir: Path | None = None) -> None:
+    """Fail before a long fit, not after it, when rows could not be written to the database folder."""
+    folder = (db_dir or default_db_dir()) / ROWS_DIR
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        what = "is not a folder" if not existing.is_dir() else "is not writable"
+        raise BadInputError(
+            f"database folder {folder}: {existing} {what}; pass a writable --db (or WEIGHTDIAG_DB), or --no-save"
+        )
+
+
 def write_row(row: dict[str, Any], db_dir: Path | None = None) -> Path:
     path = (db_dir or default_db_dir()) / ROWS_DIR / row_filename(row)
-    write_json_atomic(path, row)
+    try:
+        write_json_atomic(path, row)
+    except OSError as exc:
+        raise BadInputError(
+            f"cannot write {path} ({exc.strerror or exc.__class__.__name__}); pass a writable --db, or --no-save"
+        ) from None
     return path
 
 
@@ -76,6 +94,16 @@ def load_row(path: Path) -> dict[str, Any]:
         ) from None
     if not isinstance(row, dict) or not str(row.get("schema", "")).startswith("weightdiag.row/"):
         raise BadInputError(f"{path}: not a weightdiag row (no 'schema' field); give a row written by weightdiag")
+    model, protocol, kinds = row.get("model"), row.get("protocol"), row.get("kinds")
+    if not (
+        isinstance(model, dict)
+        and isinstance(model.get("id"), str)
+        and isinstance(protocol, dict)
+        and isinstance(protocol.get("name"), str)
+        and isinstance(kinds, dict)
+        and isinstance(row.get("matrices", []), list)
+    ):
+        raise BadInputError(f"{path}: a damaged weightdiag row (model id, protocol or kinds missing); refit the model")
     return row
 
 

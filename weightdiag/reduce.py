@@ -82,7 +82,9 @@ def reduce_array(flat: np.ndarray, dtype: str, segments: Segments | None = None)
         segments = Segments.whole(flat.size)
     if dtype == "F64":
         # The cohort protocol works on float32 |w| (as the paper's library casts); round once.
-        flat = segments.view(flat).astype(np.float32).reshape(-1)
+        # Magnitudes beyond float32's range become Inf and are counted as non-finite, as there.
+        with np.errstate(over="ignore"):
+            flat = segments.view(flat).astype(np.float32).reshape(-1)
         inner = reduce_array(flat.view(np.uint32), "F32")
         inner.argmax = segments.original_index(inner.argmax) if inner.argmax >= 0 else -1
         return inner

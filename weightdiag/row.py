@@ -121,12 +121,15 @@ def vector_record(name: str, role: TensorRole, dtype: str, values: np.ndarray, n
     if role.kind == "norm" and role.param == "weight" and norm_offset:
         v = v + norm_offset  # Gemma stores gamma - 1
         record["offset_applied"] = norm_offset
-    l2 = float(np.sqrt(np.dot(v, v))) if v.size else float("nan")
+    with np.errstate(over="ignore"):  # F64 vectors near float64's limit: the sums overflow to Inf, stored as null
+        l2 = float(np.sqrt(np.dot(v, v))) if v.size else float("nan")
+        mean = float(v.mean()) if v.size else None
+        std = float(v.std()) if v.size else None
     record.update(
         {
             "l2": _num(l2),
-            "mean": _num(float(v.mean())) if v.size else None,
-            "std": _num(float(v.std())) if v.size else None,
+            "mean": _num(mean),
+            "std": _num(std),
             "min": _num(float(v.min())) if v.size else None,
             "max": _num(float(v.max())) if v.size else None,
         }

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .db import ROWS_DIR, load_row, row_filename, write_row
+from .db import ROWS_DIR, check_writable, load_row, row_filename, write_row
 from .diagnose.lambda_axis import step_from_revision
 from .errors import BadInputError, WeightdiagError
 
@@ -341,6 +341,7 @@ def run_sweep(
 ) -> list[Outcome]:
     """Fit what is missing; reuse rows across identical revisions; return one outcome per revision."""
     db = db.resolve()
+    check_writable(db)
     protocol = options.get("protocol", "hist1024")
     outcomes: dict[str, Outcome] = {}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -14,7 +15,8 @@ from .tables import fmt
 def compare_view(report: dict[str, Any]) -> Group:
     title = report["model"] + (f"@{report['revision']}" if report.get("revision") else "")
     table = Table(
-        title=f"{title} vs the 12-entry cohort", caption=f"attention {report['attention']}; group {report['group']}"
+        title=f"{escape(title)} vs the 12-entry cohort",
+        caption=f"attention {report['attention']}; group {report['group']}",
     )
     for col in ("kind", "k", "λ", "class", "cohort k range", "same-group k range", "nearest by k"):
         table.add_column(col, justify="right" if col in ("k", "λ") else "left")
@@ -49,7 +51,7 @@ def compare_view(report: dict[str, Any]) -> Group:
 def check_view(result: dict[str, Any], show_all: bool = False) -> Table:
     status = "PASS" if result["passed"] else "FAIL"
     table = Table(
-        title=f"check {result['model']} against {result['baseline']}: {status} "
+        title=f"check {escape(result['model'])} against {escape(str(result['baseline']))}: {status} "
         f"({result['failed']} of {result['checked']} matrices moved or changed)",
         caption=f"tolerances: |Δk| <= {result['tol_k']}, |Δλ/λ| <= {result['tol_lambda'] * 100:g}% ({result['trim']})",
     )
@@ -60,7 +62,7 @@ def check_view(result: dict[str, Any], show_all: bool = False) -> Table:
             continue
         if "k" in r:
             table.add_row(
-                r["name"],
+                escape(r["name"]),
                 r["status"],
                 fmt(r["k"], ".5f"),
                 fmt(r["k_base"], ".5f"),
@@ -70,7 +72,7 @@ def check_view(result: dict[str, Any], show_all: bool = False) -> Table:
                 f"{r['delta_lambda_rel'] * 100:+.3f}%",
             )
         else:
-            table.add_row(r["name"], r["status"], "-", "-", "-", "-", "-", r.get("detail", ""))
+            table.add_row(escape(r["name"]), r["status"], "-", "-", "-", "-", "-", escape(r.get("detail", "")))
     return table
 
 
@@ -80,8 +82,8 @@ def db_list_view(rows: list[dict[str, Any]]) -> Table:
         table.add_column(col)
     for r in rows:
         table.add_row(
-            r["id"],
-            r["revision"] or "-",
+            escape(r["id"]),
+            escape(r["revision"] or "-"),
             r["source"],
             r["protocol"],
             str(r["matrices"]),
@@ -98,7 +100,7 @@ def trajectory_view(t: dict[str, Any]) -> Group:
         return Group(Text("\n".join(t["findings"])))
     kinds = list(t["kinds"])
     protocol = f", {t['protocol']}" if t.get("protocol") else ""
-    table = Table(title=f"{t['model']}: per-kind median k (λ) over {len(t['steps'])} checkpoints{protocol}")
+    table = Table(title=f"{escape(t['model'])}: per-kind median k (λ) over {len(t['steps'])} checkpoints{protocol}")
     table.add_column("step", justify="right")
     table.add_column("T/τ state")
     for kind in kinds:
@@ -116,7 +118,7 @@ def trajectory_view(t: dict[str, Any]) -> Group:
         state = states.get(step, {})
         label = f"{state['t_over_tau']:.3g} {state['state']}" if state.get("t_over_tau") is not None else "unknown"
         original = t["duplicates"].get(revision)
-        table.add_row(str(step) + (f" (= {original})" if original else ""), label, *cells)
+        table.add_row(str(step) + (f" (= {escape(original)})" if original else ""), label, *cells)
     parts.append(table)
     findings = Text("Findings\n", style="bold")
     for line in t["findings"]:

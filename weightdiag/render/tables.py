@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -33,7 +34,7 @@ def kinds_table(row: dict[str, Any], title: str | None = None) -> Table:
         contents = f"{len(row['matrices'])} matrices, {len(row['vectors'])} vectors, {len(row['skipped'])} skipped"
     caption = f"protocol {row['protocol']['name']}, trim {row['protocol']['trim']}; {contents}"
     table = Table(
-        title=title or f"{model['id']}" + (f"@{model['revision']}" if model.get("revision") else ""),
+        title=escape(title or f"{model['id']}" + (f"@{model['revision']}" if model.get("revision") else "")),
         caption=caption,
     )
     for col, justify in (

@@ -149,6 +149,9 @@ def hub_errors(repo: str, revision: str | None, token: str | None) -> Iterator[N
     except hf.HfHubHTTPError as exc:
         status = getattr(getattr(exc, "response", None), "status_code", "?")
         raise HubError(f"{repo}: the Hub answered HTTP {status}; try again later") from None
+    except hf.HFValidationError as exc:  # the id breaks the Hub's naming rules: the user's input
+        reason = str(exc).splitlines()[0].rsplit(": ", 1)[0].rstrip(".")[:200] if str(exc) else "HFValidationError"
+        raise BadInputError(f"{repo}: not a valid Hub repo id ({reason}); use ORG/NAME[@REVISION]") from None
     except (OSError, ValueError) as exc:  # connection refused, DNS, TLS, timeouts
         raise _unreachable(exc) from None
     except Exception as exc:

@@ -179,7 +179,12 @@ def _resolve_hf_cache(path: Path) -> tuple[Path, str | None, str | None, str | N
         ref = path / "refs" / "main"
         snapshots = sorted((path / "snapshots").iterdir())
         if ref.is_file():
-            commit = ref.read_text().strip()
+            commit = ref.read_text(errors="replace").strip()
+            if not _HEX40.match(commit) or not (path / "snapshots" / commit).is_dir():
+                raise BadInputError(
+                    f"{ref}: does not name a snapshot of this cache folder ({commit[:48]!r}); "
+                    "pass one snapshot folder, or download the model again"
+                )
             return path / "snapshots" / commit, repo_id, "main", commit
         if len(snapshots) == 1:
             return snapshots[0], repo_id, None, snapshots[0].name
