@@ -257,3 +257,13 @@ def test_permission_denied_is_bad_input_not_a_bug(tmp_path, monkeypatch, capsys)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "permission denied" in err and str(model) in err and "Traceback" not in err
+
+
+def test_rows_are_written_with_the_usual_file_permissions(tmp_path):
+    from weightdiag.db import write_text_atomic
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    target = tmp_path / "rows" / "x.json"
+    write_text_atomic(target, "{}")
+    assert target.stat().st_mode & 0o777 == 0o666 & ~mask

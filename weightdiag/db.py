@@ -9,6 +9,7 @@ flushed to disk, then renamed over the final name (atomic on POSIX and Windows).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -41,11 +42,19 @@ def row_filename(row: dict[str, Any]) -> str:
     return f"{slug(model['id'])}@{slug(revision)}{suffix}.json"
 
 
+@functools.cache
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write text so that `path` holds either the old content or the complete new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; rows are shared files like any other
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()

@@ -284,7 +284,9 @@ def ray_runner(address: str | None) -> Runner:
         ray.init(address=target, ignore_reinit_error=True, log_to_driver=False)
         try:
             remote = ray.remote(fit_revision)
-            pending = [remote.remote(t) for t in tasks]
+            # Task arguments live in the cluster's object store and dashboard: never ship a token there;
+            # workers authenticate with their own HF_TOKEN or `hf auth login`.
+            pending = [remote.remote({k: v for k, v in t.items() if k != "token"}) for t in tasks]
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 yield ray.get(done[0])
