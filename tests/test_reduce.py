@@ -9,7 +9,7 @@ import torch
 from weightdiag import kernels, synthetic
 from weightdiag.codes import code_values, f32_bin_tables
 from weightdiag.reduce import Reduction, Segments, reduce_array
-from weightdiag.reduce_torch import reduce_torch
+from weightdiag.reduce_torch import reduce_torch, upload
 from weightdiag.stats import cohort_histogram, magnitudes, matrix_stats
 
 RNG = np.random.default_rng(11)
@@ -112,6 +112,8 @@ def test_torch_reducer_on_cpu_equals_numpy_reducer(dtype):
     _same(reduce_torch(raw, dtype, "cpu"), reduce_array(raw_values.reshape(-1), dtype))
     part = Segments(offset=130 * 10, length=130 * 4, stride=130 * 12, count=7)  # strided row groups
     _same(reduce_torch(raw, dtype, "cpu", part), reduce_array(raw_values.reshape(-1), dtype, part))
+    uploaded = upload(raw, dtype, "cpu")  # the fused-tensor path: one copy, several parts
+    _same(reduce_torch(uploaded, dtype, "cpu", part), reduce_array(raw_values.reshape(-1), dtype, part))
     assert reduce_array(raw_values.reshape(-1), dtype, seg_whole).argmax == 2 * 130 + 3
 
 

@@ -106,12 +106,20 @@ def plan_work(plan: ModelPlan, arch: ArchInfo, options: FitOptions) -> tuple[lis
     return work, skipped
 
 
-def _reducer(device: str) -> Callable[[np.ndarray, str, Segments | None], Reduction]:
-    if device == "cpu":
-        return lambda raw, dtype, seg: reduce_array(raw.view(_np_storage(dtype)), dtype, seg)
-    from .reduce_torch import reduce_torch
+Reducer = Callable[[np.ndarray, str, Sequence[Segments | None]], list[Reduction]]
 
-    return lambda raw, dtype, seg: reduce_torch(raw, dtype, device, seg)
+
+def _reducer(device: str) -> Reducer:
+    """Reduce one tensor's raw bytes over several selections (None: the whole tensor; else a fused part)."""
+    if device == "cpu":
+        return lambda raw, dtype, segs: [reduce_array(raw.view(_np_storage(dtype)), dtype, seg) for seg in segs]
+    from .reduce_torch import reduce_torch, upload
+
+    def on_device(raw: np.ndarray, dtype: str, segs: Sequence[Segments | None]) -> list[Reduction]:
+        data = upload(raw, dtype, device)  # once per tensor, however many parts it has
+        return [reduce_torch(data, dtype, device, seg) for seg in segs]
+
+    return on_device
 
 
 def _np_storage(dtype: str) -> np.dtype:
@@ -199,11 +207,14 @@ def _reduce_item(item: _Work, raw: np.ndarray, reduce, arch: ArchInfo, options: 
     ref, role = item.ref, item.role
     if len(ref.shape) == 1:
         return _Reduced(values=_decode(storage_view(ref, raw), ref.dtype.name))
-    out = _Reduced(whole=reduce(raw, ref.dtype.name, None))
+    segments: list[tuple[str, Segments]] = []
+    parts_note = None
     if options.split_fused and role.kind in ("qkv", "ffn_in"):
-        segments, out.parts_note = split_parts(role, ref.name, ref.shape, arch)
-        out.parts = [(kind, reduce(raw, ref.dtype.name, seg)) for kind, seg in segments]
-    return out
+        segments, parts_note = split_parts(role, ref.name, ref.shape, arch)
+    whole, *parts = reduce(raw, ref.dtype.name, [None, *(seg for _, seg in segments)])
+    return _Reduced(
+        whole=whole, parts=[(kind, r) for (kind, _), r in zip(segments, parts, strict=True)], parts_note=parts_note
+    )
 
 
 IN_FLIGHT = min(8, 2 * kernels.THREADS)  # CPU: tensors reduced at once (measured best at 2 per core)

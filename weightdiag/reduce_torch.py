@@ -2,10 +2,12 @@
 
 On CUDA the raw bytes are copied to the GPU once and every count is a `bincount` there; only the
 65,536 counts (and small side tables) come back. The code runs unchanged on the CPU device, which
-is how it is tested on machines without a GPU (tests/test_reduce_torch.py).
+is how it is tested on machines without a GPU (tests/test_reduce.py).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -25,17 +27,32 @@ def _flat_view(t, segments: Segments):
     return view.reshape(-1)
 
 
-def reduce_torch(raw: np.ndarray, dtype: str, device, segments: Segments | None = None) -> Reduction:
-    """Summarise the raw little-endian bytes of a tensor on `device` (a torch device or string)."""
+_DEVICE_DTYPES = ("BF16", "F16", "F32", "F64")  # FP8: rare and small; the CPU path is exact
+
+
+def upload(raw: np.ndarray, dtype: str, device) -> Any:
+    """The raw bytes on `device` (left on the host for dtypes reduced there): one copy per tensor."""
     import torch
 
-    n_elem = raw.size * 8 // {"BF16": 16, "F16": 16, "F32": 32, "F64": 64}.get(dtype, 8)
+    return torch.from_numpy(raw).to(device, non_blocking=True) if dtype in _DEVICE_DTYPES else raw
+
+
+def reduce_torch(raw: Any, dtype: str, device, segments: Segments | None = None) -> Reduction:
+    """Summarise a tensor's raw little-endian bytes on `device` (a torch device or string).
+
+    `raw` is a host uint8 array, or what `upload` made of one (to reduce several parts of a fused
+    tensor from a single copy).
+    """
+    import torch
+
+    n_elem = raw.numel() if isinstance(raw, torch.Tensor) else raw.size
+    n_elem = n_elem * 8 // {"BF16": 16, "F16": 16, "F32": 32, "F64": 64}.get(dtype, 8)
     segments = segments or Segments.whole(n_elem)
-    if dtype not in ("BF16", "F16", "F32", "F64"):  # FP8: rare, small; the CPU path is exact
+    if dtype not in _DEVICE_DTYPES:
         from .source.plan import STORAGE_NUMPY
 
-        return reduce_array(raw.view(STORAGE_NUMPY[dtype]), dtype, segments)
-    data = torch.from_numpy(raw).to(device, non_blocking=True)
+        return reduce_array(np.asarray(raw).view(STORAGE_NUMPY[dtype]), dtype, segments)
+    data = raw if isinstance(raw, torch.Tensor) else upload(raw, dtype, device)
     if dtype in FINITE_LIMIT16:
         return _reduce16(_flat_view(data.view(torch.int16), segments), dtype, segments)
     if dtype == "F64":

@@ -30,7 +30,6 @@ undoes both, so values and row order match the Hugging Face checkpoint the file 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -47,6 +46,7 @@ import numpy as np
 
 from ..dtypes import DTYPES, DType
 from ..errors import BadInputError, CheckpointFormatError
+from .local import blob_sha256
 from .plan import ModelPlan, ShardInfo, TensorRef
 
 MAGIC = b"GGUF"
@@ -769,15 +769,6 @@ def _qk_heads(t: GGUFTensor, arch: Any, meta: dict[str, Any]) -> tuple[int | Non
     return heads, None
 
 
-def _blob_sha256(path: Path) -> str | None:
-    """HF cache snapshot files link to blobs named by their sha256."""
-    with contextlib.suppress(OSError):
-        name = Path(os.readlink(path)).name
-        if re.fullmatch(r"[0-9a-f]{64}", name):
-            return name
-    return None
-
-
 def open_gguf(path: str | os.PathLike[str], model_id: str | None = None) -> tuple[ModelPlan, GGUFReader]:
     """Plan a .gguf file: validate its header, build a config, describe the delivered tensors."""
     p = Path(path).expanduser()
@@ -830,7 +821,7 @@ def open_gguf(path: str | os.PathLike[str], model_id: str | None = None) -> tupl
         model_id=model_id or (name.strip() if isinstance(name, str) and name.strip() else p.stem),
         source="local",
         location=str(p.resolve()),
-        shards=[ShardInfo(p.name, file_size, _blob_sha256(p), digest.hexdigest())],
+        shards=[ShardInfo(p.name, file_size, blob_sha256(p), digest.hexdigest())],
         tensors=refs,
         config=hf_config(header, names),
         file_format="gguf",

@@ -260,10 +260,7 @@ def _download(repo: str, revision: str, names: list[str], token: str | None) -> 
 def _open_snapshot(folder: Path, repo: str, model_id: str | None):
     from .local import open_local
 
-    try:
-        return open_local(folder, model_id or repo)
-    except BadInputError as exc:
-        raise exc.__class__(str(exc)) from None
+    return open_local(folder, model_id or repo)
 
 
 # --- streaming ---------------------------------------------------------------------------------

@@ -117,7 +117,7 @@ def read_file_header(path: Path, where: str) -> tuple[SafetensorsHeader, str]:
     return header, digest
 
 
-def _blob_sha256(path: Path) -> str | None:
+def blob_sha256(path: Path) -> str | None:
     """HF cache snapshot files link to blobs named by their sha256 (for LFS files)."""
     try:
         target = os.readlink(path)
@@ -257,7 +257,7 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
             raise BadInputError(f"{where}: shard {name!r} is missing from {root}; download the missing file")
         header, header_digest = read_file_header(file_path, str(file_path))
         headers.append(header)
-        shards.append(ShardInfo(name, header.file_size, _blob_sha256(file_path), header_digest))
+        shards.append(ShardInfo(name, header.file_size, blob_sha256(file_path), header_digest))
     tensors = _tensor_refs(headers, shards)
     if index is not None:
         _check_index_map(index, load_weight_map(index), tensors, shards)
