@@ -285,3 +285,13 @@ def test_token_goes_to_the_hub_and_never_to_the_cdn(fake_hub, small_model):
     # After the first redirect per file, tensors go straight to the remembered CDN location.
     shards = len(list(small_model.glob("*.safetensors")))
     assert len([r for r in hub if r.path.endswith(".safetensors")]) <= 2 * shards
+
+
+def test_download_mode_refuses_a_damaged_index(fake_hub, tmp_path):
+    from weightdiag.errors import CheckpointFormatError
+
+    fake_hub.add_repo(
+        "acme/broken", {"model.safetensors.index.json": json.dumps({"weight_map": {"a": ["x"]}}).encode()}
+    )
+    with pytest.raises(CheckpointFormatError, match="no valid weight_map"):
+        api.fit_model("acme/broken", FitOptions(device="cpu"), download=True)

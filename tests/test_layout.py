@@ -257,15 +257,15 @@ def test_fused_qkv_of_an_unknown_family_is_not_guessed():
 
 def test_gpt_bigcode_c_attn_is_a_linear_not_conv1d():
     arch = arch_from_config({"model_type": "gpt_bigcode", "n_embd": 16, "n_layer": 1, "n_head": 4})
-    role = classify_tensor("transformer.h.0.attn.c_attn.weight", (24, 16), arch.family, arch.n_layers)
+    role = classify_tensor("transformer.h.0.attn.c_attn.weight", (24, 16), family=arch.family)
     assert role.kind == "qkv" and not (role.note and "Conv1D" in role.note)
     assert not complete_arch(arch, [("transformer.h.0.attn.c_attn.weight", (24, 16))]).conv1d
 
 
 def test_vision_tower_is_kept_apart_from_the_language_model():
-    role = classify_tensor("vision_tower.vision_model.encoder.layers.0.self_attn.q_proj.weight", (64, 64), "llava", 2)
+    role = classify_tensor("vision_tower.vision_model.encoder.layers.0.self_attn.q_proj.weight", (64, 64), 2, "llava")
     assert role.kind == "other" and "vision_tower" in role.note
-    role = classify_tensor("language_model.model.layers.0.self_attn.q_proj.weight", (64, 64), "llava", 2)
+    role = classify_tensor("language_model.model.layers.0.self_attn.q_proj.weight", (64, 64), 2, "llava")
     assert role.kind == "q"
 
 
@@ -286,3 +286,20 @@ def test_arch_from_a_config_with_wrong_types_ignores_those_fields():
     assert arch.family is None and arch.architectures == [] and arch.n_layers is None
     assert arch.d_model == 4096 and arch.n_heads is None and arch.head_dim is None
     assert arch.ffn_size is None and arch.vocab_size is None and arch.tied_embeddings is None
+
+
+def test_openai_gpt_is_conv1d_and_qwen1_mlp_is_gated():
+    role = classify_tensor("h.0.attn.c_attn.weight", (16, 48), family="openai-gpt")
+    assert role.kind == "qkv" and "Conv1D" in role.note
+    kinds = {
+        n: classify_tensor(f"transformer.h.0.mlp.{n}.weight", (8, 8), family="qwen").kind
+        for n in ("w1", "w2", "c_proj")
+    }
+    assert kinds == {"w1": "up", "w2": "gate", "c_proj": "down"}
+    assert classify_tensor("transformer.h.0.attn.c_proj.weight", (8, 8), family="qwen").kind == "o"
+
+
+def test_chatglm_fused_qkv_is_not_split_as_contiguous():
+    arch = ArchInfo(family="chatglm", n_heads=4, n_kv_heads=4, head_dim=4, d_model=16)
+    parts, reason = _parts("transformer.layers.0.attention.query_key_value.weight", (48, 16), arch)
+    assert parts == [] and reason

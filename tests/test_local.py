@@ -167,3 +167,13 @@ def test_same_shaped_checkpoints_in_two_places_get_different_fingerprints(tmp_pa
         reader.close()
         prints.append(content_fingerprint(plan))
     assert prints[0] != prints[1]
+
+
+def test_a_model_file_opened_from_inside_its_folder_is_named_by_the_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "run-a" / "checkpoint-100"
+    folder.mkdir(parents=True)
+    write_safetensors(folder / "model.safetensors", {"w": ("F32", np.zeros((4, 4), np.float32))})
+    monkeypatch.chdir(folder)
+    plan, reader = open_local("model.safetensors")
+    reader.close()
+    assert plan.model_id == "run-a/checkpoint-100"

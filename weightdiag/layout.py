@@ -110,12 +110,13 @@ _PROJECTIONS: dict[str, str] = {
 _ATTENTION_PARENTS = ("attention", "self_attention", "self_attn", "attn")
 _SWIGLU_W = {"w1": "gate", "w3": "up", "w2": "down"}  # Mixtral experts, Llama-native feed_forward
 _ROUTERS = {"router", "shared_expert_gate", "ffn_gate_inp"}
+_QWEN1_MLP = {"w1": "up", "w2": "gate", "c_proj": "down"}  # Qwen-1: c_proj(w1(x) * silu(w2(x)))
 
 
 CONV1D_NOTE = "Conv1D: stored transposed (in, out)"
-# Families that store c_attn / c_fc / c_proj as GPT-2's Conv1D (in, out); gpt_bigcode uses the same
-# names for ordinary Linear layers (out, in). Unknown family with these names: assume GPT-2.
-_CONV1D_FAMILIES = {None, "gpt2"}
+# Families that store c_attn / c_fc / c_proj as GPT-2's Conv1D (in, out); gpt_bigcode and Qwen-1 use
+# the same names for ordinary Linear layers (out, in). Unknown family with these names: assume GPT-2.
+_CONV1D_FAMILIES = {None, "gpt2", "openai-gpt", "imagegpt", "decision_transformer"}
 
 
 def _projection_kind(
@@ -133,6 +134,8 @@ def _projection_kind(
         if kind == "q" and last in ("q_a_proj", "q_b_proj"):
             return kind, "MLA low-rank query projection"
         return kind, None
+    if family == "qwen" and parent == "mlp" and last in _QWEN1_MLP:
+        return _QWEN1_MLP[last], None
     if last == "c_proj":  # GPT-2 style: attention output or FFN output by its parent
         return ("o" if parent in _ATTENTION_PARENTS else "ffn_out"), conv1d
     if last == "dense":
@@ -431,8 +434,9 @@ def split_parts(
 
 
 # Families whose fused qkv rows are [q | k | v] in whole-head blocks; others (InternLM2, Falcon's grouped
-# layout, unknown ones) interleave differently and are split only where the layout is known.
-_CONTIGUOUS_QKV = {"phi3", "phimoe", "hf_olmo", "olmo", "mpt", "dbrx", "qwen", "chatglm", "glm"}
+# layout, ChatGLM-6B's per-head layout, unknown ones) interleave differently and are split only where the
+# layout is known.
+_CONTIGUOUS_QKV = {"phi3", "phimoe", "hf_olmo", "olmo", "mpt", "dbrx", "qwen"}
 
 
 def _split_qkv(last: str, rows: int, cols: int, arch: ArchInfo) -> tuple[list[tuple[str, Segments]], str | None]:

@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -249,9 +249,13 @@ def _download(repo: str, revision: str, names: list[str], token: str | None) -> 
             )
         except Exception as exc:
             raise HubError(f"{repo}: downloading {name} failed ({type(exc).__name__}: {str(exc)[:160]})") from None
-        folder = Path(path).parent
+        folder = Path(path)
+        for _ in PurePosixPath(name).parts:  # the snapshot root, also for shards in sub-folders
+            folder = folder.parent
         if name in (ST_INDEX, BIN_INDEX):
-            shards = sorted(set(json.loads(Path(path).read_text()).get("weight_map", {}).values()))
+            from .local import load_weight_map
+
+            shards = sorted(set(load_weight_map(Path(path)).values()))
             todo += [s for s in shards if s not in todo and s not in names]
     assert folder is not None
     return folder

@@ -240,7 +240,7 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
                 f"{p}: not a weights file; give a .safetensors, .gguf or pytorch .bin file, or a model folder"
             )
         root, files, index = p.parent, [p.name], None
-        guessed_id = p.stem if p.stem != "model" else default_model_id(p.parent)
+        guessed_id = p.stem if p.stem != "model" else default_model_id(p.resolve().parent)
     else:
         p, hub_id, revision, commit = _resolve_hf_cache(p)
         root = p
