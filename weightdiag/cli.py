@@ -459,6 +459,22 @@ def version() -> None:
     stdout.print(f"weightdiag {__version__}")
 
 
+def _error_line(exc: Exception) -> tuple[str, int]:
+    """The one line on stderr for an exception that ends the command, and its exit code."""
+    if isinstance(exc, WeightdiagError):
+        return f"error: {exc.message}", exc.exit_code
+    if isinstance(exc, PermissionError):  # a file or folder the user may not read or write: their input
+        where = exc.filename or "a file"
+        return (
+            f"error: {where}: permission denied; make it readable (or the folder writable) or choose another path",
+            ExitCode.BAD_INPUT,
+        )
+    return (  # a bug: say so in one line, keep the traceback for WEIGHTDIAG_DEBUG
+        f"internal error: {type(exc).__name__}: {exc} (set WEIGHTDIAG_DEBUG=1 for a traceback and please report it)",
+        ExitCode.INTERNAL,
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point with weightdiag's exit codes and one-line errors.
 
@@ -467,36 +483,15 @@ def main(argv: list[str] | None = None) -> None:
     """
     try:
         app(args=argv, prog_name="weightdiag")
-    except WeightdiagError as exc:
-        if os.environ.get("WEIGHTDIAG_DEBUG"):
-            raise
-        stderr.print(f"error: {exc.message}", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(exc.exit_code)
-    except PermissionError as exc:  # a file or folder the user may not read or write: their input, not a bug
-        if os.environ.get("WEIGHTDIAG_DEBUG"):
-            raise
-        where = exc.filename or "a file"
-        stderr.print(
-            f"error: {where}: permission denied; make it readable (or the folder writable) or choose another path",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-        sys.exit(ExitCode.BAD_INPUT)
     except KeyboardInterrupt:
         stderr.print("interrupted")
         sys.exit(130)
-    except Exception as exc:  # a bug: say so in one line, keep the traceback for WEIGHTDIAG_DEBUG
+    except Exception as exc:
         if os.environ.get("WEIGHTDIAG_DEBUG"):
             raise
-        stderr.print(
-            f"internal error: {type(exc).__name__}: {exc} (set WEIGHTDIAG_DEBUG=1 for a traceback and "
-            "please report it)",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-        sys.exit(ExitCode.INTERNAL)
+        line, code = _error_line(exc)
+        stderr.print(line, markup=False, highlight=False, soft_wrap=True)
+        sys.exit(code)
 
 
 if __name__ == "__main__":
