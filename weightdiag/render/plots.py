@@ -49,6 +49,14 @@ def pyplot():
     return plt
 
 
+def save_figure(plt, fig, path: Path) -> Path:
+    """Lay out, write and release a figure (pyplot keeps every open figure alive until closed)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
 def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
 
@@ -99,10 +107,7 @@ def heatmap_k(plt, result: dict[str, Any], folder: Path) -> PlotFile:
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.6))
     fig.colorbar(image, ax=ax, label=f"k (mid80); white = init anchor {INIT_ANCHOR_K}")
     ax.set_title("Weibull shape k per block and kind (cf. the paper's Fig. 6)", fontsize=10)
-    fig.tight_layout()
-    path = folder / "heatmap_k.png"
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    path = save_figure(plt, fig, folder / "heatmap_k.png")
     return PlotFile(
         path,
         "k per block and kind",
@@ -151,10 +156,7 @@ def depth_profile(plt, result: dict[str, Any], folder: Path) -> PlotFile:
         depth["placement"] or "", "norm placement ?"
     )
     fig.suptitle(f"Depth profile ({placement}); red bands: blocks with a warning", fontsize=10)
-    fig.tight_layout()
-    path = folder / "depth_profile.png"
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    path = save_figure(plt, fig, folder / "depth_profile.png")
     return PlotFile(
         path,
         "depth profile",
@@ -186,10 +188,7 @@ def norms_plot(plt, result: dict[str, Any], folder: Path) -> PlotFile:
     ax.set_title(
         f"Norm weights against √d: collapse < {NORM_COLLAPSE}, explosion > {NORM_EXPLOSION} (seed 001)", fontsize=10
     )
-    fig.tight_layout()
-    path = folder / "norms.png"
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    path = save_figure(plt, fig, folder / "norms.png")
     return PlotFile(
         path,
         "norm weights",
@@ -266,10 +265,7 @@ def histogram(plt, data: dict[str, Any], folder: Path) -> PlotFile:
     fig.suptitle(
         f"{data['name']} ({where}{data['kind']})" + (f" — {data['note']}" if data.get("note") else ""), fontsize=9
     )
-    fig.tight_layout()
-    path = folder / f"hist_{safe_name(data['name'])}.png"
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    path = save_figure(plt, fig, folder / f"hist_{safe_name(data['name'])}.png")
     at = f" at ({', '.join(map(str, data['argmax']))})" if data.get("argmax") else ""
     return PlotFile(
         path,

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..diagnose.classes import INIT_ANCHOR_K
-from .plots import pyplot
+from .plots import pyplot, save_figure
 
 
 def _x(steps: list[int]) -> np.ndarray:
@@ -35,10 +35,7 @@ def k_lambda_plot(t: dict[str, Any], path: Path) -> Path:
         ax.grid(alpha=0.3)
     ax_k.legend(fontsize=7, ncol=2)
     fig.suptitle(f"{t['model']}: per-kind median k and λ over training")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)
 
 
 def std_heatmap(steps: list[int], blocks: list[int], table: np.ndarray, model: str, path: Path) -> Path:
@@ -52,7 +49,4 @@ def std_heatmap(steps: list[int], blocks: list[int], table: np.ndarray, model: s
     ax.set_ylabel("block")
     fig.colorbar(image, ax=ax, label="std / std at the first step")
     ax.set_title(f"{model}: layer-wise std over training")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)
