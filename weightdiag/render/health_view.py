@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..diagnose.health import KIND_ORDER, SELECTION_KEYS
+from ..diagnose.health import KIND_ORDER, SELECTION_KEYS, fmt
 
 _CLASS_STYLE = {"selection-deep": "bold red", "selection-mild": "yellow", "non-weibull": "magenta"}
 
@@ -21,10 +21,6 @@ def _kinds(result: dict[str, Any]) -> list[str]:
 
 def _sites(result: dict[str, Any]) -> list[str]:
     return sorted({s for b in result["blocks"] for s in b["norms"]})
-
-
-def fmt(value: float | None, digits: int = 4) -> str:
-    return "-" if value is None else f"{value:.{digits}g}"
 
 
 def _biases(block: dict[str, Any], kinds: list[str]) -> str:
