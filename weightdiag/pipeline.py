@@ -279,9 +279,7 @@ def _reduce_stream(
 
 def _decode(values: np.ndarray, dtype: str) -> np.ndarray:
     """Storage-form elements -> float64 values (small 1-D tensors only)."""
-    if dtype == "BF16":
-        return (values.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    if dtype in ("F8_E4M3", "F8_E5M2"):
+    if dtype in ("BF16", "F8_E4M3", "F8_E5M2"):  # stored as integer codes: look their values up
         from .codes import code_values
 
         return code_values(dtype)[values]
