@@ -239,13 +239,18 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
             raise BadInputError(
                 f"{p}: not a weights file; give a .safetensors, .gguf or pytorch .bin file, or a model folder"
             )
-        root, files, index = p.parent, [p.name], None
+        root, files, index, weight_map = p.parent, [p.name], None, None
         guessed_id = p.stem if p.stem != "model" else default_model_id(p.resolve().parent)
     else:
         p, hub_id, revision, commit = _resolve_hf_cache(p)
         root = p
         guessed_id = hub_id or default_model_id(p.resolve())
-        files, index = _folder_shards(p)
+        index = _find_index(p)
+        weight_map = load_weight_map(index) if index else None
+        if weight_map:
+            files = sorted(set(weight_map.values()))
+        else:
+            files = sorted(f.name for f in p.glob("*.safetensors") if f.is_file())
         if not files:
             return _open_other_formats(p, model_id or guessed_id, revision, commit)
     headers: list[SafetensorsHeader] = []
@@ -259,8 +264,8 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
         headers.append(header)
         shards.append(ShardInfo(name, header.file_size, blob_sha256(file_path), header_digest))
     tensors = _tensor_refs(headers, shards)
-    if index is not None:
-        _check_index_map(index, load_weight_map(index), tensors, shards)
+    if index is not None and weight_map is not None:
+        _check_index_map(index, weight_map, tensors, shards)
     config = load_config(root)
     metadata: dict[str, str] = {}
     for header in headers:
@@ -279,17 +284,15 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
     return plan, LocalReader(root, shards)
 
 
-def _folder_shards(folder: Path) -> tuple[list[str], Path | None]:
+def _find_index(folder: Path) -> Path | None:
+    """The folder's safetensors index, if it has one (model.safetensors.index.json among several)."""
     indexes = sorted(folder.glob("*.safetensors.index.json"))
     if len(indexes) > 1:
         preferred = folder / "model.safetensors.index.json"
         if preferred not in indexes:
             raise BadInputError(f"{folder}: several safetensors index files; pass the model folder of one model")
-        indexes = [preferred]
-    if indexes:
-        index_path = indexes[0]
-        return sorted(set(load_weight_map(index_path).values())), index_path
-    return sorted(f.name for f in folder.glob("*.safetensors") if f.is_file()), None
+        return preferred
+    return indexes[0] if indexes else None
 
 
 def _open_other_formats(folder: Path, model_id: str, revision: str | None, commit: str | None):
