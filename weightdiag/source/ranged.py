@@ -55,6 +55,8 @@ class RangedFile:
         self.size = size
         self.where = where
         self._session = session
+        # huggingface_hub's session is an httpx (1.x) or httpx2 (2.x) client; both name these alike.
+        self._httpx = importlib.import_module(type(session).__module__.split(".")[0])
         self._headers = headers
         self._public_headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
         self._cdn_url: str | None = None
@@ -75,8 +77,7 @@ class RangedFile:
 
     def read(self, start: int, out: np.ndarray, policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep):
         """Fill `out` (uint8) with bytes [start, start + len(out)) of the file."""
-        # huggingface_hub's session is an httpx (1.x) or httpx2 (2.x) client; both name these alike.
-        httpx = importlib.import_module(type(self._session).__module__.split(".")[0])
+        httpx = self._httpx
         total = out.size
         done = 0
         failures = 0
