@@ -295,3 +295,11 @@ def test_download_mode_refuses_a_damaged_index(fake_hub, tmp_path):
     )
     with pytest.raises(CheckpointFormatError, match="no valid weight_map"):
         api.fit_model("acme/broken", FitOptions(device="cpu"), download=True)
+
+
+def test_streaming_refuses_a_damaged_index(fake_hub, small_model):
+    files = {p.name: p.read_bytes() for p in small_model.glob("*.safetensors")}
+    files["model.safetensors.index.json"] = json.dumps({"weight_map": {"a": 3}}).encode()
+    fake_hub.add_repo("acme/broken-stream", files)
+    with pytest.raises(HubError, match="not a valid safetensors index"):
+        api.fit_model("acme/broken-stream", FitOptions(device="cpu"))

@@ -211,7 +211,9 @@ def _cached_snapshot(repo: str, commit: str, names: list[str]) -> Path | None:
         folder = Path(path).parent
     if ST_INDEX in names and folder is not None:
         # Shards named by the index must be cached too.
-        shards = set(json.loads((folder / ST_INDEX).read_text()).get("weight_map", {}).values())
+        from .local import load_weight_map
+
+        shards = set(load_weight_map(folder / ST_INDEX).values())
         for shard in shards:
             if not isinstance(try_to_load_from_cache(repo, shard, cache_dir=_cache_dir(), revision=commit), str):
                 return None
@@ -323,12 +325,15 @@ def _stream(
         except ValueError:
             config = None
     if ST_INDEX in files:
-        raw = _small_file(remote(ST_INDEX), policy)
+        from .local import weight_map_of
+
         try:
-            weight_map = json.loads(raw)["weight_map"]
-            weights = sorted(set(weight_map.values()))
-        except (ValueError, KeyError, TypeError):
-            raise HubError(f"{repo}/{ST_INDEX}: not a valid safetensors index") from None
+            weight_map = weight_map_of(json.loads(_small_file(remote(ST_INDEX), policy)))
+        except ValueError:
+            weight_map = None
+        if weight_map is None:
+            raise HubError(f"{repo}/{ST_INDEX}: not a valid safetensors index")
+        weights = sorted(set(weight_map.values()))
         missing = [w for w in weights if w not in files]
         if missing:
             raise HubError(f"{repo}: the index names {missing[0]!r}, which is not in the repo at {commit[:12]}")

@@ -141,15 +141,22 @@ def check_inside(name: str, index_path: Path) -> None:
         )
 
 
-def load_weight_map(index_path: Path) -> dict[str, str]:
-    """An index's weight_map (tensor name -> shard file), validated."""
-    doc = _load_json(index_path)
+def weight_map_of(doc: Any) -> dict[str, str] | None:
+    """The weight_map (tensor name -> shard file) of a parsed index document; None unless well formed."""
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
     if (
         not isinstance(weight_map, dict)
         or not weight_map
         or not all(isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items())
     ):
+        return None
+    return weight_map
+
+
+def load_weight_map(index_path: Path) -> dict[str, str]:
+    """A local index's weight_map, validated, its shard paths inside the model folder."""
+    weight_map = weight_map_of(_load_json(index_path))
+    if weight_map is None:
         raise CheckpointFormatError(f"{index_path}: no valid weight_map (tensor name -> shard file)")
     for shard in set(weight_map.values()):
         check_inside(shard, index_path)
