@@ -44,3 +44,7 @@ class HubError(WeightdiagError):
     """The Hub or the network refused or failed (auth, missing repo or revision, offline)."""
 
     exit_code = ExitCode.HUB
+
+
+class VerificationError(HubError):
+    """Bytes read from the Hub do not match the file's published sha256 (nothing is written)."""

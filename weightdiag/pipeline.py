@@ -56,6 +56,8 @@ class FitOptions:
     weight_decay: float | None = None
     steps: float | None = None
     preset: str | None = None
+    # Ranged requests kept in flight when streaming from the Hub (--connections).
+    connections: int = 8
 
     def validate(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -64,6 +66,8 @@ class FitOptions:
             raise BadInputError(f"--trim {self.trim!r}: choose one of {', '.join(TRIMS)}")
         if self.preset and self.preset not in lambda_axis.PRESETS:
             raise BadInputError(f"--preset {self.preset!r}: unknown; choose one of {', '.join(lambda_axis.PRESETS)}")
+        if not (isinstance(self.connections, int) and 1 <= self.connections <= 64):
+            raise BadInputError(f"--connections {self.connections}: choose a whole number from 1 to 64")
         for name in ("lr", "weight_decay", "steps"):
             value = getattr(self, name)
             if value is not None and not (value > 0 and math.isfinite(value)):
