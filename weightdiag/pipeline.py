@@ -9,16 +9,14 @@ from __future__ import annotations
 import fnmatch
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
-from . import __version__, kernels
+from . import __version__
 from .codes import BIN_EDGES, HIST_BINS
 from .device import resolve_device
 from .diagnose import lambda_axis
@@ -160,16 +158,12 @@ def fit_plan(
     total_bytes = sum(w.ref.nbytes for w in work)
     if progress:
         progress("start", {"tensors": len(work), "bytes": total_bytes, "model": plan.model_id})
-    reduce = _reducer(device)
     matrices: list[dict[str, Any]] = []
     vectors: list[dict[str, Any]] = []
     started = time.perf_counter()
-
-    def work_on(item: _Work, raw: np.ndarray) -> _Reduced:
-        return _reduce_item(item, raw, reduce, arch, options)
-
+    verification = None
     try:
-        for item, reduced in _reduce_stream(work, reader, device, work_on):
+        for item, reduced in _reduce_all(work, reader, device, arch, options, progress):
             ref, role = item.ref, item.role
             if reduced.values is not None:
                 values = reduced.values
@@ -191,10 +185,12 @@ def fit_plan(
                 )
             if progress:
                 progress("advance", ref)
+        finish = getattr(reader, "finish", None)
+        verification = finish() if finish else None  # raises when a shard's bytes do not match its hash
     finally:
         reader.close()
     elapsed = time.perf_counter() - started
-    return build_row(plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes)
+    return build_row(plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes, verification)
 
 
 @dataclass
@@ -207,78 +203,67 @@ class _Reduced:
     values: np.ndarray | None = None
 
 
-def _reduce_item(item: _Work, raw: np.ndarray, reduce, arch: ArchInfo, options: FitOptions) -> _Reduced:
-    ref, role = item.ref, item.role
-    if len(ref.shape) == 1:
-        return _Reduced(values=_decode(storage_view(ref, raw), ref.dtype.name))
-    segments: list[tuple[str, Segments]] = []
-    parts_note = None
-    if options.split_fused and role.kind in ("qkv", "ffn_in"):
-        segments, parts_note = split_parts(role, ref.name, ref.shape, arch)
-    whole, *parts = reduce(raw, ref.dtype.name, [None, *(seg for _, seg in segments)])
-    return _Reduced(
-        whole=whole, parts=[(kind, r) for (kind, _), r in zip(segments, parts, strict=True)], parts_note=parts_note
-    )
+def _parts(item: _Work, arch: ArchInfo, options: FitOptions) -> tuple[list[tuple[str, Segments]], str | None]:
+    if options.split_fused and item.role.kind in ("qkv", "ffn_in"):
+        return split_parts(item.role, item.ref.name, item.ref.shape, arch)
+    return [], None
 
 
-IN_FLIGHT = min(8, 2 * kernels.THREADS)  # CPU: tensors reduced at once (measured best at 2 per core)
-
-
-def _reduce_stream(
-    work: list[_Work], reader: TensorReader, device: str, work_on: Callable[[_Work, np.ndarray], _Reduced]
+def _reduce_all(
+    work: list[_Work],
+    reader: TensorReader,
+    device: str,
+    arch: ArchInfo,
+    options: FitOptions,
+    progress: Callable[[str, Any], None] | None,
 ) -> Iterator[tuple[_Work, _Reduced]]:
-    """Reduce every tensor, yielding results in file order.
+    """Reduce every selected tensor, yielding results in file order.
 
-    On the CPU, readers that can map files hand out zero-copy mappings of one tensor at a time
-    (no copy, no fresh pages). Several tensors are reduced at once in worker threads while this
-    thread fits and records finished ones; the mapped bytes in flight stay below twice the
-    largest tensor, so peak memory does not grow with the model. Other readers (CUDA staging,
-    network) fill two reusable buffers in a reader thread while this thread reduces.
+    Readers of byte ranges (safetensors, local or Hub) go through the chunk engine (stream.py):
+    memory bounded by a few chunks, all cores and connections busy, even on one large tensor. Readers
+    that deliver whole decoded tensors (GGUF dequantization, pickled .bin) are read one tensor at a time.
     """
-    mapper = getattr(reader, "map", None)
-    if device != "cpu" or mapper is None:
-        # Readers may ask for more reads in flight (network: hide per-request latency).
-        slots, workers = getattr(reader, "prefetch", (2, 1))
-        prefetch = Prefetcher(
-            work,
-            lambda w: w.ref.nbytes,
-            lambda w, out: reader.read_into(w.ref, out),
-            slots=slots,
-            workers=workers,
-            allocate=_allocator(device),
-        )
-        for item, raw in prefetch:
-            yield item, work_on(item, raw)
+    parts = [_parts(item, arch, options) for item in work]
+    if hasattr(reader, "chunk"):
+        from .stream import Target, reduce_chunked
+
+        targets = [
+            Target(item.ref, () if len(item.ref.shape) == 1 else (None, *(seg for _, seg in segs)))
+            for item, (segs, _) in zip(work, parts, strict=True)
+        ]
+        verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
+        on_bytes = (lambda n: progress("bytes", n)) if progress else None
+        for index, result in reduce_chunked(targets, reader, device, verify=verify, on_bytes=on_bytes):
+            item = work[index]
+            if isinstance(result, np.ndarray):
+                yield item, _Reduced(values=_decode(storage_view(item.ref, result), item.ref.dtype.name))
+            else:
+                segs, note = parts[index]
+                whole, *rest = result
+                named = [(kind, r) for (kind, _), r in zip(segs, rest, strict=True)]
+                yield item, _Reduced(whole=whole, parts=named, parts_note=note)
         return
-    byte_cap = 2 * max(w.ref.nbytes for w in work)
-
-    def task(item: _Work, budget: int) -> _Reduced:
-        # Mapping in the worker: page-table set-up runs in parallel too, and the mapping is gone
-        # (unmapped) as soon as the reduction returns.
-        with kernels.thread_budget(budget), mapper(item.ref) as raw:
-            return work_on(item, raw)
-
-    pending: deque[tuple[_Work, Future[_Reduced]]] = deque()
-    in_flight_bytes = 0
-    with ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="weightdiag-reduce") as pool:
-        try:
-            for i, item in enumerate(work):
-                while pending and (len(pending) >= IN_FLIGHT or in_flight_bytes + item.ref.nbytes > byte_cap):
-                    done, future = pending.popleft()
-                    in_flight_bytes -= done.ref.nbytes
-                    yield done, future.result()
-                if i + 1 < len(work):
-                    reader.advise(work[i + 1].ref)  # type: ignore[attr-defined]
-                # Near the end fewer tensors remain: give each more of the cores.
-                budget = max(1, kernels.THREADS // min(IN_FLIGHT, len(work) - i))
-                pending.append((item, pool.submit(task, item, budget)))
-                in_flight_bytes += item.ref.nbytes
-            while pending:
-                done, future = pending.popleft()
-                yield done, future.result()
-        finally:
-            for _, future in pending:  # on errors: do not start what is still queued
-                future.cancel()
+    reduce = _reducer(device)
+    # Whole decoded tensors: two reusable buffers, one filled while the other is reduced.
+    slots, workers = getattr(reader, "prefetch", (2, 1))
+    prefetch = Prefetcher(
+        work,
+        lambda w: w.ref.nbytes,
+        lambda w, out: reader.read_into(w.ref, out),
+        slots=slots,
+        workers=workers,
+        allocate=_allocator(device),
+    )
+    index_of = {id(item): i for i, item in enumerate(work)}
+    for item, raw in prefetch:
+        if progress:
+            progress("bytes", item.ref.nbytes)
+        if len(item.ref.shape) == 1:
+            yield item, _Reduced(values=_decode(storage_view(item.ref, raw), item.ref.dtype.name))
+            continue
+        segs, note = parts[index_of[id(item)]]
+        whole, *rest = reduce(raw, item.ref.dtype.name, [None, *(seg for _, seg in segs)])
+        yield item, _Reduced(whole=whole, parts=[(k, r) for (k, _), r in zip(segs, rest, strict=True)], parts_note=note)
 
 
 def _decode(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -300,8 +285,11 @@ def build_row(
     device: str,
     elapsed: float,
     total_bytes: int,
+    verification: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from .source.local import content_fingerprint
+
+    verified = (verification or {}).get("shards") or [False] * len(plan.shards)
 
     others = [m["name"] for m in matrices if m["kind"] == "other"]
     arch_json = arch.to_json()
@@ -318,7 +306,14 @@ def build_row(
             "format": plan.file_format,
         },
         "files": [
-            {"name": s.name, "size": s.size, "sha256": s.sha256, "header_sha256": s.header_sha256} for s in plan.shards
+            {
+                "name": s.name,
+                "size": s.size,
+                "sha256": s.sha256,
+                "header_sha256": s.header_sha256,
+                "verified": bool(ok),
+            }
+            for s, ok in zip(plan.shards, verified, strict=True)
         ],
         "metadata": plan.metadata,
         "architecture": arch_json,
@@ -340,6 +335,7 @@ def build_row(
             "bytes_read": total_bytes,
             "include": list(options.include),
             "exclude": list(options.exclude),
+            "verification": (verification or {}).get("summary") or "not verified: read from local files",
         },
         "hyperparameters": lambda_axis.resolve(
             plan.model_id,

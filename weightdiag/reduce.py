@@ -131,9 +131,8 @@ def _reduce_f32(bits: np.ndarray, segments: Segments) -> Reduction:
     argmax = segments.original_index(at) if at >= 0 else -1
     max_abs = abs(float(bits[argmax : argmax + 1].view(np.float32)[0])) if argmax >= 0 else float("nan")
     # Shift by a code-level mean estimate so the float64 power sums do not cancel when |mean| >> std.
-    finite = finite_mask("F32")
-    n_finite = int(counts[finite].sum())
-    shift = float(np.dot(counts[finite], code_values("F32")[finite]) / n_finite) if n_finite else 0.0
+    n_finite = int(counts[finite_mask("F32")].sum())
+    shift = _f32_shift(counts)
     nonfinite = segments.numel - n_finite
     n_inf = 0
     if nonfinite:  # rare: mask Inf/NaN out first (copies, but only for damaged tensors)
@@ -151,3 +150,95 @@ def finite_mask(dtype: str) -> np.ndarray:
     mask = np.isfinite(code_values(dtype))
     mask.setflags(write=False)
     return mask
+
+
+def _f32_shift(counts: np.ndarray) -> float:
+    """A code-level estimate of the mean: the power sums are taken around it so they do not cancel."""
+    finite = finite_mask("F32")
+    n_finite = int(counts[finite].sum())
+    return float(np.dot(counts[finite], code_values("F32")[finite]) / n_finite) if n_finite else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Partial reductions: a tensor read in chunks is reduced chunk by chunk and merged. Everything in a
+# Reduction is additive (counts, histograms, numel), a maximum with its first position, or power
+# sums, which are moved to the merged shift exactly by the binomial expansion.
+
+
+def clip(segments: Segments, lo: int, hi: int) -> list[Segments]:
+    """The elements of `segments` inside the element range [lo, hi), as selections relative to lo.
+
+    At most three, in flat order: a cut run at the start, the whole runs, a cut run at the end.
+    """
+    o, n, s, c = segments.offset, segments.length, segments.stride, segments.count
+    if n == 0 or c == 0 or hi <= lo:
+        return []
+    first = max(0, (lo - o - n) // s + 1)  # first run ending after lo
+    last = min(c - 1, -(-(hi - o) // s) - 1)  # last run starting before hi
+    if first > last:
+        return []
+    whole_first = max(first, -(-(lo - o) // s))  # runs lying wholly inside [lo, hi)
+    whole_last = min(last, (hi - o - n) // s)
+    out: list[Segments] = []
+
+    def cut(run: int) -> None:
+        a, b = max(o + run * s, lo), min(o + run * s + n, hi)
+        out.append(Segments(a - lo, b - a, b - a, 1))
+
+    if whole_first > whole_last:
+        for run in range(first, last + 1):
+            cut(run)
+        return out
+    if first < whole_first:
+        cut(first)
+    out.append(Segments(o + whole_first * s - lo, n, s, whole_last - whole_first + 1))
+    if last > whole_last:
+        cut(last)
+    return out
+
+
+def reduce_range(flat: np.ndarray, dtype: str, segments: Segments | None, lo: int) -> list[Reduction]:
+    """Partial reductions of the elements [lo, lo + flat.size) of a tensor, restricted to `segments`
+    (None: all of them). Their argmax positions are tensor flat indices."""
+    hi = lo + flat.size
+    selections = [Segments.whole(flat.size)] if segments is None else clip(segments, lo, hi)
+    out = []
+    for selection in selections:
+        red = reduce_array(flat, dtype, selection)
+        if red.argmax >= 0:
+            red.argmax += lo
+        out.append(red)
+    return out
+
+
+def merge(parts: list[Reduction]) -> Reduction:
+    """One Reduction from partial ones given in flat order (ties of the largest |w| keep the first)."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    counts = np.sum([p.counts for p in parts], axis=0)
+    best = first
+    for p in parts[1:]:
+        if p.argmax >= 0 and (best.argmax < 0 or p.max_abs > best.max_abs):
+            best = p
+    merged = Reduction(first.dtype, sum(p.numel for p in parts), counts, first.exact, best.argmax, best.max_abs)
+    if first.hist1024 is not None:
+        merged.hist1024 = np.sum([p.hist1024 for p in parts], axis=0)
+    if first.power_sums is not None:
+        merged.shift = _f32_shift(counts)
+        finite = finite_mask("F32")
+        total = np.zeros(4, dtype=np.float64)
+        for p in parts:
+            n = float(p.counts[finite].sum())
+            d = p.shift - merged.shift
+            s1, s2, s3, s4 = (float(x) for x in p.power_sums)
+            total += (
+                s1 + d * n,
+                s2 + 2 * d * s1 + d * d * n,
+                s3 + 3 * d * s2 + 3 * d * d * s1 + d**3 * n,
+                s4 + 4 * d * s3 + 6 * d * d * s2 + 4 * d**3 * s1 + d**4 * n,
+            )
+        merged.power_sums = total
+    if first.n_inf is not None:
+        merged.n_inf = sum(p.n_inf or 0 for p in parts)
+    return merged

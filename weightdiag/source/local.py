@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..chunks import Chunk
 from ..errors import BadInputError, CheckpointFormatError
 from .plan import ModelPlan, ShardInfo, TensorRef
 from .safetensors_header import PREFIX_BYTES, SafetensorsHeader, read_header
@@ -85,6 +86,40 @@ class LocalReader:
             mapping.madvise(mmap.MADV_SEQUENTIAL)
         # The mapping is unmapped when the last array viewing it is garbage-collected.
         yield np.frombuffer(mapping, dtype=np.uint8, count=ref.nbytes, offset=ref.start - start)
+
+    # Chunked reading (weightdiag.chunks): 32 MiB mappings measured fastest on two cores from the page
+    # cache (76% of `cat` against 47% for pread into reused buffers); two chunks reduced at a time.
+    chunk_bytes = 32 << 20
+    workers = max(1, min(4, os.cpu_count() or 1))
+    verification = None  # local files carry no published hash to check against
+
+    def regions(self) -> dict[int, tuple[int, int]] | None:
+        return None
+
+    def start(self, chunks: list[Chunk], verify: bool) -> None:
+        pass
+
+    @contextmanager
+    def chunk(self, chunk: Chunk) -> Iterator[np.ndarray]:
+        """The chunk's bytes through a mapping of just that range, populated up front (one system call
+        instead of a page fault per 4 KiB), unmapped when the last view of it is dropped."""
+        fd = self._fd(chunk.shard)
+        if os.fstat(fd).st_size < chunk.end:  # touching mapped pages past the end would be SIGBUS
+            raise CheckpointFormatError(
+                f"{self._paths[chunk.shard]}: the file ends before byte {chunk.end}; it is truncated or changed "
+                "while reading; re-download it"
+            )
+        start = chunk.start - chunk.start % mmap.ALLOCATIONGRANULARITY
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        try:
+            mapping = mmap.mmap(fd, chunk.end - start, flags=flags, prot=mmap.PROT_READ, offset=start)
+        except (ValueError, OSError) as exc:
+            where = self._paths[chunk.shard]
+            raise CheckpointFormatError(f"{where}: cannot map bytes ({exc}); re-download it") from None
+        yield np.frombuffer(mapping, dtype=np.uint8, count=chunk.nbytes, offset=chunk.start - start)
+
+    def cancel(self) -> None:
+        pass
 
     def advise(self, ref: TensorRef) -> None:
         with contextlib.suppress(AttributeError, OSError):

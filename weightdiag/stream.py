@@ -1,0 +1,169 @@
+"""The chunk engine: read a model's bytes in fixed-size chunks, several at once, and reduce each as it lands.
+
+Every `Reduction` is additive (see reduce.merge), so a tensor never needs to be in memory whole: each
+chunk's pieces are reduced on their own in the worker thread that read the chunk, and the main thread
+merges the partial reductions of a tensor once its last piece is in. Memory is about `workers` chunk
+buffers plus the small reductions, whatever the largest tensor is. Results come out in file order.
+
+Readers provide the bytes (`ChunkReader`): local files through short-lived mappings, the Hub through
+ranged GETs into pooled buffers, hashing every byte on the way when asked to verify.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from . import kernels
+from .chunks import Chunk, Span, plan_chunks
+from .reduce import Reduction, Segments, merge, reduce_range
+from .source.plan import STORAGE_NUMPY, TensorRef
+
+
+class ChunkReader(Protocol):
+    """A source that can hand out arbitrary byte ranges of its shards (safetensors files)."""
+
+    chunk_bytes: int  # the chunk size it reads best with
+    workers: int  # chunks read at once
+
+    def regions(self) -> dict[int, tuple[int, int]] | None:
+        """{shard: (data start, file size)} to read whole so that every byte can be verified; None: no hashes."""
+        ...
+
+    def start(self, chunks: list[Chunk], verify: bool) -> None: ...
+
+    def chunk(self, chunk: Chunk) -> AbstractContextManager[np.ndarray]:
+        """The chunk's bytes (uint8), valid inside the `with`; may be called from several threads."""
+        ...
+
+    def cancel(self) -> None:
+        """Abandon reads in progress (an error ended the run)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Target:
+    """A tensor to reduce over `selections` (None: all its elements; else a fused part), or, with no
+    selections, a vector whose bytes are gathered whole (norm weights and biases are small)."""
+
+    ref: TensorRef
+    selections: tuple[Segments | None, ...]
+
+
+PieceReducer = Callable[[np.ndarray, str, Sequence[Segments | None], int], list[list[Reduction]]]
+
+
+def piece_reducer(device: str) -> PieceReducer:
+    """Reduce the elements [lo, lo + n) of a tensor (its raw bytes) over each selection: partial reductions."""
+    if device == "cpu":
+
+        def on_cpu(raw: np.ndarray, dtype: str, selections: Sequence[Segments | None], lo: int):
+            flat = raw.view(STORAGE_NUMPY[dtype])
+            return [reduce_range(flat, dtype, selection, lo) for selection in selections]
+
+        return on_cpu
+    from .reduce import clip
+    from .reduce_torch import reduce_torch, upload
+
+    def on_device(raw: np.ndarray, dtype: str, selections: Sequence[Segments | None], lo: int):
+        data = upload(raw, dtype, device)  # once per piece, however many parts it has
+        n = raw.size // STORAGE_NUMPY[dtype].itemsize
+        out = []
+        for selection in selections:
+            parts = []
+            for sub in [Segments.whole(n)] if selection is None else clip(selection, lo, lo + n):
+                red = reduce_torch(data, dtype, device, sub)
+                red.argmax = red.argmax + lo if red.argmax >= 0 else -1
+                parts.append(red)
+            out.append(parts)
+        return out
+
+    return on_device
+
+
+@dataclass
+class _Partial:
+    pieces_left: int
+    reductions: list[list[Reduction]]
+    raw: list[np.ndarray]
+
+
+def reduce_chunked(
+    targets: Sequence[Target],
+    reader: ChunkReader,
+    device: str,
+    *,
+    verify: bool = False,
+    on_bytes: Callable[[int], None] | None = None,
+) -> Iterator[tuple[int, list[Reduction] | np.ndarray]]:
+    """(target index, merged reduction per selection, or a vector's raw bytes), in file order."""
+    spans = [Span(t.ref.shard, t.ref.start, t.ref.end) for t in targets]
+    regions = reader.regions() if verify else None
+    chunks = plan_chunks(spans, reader.chunk_bytes, cover=regions)
+    reader.start(chunks, verify=regions is not None)
+    partials: dict[int, _Partial] = {}
+    for chunk in chunks:
+        for piece in chunk.pieces:
+            entry = partials.setdefault(piece.item, _Partial(0, [[] for _ in targets[piece.item].selections], []))
+            entry.pieces_left += 1
+    reduce_piece = piece_reducer(device)
+
+    def task(chunk: Chunk) -> list[tuple[int, Any]]:
+        out: list[tuple[int, Any]] = []
+        # Several chunks are reduced at once, one per worker: no further splitting inside a kernel.
+        with kernels.thread_budget(1), reader.chunk(chunk) as buf:
+            for piece in chunk.pieces:
+                target = targets[piece.item]
+                raw = buf[piece.offset : piece.offset + piece.hi - piece.lo]
+                if not target.selections:
+                    out.append((piece.item, raw.copy()))  # the buffer is reused once this returns
+                    continue
+                dtype = target.ref.dtype.name
+                lo = piece.lo // STORAGE_NUMPY[dtype].itemsize
+                out.append((piece.item, reduce_piece(raw, dtype, target.selections, lo)))
+        return out
+
+    window = 2 * reader.workers  # chunks queued ahead of the one the main thread waits for
+    pending: deque[tuple[Chunk, Future[list[tuple[int, Any]]]]] = deque()
+    pool = ThreadPoolExecutor(reader.workers, thread_name_prefix="weightdiag-chunk")
+    finished = False
+    try:
+        next_chunk = iter(chunks)
+        for chunk in next_chunk:
+            pending.append((chunk, pool.submit(task, chunk)))
+            if len(pending) >= window:
+                break
+        while pending:
+            chunk, future = pending.popleft()
+            results = future.result()
+            following = next(next_chunk, None)
+            if following is not None:
+                pending.append((following, pool.submit(task, following)))
+            if on_bytes:  # tensor bytes only, so that the total matches the plan's
+                on_bytes(sum(piece.hi - piece.lo for piece in chunk.pieces))
+            for item, result in results:
+                entry = partials[item]
+                if isinstance(result, np.ndarray):
+                    entry.raw.append(result)
+                else:  # fold as they come: a few partials in memory, however large the tensor
+                    for collected, parts in zip(entry.reductions, result, strict=True):
+                        if parts:
+                            collected[:] = [merge(collected + parts)]
+                entry.pieces_left -= 1
+                if entry.pieces_left == 0:
+                    del partials[item]
+                    if entry.raw:
+                        yield item, entry.raw[0] if len(entry.raw) == 1 else np.concatenate(entry.raw)
+                    else:
+                        yield item, [parts[0] for parts in entry.reductions]
+        finished = True
+    finally:
+        if not finished:
+            reader.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
