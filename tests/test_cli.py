@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -199,6 +201,33 @@ def test_usage_errors_exit_2(tmp_path):
 def test_version():
     out = run_cli("version")
     assert out.returncode == 0 and out.stdout.startswith("weightdiag ")
+
+
+def test_version_flag_via_the_console_script_the_module_and_the_app():
+    from weightdiag import __version__
+
+    expected = f"weightdiag {__version__}\n"
+    script = Path(sys.executable).parent / "weightdiag"
+    if not script.exists():
+        pytest.skip("no weightdiag console script beside this interpreter (not installed with pip)")
+    for command in ([str(script), "--version"], [str(script), "-V"], [sys.executable, "-m", "weightdiag", "--version"]):
+        out = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert (out.returncode, out.stdout, out.stderr) == (0, expected, ""), command
+    # The Typer app's eager option (reached when weightdiag.cli.main is called directly) says the same.
+    out = run_cli("--help")
+    assert out.returncode == 0 and "--version" in out.stdout
+    code = "from weightdiag.cli import main\nmain(['--version'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout) == (0, expected), out.stderr
+
+
+def test_version_flag_imports_nothing_heavy():
+    code = (
+        "import sys\nfrom weightdiag.__main__ import main\nmain(['--version'])\n"
+        "print(sorted(m for m in ('typer', 'rich', 'numpy', 'pydantic') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.splitlines()[-1] == "[]", out.stdout + out.stderr
 
 
 def test_an_unwritable_database_fails_before_fitting(tmp_path):

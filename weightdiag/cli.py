@@ -32,6 +32,24 @@ app = typer.Typer(
 stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 stdout = Console(width=None if sys.stdout.isatty() else 140)
 
+
+def _show_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"weightdiag {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", callback=_show_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    # `weightdiag --version` itself never gets here: weightdiag.__main__ answers it before importing typer.
+    pass
+
+
 DbOption = Annotated[
     Path | None,
     typer.Option("--db", help="Database folder (default: $WEIGHTDIAG_DB, else ./DATABASE)."),
