@@ -230,6 +230,21 @@ def test_version_flag_imports_nothing_heavy():
     assert out.returncode == 0 and out.stdout.splitlines()[-1] == "[]", out.stdout + out.stderr
 
 
+def test_a_cpu_fit_of_safetensors_imports_neither_torch_nor_scipy(tmp_path):
+    model = _valid(tmp_path)
+    code = (
+        "import sys\nfrom weightdiag.cli import main\n"
+        "try:\n"
+        f"    main(['fit', {str(model)!r}, '--no-save', '-q', '--json', '--device', 'cpu'])\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "sys.stderr.write(repr(sorted(m for m in ('torch', 'scipy') if m in sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.endswith("[]"), out.stderr
+
+
 def test_an_unwritable_database_fails_before_fitting(tmp_path):
     model = _valid(tmp_path)
     blocker = tmp_path / "db-is-a-file"

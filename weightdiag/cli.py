@@ -11,11 +11,11 @@ import math
 import os
 import sys
 from collections import Counter
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from . import __version__
 from .errors import ExitCode, WeightdiagError
@@ -28,9 +28,26 @@ app = typer.Typer(
     help="Diagnose trained transformer checkpoints from their weights alone.",
 )
 
-# Rich falls back to 80 columns when output is not a terminal; tables need more.
-stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
-stdout = Console(width=None if sys.stdout.isatty() else 140)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+@cache
+def _console(err: bool) -> Console:
+    # Built on first use: rich.console costs ~20 ms at start-up and --json or --version never print with it.
+    from rich.console import Console
+
+    stream = sys.stderr if err else sys.stdout
+    # Rich falls back to 80 columns when output is not a terminal; tables need more.
+    return Console(stderr=err, width=None if stream.isatty() else 140)
+
+
+def _stderr() -> Console:
+    return _console(True)
+
+
+def _stdout() -> Console:
+    return _console(False)
 
 
 def _show_version(value: bool) -> None:
@@ -110,7 +127,7 @@ def fit(
     options.validate()
     if save:
         check_writable(db)
-    progress = FitProgress(stderr, enabled=not quiet and stderr.is_terminal)
+    progress = FitProgress(_stderr(), enabled=not quiet and _stderr().is_terminal)
     try:
         row = fit_model(model, options, progress, revision=revision, token=token, download=download)
     finally:
@@ -118,14 +135,14 @@ def fit(
     path = save_row(row, db) if save else None
     if as_json:
         _print_json(row)
-        stderr.print(kinds_table(row))
+        _stderr().print(kinds_table(row))
     else:
-        stdout.print(kinds_table(row))
+        _stdout().print(kinds_table(row))
     if row["unclassified"]:
         shown = ", ".join(row["unclassified"][:5]) + (" ..." if len(row["unclassified"]) > 5 else "")
-        stderr.print(f"{len(row['unclassified'])} matrices of unknown role fitted as 'other': {shown}", markup=False)
+        _stderr().print(f"{len(row['unclassified'])} matrices of unknown role fitted as 'other': {shown}", markup=False)
     if path:
-        stderr.print(f"row written to {path}", markup=False)
+        _stderr().print(f"row written to {path}", markup=False)
 
 
 ProtocolOption = Annotated[str, typer.Option(help="Protocol to fit with when a model has no row yet.")]
@@ -137,13 +154,13 @@ def _row_for(spec: str, db: Path | None, options, token: str | None = None, quie
     from .api import resolve_row
     from .render.tables import FitProgress
 
-    progress = FitProgress(stderr, enabled=not quiet and stderr.is_terminal)
+    progress = FitProgress(_stderr(), enabled=not quiet and _stderr().is_terminal)
     try:
         row, how = resolve_row(spec, db, options, progress, token=token)
     finally:
         progress.close()
     if how == "fitted":
-        stderr.print(f"{spec}: fitted and saved", markup=False)
+        _stderr().print(f"{spec}: fitted and saved", markup=False)
     return row
 
 
@@ -184,7 +201,7 @@ def compare(
         _print_json(reports if len(reports) > 1 or not models else reports[0])
         return
     for report in reports:
-        stdout.print(compare_view(report))
+        _stdout().print(compare_view(report))
 
 
 @app.command()
@@ -217,7 +234,7 @@ def check(
             raise BadInputError(f"{flag} {tol}: give a finite tolerance >= 0")
     base = load_row(baseline)
     options = FitOptions(protocol=base["protocol"]["name"], device=device)
-    progress = FitProgress(stderr, enabled=not quiet and stderr.is_terminal)
+    progress = FitProgress(_stderr(), enabled=not quiet and _stderr().is_terminal)
     try:
         row, _ = resolve_row(model, db, options, progress, token=token, save=save, reuse=False)
     finally:
@@ -229,13 +246,13 @@ def check(
     if as_json:
         _print_json(result)
     elif result["passed"] and not show_all:
-        stdout.print(
+        _stdout().print(
             f"PASS: all {result['checked']} matrices of {result['model']} within |Δk| <= {tol_k} and "
             f"|Δλ/λ| <= {tol_lambda * 100:g}% of {result['baseline']}",
             markup=False,
         )
     else:
-        stdout.print(check_view(result, show_all))
+        _stdout().print(check_view(result, show_all))
     raise typer.Exit(ExitCode.OK if result["passed"] else ExitCode.INTERNAL)
 
 
@@ -257,7 +274,7 @@ def db_list(
     if as_json:
         _print_json(records)
     else:
-        stdout.print(db_list_view(records))
+        _stdout().print(db_list_view(records))
 
 
 @db_app.command("show")
@@ -274,10 +291,10 @@ def db_show(
     if as_json:
         _print_json(row)
         return
-    stdout.print(kinds_table(row))
+    _stdout().print(kinds_table(row))
     if row.get("provenance"):
         p = row["provenance"]
-        stdout.print(f"{p['paper']}; {p['license']} {p['copyright']}", markup=False, style="dim")
+        _stdout().print(f"{p['paper']}; {p['license']} {p['copyright']}", markup=False, style="dim")
 
 
 @db_app.command("export")
@@ -310,7 +327,7 @@ def db_export(
         writer.writerows(records)
     if output:
         write_text_atomic(output, buffer.getvalue())
-        stderr.print(f"{len(records)} rows written to {output}", markup=False)
+        _stderr().print(f"{len(records)} rows written to {output}", markup=False)
     else:
         sys.stdout.write(buffer.getvalue())
 
@@ -373,11 +390,11 @@ def sweep(
     fields = ("protocol", "device", "lr", "weight_decay", "preset")
     option_dict = {f: getattr(options, f) for f in fields}
     revision_list = ", ".join(r.name for r in plan.revisions)
-    stderr.print(f"{plan.model_id}: {len(plan.revisions)} revisions {revision_list}", markup=False)
+    _stderr().print(f"{plan.model_id}: {len(plan.revisions)} revisions {revision_list}", markup=False)
 
     def show(outcome: sw.Outcome) -> None:
         if not as_json:
-            stderr.print(f"  {outcome.revision}: {outcome.status} {outcome.detail}".rstrip(), markup=False)
+            _stderr().print(f"  {outcome.revision}: {outcome.status} {outcome.detail}".rstrip(), markup=False)
 
     outcomes = sw.run_sweep(
         plan, db or default_db_dir(), option_dict, runner, token=token, download=download, on_outcome=show
@@ -397,7 +414,7 @@ def sweep(
                 f"{o.ffn_median_k:.4f}" if o.ffn_median_k else "-",
                 escape(o.detail),
             )
-        stdout.print(table)
+        _stdout().print(table)
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(ExitCode.INTERNAL)
 
@@ -459,7 +476,7 @@ def trajectory(
     if as_json:
         _print_json(result)
     else:
-        stdout.print(trajectory_view(result))
+        _stdout().print(trajectory_view(result))
 
 
 def _register_extra_commands() -> None:
@@ -474,7 +491,7 @@ _register_extra_commands()
 @app.command()
 def version() -> None:
     """Print the weightdiag version."""
-    stdout.print(f"weightdiag {__version__}")
+    _stdout().print(f"weightdiag {__version__}")
 
 
 def _error_line(exc: Exception) -> tuple[str, int]:
@@ -502,13 +519,13 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="weightdiag")
     except KeyboardInterrupt:
-        stderr.print("interrupted")
+        _stderr().print("interrupted")
         sys.exit(130)
     except Exception as exc:
         if os.environ.get("WEIGHTDIAG_DEBUG"):
             raise
         line, code = _error_line(exc)
-        stderr.print(line, markup=False, highlight=False, soft_wrap=True)
+        _stderr().print(line, markup=False, highlight=False, soft_wrap=True)
         sys.exit(code)
 
 

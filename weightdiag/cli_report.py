@@ -61,7 +61,7 @@ def run_report(
     quiet: bool,
 ) -> None:
     from .api import resolve_row
-    from .cli import _print_json, stderr, stdout
+    from .cli import _print_json, _stderr, _stdout
     from .diagnose.health import health_report
     from .pipeline import FitOptions
     from .render.health_view import report_view
@@ -75,7 +75,7 @@ def run_report(
         raise BadInputError("--hist draws into --plot DIR or --html FILE; add one of them")
     options = FitOptions(protocol=protocol, device=device)
     options.validate()
-    progress = FitProgress(stderr, enabled=not quiet and stderr.is_terminal)
+    progress = FitProgress(_stderr(), enabled=not quiet and _stderr().is_terminal)
     try:
         row, how = resolve_row(spec, db, options, progress, token=token, save=save)
     finally:
@@ -103,12 +103,12 @@ def run_report(
     if as_json:
         _print_json(result)
     else:
-        stdout.print(report_view(result))
+        _stdout().print(report_view(result))
     for line in notes:
-        stderr.print(line, markup=False, highlight=False)
+        _stderr().print(line, markup=False, highlight=False)
     if plot:
-        stderr.print(f"{len(result['plots'])} plots written to {plot}", markup=False, highlight=False)
+        _stderr().print(f"{len(result['plots'])} plots written to {plot}", markup=False, highlight=False)
     if html:
-        stderr.print(f"HTML report written to {html}", markup=False, highlight=False)
+        _stderr().print(f"HTML report written to {html}", markup=False, highlight=False)
     if how == "fitted" and not as_json:
-        stderr.print(f"{spec}: fitted" + (" and saved" if save else ""), markup=False, highlight=False)
+        _stderr().print(f"{spec}: fitted" + (" and saved" if save else ""), markup=False, highlight=False)

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
 
 
 def fmt(value: Any, spec: str = ".4f") -> str:
@@ -91,6 +86,16 @@ class FitProgress:
         if not self.enabled:
             return
         if event == "start":
+            # Imported here: rich.progress costs ~10 ms and quiet or piped runs never draw a bar.
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
+
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),
@@ -106,9 +111,11 @@ class FitProgress:
                 payload["model"], total=payload["bytes"], done=0, tensors=payload["tensors"]
             )
             self._done = 0
+        elif event == "bytes" and self._progress is not None:  # as chunks land: a smooth rate and ETA
+            self._progress.update(self._task, advance=payload)
         elif event == "advance" and self._progress is not None:
             self._done += 1
-            self._progress.update(self._task, advance=payload.nbytes, done=self._done)
+            self._progress.update(self._task, done=self._done)
 
     def close(self) -> None:
         if self._progress is not None:
