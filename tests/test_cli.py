@@ -245,6 +245,17 @@ def test_a_cpu_fit_of_safetensors_imports_neither_torch_nor_scipy(tmp_path):
     assert out.stderr.endswith("[]"), out.stderr
 
 
+def test_connections_is_range_checked_and_passed_on(tmp_path):
+    model = _valid(tmp_path)
+    for command in ("fit", "report"):
+        out = run_cli(command, str(model), "--no-save", "-q", "--connections", "0")
+        lines = [line for line in out.stderr.splitlines() if line.strip()]
+        assert out.returncode == 2 and len(lines) == 1 and "--connections 0" in lines[0], out.stderr
+    out = run_cli("fit", str(model), "--no-save", "-q", "--json", "--connections", "3")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["schema"] == "weightdiag.row/1"
+
+
 def test_an_unwritable_database_fails_before_fitting(tmp_path):
     model = _valid(tmp_path)
     blocker = tmp_path / "db-is-a-file"

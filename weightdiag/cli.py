@@ -71,6 +71,15 @@ DbOption = Annotated[
     Path | None,
     typer.Option("--db", help="Database folder (default: $WEIGHTDIAG_DB, else ./DATABASE)."),
 ]
+# Range-checked by FitOptions.validate (1..64), so a bad value is one error line with exit code 2.
+ConnectionsOption = Annotated[
+    int,
+    typer.Option(
+        "--connections",
+        help="Ranged requests kept in flight when streaming from the Hub (default 8).",
+        show_default=False,
+    ),
+]
 
 
 def _print_json(document: Any) -> None:
@@ -97,6 +106,7 @@ def fit(
     download: Annotated[
         bool, typer.Option("--download", help="Fetch whole shards into the HF cache instead of streaming.")
     ] = False,
+    connections: ConnectionsOption = 8,
     name: Annotated[str | None, typer.Option(help="Model id to record (default: from the path or repo).")] = None,
     lr: Annotated[float | None, typer.Option("--lr", help="Peak learning rate (for T/tau).")] = None,
     weight_decay: Annotated[float | None, typer.Option("--weight-decay", help="AdamW weight decay.")] = None,
@@ -123,6 +133,7 @@ def fit(
         weight_decay=weight_decay,
         steps=steps,
         preset=preset,
+        connections=connections,
     )
     options.validate()
     if save:
@@ -178,6 +189,7 @@ def compare(
     steps: Annotated[float | None, typer.Option("--steps", help="Training steps done.")] = None,
     preset: Annotated[str | None, typer.Option(help="Recipe preset, e.g. pythia-410m.")] = None,
     token: TokenOption = None,
+    connections: ConnectionsOption = 8,
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
@@ -188,7 +200,15 @@ def compare(
     from .pipeline import FitOptions
     from .render.reports import compare_view
 
-    options = FitOptions(protocol=protocol, device=device, lr=lr, weight_decay=weight_decay, steps=steps, preset=preset)
+    options = FitOptions(
+        protocol=protocol,
+        device=device,
+        lr=lr,
+        weight_decay=weight_decay,
+        steps=steps,
+        preset=preset,
+        connections=connections,
+    )
     options.validate()
     if models:
         rows = [_row_for(spec, db, options, token, quiet) for spec in models]
@@ -214,6 +234,7 @@ def check(
     db: DbOption = None,
     device: DeviceOption = "auto",
     token: TokenOption = None,
+    connections: ConnectionsOption = 8,
     save: Annotated[bool, typer.Option(help="Save the fitted row in the database.")] = False,
     show_all: Annotated[bool, typer.Option("--all", help="List passing matrices too.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
@@ -232,8 +253,11 @@ def check(
     for flag, tol in (("--tol-k", tol_k), ("--tol-lambda", tol_lambda)):
         if not (math.isfinite(tol) and tol >= 0):
             raise BadInputError(f"{flag} {tol}: give a finite tolerance >= 0")
+    # Check --connections up front (the model may be a row file, never fitted); the protocol comes from
+    # the baseline row and is checked only when a fit needs it, as before.
+    FitOptions(connections=connections).validate()
     base = load_row(baseline)
-    options = FitOptions(protocol=base["protocol"]["name"], device=device)
+    options = FitOptions(protocol=base["protocol"]["name"], device=device, connections=connections)
     progress = FitProgress(_stderr(), enabled=not quiet and _stderr().is_terminal)
     try:
         row, _ = resolve_row(model, db, options, progress, token=token, save=save, reuse=False)
@@ -355,6 +379,7 @@ def sweep(
     name: Annotated[str | None, typer.Option(help="Model id for the rows (default: repo id or folder name).")] = None,
     token: TokenOption = None,
     download: Annotated[bool, typer.Option("--download", help="Fetch whole shards into the HF cache.")] = False,
+    connections: ConnectionsOption = 8,
     as_json: Annotated[bool, typer.Option("--json", help="Print the outcomes as JSON.")] = False,
 ) -> None:
     """Fit every selected checkpoint of a training run into the database (resumable, parallel)."""
@@ -368,7 +393,9 @@ def sweep(
     from .errors import BadInputError
     from .pipeline import FitOptions
 
-    options = FitOptions(protocol=protocol, device=device, lr=lr, weight_decay=weight_decay, preset=preset)
+    options = FitOptions(
+        protocol=protocol, device=device, lr=lr, weight_decay=weight_decay, preset=preset, connections=connections
+    )
     options.validate()
     if jobs < 1:
         raise BadInputError("--jobs must be at least 1")
@@ -387,7 +414,7 @@ def sweep(
         runner = sw.process_runner(jobs) if jobs > 1 else sw.serial_runner
     else:
         raise BadInputError(f"--executor {executor!r}: choose local or ray")
-    fields = ("protocol", "device", "lr", "weight_decay", "preset")
+    fields = ("protocol", "device", "lr", "weight_decay", "preset", "connections")
     option_dict = {f: getattr(options, f) for f in fields}
     revision_list = ", ".join(r.name for r in plan.revisions)
     _stderr().print(f"{plan.model_id}: {len(plan.revisions)} revisions {revision_list}", markup=False)

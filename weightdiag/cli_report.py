@@ -38,12 +38,20 @@ def register(app: typer.Typer) -> None:
             typer.Option("--hist", help="Tensor name or glob to draw a |w| histogram of (repeatable)."),
         ] = None,
         token: Annotated[str | None, typer.Option(help="Hub token (default: HF_TOKEN or `hf auth login`).")] = None,
+        connections: Annotated[
+            int,
+            typer.Option(
+                "--connections",
+                help="Ranged requests kept in flight when streaming from the Hub (default 8).",
+                show_default=False,
+            ),
+        ] = 8,
         save: Annotated[bool, typer.Option(help="Save a freshly fitted row in the database.")] = True,
         as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     ) -> None:
         """Health report: per-block table and findings (why a block is unusual), norms, super weights, depth."""
-        run_report(model, db, device, protocol, top, plot, html, hist or [], token, save, as_json, quiet)
+        run_report(model, db, device, protocol, top, plot, html, hist or [], token, save, as_json, quiet, connections)
 
 
 def run_report(
@@ -59,6 +67,7 @@ def run_report(
     save: bool,
     as_json: bool,
     quiet: bool,
+    connections: int = 8,
 ) -> None:
     from .api import resolve_row
     from .cli import _print_json, _stderr, _stdout
@@ -73,7 +82,7 @@ def run_report(
         require_matplotlib()  # fail before a long fit, not after it
     if hist and not (plot or html):
         raise BadInputError("--hist draws into --plot DIR or --html FILE; add one of them")
-    options = FitOptions(protocol=protocol, device=device)
+    options = FitOptions(protocol=protocol, device=device, connections=connections)
     options.validate()
     progress = FitProgress(_stderr(), enabled=not quiet and _stderr().is_terminal)
     try:
