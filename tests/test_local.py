@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from weightdiag.chunks import Chunk
 from weightdiag.errors import BadInputError, CheckpointFormatError
 from weightdiag.source.local import open_local
 
@@ -142,7 +143,8 @@ def test_reader_fails_clearly_if_the_file_shrinks(tmp_path):
     ref = plan.tensors[-1]
     with pytest.raises(CheckpointFormatError, match="file ended"):
         reader.read_into(ref, np.empty(ref.nbytes, dtype=np.uint8))
-    with pytest.raises(CheckpointFormatError, match="file ends before tensor"), reader.map(ref):
+    chunk = Chunk(0, ref.shard, ref.start, ref.end, ())
+    with pytest.raises(CheckpointFormatError, match="file ends before byte"), reader.chunk(chunk):
         pass
     reader.close()
 

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 CHUNK_ALIGN = 8  # tensor cut points stay on whole elements of every dtype (at most 8 bytes)
+# Where large tensors are cut, for every source and chunk size: the same pieces, the same merged sums.
+SPLIT_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -57,15 +59,18 @@ def plan_chunks(
     *,
     gap_bytes: int = 1 << 20,
     cover: dict[int, tuple[int, int]] | None = None,
+    split_bytes: int | None = None,
 ) -> list[Chunk]:
     """Chunks in file order for `spans` (sorted by shard and start, not overlapping).
 
     gap_bytes: a hole up to this size between two selected tensors is read rather than costing a
     second request. cover: {shard: (data_start, file_size)}: tile those regions completely.
+    split_bytes: where large tensors are cut (default chunk_bytes; at most chunk_bytes).
     """
-    if chunk_bytes < CHUNK_ALIGN or chunk_bytes % CHUNK_ALIGN:
-        raise ValueError(f"chunk_bytes must be a positive multiple of {CHUNK_ALIGN}")
-    units = _units(spans, chunk_bytes, cover)
+    split_bytes = split_bytes or chunk_bytes
+    if split_bytes < CHUNK_ALIGN or split_bytes % CHUNK_ALIGN or chunk_bytes < split_bytes:
+        raise ValueError(f"split_bytes must be a positive multiple of {CHUNK_ALIGN}, at most chunk_bytes")
+    units = _units(spans, split_bytes, cover)
     chunks: list[Chunk] = []
     shard = start = end = -1
     pieces: list[Piece] = []

@@ -227,6 +227,9 @@ def _reduce_all(
     if hasattr(reader, "chunk"):
         from .stream import Target, reduce_chunked
 
+        if hasattr(reader, "set_connections"):
+            reader.set_connections(options.connections)
+
         targets = [
             Target(item.ref, () if len(item.ref.shape) == 1 else (None, *(seg for _, seg in segs)))
             for item, (segs, _) in zip(work, parts, strict=True)

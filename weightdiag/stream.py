@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import kernels
-from .chunks import Chunk, Span, plan_chunks
+from .chunks import SPLIT_BYTES, Chunk, Span, plan_chunks
 from .reduce import Reduction, Segments, merge, reduce_range
 from .source.plan import STORAGE_NUMPY, TensorRef
 
@@ -105,7 +105,7 @@ def reduce_chunked(
     """(target index, merged reduction per selection, or a vector's raw bytes), in file order."""
     spans = [Span(t.ref.shard, t.ref.start, t.ref.end) for t in targets]
     regions = reader.regions() if verify else None
-    chunks = plan_chunks(spans, reader.chunk_bytes, cover=regions)
+    chunks = plan_chunks(spans, reader.chunk_bytes, cover=regions, split_bytes=SPLIT_BYTES)
     reader.start(chunks, verify=regions is not None)
     partials: dict[int, _Partial] = {}
     for chunk in chunks:
@@ -153,8 +153,8 @@ def reduce_chunked(
                     entry.raw.append(result)
                 else:  # fold as they come: a few partials in memory, however large the tensor
                     for collected, parts in zip(entry.reductions, result, strict=True):
-                        if parts:
-                            collected[:] = [merge(collected + parts)]
+                        for part in parts:  # one at a time: the same sums in the same order for any chunking
+                            collected[:] = [merge([*collected, part])]
                 entry.pieces_left -= 1
                 if entry.pieces_left == 0:
                     del partials[item]

@@ -19,6 +19,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BadInputError, HubError
+from .hub_stream import HubReader, StreamedShard
 from .plan import ModelPlan, ShardInfo, TensorRef
 from .ranged import RangedFile, RetryPolicy
 from .safetensors_header import PREFIX_BYTES, header_length, parse_header
@@ -272,23 +274,6 @@ def _open_snapshot(folder: Path, repo: str, model_id: str | None):
 # --- streaming ---------------------------------------------------------------------------------
 
 
-class HubReader:
-    """Ranged reads of tensors straight from the Hub into caller buffers."""
-
-    # Three buffers: two tensors downloading at once (hides per-request latency), one being reduced.
-    prefetch = (3, 2)
-
-    def __init__(self, files: list[RangedFile], policy: RetryPolicy) -> None:
-        self._files = files
-        self._policy = policy
-
-    def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
-        self._files[ref.shard].read(ref.start, out, self._policy)
-
-    def close(self) -> None:
-        pass
-
-
 def _session_and_headers(token: str | None) -> tuple[Any, dict[str, str]]:
     from huggingface_hub.utils import build_hf_headers, get_session
 
@@ -299,7 +284,22 @@ def _remote(repo: str, commit: str, name: str, size: int, session, headers: dict
     from huggingface_hub import hf_hub_url
 
     url = hf_hub_url(repo, name, revision=commit, endpoint=_endpoint())
-    return RangedFile(url, size, session, headers, f"{repo}/{name}")
+    signed_in = "authorization" in {k.lower() for k in headers}
+    return RangedFile(url, size, session, headers, f"{repo}/{name}", lambda status: _denied(repo, status, signed_in))
+
+
+def _denied(repo: str, status: int, signed_in: bool) -> HubError:
+    """A file read refused by the Hub itself: gated repos serve their metadata to anyone and refuse only
+    file reads, with 401 to anonymous users and 403 to tokens without access."""
+    if status == 403 or signed_in:
+        return HubError(
+            f"{repo} is gated and this token has no access yet: request access at {_endpoint()}/{repo} "
+            "and wait for approval"
+        )
+    return HubError(
+        f"{repo} is gated (or private): request access at {_endpoint()}/{repo}, then log in with "
+        "`hf auth login` or set HF_TOKEN (or pass --token)"
+    )
 
 
 def _small_file(remote: RangedFile, policy: RetryPolicy) -> bytes:
@@ -337,26 +337,20 @@ def _stream(
         missing = [w for w in weights if w not in files]
         if missing:
             raise HubError(f"{repo}: the index names {missing[0]!r}, which is not in the repo at {commit[:12]}")
-    remotes: list[RangedFile] = []
+    remotes = [remote(name) for name in weights]
+    with ThreadPoolExecutor(min(8, len(remotes)), thread_name_prefix="weightdiag-header") as pool:
+        heads = list(pool.map(lambda r: _read_head(r, policy), remotes))  # latency-bound: all at once
+    streamed: list[StreamedShard] = []
     shards: list[ShardInfo] = []
     tensors: list[TensorRef] = []
     metadata: dict[str, str] = {}
     seen: set[str] = set()
-    for i, name in enumerate(weights):
+    for i, (name, shard, (head, first, header)) in enumerate(zip(weights, remotes, heads, strict=True)):
         sibling = files[name]
-        size = sibling.size
-        shard = remote(name)
-        where = f"{repo}/{name}"
-        prefix = np.empty(min(PREFIX_BYTES, size), dtype=np.uint8)
-        shard.read(0, prefix, policy)
-        n = header_length(prefix.tobytes(), size, where)
-        raw = np.empty(n, dtype=np.uint8)
-        shard.read(PREFIX_BYTES, raw, policy)
-        header = parse_header(raw.tobytes(), size, where)
         metadata.update(header.metadata)
-        digest = hashlib.sha256(prefix.tobytes() + raw.tobytes()).hexdigest()
-        shards.append(ShardInfo(name, size, sibling.lfs.sha256 if sibling.lfs else None, digest))
-        remotes.append(shard)
+        lfs_sha256 = sibling.lfs.sha256 if sibling.lfs else None
+        shards.append(ShardInfo(name, shard.size, lfs_sha256, hashlib.sha256(head).hexdigest()))
+        streamed.append(StreamedShard(shard, name, head, first, lfs_sha256))
         for entry in header.tensors:
             if entry.name in seen:
                 raise HubError(f"{repo}: tensor {entry.name!r} appears in two shards")
@@ -372,4 +366,20 @@ def _stream(
         metadata=metadata,
         notes=["streamed with ranged reads (nothing written to disk)"],
     )
-    return plan, HubReader(remotes, policy)
+    return plan, HubReader(streamed, policy)
+
+
+HEAD_GUESS = 256 << 10  # most safetensors headers fit: one request instead of two per shard
+
+
+def _read_head(shard: RangedFile, policy: RetryPolicy):
+    """The shard's length prefix + JSON header, every byte read so far, and the parsed header."""
+    first = np.empty(min(shard.size, HEAD_GUESS), dtype=np.uint8)
+    shard.read(0, first, policy)
+    n = header_length(first[:PREFIX_BYTES].tobytes(), shard.size, shard.where)
+    if PREFIX_BYTES + n > first.size:
+        rest = np.empty(PREFIX_BYTES + n - first.size, dtype=np.uint8)
+        shard.read(first.size, rest, policy)
+        first = np.concatenate([first, rest])
+    head = first[: PREFIX_BYTES + n].tobytes()
+    return head, first.tobytes(), parse_header(head[PREFIX_BYTES:], shard.size, shard.where)

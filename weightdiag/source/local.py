@@ -6,7 +6,6 @@ a caller-provided buffer. Paths named by a shard index must stay inside the mode
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import mmap
@@ -34,12 +33,11 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 class LocalReader:
     """Reads tensors of the plan's shard files (opened lazily, closed by close()).
 
-    `map` gives zero-copy access through a mapping of just that tensor's bytes, released when the
-    last view of it is dropped; `read_into` copies with pread (for pinned GPU staging buffers).
-    `advise` asks the kernel to start reading a tensor ahead of use (cold files on disk).
+    `chunk` gives zero-copy access to a chunk of bytes (weightdiag.chunks) through a mapping of just
+    that range; `read_into` copies one tensor with pread (histograms, tests).
 
-    A file that shrinks below a tensor's end before it is mapped gives CheckpointFormatError; one
-    truncated by another process *while* a mapped tensor is being reduced cannot be caught (the kernel
+    A file that shrinks below a chunk's end before it is mapped gives CheckpointFormatError; one
+    truncated by another process *while* a mapped chunk is being reduced cannot be caught (the kernel
     sends SIGBUS): do not fit files that are still being written.
     """
 
@@ -68,24 +66,6 @@ class LocalReader:
             if got == 0:
                 raise self._truncated(ref, "file ended while reading")
             done += got
-
-    @contextmanager
-    def map(self, ref: TensorRef) -> Iterator[np.ndarray]:
-        if ref.nbytes == 0:
-            yield np.empty(0, dtype=np.uint8)
-            return
-        fd = self._fd(ref.shard)
-        if os.fstat(fd).st_size < ref.end:  # touching mapped pages past the end would be SIGBUS
-            raise self._truncated(ref, "file ends before")
-        start = ref.start - ref.start % mmap.ALLOCATIONGRANULARITY
-        try:
-            mapping = mmap.mmap(fd, ref.end - start, prot=mmap.PROT_READ, offset=start)
-        except (ValueError, OSError) as exc:
-            raise self._truncated(ref, f"cannot map ({exc})") from None
-        with contextlib.suppress(AttributeError, OSError):
-            mapping.madvise(mmap.MADV_SEQUENTIAL)
-        # The mapping is unmapped when the last array viewing it is garbage-collected.
-        yield np.frombuffer(mapping, dtype=np.uint8, count=ref.nbytes, offset=ref.start - start)
 
     # Chunked reading (weightdiag.chunks): 32 MiB mappings measured fastest on two cores from the page
     # cache (76% of `cat` against 47% for pread into reused buffers); two chunks reduced at a time.
@@ -120,10 +100,6 @@ class LocalReader:
 
     def cancel(self) -> None:
         pass
-
-    def advise(self, ref: TensorRef) -> None:
-        with contextlib.suppress(AttributeError, OSError):
-            os.posix_fadvise(self._fd(ref.shard), ref.start, ref.nbytes, os.POSIX_FADV_WILLNEED)
 
     def close(self) -> None:
         for fd in self._fds.values():

@@ -1,31 +1,45 @@
-"""Ranged HTTP reads that are either exactly right or an error: never silently wrong bytes.
+"""Ranged HTTP reads that are either exactly right or an error: never silently wrong bytes, never a hang.
 
 Each read asks for `bytes=a-b` with `Accept-Encoding: identity` and accepts only a 206 whose
-Content-Range is exactly that range of a file of the expected size; anything else is a failed
-range read. Transient failures are retried with a bounded budget:
-- 429: wait Retry-After (capped), then again;
-- 5xx and connection errors: exponential backoff; a connection dropped mid-body resumes with
-  the remaining range (the bytes already received are kept);
-- 401/403 from a redirected (CDN) URL: the signed URL expired, resolve it again.
-The CDN location of each file is remembered after the first redirect, so later tensors of the
-same file cost one request each.
+Content-Range is exactly that range of a file of the expected size, with no content coding and a body
+of exactly that length; anything else is a failed read. Transient failures are retried with a bounded
+budget:
+- 429: the shared `Concurrency` is halved and Retry-After (capped) is waited; it grows back by one
+  request for every window of successes (additive increase, multiplicative decrease, as TCP does);
+- 5xx, connection errors, wrong encodings or lengths: exponential backoff; a connection dropped
+  mid-body resumes with the remaining range (the bytes already received are kept);
+- 401/403 from a redirected (CDN or Xet bridge) URL: the signed URL expired, resolve it again;
+  401/403 from the Hub itself: access denied (gated or private), not retried.
+Deadlines: connect and read timeouts of `settings.http_timeout()`, and a minimum-progress watchdog on
+every body (a server that trickles bytes slowly never trips a read timeout). A read that stalls twice
+gives up, so a dead server ends the run within about twice the timeout.
+The final location of each file is remembered after the first redirect, so later reads of the same
+file go straight to the CDN, without asking the Hub's (rate-limited) resolver again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import HubError
 
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+MIN_PROGRESS = 256 << 10  # bytes a body must deliver per half timeout (a 8.7 KB/s floor at the 30 s default)
+STALLS_ALLOWED = 2  # stalled or trickling attempts before a read gives up
+
+
+class Cancelled(Exception):
+    """The run was abandoned (another read failed); not an error of this read."""
 
 
 @dataclass
@@ -33,12 +47,14 @@ class RetryPolicy:
     attempts: int = 6  # tries per read, counting the first
     backoff: float = 0.5  # seconds before the second try; doubles after each failure
     max_wait: float = 60.0  # cap on one wait, Retry-After included
-    chunk: int = 1 << 20  # body bytes per read call
+    timeout: float = 45.0  # connect/read timeout; a body is watched over half of it
 
     @classmethod
     def from_env(cls) -> RetryPolicy:
-        """Defaults, overridable with WEIGHTDIAG_HTTP_ATTEMPTS and WEIGHTDIAG_HTTP_BACKOFF (seconds)."""
-        policy = cls()
+        """Defaults, overridable with WEIGHTDIAG_HTTP_ATTEMPTS, WEIGHTDIAG_HTTP_BACKOFF, WEIGHTDIAG_HTTP_TIMEOUT."""
+        from ..settings import http_timeout
+
+        policy = cls(timeout=http_timeout())
         try:
             policy.attempts = max(1, int(os.environ.get("WEIGHTDIAG_HTTP_ATTEMPTS", policy.attempts)))
             policy.backoff = max(0.0, float(os.environ.get("WEIGHTDIAG_HTTP_BACKOFF", policy.backoff)))
@@ -47,10 +63,72 @@ class RetryPolicy:
         return policy
 
 
-class RangedFile:
-    """One remote file: resolve URL, expected size, and the HTTP session/headers to use."""
+@dataclass
+class Concurrency:
+    """How many requests may be in flight: at most `maximum`, halved on 429, regrown by one per window."""
 
-    def __init__(self, resolve_url: str, size: int, session, headers: dict[str, str], where: str) -> None:
+    maximum: int
+    limit: int = 0
+    active: int = 0
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    _successes: int = 0
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def __post_init__(self) -> None:
+        self.limit = self.limit or self.maximum
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        with self._cond:
+            while self.active >= self.limit:
+                if self.cancelled.is_set():
+                    raise Cancelled
+                self._cond.wait(0.25)
+            self.active += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.active -= 1
+                self._cond.notify()
+
+    def throttled(self) -> None:
+        with self._cond:
+            self.limit = max(1, self.limit // 2)
+            self._successes = 0
+
+    def succeeded(self) -> None:
+        with self._cond:
+            self._successes += 1
+            if self._successes >= self.limit and self.limit < self.maximum:
+                self.limit += 1
+                self._successes = 0
+                self._cond.notify()
+
+
+class _Failed(Exception):
+    """One failed attempt that may be retried."""
+
+    def __init__(self, reason: str, stalled: bool = False) -> None:
+        super().__init__(reason)
+        self.stalled = stalled
+
+
+class RangedFile:
+    """One remote file: resolve URL, expected size, and the HTTP session/headers to use.
+
+    `denied(status)` builds the error for a 401/403 from the Hub itself (gated or private repos).
+    """
+
+    def __init__(
+        self,
+        resolve_url: str,
+        size: int,
+        session,
+        headers: dict[str, str],
+        where: str,
+        denied: Callable[[int], HubError] | None = None,
+    ) -> None:
         self.resolve_url = resolve_url
         self.size = size
         self.where = where
@@ -59,8 +137,10 @@ class RangedFile:
         self._httpx = importlib.import_module(type(session).__module__.split(".")[0])
         self._headers = headers
         self._public_headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        self._denied = denied
         self._cdn_url: str | None = None
         self._lock = threading.Lock()
+        self._open: set = set()  # responses being read, closed by cancel()
 
     def _url(self) -> str:
         with self._lock:
@@ -75,15 +155,38 @@ class RangedFile:
         with self._lock:
             self._cdn_url = None
 
-    def read(self, start: int, out: np.ndarray, policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep):
+    def cancel(self) -> None:
+        """Close every response being read, so that reads blocked on a socket end now."""
+        with self._lock:
+            responses = list(self._open)
+        for response in responses:
+            with contextlib.suppress(Exception):
+                response.close()
+
+    def read(
+        self,
+        start: int,
+        out: np.ndarray,
+        policy: RetryPolicy,
+        concurrency: Concurrency | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         """Fill `out` (uint8) with bytes [start, start + len(out)) of the file."""
         httpx = self._httpx
+        concurrency = concurrency or Concurrency(1)
         total = out.size
-        done = 0
-        failures = 0
+        done = failures = stalls = 0
         wait = policy.backoff
         last_error = "no attempt made"
         while done < total:
+            if concurrency.cancelled.is_set():
+                raise Cancelled
+            if stalls >= STALLS_ALLOWED:
+                raise HubError(
+                    f"{self.where}: the server stopped sending while bytes {start}-{start + total - 1} were read "
+                    f"({last_error}); check your connection, or raise WEIGHTDIAG_HTTP_TIMEOUT (now "
+                    f"{policy.timeout:g} s) for a very slow link"
+                )
             if failures >= policy.attempts:
                 raise HubError(
                     f"{self.where}: reading bytes {start}-{start + total - 1} failed {failures} times "
@@ -94,50 +197,119 @@ class RangedFile:
             headers = {"Range": f"bytes={first}-{last}", "Accept-Encoding": "identity"}
             # The token goes to the Hub only, never to a remembered CDN location.
             headers.update(self._headers if url == self.resolve_url else self._public_headers)
+            retry_after: float | None = None
             try:
-                with self._session.stream(
-                    "GET",
-                    url,
-                    headers=headers,
-                    follow_redirects=True,
-                    timeout=httpx.Timeout(30.0, read=120.0),
-                ) as response:
-                    status = response.status_code
-                    if status == 206:
-                        self._check_content_range(response.headers.get("content-range"), first, last)
-                        self._remember(str(response.url))
-                        for chunk in response.iter_raw(policy.chunk):
-                            n = min(len(chunk), total - done)
-                            out[done : done + n] = np.frombuffer(chunk, dtype=np.uint8, count=n)
-                            done += n
-                        if done < total:  # the server closed early without an error
-                            raise httpx.RemoteProtocolError("body ended early")
-                        return
-                    if status == 200:
-                        raise HubError(
-                            f"{self.where}: the server ignored the byte range and sent the whole file "
-                            "(HTTP 200, not 206); streaming needs ranged reads: rerun with --download"
-                        )
-                    failures += 1
-                    last_error = f"HTTP {status}"
-                    if status == 429:
-                        sleep(min(_retry_after(response.headers.get("retry-after"), wait), policy.max_wait))
-                        continue
-                    if status in (401, 403) and url != self.resolve_url:
-                        self._forget()  # an expired signed CDN URL: resolve again
-                        continue
-                    if status >= 500 or status == 408:
-                        sleep(min(wait, policy.max_wait))
-                        wait *= 2
-                        continue
-                    raise HubError(f"{self.where}: HTTP {status} while reading a byte range; try --download")
-            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                with concurrency.slot():
+                    done, retry_after = self._attempt(url, headers, first, last, out, done, policy, concurrency)
+                if retry_after is None:
+                    concurrency.succeeded()
+                    continue
+            except _Failed as exc:
                 failures += 1
+                stalls += exc.stalled
+                last_error = str(exc)
+                if isinstance(exc, _Resume):
+                    done = exc.done
+            except httpx.TooManyRedirects:
+                raise HubError(f"{self.where}: the Hub's redirects go round in a loop; try again later") from None
+            except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
+                reason = f"{type(exc).__name__}: {exc}"[:160]
+                raise HubError(f"{self.where}: the Hub redirected to an unusable location ({reason})") from None
+            except (httpx.TimeoutException, httpx.TransportError) as exc:
+                if concurrency.cancelled.is_set():
+                    raise Cancelled from None
+                failures += 1
+                stalls += isinstance(exc, httpx.ReadTimeout)
                 last_error = f"{type(exc).__name__}: {exc}"[:200]
-                sleep(min(wait, policy.max_wait))
-                wait *= 2
+            if retry_after is not None:  # 429: fewer requests at once, then wait as asked
+                failures += 1
+                last_error = "HTTP 429 (too many requests)"
+                concurrency.throttled()
+                sleep(min(retry_after, policy.max_wait))
+                continue
+            if last_error.startswith("expired"):  # re-resolving costs no wait
+                continue
+            sleep(min(wait, policy.max_wait))
+            wait *= 2
 
-    def _check_content_range(self, header: str | None, first: int, last: int) -> None:
+    def _attempt(
+        self,
+        url: str,
+        headers: dict[str, str],
+        first: int,
+        last: int,
+        out: np.ndarray,
+        done: int,
+        policy: RetryPolicy,
+        concurrency: Concurrency,
+    ) -> tuple[int, float | None]:
+        """One request; returns (bytes done, Retry-After seconds on a 429 else None)."""
+        httpx = self._httpx
+        timeout = httpx.Timeout(policy.timeout, read=policy.timeout / 2)
+        with self._session.stream("GET", url, headers=headers, follow_redirects=True, timeout=timeout) as response:
+            status = response.status_code
+            if status == 429:
+                return done, _retry_after(response.headers.get("retry-after"), policy.backoff)
+            if status == 200:
+                raise HubError(
+                    f"{self.where}: the server ignored the byte range and sent the whole file "
+                    "(HTTP 200, not 206); streaming needs ranged reads: rerun with --download"
+                )
+            if status in (401, 403):
+                if str(response.url) != self.resolve_url or url != self.resolve_url:
+                    self._forget()  # an expired signed CDN or bridge URL: resolve again
+                    raise _Failed(f"expired signed URL (HTTP {status})")
+                if self._denied is not None:
+                    raise self._denied(status)
+                raise HubError(f"{self.where}: access denied (HTTP {status}); check your token")
+            if status != 206:
+                if status >= 500 or status == 408:
+                    raise _Failed(f"HTTP {status}")
+                if status == 416:
+                    raise HubError(f"{self.where}: the file is shorter than the {self.size} bytes the Hub lists")
+                raise HubError(f"{self.where}: HTTP {status} while reading a byte range; try again later")
+            self._check_reply(response.headers, first, last)
+            self._remember(str(response.url))
+            with self._lock:
+                self._open.add(response)
+            try:
+                return self._body(response, out, done, first, last, policy, concurrency), None
+            finally:
+                with self._lock:
+                    self._open.discard(response)
+
+    def _body(self, response, out: np.ndarray, done: int, first: int, last: int, policy, concurrency) -> int:
+        """Copy the body into out[done:], watching its progress; returns the new `done`."""
+        httpx = self._httpx
+        total = out.size
+        window = policy.timeout / 2
+        window_start, window_done = time.monotonic(), done
+        try:
+            for piece in response.iter_raw():  # as the bytes arrive: a trickle cannot hide in a buffer
+                if concurrency.cancelled.is_set():
+                    raise Cancelled
+                n = len(piece)
+                if done + n > total:
+                    raise _Failed(f"the body is longer than the {last - first + 1} bytes asked for")
+                out[done : done + n] = np.frombuffer(piece, dtype=np.uint8)
+                done += n
+                now = time.monotonic()
+                if now - window_start >= window:
+                    if done - window_done < min(MIN_PROGRESS, total - window_done):
+                        raise _Failed(f"only {done - window_done} bytes in {now - window_start:.0f} s", stalled=True)
+                    window_start, window_done = now, done
+        except (httpx.TransportError, httpx.StreamError) as exc:
+            if concurrency.cancelled.is_set():
+                raise Cancelled from None
+            # Keep what arrived: the next attempt asks for the rest only.
+            stalled = isinstance(exc, httpx.ReadTimeout)
+            raise _Resume(done, f"{type(exc).__name__}: {exc}"[:200], stalled) from None
+        if done < total:  # the server closed early without an error
+            raise _Resume(done, "the body ended early")
+        return done
+
+    def _check_reply(self, headers, first: int, last: int) -> None:
+        header = headers.get("content-range")
         match = _CONTENT_RANGE.match((header or "").strip())
         if not match:
             raise HubError(f"{self.where}: a 206 reply without a valid Content-Range ({header!r}); try --download")
@@ -147,6 +319,20 @@ class RangedFile:
                 f"{self.where}: asked for bytes {first}-{last} of {self.size}, the server sent {header!r}; "
                 "refusing a wrong range: try --download"
             )
+        encoding = (headers.get("content-encoding") or "identity").strip().lower()
+        if encoding != "identity":
+            raise _Failed(f"the body came {encoding}-encoded although identity was asked for")
+        length = headers.get("content-length")
+        if length is not None and length.strip() != str(last - first + 1):
+            raise _Failed(f"Content-Length {length.strip()} for {last - first + 1} bytes asked for")
+
+
+class _Resume(_Failed):
+    """A body that broke off after `done` bytes: keep them, ask for the rest."""
+
+    def __init__(self, done: int, reason: str, stalled: bool = False) -> None:
+        super().__init__(reason, stalled)
+        self.done = done
 
 
 def _retry_after(header: str | None, default: float) -> float:
