@@ -11,14 +11,29 @@ points huggingface_hub (environment and already-imported constants) at it.
     hub.add_tag("org/model", "v1.0", "main")               # a tag on a branch or commit
     hub.add_folder("org/model", folder)                    # every file of a folder, served from disk
     hub.fail("429", "model-00001", times=2, retry_after=1) # fault injection (kinds in `FakeHub.fail`)
+    hub.fail("stall", "/cdn/", after_bytes=100)            # body faults: drop stall trickle gzip corrupt short
+    hub.fail("redirect_loop", "config.json", times=None)   # /resolve faults: redirect_loop, bad_redirect
     hub.bandwidth = 4e6                                    # bytes/s shared by all connections
-    hub.expire_cdn_urls()                                  # CDN URLs issued so far answer 403
+    hub.connection_bandwidth = 1e6                         # bytes/s of file bodies per TCP connection
+    hub.xet = True                                         # LFS files redirect to a second server (/xet/)
+    hub.expire_cdn_urls()                                  # CDN and bridge URLs issued so far answer 403
     hub.requests, hub.bytes_sent, hub.file_bytes_sent, hub.connections, hub.reset_counters()
+
+Malformed metadata: model info (/api/models/R and /api/models/R/revision/X) can be replaced per request or
+patched per file, to test what a client does with an answer the real Hub should never give:
+
+    hub.fail("api_body", "org/model", body=b"[1,2]", times=None)          # raw bytes instead of the document
+    hub.fail("api_body", "org/model", doc={"id": "org/model"})            # another JSON document
+    hub.fail("api_body", "org/model", mutate=lambda info: info.pop("sha"))  # edit a deep copy of the real one
+    hub.override_sibling("org/model", "config.json", size=2**45)          # one sibling's fields, every answer
+    hub.override_sibling("org/model", "model.safetensors", size=MISSING)  # MISSING deletes the field
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import gzip
 import hashlib
 import hmac
 import http.server
@@ -26,13 +41,14 @@ import json
 import math
 import os
 import re
+import select
 import socket
 import struct
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -50,9 +66,29 @@ _API_SUBPATHS = {"revision", "tree", "refs", "resolve", "paths-info", "commits",
 _RANGE = re.compile(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*", re.IGNORECASE)
 _UNSATISFIABLE = (-1, -1)
 _STATUS_PARAMS = {"retry_after"}
-_FAULT_PARAMS = {"drop": {"after_bytes", "reset"}, "ignore_range": set(), "delay": {"seconds"}}
+_FAULT_PARAMS: dict[str, set[str]] = {
+    "drop": {"after_bytes", "reset"},
+    "ignore_range": set(),
+    "delay": {"seconds"},
+    "stall": {"after_bytes", "seconds", "api"},
+    "trickle": {"after_bytes", "rate", "api"},
+    "gzip": set(),
+    "corrupt": {"at"},
+    "short": {"missing"},
+    "api_body": {"body", "doc", "mutate", "status"},
+    "redirect_loop": set(),
+    "bad_redirect": {"location"},
+}
+_BODY_FAULTS = ("drop", "stall", "trickle", "gzip", "corrupt", "short")  # at most one per file body
+_POLL = 0.05  # seconds between checks for a stopping hub or a client that went away
+MISSING: Any = object()  # override_sibling(..., field=MISSING) deletes the field from the sibling
 _HASH_CACHE: dict[tuple[str, int, int], tuple[str, str]] = {}  # (path, size, mtime) -> (sha256, lfs-less git oid)
 _HASH_CACHE_LOCK = threading.Lock()
+
+
+def _xet_hash(sha256: str) -> str:
+    # Xet names content by a Merkle hash of its chunks, not by its sha256: any other stable 64-hex name will do.
+    return hashlib.sha256(b"xet\0" + bytes.fromhex(sha256)).hexdigest()
 
 
 def _git_oid(content: bytes) -> str:
@@ -147,6 +183,27 @@ class Fault:
     params: dict[str, Any]
 
 
+class Pacer:
+    """A link of `rate` bytes/s as a virtual clock: each piece books n/rate seconds after the previous booking
+    (or now, if the link was idle) and its sender sleeps until its booking ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = 0.0
+
+    def delay(self, n: int, rate: float | None, now: float) -> float:
+        """Book n bytes at `now`; returns the seconds to wait before sending them (0 without a rate)."""
+        if not rate:
+            return 0.0
+        with self._lock:
+            self._next = max(now, self._next) + n / rate
+            return self._next - now
+
+    def pace(self, n: int, rate: float | None) -> None:
+        if (wait := self.delay(n, rate, time.monotonic())) > 0:
+            time.sleep(wait)
+
+
 class _HubError(Exception):
     def __init__(self, status: int, message: str, code: str | None = None, headers: dict[str, str] | None = None):
         super().__init__(message)
@@ -161,17 +218,30 @@ class FakeHub:
         for huggingface.co: the client then reads metadata off the 302 and drops the token for the CDN.
     cdn_ttl: seconds a signed CDN URL stays valid. bandwidth: bytes/s for all bodies together, None = no limit.
     ignore_range: True, or a path substring: Range is ignored and the whole file sent with 200.
+    connection_bandwidth: bytes/s of file bodies per TCP connection (as CDN edges cap each connection), on top
+        of `bandwidth`; None = no limit. Both pace in 64 KiB pieces.
+    xet: LFS files answer /resolve with 302 to a second server (the "bridge", on its own port, like
+        cas-bridge.xethub.hf.co) at /xet/<xet hash>?X-Xet-Expires=..&X-Xet-Signature=.. (its own signing key,
+        valid `cdn_ttl` s), with an `X-Xet-Hash` header; the bridge serves ranges like the CDN and its requests
+        are logged with paths starting "/xet/". No `Link: rel="xet-auth"` is sent, so huggingface_hub reads the
+        bridge over plain HTTP (as it does without hf_xet) instead of trying the Xet CAS protocol. Wins over
+        `redirects`.
     approved_tokens: bearer tokens granted access to gated repos. gate_api: gate /api/* too (the real Hub
-        serves the metadata of gated repos to anyone and gates only /resolve).
+        serves the metadata of gated repos to anyone and gates only /resolve, with the same X-Error-Code
+        GatedRepo and X-Error-Message texts as here: 401 without a token, 403 with a token not approved).
     tree_page_size: entries per /tree page (the Hub's 1000; 50 with expand); pages are linked with `Link`.
     """
 
-    def __init__(self, *, redirects: bool = True, lfs_threshold: int = 1024, cdn_host: str = "localhost"):
+    def __init__(
+        self, *, redirects: bool = True, lfs_threshold: int = 1024, cdn_host: str = "localhost", xet: bool = False
+    ):
         self.redirects = redirects
+        self.xet = xet
         self.lfs_threshold = lfs_threshold
         self.cdn_host = cdn_host
         self.cdn_ttl = 3600.0
         self.bandwidth: float | None = None
+        self.connection_bandwidth: float | None = None
         self.ignore_range: bool | str = False
         self.approved_tokens: set[str] = set()
         self.gate_api = False
@@ -182,36 +252,47 @@ class FakeHub:
         self.connections = 0  # TCP connections accepted (keep-alive reuse shows as few)
         self.errors: list[str] = []  # tracebacks of the fake's own bugs (the fixture fails the test on any)
         self._lock = threading.RLock()
-        self._pace_lock = threading.Lock()
-        self._pace_next = 0.0
+        self._link = Pacer()  # the shared `bandwidth`
         self._repos: dict[str, Repo] = {}
         self._blobs: dict[str, Blob] = {}  # sha256 -> blob, for the CDN
         self._blob_names: dict[str, set[str]] = {}
+        self._xet_hashes: dict[str, str] = {}  # xet hash -> sha256, for the bridge
         self._faults: list[Fault] = []
+        self._sibling_overrides: dict[tuple[str, str], dict[str, Any]] = {}
         self._cdn_epoch = 0
         self._secret = os.urandom(16)
+        self._xet_secret = os.urandom(16)
         self._safetensors_params: dict[str, dict[str, int] | None] = {}
+        self._stopping = threading.Event()  # held connections (stall, trickle) end when it is set
         self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._bridge: _Server | None = None
+        self._threads: list[threading.Thread] = []
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
     def start(self) -> FakeHub:
-        self._server = _Server(self)
-        # A short poll interval: shutdown() waits for the next poll.
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), name="fake-hub", daemon=True)
-        self._thread.start()
+        self._stopping.clear()
+        self._server, self._bridge = _Server(self), _Server(self, bridge=True)
+        for server, name in ((self._server, "fake-hub"), (self._bridge, "fake-hub-xet-bridge")):
+            # A short poll interval: shutdown() waits for the next poll.
+            thread = threading.Thread(target=server.serve_forever, args=(0.02,), name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
         return self
 
     def stop(self) -> None:
         if self._server is None:
             return
-        self._server.shutdown()
-        self._server.close_all()  # idle keep-alive handlers would otherwise wait for their socket timeout
-        self._server.server_close()
-        assert self._thread is not None
-        self._thread.join(timeout=5)
-        self._server = None
+        self._stopping.set()  # before shutdown: stalled and trickling handlers let go of their connections
+        for server in (self._server, self._bridge):
+            assert server is not None
+            server.shutdown()
+            server.close_all()  # idle keep-alive handlers would otherwise wait for their socket timeout
+            server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._threads.clear()
+        self._server = self._bridge = None
 
     def __enter__(self) -> FakeHub:
         return self.start()
@@ -227,6 +308,11 @@ class FakeHub:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def bridge_port(self) -> int:
+        assert self._bridge is not None, "start() the hub first"
+        return self._bridge.server_address[1]
 
     # -- content ---------------------------------------------------------------------------------------------
 
@@ -251,6 +337,7 @@ class FakeHub:
                 if blob.lfs:
                     self._blobs[blob.sha256] = blob
                     self._blob_names.setdefault(blob.sha256, set()).add(name)
+                    self._xet_hashes[_xet_hash(blob.sha256)] = blob.sha256
         return sha
 
     def add_folder(self, repo_id: str, folder: str | Path, branch: str = "main", gated: str | None = None) -> str:
@@ -298,20 +385,47 @@ class FakeHub:
         self, kind: str, match: str = "", *, times: int | None = 1, method: str | None = None, **params: Any
     ) -> None:
         """Inject a fault into the next `times` requests (None: all, until clear_faults()) whose decoded path
-        contains `match` (CDN requests also match the repo file names of their blob), optionally only `method`.
+        contains `match` (CDN and bridge requests also match the repo file names of their blob), optionally only
+        `method`. A request that a fault does not apply to (wrong route or method) leaves it for a later one.
 
+        Any request, on the hub, the CDN or the bridge:
         kind "429", "500", "503" (any 4xx/5xx): answer that status before routing; `retry_after=s` adds
             Retry-After (429 gets 1 by default).
-        kind "drop": send the headers and `after_bytes` (default 0) of a file body, then close the connection
-            (FIN; `reset=True`: RST). Applies to GETs that send file bytes only.
+        kind "delay": sleep `seconds` (default 1) before answering.
+
+        File bodies (GET with a non-empty body on /resolve, /cdn/ and /xet/; at most one of these per request):
         kind "ignore_range": answer ranged file requests with 200 and the whole file (as some CDNs do).
-        kind "delay": sleep `seconds` before answering.
+        kind "drop": send the headers and `after_bytes` (default 0) of a file body, then close the connection
+            (FIN; `reset=True`: RST).
+        kind "stall": send the headers and `after_bytes` (default 0) body bytes, then nothing more; hold the
+            connection until the client closes it, `seconds` (default 600) pass or the hub stops, then close it.
+        kind "trickle": send `after_bytes` (default 0) at full speed, the rest at `rate` bytes/s (default 16) in
+            pieces of about 1/20 s, until done, the client goes away or the hub stops.
+            "stall" and "trickle" with `api=True` also apply to JSON answers of GET /api/... (metadata).
+        kind "gzip": the body is the gzip of the requested bytes with `Content-Encoding: gzip` and Content-Length
+            the compressed length; a ranged request still gets 206 with the Content-Range of the requested range.
+        kind "corrupt": a normal answer with one byte of the body flipped (xor 0xFF) at body offset `at`
+            (default: the middle of the body).
+        kind "short": the normal status and Content-Range, but Content-Length and body `missing` (default 1)
+            bytes shorter; the connection stays usable.
+
+        /resolve (HEAD and GET), after the repo, revision and file are found:
+        kind "redirect_loop": 302 to the very same URL (use times=None for a loop the client cannot escape).
+        kind "bad_redirect": 302 to `location` (default "ftp://nowhere.invalid/x"). Both 302s carry the
+            X-Repo-Commit, ETag, X-Linked-Etag and X-Linked-Size of the file, like a real LFS redirect.
+
+        Model info (GET /api/models/R and /api/models/R/revision/X of an existing repo), exactly one of:
+        kind "api_body": `body=b"..."` (raw bytes), `doc=...` (any JSON value) or `mutate=f` (f gets a deep copy
+            of the real document and edits it in place; its return value is ignored); `status` (default 200).
+        See also override_sibling() for a persistent change of one file's entry.
         """
         allowed = _STATUS_PARAMS if kind.isdigit() and 400 <= int(kind) < 600 else _FAULT_PARAMS.get(kind)
         if allowed is None:
             raise ValueError(f"unknown fault kind {kind!r}")
         if unknown := set(params) - allowed:
             raise ValueError(f"fault {kind!r} takes no {sorted(unknown)}")
+        if kind == "api_body" and len({"body", "doc", "mutate"} & set(params)) != 1:
+            raise ValueError("fault 'api_body' takes exactly one of body=, doc= or mutate=")
         with self._lock:
             self._faults.append(Fault(kind, match, times, method.upper() if method else None, params))
 
@@ -319,11 +433,20 @@ class FakeHub:
         self.fail(kind, match, times=1, **params)
 
     def clear_faults(self) -> None:
+        """Remove every pending fault and sibling override."""
         with self._lock:
             self._faults.clear()
+            self._sibling_overrides.clear()
+
+    def override_sibling(self, repo_id: str, filename: str, **fields: Any) -> None:
+        """Model info of `repo_id` (any revision) lists `filename` with these fields replaced, e.g. size=2**45,
+        size="12", lfs=None; a field set to MISSING is left out. The sibling is added if the repo lacks it.
+        The tree listing and /resolve are unchanged. clear_faults() removes the overrides."""
+        with self._lock:
+            self._sibling_overrides.setdefault((repo_id, filename), {}).update(fields)
 
     def expire_cdn_urls(self) -> None:
-        """Every CDN URL issued so far answers 403 (expired signature); new /resolve redirects work."""
+        """Every CDN and bridge URL issued so far answers 403 (expired signature); new /resolve redirects work."""
         with self._lock:
             self._cdn_epoch += 1
 
@@ -336,11 +459,13 @@ class FakeHub:
         with self._lock:
             return [r for r in self.requests if contains in r.path and (method is None or r.method == method)]
 
-    def _take_fault(self, kinds: tuple[str, ...], method: str, target: str) -> Fault | None:
+    def _take_fault(
+        self, kinds: tuple[str, ...], method: str, target: str, where: Callable[[Fault], bool] | None = None
+    ) -> Fault | None:
         with self._lock:
             for fault in self._faults:
                 kind_ok = fault.kind in kinds or ("status" in kinds and fault.kind.isdigit())
-                if kind_ok and fault.method in (None, method) and fault.match in target:
+                if kind_ok and fault.method in (None, method) and fault.match in target and (not where or where(fault)):
                     if fault.times is not None:
                         fault.times -= 1
                         if fault.times <= 0:
@@ -348,20 +473,9 @@ class FakeHub:
                     return fault
         return None
 
-    def _pace(self, n: int) -> None:
-        """Global token bucket as a virtual clock: each chunk reserves n/rate seconds of the shared link."""
-        rate = self.bandwidth
-        if not rate:
-            return
-        with self._pace_lock:
-            start = max(time.monotonic(), self._pace_next)
-            self._pace_next = start + n / rate
-            wake = self._pace_next
-        if (delay := wake - time.monotonic()) > 0:
-            time.sleep(delay)
-
-    def _sign(self, sha256: str, expires: int, epoch: int) -> str:
-        return hmac.new(self._secret, f"{sha256}:{expires}:{epoch}".encode(), hashlib.sha256).hexdigest()[:32]
+    def _sign(self, sha256: str, expires: int, epoch: int, secret: bytes | None = None) -> str:
+        key = secret or self._secret
+        return hmac.new(key, f"{sha256}:{expires}:{epoch}".encode(), hashlib.sha256).hexdigest()[:32]
 
     def _cdn_url(self, blob: Blob, filename: str) -> str:
         expires = int(time.time() + self.cdn_ttl)
@@ -369,6 +483,13 @@ class FakeHub:
             sig = self._sign(blob.sha256, expires, self._cdn_epoch)
         query = urlencode({"expires": expires, "sig": sig, "filename": filename.rsplit("/", 1)[-1]})
         return f"http://{self.cdn_host}:{self.port}/cdn/{blob.sha256}?{query}"
+
+    def _xet_url(self, blob: Blob, filename: str) -> str:
+        xet, expires = _xet_hash(blob.sha256), int(time.time() + self.cdn_ttl)
+        with self._lock:
+            sig = self._sign(xet, expires, self._cdn_epoch, self._xet_secret)
+        params = {"X-Xet-Expires": expires, "X-Xet-Signature": sig, "filename": filename.rsplit("/", 1)[-1]}
+        return f"http://{self.cdn_host}:{self.bridge_port}/xet/{xet}?{urlencode(params)}"
 
     # -- JSON documents --------------------------------------------------------------------------------------
 
@@ -390,12 +511,19 @@ class FakeHub:
     def _model_info(self, repo: Repo, commit: Commit, query: dict[str, list[str]]) -> dict[str, Any]:
         blobs_meta = query.get("blobs", ["false"])[0].lower() in ("1", "true")
         siblings: list[dict[str, Any]] = []
-        for name, blob in commit.files.items():
+        with self._lock:
+            overrides = {name: f for (rid, name), f in self._sibling_overrides.items() if rid == repo.repo_id}
+        for name in sorted(set(commit.files) | set(overrides)):
             sibling: dict[str, Any] = {"rfilename": name}
-            if blobs_meta:
+            if blobs_meta and (blob := commit.files.get(name)) is not None:
                 sibling.update(size=blob.size, blobId=blob.git_oid)
                 if blob.lfs:
                     sibling["lfs"] = {"sha256": blob.sha256, "size": blob.size, "pointerSize": blob.pointer_size}
+            for key, value in overrides.get(name, {}).items():
+                if value is MISSING:
+                    sibling.pop(key, None)
+                else:
+                    sibling[key] = value
             siblings.append(sibling)
         config: dict[str, Any] | None = None
         if (cfg := commit.files.get("config.json")) is not None and cfg.size < 1 << 20:
@@ -534,8 +662,9 @@ def _parse_range(header: str, size: int) -> tuple[int, int] | None:
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, hub: FakeHub) -> None:
+    def __init__(self, hub: FakeHub, bridge: bool = False) -> None:
         self.hub = hub
+        self.bridge = bridge  # the Xet bridge: serves /xet/ only
         self._live: set[socket.socket] = set()
         self._live_lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -576,6 +705,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        self._pacer = Pacer()  # one handler per TCP connection: its own clock for `connection_bandwidth`
+
     def do_GET(self) -> None:
         self._dispatch("GET")
 
@@ -598,9 +731,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._method, self._status, self._logged = method, 0, False
         self._path = unquote(split.path)
         target = self._path
-        if raw_segs[:1] == ["cdn"] and len(raw_segs) == 2:
+        if raw_segs[:1] in (["cdn"], ["xet"]) and len(raw_segs) == 2:
             with self.hub._lock:
-                target += " " + " ".join(sorted(self.hub._blob_names.get(raw_segs[1], ())))
+                sha256 = self.hub._xet_hashes.get(raw_segs[1], "") if raw_segs[0] == "xet" else raw_segs[1]
+                target += " " + " ".join(sorted(self.hub._blob_names.get(sha256, ())))
         try:
             if (fault := self.hub._take_fault(("delay",), method, target)) is not None:
                 time.sleep(float(fault.params.get("seconds", 1.0)))
@@ -636,6 +770,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         segs = [unquote(s) for s in raw]
         if method == "POST":
             raise _HubError(405, "Method not allowed by the fake hub")
+        if self.server.bridge:
+            if segs[:1] == ["xet"] and len(segs) == 2:
+                return self._xet(segs[1], query, target)
+            return self._xml_error(404, "NoSuchKey", "The specified key does not exist.")
         if segs[:1] == ["cdn"] and len(segs) == 2:
             return self._cdn(segs[1], query, target)
         if segs[:2] == ["api", "models"] and len(segs) > 2:
@@ -644,11 +782,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             repo_id, _ = self.hub._find_repo_id(segs[2:])
             rest = raw[2 + repo_id.count("/") + 1 :]
             auth, gate = self.headers.get("Authorization"), self.hub.gate_api
-            if not rest:
-                return self._json(self.hub._model_info(*self.hub._lookup(repo_id, None, auth, gate), query))
-            if len(rest) == 2 and rest[0] == "revision":
-                repo, commit = self.hub._lookup(repo_id, unquote(rest[1]), auth, gate)
-                return self._json(self.hub._model_info(repo, commit, query))
+            if not rest or (len(rest) == 2 and rest[0] == "revision"):
+                repo, commit = self.hub._lookup(repo_id, unquote(rest[1]) if rest else None, auth, gate)
+                info = self.hub._model_info(repo, commit, query)
+                if (fault := self.hub._take_fault(("api_body",), method, target)) is not None:
+                    return self._api_body(fault, info)
+                return self._json(info)
             if rest == ["refs"]:
                 return self._json(self.hub._refs(self.hub._repo(repo_id, auth, gate), "include_prs" in query))
             if len(rest) >= 2 and rest[0] == "tree":
@@ -683,18 +822,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if blob is None:
             raise _HubError(404, "Entry not found", "EntryNotFound", {"X-Repo-Commit": commit.sha})
         headers = {"X-Repo-Commit": commit.sha}
+        etag = f'"{blob.sha256 if blob.lfs else blob.git_oid}"'
+        redirect = {"X-Linked-Etag": etag, "X-Linked-Size": str(blob.size), "ETag": etag}
+        if (fault := self.hub._take_fault(("redirect_loop", "bad_redirect"), method, target)) is not None:
+            if fault.kind == "redirect_loop":
+                location = self.hub.url + self.path  # the very same URL, query included
+            else:
+                location = str(fault.params.get("location", "ftp://nowhere.invalid/x"))
+            return self._send(302, {**headers, **redirect, "Location": location}, b"")
+        if blob.lfs and self.hub.xet:
+            xet = {"Location": self.hub._xet_url(blob, filename), "X-Xet-Hash": _xet_hash(blob.sha256)}
+            return self._send(302, {**headers, **redirect, **xet}, b"")
         if blob.lfs and self.hub.redirects:
-            location = self.hub._cdn_url(blob, filename)
-            headers.update(
-                {
-                    "Location": location,
-                    "X-Linked-Etag": f'"{blob.sha256}"',
-                    "X-Linked-Size": str(blob.size),
-                    "ETag": f'"{blob.sha256}"',
-                }
-            )
-            return self._send(302, headers, b"")
-        headers["ETag"] = f'"{blob.sha256 if blob.lfs else blob.git_oid}"'
+            return self._send(302, {**headers, **redirect, "Location": self.hub._cdn_url(blob, filename)}, b"")
+        headers["ETag"] = etag
         self._send_blob(method, blob, headers, target)
 
     def _cdn(self, sha256: str, query: dict[str, list[str]], target: str) -> None:
@@ -715,28 +856,121 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         }
         self._send_blob(self._method, blob, headers, target)
 
+    def _xet(self, xet: str, query: dict[str, list[str]], target: str) -> None:
+        """The bridge: like the CDN, under its own signature (X-Xet-Expires, X-Xet-Signature)."""
+        with self.hub._lock:
+            sha256, epoch = self.hub._xet_hashes.get(xet), self.hub._cdn_epoch
+            blob = self.hub._blobs.get(sha256) if sha256 else None
+        if blob is None:
+            return self._xml_error(404, "NoSuchKey", "The specified key does not exist.")
+        expires, sig = query.get("X-Xet-Expires", [""])[0], query.get("X-Xet-Signature", [""])[0]
+        if not expires.isdigit() or not hmac.compare_digest(
+            sig, self.hub._sign(xet, int(expires), epoch, self.hub._xet_secret)
+        ):
+            return self._xml_error(403, "AccessDenied", "Request has expired or the signature does not match")
+        if int(expires) < time.time():
+            return self._xml_error(403, "AccessDenied", "Request has expired")
+        name = query.get("filename", [xet])[0]
+        ascii_name = name.encode("ascii", "replace").decode().replace('"', "'")
+        headers = {
+            "ETag": f'"{blob.sha256}"',
+            "X-Xet-Hash": xet,
+            "Content-Disposition": f"inline; filename*=UTF-8''{quote(name)}; filename=\"{ascii_name}\";",
+        }
+        self._send_blob(self._method, blob, headers, target)
+
+    def _api_body(self, fault: Fault, info: dict[str, Any]) -> None:
+        status = int(fault.params.get("status", 200))
+        if "body" in fault.params:
+            body = bytes(fault.params["body"])
+        elif "doc" in fault.params:
+            body = json.dumps(fault.params["doc"]).encode()
+        else:
+            doc = copy.deepcopy(info)
+            fault.params["mutate"](doc)  # edits in place; what it returns is ignored (dict.pop returns a value)
+            body = json.dumps(doc).encode()
+        self._send(status, {"Content-Type": "application/json; charset=utf-8"}, body)
+
     # -- responses -------------------------------------------------------------------------------------------
 
     def _send(self, status: int, headers: Mapping[str, str], body: bytes, *, file: bool = False) -> None:
+        self._send_head(status, headers, len(body))
+        if self._method != "HEAD" and body:
+            fault = None
+            if self._method == "GET" and self._path.startswith("/api/"):  # metadata: only faults with api=True
+                api_only = lambda f: bool(f.params.get("api"))  # noqa: E731
+                fault = self.hub._take_fault(("stall", "trickle"), "GET", self._path, api_only)
+            self._send_body(lambda start, n: self._pieces(body, start, n), len(body), fault, file=file)
+
+    def _send_head(self, status: int, headers: Mapping[str, str], length: int) -> None:
         self._status = status
         self._log()
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)
         if "Content-Length" not in headers:
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(length))
         self.send_header("X-Request-Id", f"fake-{id(self):x}-{time.monotonic_ns():x}")
         self.end_headers()
-        if self._method != "HEAD" and body:
-            self._write(body, file=file)
 
-    def _write(self, body: bytes, *, file: bool) -> None:
-        chunk = 64 << 10 if self.hub.bandwidth else 1 << 20
-        for pos in range(0, len(body), chunk):
-            self._write_chunk(body[pos : pos + chunk], file=file)
+    def _chunk(self) -> int:
+        return 64 << 10 if self.hub.bandwidth or self.hub.connection_bandwidth else 1 << 20
+
+    def _pieces(self, body: bytes, start: int, n: int, size: int = 0) -> Iterator[bytes]:
+        size = size or self._chunk()
+        view = memoryview(body)
+        for pos in range(start, start + n, size):
+            yield bytes(view[pos : min(pos + size, start + n)])
+
+    def _send_body(
+        self, read: Callable[[int, int], Iterator[bytes]], length: int, fault: Fault | None, *, file: bool
+    ) -> None:
+        """Write body bytes [0, length) from read(start, n), as `fault` (drop, stall, trickle or None) says."""
+        kind = fault.kind if fault is not None else None
+        head = length
+        if fault is not None and kind in ("drop", "stall", "trickle"):
+            head = min(length, int(fault.params.get("after_bytes", 0)))
+        for piece in read(0, head):
+            self._write_chunk(piece, file=file)
+        if fault is None or (head == length and kind == "trickle"):
+            return
+        if kind == "trickle":
+            rate = float(fault.params.get("rate", 16))
+            step = max(1, min(64 << 10, int(rate / 20)))  # about 20 pieces a second
+            for big in read(head, length - head):
+                for piece in self._pieces(big, 0, len(big), step):
+                    if self._wait_gone(len(piece) / rate):
+                        self.close_connection = True
+                        return
+                    self._write_chunk(piece, file=file)
+            return
+        self.close_connection = True  # the server then shuts the socket down: the client sees EOF mid-body
+        if kind == "stall":
+            self._wait_gone(float(fault.params.get("seconds", 600)))
+        elif kind == "drop" and fault.params.get("reset"):
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()  # closing with linger 0 sends RST instead of FIN
+
+    def _wait_gone(self, seconds: float) -> bool:
+        """Wait up to `seconds`; True as soon as the client closed its end or the hub is stopping."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self.hub._stopping.is_set():
+                return True
+            try:
+                readable, _, _ = select.select([self.connection], [], [], min(left, _POLL))
+                if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                    return True  # EOF: the client hung up
+            except (OSError, ValueError):  # reset, or the socket was closed under us
+                return True
+            if readable:  # the client sent something (it should not while it waits for us): do not spin
+                time.sleep(min(left, _POLL))
+        return self.hub._stopping.is_set()
 
     def _write_chunk(self, piece: bytes, *, file: bool) -> None:
-        self.hub._pace(len(piece))
+        self.hub._link.pace(len(piece), self.hub.bandwidth)
+        if file:
+            self._pacer.pace(len(piece), self.hub.connection_bandwidth)
         self._count(len(piece), file)  # before the write: the client may check the counters once it has the bytes
         try:
             self.wfile.write(piece)
@@ -784,21 +1018,28 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 (first, last), status = parsed, 206
                 headers["Content-Range"] = f"bytes {first}-{last}/{size}"
         length = last - first + 1
+        fault = self.hub._take_fault(_BODY_FAULTS, method, target) if method == "GET" and length else None
+        if fault is not None and fault.kind in ("gzip", "corrupt", "short"):
+            body = blob.read(first, length)
+            if fault.kind == "gzip":
+                body = gzip.compress(body)
+                headers["Content-Encoding"] = "gzip"
+            elif fault.kind == "corrupt":
+                flipped = bytearray(body)
+                if 0 <= (at := int(fault.params.get("at", length // 2))) < length:
+                    flipped[at] ^= 0xFF
+                body = bytes(flipped)
+            else:
+                body = body[: max(0, length - int(fault.params.get("missing", 1)))]
+            headers["Content-Length"] = str(len(body))
+            self._send_head(status, headers, len(body))
+            self._send_body(lambda start, n: self._pieces(body, start, n), len(body), None, file=True)
+            return
         headers["Content-Length"] = str(length)
-        self._send(status, headers, b"")
+        self._send_head(status, headers, length)
         if method == "HEAD" or length == 0:
             return
-        drop = self.hub._take_fault(("drop",), method, target)
-        limit = length if drop is None else min(length, int(drop.params.get("after_bytes", 0)))
-        sent = 0
-        for piece in blob.chunks(first, limit, 64 << 10 if self.hub.bandwidth else 1 << 20):
-            self._write_chunk(piece, file=True)
-            sent += len(piece)
-        if drop is not None:
-            self.close_connection = True  # the server then shuts the socket down: the client sees EOF mid-body
-            if drop.params.get("reset"):
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                self.connection.close()  # closing with linger 0 sends RST instead of FIN
+        self._send_body(lambda start, n: blob.chunks(first + start, n, self._chunk()), length, fault, file=True)
 
 
 # -- pytest fixture and helpers ------------------------------------------------------------------------------

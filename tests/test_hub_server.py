@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -34,7 +36,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import get_session
 
-from .hub_server import FakeHub, safetensors_bytes, write_small_model
+from .hub_server import MISSING, FakeHub, Pacer, safetensors_bytes, write_small_model
 
 REPO = "org/tiny"
 SHARD = "model-00001-of-00004.safetensors"
@@ -416,3 +418,256 @@ def test_internal_errors_are_recorded(fake_hub: FakeHub, monkeypatch: pytest.Mon
     r = get_session().get(f"{fake_hub.url}/api/models/{REPO}")
     assert r.status_code == 500 and "bug in the fake" in fake_hub.errors[0]
     fake_hub.errors.clear()  # otherwise the fixture fails the test at teardown
+
+
+# -- knobs and faults for streaming clients (per-connection caps, held bodies, bad encodings) -----------------
+
+
+def test_pacer_books_a_virtual_clock() -> None:
+    pacer = Pacer()
+    assert pacer.delay(100, None, now=5.0) == 0.0  # no rate: no wait, nothing booked
+    assert pacer.delay(100, 100.0, now=10.0) == pytest.approx(1.0)
+    assert pacer.delay(100, 100.0, now=10.0) == pytest.approx(2.0)  # queued behind the first booking
+    assert pacer.delay(50, 100.0, now=10.5) == pytest.approx(2.0)
+    assert pacer.delay(100, 100.0, now=20.0) == pytest.approx(1.0)  # the link was idle meanwhile
+
+
+def test_connection_bandwidth_caps_each_connection_not_the_total(fake_hub: FakeHub) -> None:
+    payload = np.random.default_rng(2).integers(0, 256, 1_200_000, dtype=np.uint8).tobytes()
+    fake_hub.add_repo(REPO, {"big.bin": payload})
+    location = get_hf_file_metadata(hf_hub_url(REPO, "big.bin")).location
+    fake_hub.connection_bandwidth = 2e6  # 300 kB per connection: 0.15 s each
+    got: list[bytes] = [b""] * 4
+    took: list[float] = [0.0] * 4
+
+    def fetch(i: int) -> None:
+        start = time.monotonic()
+        with httpx2.Client() as client:  # one connection each
+            rng = f"bytes={i * 300_000}-{(i + 1) * 300_000 - 1}"
+            got[i] = client.get(location, headers={"Range": rng}).content
+        took[i] = time.monotonic() - start
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=fetch, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - start
+    assert b"".join(got) == payload
+    assert min(took) >= 0.14  # each connection is held to its rate
+    assert elapsed < 0.45  # ... but 4 connections get 4x (a shared cap would need 0.6 s)
+    fake_hub.connection_bandwidth = None
+    fake_hub.reset_counters()
+    assert httpx2.get(f"{fake_hub.url}/api/models/{REPO}").status_code == 200  # JSON is not file content
+
+
+def test_stall_holds_the_connection_without_blocking_stop(model_dir: Path) -> None:
+    data = (model_dir / SHARD).read_bytes()
+    hub = FakeHub().start()
+    try:
+        hub.add_folder(REPO, model_dir)
+        url = f"{hub.url}/{REPO}/resolve/main/{SHARD}"
+        hub.fail("stall", SHARD, after_bytes=100)
+        got = bytearray()
+        with httpx2.Client(follow_redirects=True, timeout=httpx2.Timeout(5, read=0.3)) as client:
+            with pytest.raises(httpx2.ReadTimeout), client.stream("GET", url) as r:
+                assert r.status_code == 200 and r.headers["Content-Length"] == str(len(data))
+                for chunk in r.iter_raw():
+                    got += chunk
+            assert bytes(got) == data[:100]
+            assert client.get(url).content == data  # spent; a fresh connection works
+        hub.fail("stall", "config.json", seconds=600)  # a client that never hangs up
+        sock = socket.create_connection(("127.0.0.1", hub.port))
+        request = f"GET /{REPO}/resolve/main/config.json HTTP/1.1\r\nHost: x\r\nRange: bytes=0-9\r\n\r\n"
+        sock.sendall(request.encode())
+        assert sock.recv(4096).startswith(b"HTTP/1.1 206")
+        start = time.monotonic()
+    finally:
+        hub.stop()
+    assert time.monotonic() - start < 2
+    sock.close()
+
+
+def test_trickle_outlives_read_timeouts(fake_hub: FakeHub, model_dir: Path) -> None:
+    fake_hub.add_folder(REPO, model_dir)
+    data = (model_dir / SHARD).read_bytes()
+    fake_hub.fail("trickle", SHARD, rate=2000, after_bytes=10)
+    got = bytearray()
+    with httpx2.Client(follow_redirects=True, timeout=httpx2.Timeout(5, read=0.2)) as client:
+        start = time.monotonic()
+        with client.stream("GET", hf_hub_url(REPO, SHARD)) as r:
+            for chunk in r.iter_raw():  # bytes keep coming: the read timeout never fires
+                got += chunk
+                if time.monotonic() - start > 0.25:
+                    break
+        assert 10 < len(got) < 10 + 2000 and bytes(got) == data[: len(got)]
+        assert client.get(hf_hub_url(REPO, SHARD)).content == data  # spent
+    # Metadata too, with api=True: the model info JSON arrives byte by byte.
+    fake_hub.fail("trickle", f"/api/models/{REPO}", rate=100, api=True)
+    body = bytearray()
+    with httpx2.Client(timeout=httpx2.Timeout(5, read=0.2)) as client:
+        start = time.monotonic()
+        with client.stream("GET", f"{fake_hub.url}/api/models/{REPO}") as r:
+            for chunk in r.iter_raw():
+                body += chunk
+                if time.monotonic() - start > 0.2:
+                    break
+        assert 0 < len(body) < 100 and int(r.headers["Content-Length"]) > 100
+        assert client.get(f"{fake_hub.url}/api/models/{REPO}").json()["id"] == REPO
+    fake_hub.fail("stall", f"/api/models/{REPO}", api=True)
+    with pytest.raises(httpx2.ReadTimeout):
+        httpx2.get(f"{fake_hub.url}/api/models/{REPO}", timeout=httpx2.Timeout(5, read=0.1))
+    fake_hub.fail("stall", REPO)  # without api=True a stall waits for a file body
+    assert get_session().get(f"{fake_hub.url}/api/models/{REPO}").status_code == 200
+    with pytest.raises(httpx2.ReadTimeout):
+        get_session().get(hf_hub_url(REPO, "config.json"), timeout=0.1)
+
+
+def test_gzip_corrupt_and_short_bodies(fake_hub: FakeHub, model_dir: Path) -> None:
+    fake_hub.add_folder(REPO, model_dir)
+    data = (model_dir / SHARD).read_bytes()
+    url, size = hf_hub_url(REPO, SHARD), len(data)
+    with httpx2.Client(follow_redirects=True) as client:
+        fake_hub.fail("gzip", SHARD)
+        with client.stream("GET", url, headers={"Range": "bytes=10-1009"}) as r:
+            raw = b"".join(r.iter_raw())
+        assert (r.status_code, r.headers["Content-Encoding"], r.headers["Content-Range"]) == (
+            206,
+            "gzip",
+            f"bytes 10-1009/{size}",
+        )
+        assert int(r.headers["Content-Length"]) == len(raw) != 1000 and gzip.decompress(raw) == data[10:1010]
+        fake_hub.fail("gzip", SHARD)
+        assert client.get(url, headers={"Range": "bytes=10-1009"}).content == data[10:1010]  # httpx decodes it
+
+        fake_hub.fail("corrupt", SHARD)
+        r = client.get(url, headers={"Range": "bytes=0-99"})
+        assert (r.status_code, r.headers["Content-Length"], len(r.content)) == (206, "100", 100)
+        assert [i for i in range(100) if r.content[i] != data[i]] == [50] and r.content[50] == data[50] ^ 0xFF
+        fake_hub.fail("corrupt", SHARD, at=3)
+        r = client.get(url)
+        assert r.status_code == 200 and [i for i in range(size) if r.content[i] != data[i]] == [3]
+
+        fake_hub.reset_counters()
+        fake_hub.fail("short", SHARD, missing=7)
+        r = client.get(url, headers={"Range": "bytes=0-99"})
+        assert (r.status_code, r.headers["Content-Range"], r.headers["Content-Length"]) == (
+            206,
+            f"bytes 0-99/{size}",
+            "93",
+        )
+        assert r.content == data[:93]
+        assert client.get(url, headers={"Range": "bytes=0-99"}).content == data[:100]
+        assert fake_hub.connections == 0  # no new connection: the short answer left both in use
+    with pytest.raises(ValueError, match="takes no"):
+        fake_hub.fail("short", SHARD, at=3)
+
+
+def test_api_body_replaces_or_edits_model_info(fake_hub: FakeHub, model_dir: Path) -> None:
+    sha = fake_hub.add_folder(REPO, model_dir)
+    api, session = HfApi(), get_session()
+    fake_hub.fail("api_body", REPO, body=b"[1,2]", times=2)
+    assert session.get(f"{fake_hub.url}/api/models/{REPO}/revision/main").json() == [1, 2]
+    with pytest.raises(TypeError):  # huggingface_hub's own parse fails: ModelInfo(**[1, 2])
+        api.model_info(REPO)
+    assert api.model_info(REPO).sha == sha  # times=2 spent
+    fake_hub.fail("api_body", REPO, body=b"not json")
+    with pytest.raises(ValueError):
+        api.model_info(REPO)
+    fake_hub.fail("api_body", REPO, doc={"id": REPO, "sha": sha, "siblings": "config.json"})
+    with pytest.raises(TypeError):
+        api.model_info(REPO, files_metadata=True)
+    fake_hub.fail("api_body", REPO, mutate=lambda info: info.update(siblings=[1, 2]))
+    with pytest.raises(TypeError):
+        api.model_info(REPO)
+    fake_hub.fail("api_body", REPO, mutate=lambda info: info.pop("sha"), status=200)
+    assert api.model_info(REPO).sha is None
+    fake_hub.fail("api_body", f"{REPO}/revision/", doc={"id": REPO}, times=None)  # by path: only /revision/
+    assert api.model_info(REPO).sha == sha and api.model_info(REPO, revision="main").sha is None
+    fake_hub.clear_faults()
+    assert session.get(f"{fake_hub.url}/api/models/{REPO}/refs").status_code == 200  # other routes untouched
+
+    fake_hub.override_sibling(REPO, "config.json", size=2**45)
+    fake_hub.override_sibling(REPO, SHARD, size=MISSING, lfs=MISSING)
+    fake_hub.override_sibling(REPO, "ghost.bin", size=-1)
+    siblings = {s.rfilename: s for s in api.model_info(REPO, files_metadata=True).siblings or []}
+    assert siblings["config.json"].size == 2**45 and siblings["config.json"].blob_id  # other fields kept
+    assert (siblings[SHARD].size, siblings[SHARD].lfs) == (None, None) and siblings["ghost.bin"].size == -1
+    assert {f.path: f.size for f in api.list_repo_tree(REPO)}["config.json"] < 2**20  # tree unchanged
+    fake_hub.clear_faults()
+    assert "ghost.bin" not in {s.rfilename for s in api.model_info(REPO).siblings or []}
+    with pytest.raises(ValueError, match="exactly one"):
+        fake_hub.fail("api_body", REPO)
+
+
+def test_redirect_faults_on_resolve(fake_hub: FakeHub, model_dir: Path) -> None:
+    sha = fake_hub.add_folder(REPO, model_dir)
+    fake_hub.fail("redirect_loop", "config.json", times=None)
+    with pytest.raises(httpx2.TooManyRedirects):
+        hf_hub_download(REPO, "config.json")
+    r = get_session().get(hf_hub_url(REPO, "config.json"), follow_redirects=False)
+    assert r.status_code == 302 and r.headers["Location"] == hf_hub_url(REPO, "config.json")
+    assert r.headers["X-Repo-Commit"] == sha
+    assert Path(hf_hub_download(REPO, SHARD)).exists()  # other files resolve
+    fake_hub.clear_faults()
+    fake_hub.fail("bad_redirect", "config.json", times=None)
+    meta = get_hf_file_metadata(hf_hub_url(REPO, "config.json"))  # another origin: the 302 is the answer
+    assert (meta.location, meta.commit_hash) == ("ftp://nowhere.invalid/x", sha)
+    with pytest.raises(httpx2.UnsupportedProtocol):
+        hf_hub_download(REPO, "config.json")
+    fake_hub.clear_faults()
+    fake_hub.fail("bad_redirect", "config.json", location="http://[::1")
+    with pytest.raises(ValueError, match="IPv6"):
+        hf_hub_download(REPO, "config.json")
+    assert Path(hf_hub_download(REPO, "config.json")).read_bytes() == (model_dir / "config.json").read_bytes()
+
+
+def test_xet_bridge_is_a_second_origin(fake_hub: FakeHub, model_dir: Path) -> None:
+    fake_hub.add_folder(REPO, model_dir)
+    fake_hub.xet = True
+    data = (model_dir / SHARD).read_bytes()
+    session, url = get_session(), hf_hub_url(REPO, SHARD)
+    hop = session.get(url, follow_redirects=False)
+    location = hop.headers["Location"]
+    assert hop.status_code == 302 and location.startswith(f"http://localhost:{fake_hub.bridge_port}/xet/")
+    assert fake_hub.bridge_port != fake_hub.port and "X-Xet-Signature=" in location and "X-Xet-Expires=" in location
+    assert hop.headers["X-Xet-Hash"] == location.split("/xet/")[1].split("?")[0] != _sha256(data)
+    assert hop.headers["X-Linked-Size"] == str(len(data)) and hop.headers["X-Linked-Etag"] == f'"{_sha256(data)}"'
+    fake_hub.reset_counters()
+    r = session.get(url, headers={"Range": "bytes=5-104"})
+    assert (r.status_code, r.content, r.headers["Content-Range"]) == (206, data[5:105], f"bytes 5-104/{len(data)}")
+    assert [(x.path.split("/")[1], x.status) for x in fake_hub.requests] == [("org", 302), ("xet", 206)]
+    assert Path(hf_hub_download(REPO, SHARD, token="hf_secret")).read_bytes() == data  # plain HTTP, no CAS
+    bridge = fake_hub.requests_to("/xet/", "GET")
+    assert bridge and not any(x.authorized for x in bridge)  # another origin: the token stays home
+    fake_hub.fail("corrupt", SHARD, at=0)  # faults match bridge requests by file name
+    assert session.get(location, headers={"Range": "bytes=0-9"}).content[0] == data[0] ^ 0xFF
+    fake_hub.fail("500", "/xet/")
+    assert session.get(location).status_code == 500
+    fake_hub.expire_cdn_urls()
+    r = session.get(location, headers={"Range": "bytes=0-9"})
+    assert r.status_code == 403 and b"AccessDenied" in r.content
+    assert session.get(url, headers={"Range": "bytes=0-9"}).content == data[:10]  # re-resolved: a fresh URL
+    assert session.get(f"http://127.0.0.1:{fake_hub.bridge_port}/cdn/x").status_code == 404  # the bridge only
+    fake_hub.xet = False
+    assert "/cdn/" in session.get(url, follow_redirects=False).headers["Location"]
+
+
+def test_gated_answers_match_the_real_hub(fake_hub: FakeHub, model_dir: Path) -> None:
+    fake_hub.add_folder("org/gated", model_dir, gated="manual")
+    session, url = get_session(), hf_hub_url("org/gated", "config.json")
+    assert HfApi().model_info("org/gated", files_metadata=True).gated == "manual"  # metadata is public
+    assert [f.path for f in HfApi().list_repo_tree("org/gated")] == sorted(p.name for p in model_dir.iterdir())
+    anonymous = session.get(url)
+    assert (anonymous.status_code, anonymous.headers["X-Error-Code"]) == (401, "GatedRepo")
+    assert anonymous.headers["X-Error-Message"] == (
+        "Access to model org/gated is restricted. You must have access to it and be authenticated to access it."
+        " Please log in."
+    )
+    denied = session.head(url, headers={"Authorization": "Bearer hf_other"})
+    assert (denied.status_code, denied.headers["X-Error-Code"]) == (403, "GatedRepo")
+    assert denied.headers["X-Error-Message"] == (
+        f"Access to model org/gated is restricted and you are not in the authorized list. Visit"
+        f" {fake_hub.url}/org/gated to ask for access."
+    )
