@@ -8,7 +8,6 @@ whose |w| histogram is plotted.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -93,6 +92,8 @@ def run_report(
     result["model"]["how"] = how
     notes: list[str] = []
     if plot or html:
+        import tempfile  # here, not at start-up: only plots need a scratch folder
+
         from .histograms import histogram_choice, read_histograms
         from .render.plots import write_plots
 
