@@ -187,8 +187,8 @@ def _expect_exit3(out, *needles: str) -> None:
 
 
 def test_gated_repo_not_logged_in_and_not_approved(fake_hub, small_model, tmp_path):
+    # As on the real Hub: the metadata of a gated repo is public, only file reads answer 401/403.
     fake_hub.add_folder("meta-llama/Meta-Llama-3-8B", small_model, gated="auto")
-    fake_hub.gate_api = True
     env = _cli_env(fake_hub)
     _expect_exit3(
         run_cli("fit", "meta-llama/Meta-Llama-3-8B", "--db", str(tmp_path), env=env),
@@ -215,9 +215,12 @@ def test_gated_repo_not_logged_in_and_not_approved(fake_hub, small_model, tmp_pa
 
 
 def test_gated_file_access_with_public_metadata(fake_hub, small_model):
-    fake_hub.add_folder("acme/gated", small_model, gated="auto")  # the real Hub gates /resolve only
-    with pytest.raises(HubError, match="gated"):
-        _fit_hub("acme/gated")
+    fake_hub.add_folder("acme/tiny-restricted", small_model, gated="manual")  # the real Hub gates /resolve only
+    with pytest.raises(HubError, match="gated .*log in"):
+        _fit_hub("acme/tiny-restricted")
+    with pytest.raises(HubError, match="no access yet"):
+        api.fit_model("acme/tiny-restricted", FitOptions(device="cpu"), token="hf_not_approved")
+    assert {r.status for r in fake_hub.requests_to("/api/models/acme/tiny-restricted")} == {200}
 
 
 def test_missing_repo_revision_and_weights(fake_hub, small_model, tmp_path):

@@ -36,6 +36,7 @@ from ..errors import HubError
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 MIN_PROGRESS = 256 << 10  # bytes a body must deliver per half timeout (a 8.7 KB/s floor at the 30 s default)
 STALLS_ALLOWED = 2  # stalled or trickling attempts before a read gives up
+THROTTLES_ALLOWED = 4  # 429s per read, in multiples of the attempts: being told to wait is not a failure
 
 
 class Cancelled(Exception):
@@ -175,7 +176,7 @@ class RangedFile:
         httpx = self._httpx
         concurrency = concurrency or Concurrency(1)
         total = out.size
-        done = failures = stalls = 0
+        done = failures = stalls = throttles = 0
         wait = policy.backoff
         last_error = "no attempt made"
         while done < total:
@@ -222,8 +223,12 @@ class RangedFile:
                 stalls += isinstance(exc, httpx.ReadTimeout)
                 last_error = f"{type(exc).__name__}: {exc}"[:200]
             if retry_after is not None:  # 429: fewer requests at once, then wait as asked
-                failures += 1
-                last_error = "HTTP 429 (too many requests)"
+                throttles += 1
+                if throttles > THROTTLES_ALLOWED * policy.attempts:
+                    raise HubError(
+                        f"{self.where}: the Hub kept answering 429 (too many requests) {throttles} times; wait a "
+                        "while, or use fewer --connections"
+                    )
                 concurrency.throttled()
                 sleep(min(retry_after, policy.max_wait))
                 continue
