@@ -13,7 +13,6 @@ import functools
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,8 @@ def _umask() -> int:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write text so that `path` holds either the old content or the complete new one."""
+    import tempfile  # here: tempfile (and random) cost ~3 ms at start-up and --no-save runs never write
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
