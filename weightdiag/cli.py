@@ -4,7 +4,8 @@ Exit codes: 0 ok; 1 internal error (or `check` found a regression); 2 bad input;
 Errors print one line on stderr, never a traceback (set WEIGHTDIAG_DEBUG=1 to see one).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` in this module: Typer would then eval every command's
+# annotations from strings at each start-up (~15 ms for all commands); real objects cost nothing.
 
 import json
 import math
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 
 @cache
-def _console(err: bool) -> Console:
+def _console(err: bool) -> "Console":
     # Built on first use: rich.console costs ~20 ms at start-up and --json or --version never print with it.
     from rich.console import Console
 
@@ -42,11 +43,11 @@ def _console(err: bool) -> Console:
     return Console(stderr=err, width=None if stream.isatty() else 140)
 
 
-def _stderr() -> Console:
+def _stderr() -> "Console":
     return _console(True)
 
 
-def _stdout() -> Console:
+def _stdout() -> "Console":
     return _console(False)
 
 

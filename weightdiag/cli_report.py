@@ -6,7 +6,7 @@ weightdiag.render.health_view; plots and the HTML page are weightdiag.render.plo
 whose |w| histogram is plotted.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: see weightdiag/cli.py.
 
 from pathlib import Path
 from typing import Annotated
