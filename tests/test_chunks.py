@@ -47,7 +47,7 @@ def test_chunks_cover_every_selected_byte_once(layout, split_units, factor, gap,
             span = spans[piece.item]
             assert span.shard == chunk.shard and piece.lo % split == 0 and piece.hi - piece.lo <= split
             assert chunk.start + piece.offset == span.start + piece.lo  # the bytes are where the piece says
-            assert 0 <= piece.offset and piece.offset + piece.hi - piece.lo <= chunk.nbytes
+            assert piece.offset >= 0 and piece.offset + piece.hi - piece.lo <= chunk.nbytes
             seen.setdefault(piece.item, []).append((piece.lo, piece.hi))
     for item, span in enumerate(spans):  # each tensor exactly once, in order, cut at multiples of split
         got = seen.get(item, [])

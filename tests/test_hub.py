@@ -216,7 +216,7 @@ def test_gated_repo_not_logged_in_and_not_approved(fake_hub, small_model, tmp_pa
 
 def test_gated_file_access_with_public_metadata(fake_hub, small_model):
     fake_hub.add_folder("acme/tiny-restricted", small_model, gated="manual")  # the real Hub gates /resolve only
-    with pytest.raises(HubError, match="gated .*log in"):
+    with pytest.raises(HubError, match=r"gated .*log in"):
         _fit_hub("acme/tiny-restricted")
     with pytest.raises(HubError, match="no access yet"):
         api.fit_model("acme/tiny-restricted", FitOptions(device="cpu"), token="hf_not_approved")
