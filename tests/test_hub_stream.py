@@ -173,10 +173,10 @@ def test_gated_file_reads_give_the_gated_message_while_metadata_is_public(fake_h
 
 
 def test_memory_stays_at_a_few_chunks_whatever_the_largest_tensor(fake_hub, tmp_path, monkeypatch):
-    """A 24 MB embedding streamed in 1 MiB chunks: Python's peak allocation stays far below the tensor."""
+    """A 49 MB embedding streamed in 1 MiB chunks: Python's peak allocation stays far below the tensor."""
     monkeypatch.setattr(stream, "SPLIT_BYTES", 1 << 20)
     monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", 1 << 20)
-    spec = synthetic.ModelSpec(n_layers=1, d_model=1024, n_heads=8, n_kv_heads=8, ffn_size=1024, vocab=12_000)
+    spec = synthetic.ModelSpec(n_layers=1, d_model=1024, n_heads=8, n_kv_heads=8, ffn_size=1024, vocab=24_000)
     folder = synthetic.write_model(tmp_path / "big-embed", spec)
     fake_hub.add_folder("acme/big-embed", folder)
     tracemalloc.start()
@@ -186,8 +186,8 @@ def test_memory_stays_at_a_few_chunks_whatever_the_largest_tensor(fake_hub, tmp_
     finally:
         tracemalloc.stop()
     embed = next(m for m in row["matrices"] if m["kind"] == "embed")
-    assert embed["numel"] * 2 > 24e6 and all(f["verified"] for f in row["files"])
-    assert peak < 16e6, f"peak {peak / 1e6:.1f} MB"
+    assert all(f["verified"] for f in row["files"])
+    assert peak < embed["numel"] * 2 / 2, f"peak {peak / 1e6:.1f} MB for a {embed['numel'] * 2 / 1e6:.0f} MB tensor"
 
 
 def test_stream_errors_name_the_file_and_range(fake_hub, model, small_chunks, monkeypatch):
@@ -196,3 +196,16 @@ def test_stream_errors_name_the_file_and_range(fake_hub, model, small_chunks, mo
     fake_hub.fail("500", "model-00002", times=None, method="GET")
     with pytest.raises(HubError, match=r"acme/tiny/model-00002.*failed 2 times"):
         _fit("acme/tiny")
+
+
+def test_the_last_round_of_chunks_is_read_in_parts(fake_hub, model, small_chunks, monkeypatch):
+    """No connection idles at the end: the last chunks are fetched as several ranged GETs each."""
+    fake_hub.add_folder("acme/tiny", model)
+    fake_hub.reset_counters()
+    whole = _fit("acme/tiny")
+    requests_whole = len(fake_hub.requests_to("/cdn/"))
+    monkeypatch.setattr(hub_stream, "TAIL_PART_BYTES", 2048)
+    fake_hub.reset_counters()
+    parted = _fit("acme/tiny")
+    assert _science(parted) == _science(whole) and all(f["verified"] for f in parted["files"])
+    assert len(fake_hub.requests_to("/cdn/")) >= requests_whole + 8  # the last chunks came in parts

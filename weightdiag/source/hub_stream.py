@@ -10,8 +10,10 @@ waits for the ones before it, holding its buffer) and compared with the LFS sha2
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +26,7 @@ from .ranged import Cancelled, Concurrency, RangedFile, RetryPolicy
 
 CHUNK_BYTES = 16 << 20  # a 20 MB/s CDN connection moves one in ~0.8 s: request latency is a few per cent
 EXTRA_BUFFERS = 4  # chunks that may wait for their turn to be hashed while the connections go on
+TAIL_PART_BYTES = 2 << 20  # the last round of chunks is read in parts of at least this size
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,8 @@ class HubReader:
         self._pool_size = connections + EXTRA_BUFFERS
         self._pool_cond = threading.Condition()
         self._hash: _OrderedHasher | None = None
+        self._tail_from = 0
+        self._tail_pool: ThreadPoolExecutor | None = None
 
     def set_connections(self, connections: int) -> None:
         self.workers = connections
@@ -65,6 +70,29 @@ class HubReader:
 
     def start(self, chunks: list[Chunk], verify: bool) -> None:
         self._hash = _OrderedHasher(self._shards, chunks, self._release) if verify else None
+        self._tail_from = len(chunks) - self.workers
+
+    def _fetch(self, remote: RangedFile, start: int, out: np.ndarray, tail: bool) -> None:
+        """One ranged GET; in the last round of chunks, several, so that no connection idles at the end."""
+        parts = min(self.workers, out.size // TAIL_PART_BYTES) if tail else 1
+        if parts <= 1:
+            remote.read(start, out, self._policy, self._concurrency)
+            return
+        if self._tail_pool is None:
+            with self._pool_cond:
+                if self._tail_pool is None:
+                    self._tail_pool = ThreadPoolExecutor(self.workers, thread_name_prefix="weightdiag-tail")
+        bounds = np.linspace(0, out.size, parts + 1).astype(int)
+        futures = [
+            self._tail_pool.submit(remote.read, start + a, out[a:b], self._policy, self._concurrency)
+            for a, b in itertools.pairwise(bounds)
+        ]
+        try:
+            for future in futures:
+                future.result()
+        finally:
+            for future in futures:
+                future.cancel()
 
     @contextmanager
     def chunk(self, chunk: Chunk) -> Iterator[np.ndarray]:
@@ -78,7 +106,7 @@ class HubReader:
             if known:
                 out[:known] = np.frombuffer(shard.first, dtype=np.uint8, count=known, offset=chunk.start)
             if known < chunk.nbytes:
-                shard.remote.read(chunk.start + known, out[known:], self._policy, self._concurrency)
+                self._fetch(shard.remote, chunk.start + known, out[known:], tail=chunk.index >= self._tail_from)
             yield out
             if self._hash is not None:
                 self._hash.put(chunk, buf)  # releases the buffer once hashed
@@ -111,6 +139,8 @@ class HubReader:
 
     def close(self) -> None:
         self._free.clear()
+        if self._tail_pool is not None:
+            self._tail_pool.shutdown(wait=False, cancel_futures=True)
 
     # -- the buffer pool ----------------------------------------------------------------------------
 
