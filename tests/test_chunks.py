@@ -136,3 +136,20 @@ def test_chunk_size_constants_are_consistent():
 
     for size in (CHUNK_BYTES, LocalReader.chunk_bytes):
         assert size % chunks.SPLIT_BYTES == 0  # whole pieces per chunk: the same cuts everywhere
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F16", "F32"])
+def test_the_torch_path_gives_the_same_partial_reductions(dtype):
+    """The CUDA path's piece reducer, run on torch's CPU device, against the numpy one (read-only input)."""
+    rng = np.random.default_rng(9)
+    raw = np.frombuffer(synthetic.encode((rng.standard_normal(30_000) * 0.02).astype(np.float32), dtype), np.uint8)
+    assert not raw.flags.writeable
+    selections = (None, Segments(5, 40, 120, 250))
+    item = 4 if dtype == "F32" else 2
+    cpu, on_torch = stream.piece_reducer("cpu"), stream.torch_piece_reducer("cpu")
+    for lo in (0, 7_000):
+        piece = raw[lo * item : (lo + 9_000) * item]
+        for ours, theirs in zip(on_torch(piece, dtype, selections, lo), cpu(piece, dtype, selections, lo), strict=True):
+            assert len(ours) == len(theirs)
+            for a, b in zip(ours, theirs, strict=True):
+                assert np.array_equal(a.counts, b.counts) and (a.argmax, a.max_abs) == (b.argmax, b.max_abs)

@@ -68,11 +68,20 @@ def piece_reducer(device: str) -> PieceReducer:
             return [reduce_range(flat, dtype, selection, lo) for selection in selections]
 
         return on_cpu
+    return torch_piece_reducer(device)
+
+
+def torch_piece_reducer(device: str) -> PieceReducer:
+    """The same partial reductions with torch on `device` (CUDA; tested on the CPU device)."""
+    import warnings
+
     from .reduce import clip
     from .reduce_torch import reduce_torch, upload
 
     def on_device(raw: np.ndarray, dtype: str, selections: Sequence[Segments | None], lo: int):
-        data = upload(raw, dtype, device)  # once per piece, however many parts it has
+        with warnings.catch_warnings():  # mapped chunks are read-only; torch only reads them
+            warnings.filterwarnings("ignore", message=".*not writ.*", category=UserWarning)
+            data = upload(raw, dtype, device)  # once per piece, however many parts it has
         n = raw.size // STORAGE_NUMPY[dtype].itemsize
         out = []
         for selection in selections:
