@@ -59,16 +59,11 @@ def _order(revisions: list[Revision]) -> list[Revision]:
 
 def hub_revisions(repo: str, token: str | None = None) -> list[Revision]:
     """Every branch of a Hub repo (tags too), ordered by training step."""
-    from huggingface_hub import HfApi
+    from .source.hub import list_refs  # timeouts, an overall deadline and malformed answers handled there
 
-    from .source.hub import _endpoint, hub_errors
-
-    api = HfApi(endpoint=_endpoint(), token=token)
-    with hub_errors(repo, None, token):
-        refs = api.list_repo_refs(repo)
     revisions = [
-        Revision(ref.name, step_from_revision(ref.name), f"{repo}@{ref.name}", commit=ref.target_commit)
-        for ref in list(refs.branches) + list(refs.tags)
+        Revision(name, step_from_revision(name), f"{repo}@{name}", commit=commit)
+        for name, commit in list_refs(repo, token)
     ]
     return _order(revisions)
 
@@ -157,13 +152,9 @@ def _preview(revisions: list[Revision]) -> str:
 
 
 def hub_identity(repo: str, revision: Revision, token: str | None = None) -> tuple[str, ...]:
-    from huggingface_hub import HfApi
+    from .source.hub import model_info
 
-    from .source.hub import _endpoint, hub_errors
-
-    api = HfApi(endpoint=_endpoint(), token=token)
-    with hub_errors(repo, revision.name, token):
-        info = api.model_info(repo, revision=revision.commit or revision.name, files_metadata=True)
+    info = model_info(repo, revision.commit or revision.name, token)
     revision.commit = info.sha
     weights = sorted(
         (s.rfilename, s.lfs.sha256 if s.lfs else (s.blob_id or ""))

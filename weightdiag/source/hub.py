@@ -18,19 +18,27 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import quote, urlsplit
 
 import numpy as np
 
-from ..errors import BadInputError, HubError
+from ..errors import BadInputError, HubError, WeightdiagError
+from ..settings import http_timeout
 from .hub_stream import HubReader, StreamedShard
 from .plan import ModelPlan, ShardInfo, TensorRef
 from .ranged import RangedFile, RetryPolicy
 from .safetensors_header import PREFIX_BYTES, header_length, parse_header
+
+if TYPE_CHECKING:
+    from huggingface_hub.hf_api import ModelInfo, RepoSibling
 
 CONFIG = "config.json"
 ST_INDEX = "model.safetensors.index.json"
@@ -70,7 +78,7 @@ def open_hub(
     if _offline():
         return _from_cache_only(repo, revision, model_id, reason="HF_HUB_OFFLINE is set")
     try:
-        info = _model_info(repo, revision, token)
+        info = model_info(repo, revision, token)
     except HubError as exc:
         if "cannot reach" in str(exc):
             try:
@@ -79,7 +87,7 @@ def open_hub(
                 raise exc from None
         raise
     commit = info.sha
-    files = {s.rfilename: s for s in (info.siblings or [])}
+    files = _files_of(repo, info)
     weights, fmt = _choose_weights(repo, revision, files)
     wanted = [f for f in (CONFIG, ST_INDEX, BIN_INDEX) if f in files] + weights
     snapshot = _cached_snapshot(repo, commit, wanted)
@@ -107,12 +115,30 @@ def open_hub(
 
 # --- resolution and errors -----------------------------------------------------------------
 
+# Far above any real config or index (the index of a 1T-parameter model is a few MB): a bigger JSON file is
+# a broken listing, and reading it would allocate that much.
+MAX_JSON_BYTES = 64 << 20
+MAX_API_BYTES = 128 << 20  # a model info or refs answer (repos with 100k files list a few tens of MB)
+_JSON_FILES = (CONFIG, ST_INDEX, BIN_INDEX)
+_WEIGHT_SUFFIXES = (".safetensors", ".bin")
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+T = TypeVar("T")
 
-def _model_info(repo: str, revision: str | None, token: str | None):
-    from huggingface_hub import HfApi
 
-    with hub_errors(repo, revision, token):
-        return HfApi(endpoint=_endpoint(), token=token).model_info(repo, revision=revision, files_metadata=True)
+class _Malformed(Exception):
+    """An answer the Hub should never give (raised where it is parsed, turned into a HubError by hub_errors)."""
+
+
+def _malformed(repo: str, what: str) -> HubError:
+    return HubError(f"the Hub's answer for {repo} is malformed: {what}; try again later or use --download")
+
+
+def _too_slow(repo: str) -> HubError:
+    return HubError(
+        f"{repo}: the Hub did not answer within {http_timeout():g} s; check the network or raise "
+        "WEIGHTDIAG_HTTP_TIMEOUT"
+    )
 
 
 def _unreachable(exc: BaseException) -> HubError:
@@ -122,14 +148,159 @@ def _unreachable(exc: BaseException) -> HubError:
     )
 
 
+def _json_kind(value: object) -> str:
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return kinds.get(type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+
+
+def _within_deadline(repo: str, call: Callable[[], T]) -> T:
+    """`call()` in a daemon thread, abandoned after http_timeout() s with a HubError.
+
+    Read timeouts bound each wait for the next bytes, not a server that trickles a byte now and then; only a
+    thread we stop waiting for does. A daemon thread, so that an abandoned call cannot hold the process at exit
+    (a ThreadPoolExecutor is joined at exit)."""
+    limit = http_timeout()
+    done: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(call())
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="weightdiag-hub-metadata", daemon=True)
+    thread.start()
+    thread.join(limit)
+    if thread.is_alive():
+        raise _too_slow(repo)
+    if failed:
+        raise failed[0]
+    return done[0]
+
+
+def _api_get(url: str, token: str | None, params: dict[str, Any] | None = None) -> bytes:
+    """One GET of the Hub's JSON API through huggingface_hub's session, with connect and read timeouts."""
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    headers = build_hf_headers(token=token, library_name="weightdiag")
+    with get_session().stream("GET", url, headers=headers, params=params, timeout=http_timeout()) as response:
+        if response.status_code >= 400:
+            response.read()  # hf_raise_for_status quotes the body of an error
+            hf_raise_for_status(response)
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > MAX_API_BYTES:
+                raise _Malformed(f"more than {MAX_API_BYTES >> 20} MiB of metadata")
+        return bytes(body)
+
+
+def _api_url(repo: str, *rest: str) -> str:
+    from huggingface_hub.utils import validate_repo_id
+
+    validate_repo_id(repo)  # HFValidationError: the user's input (exit 2), before any request
+    return "/".join([f"{_endpoint()}/api/models/{repo}", *(quote(part, safe="") for part in rest)])
+
+
+def model_info(repo: str, revision: str | None, token: str | None) -> ModelInfo:
+    """huggingface_hub's ModelInfo with file sizes and LFS hashes, within the deadline; an answer that is not
+    a model info (not a JSON object, no commit id, file list of the wrong shape) is a HubError (exit 3)."""
+    from huggingface_hub.hf_api import ModelInfo
+
+    with hub_errors(repo, revision, token):
+        url = _api_url(repo, *(("revision", revision) if revision is not None else ()))
+        body = _within_deadline(repo, lambda: _api_get(url, token, {"blobs": True}))
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise _Malformed("the model info is not JSON") from None
+        if not isinstance(data, dict):
+            raise _Malformed(f"the model info is {_json_kind(data)}, not an object")
+        siblings = data.get("siblings")
+        if not isinstance(siblings, list):
+            raise _Malformed(f"the file list (siblings) is {_json_kind(siblings)}, not a list")
+        if bad := [s for s in siblings if not isinstance(s, dict) or not isinstance(s.get("rfilename"), str)]:
+            what = "an entry without a file name (rfilename)" if isinstance(bad[0], dict) else _json_kind(bad[0])
+            raise _Malformed(f"the file list (siblings) holds {what}")
+        if not isinstance(sha := data.get("sha"), str) or not _HEX40.fullmatch(sha):
+            raise _Malformed(f"the commit id (sha) is {_json_kind(sha)}, not 40 hex digits")
+        try:
+            return ModelInfo(**data)
+        except (TypeError, KeyError, AttributeError, ValueError) as exc:  # huggingface_hub's own parse
+            raise _Malformed(f"huggingface_hub cannot read it ({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+def list_refs(repo: str, token: str | None) -> list[tuple[str, str]]:
+    """(name, commit) of every branch, then every tag, within the deadline; malformed answers are HubErrors."""
+    with hub_errors(repo, None, token):
+        url = _api_url(repo, "refs")
+        body = _within_deadline(repo, lambda: _api_get(url, token))
+        try:
+            data = json.loads(body)
+            refs = [(ref["name"], ref["targetCommit"]) for key in ("branches", "tags") for ref in data[key]]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise _Malformed(f"its list of branches and tags cannot be read ({type(exc).__name__})") from None
+        if not all(isinstance(name, str) and isinstance(sha, str) and _HEX40.fullmatch(sha) for name, sha in refs):
+            raise _Malformed("a branch or tag has no name or no 40-hex commit")
+        return refs
+
+
+def _files_of(repo: str, info: ModelInfo) -> dict[str, RepoSibling]:
+    """The siblings by name, after checking the sizes and hashes of every file weightdiag may read."""
+    files = {s.rfilename: s for s in info.siblings or []}
+    for name, sibling in files.items():
+        is_json = name in _JSON_FILES or name.endswith("/" + ST_INDEX)
+        if not (is_json or name.endswith(_WEIGHT_SUFFIXES)):
+            continue
+        size = sibling.size
+        if size is None:
+            raise _malformed(repo, f"{name} is listed without a size")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise _malformed(repo, f"{name} is listed with size {size!r}")
+        if is_json and size > MAX_JSON_BYTES:
+            raise _malformed(repo, f"{name} is listed with {size} bytes (a JSON file of at most 64 MiB is expected)")
+        lfs = sibling.lfs
+        if lfs is not None and not (isinstance(lfs.sha256, str) and _HEX64.fullmatch(lfs.sha256)):
+            raise _malformed(repo, f"{name} is listed with an LFS sha256 that is not 64 hex digits")
+        if lfs is not None and lfs.size != size:
+            raise _malformed(repo, f"{name} is listed with two sizes ({size} and LFS {lfs.size!r})")
+    return files
+
+
+def _network_error(repo: str, exc: BaseException) -> WeightdiagError | None:
+    """The HubError for a transport failure (or a BadInputError for an unusable HF_ENDPOINT); None if `exc`
+    is not one."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if "FileMetadataError" in names:  # a /resolve answer without X-Repo-Commit or ETag
+        return _malformed(repo, f"a file's answer lacks the Hub's headers ({str(exc).split('.')[0][:120]})")
+    if "TooManyRedirects" in names:
+        return _malformed(repo, "it redirects in a loop")
+    if names & {"UnsupportedProtocol", "InvalidURL"} or (type(exc) is ValueError and "URL" in str(exc)):
+        if urlsplit(_endpoint()).scheme not in ("http", "https"):
+            return BadInputError(f"HF_ENDPOINT={_endpoint()!r} is not an http(s) URL; fix or unset it")
+        return _malformed(repo, f"it redirects to an unusable location ({str(exc)[:120]})")
+    if names & {"ConnectTimeout", "ConnectError"}:
+        return _unreachable(exc)
+    if isinstance(exc, TimeoutError) or "TimeoutException" in names:
+        return _too_slow(repo)
+    module = type(exc).__module__.split(".")[0]
+    if module in ("httpx2", "httpx", "httpcore2", "httpcore", "requests", "urllib3"):
+        return _unreachable(exc)  # refused, reset, DNS, TLS, a cut connection
+    if isinstance(exc, (ConnectionError, socket.gaierror, socket.herror, ssl.SSLError)):
+        return _unreachable(exc)  # not other OSErrors: a full disk or an unwritable cache is no network failure
+    return None
+
+
 @contextmanager
 def hub_errors(repo: str, revision: str | None, token: str | None) -> Iterator[None]:
     """Turn huggingface_hub and network exceptions into one-line HubErrors (exit code 3)."""
-    from huggingface_hub import HfApi
     from huggingface_hub import errors as hf
 
     try:
         yield
+    except _Malformed as exc:
+        raise _malformed(repo, str(exc)) from None
     except hf.GatedRepoError as exc:
         status = getattr(getattr(exc, "response", None), "status_code", None)
         if status == 403 or token or os.environ.get("HF_TOKEN"):
@@ -142,8 +313,7 @@ def hub_errors(repo: str, revision: str | None, token: str | None) -> Iterator[N
             "or set HF_TOKEN (or pass --token)"
         ) from None
     except hf.RevisionNotFoundError:
-        api = HfApi(endpoint=_endpoint(), token=token)
-        raise HubError(f"{repo}: revision {revision!r} not found{_nearest_steps(api, repo, revision)}") from None
+        raise HubError(f"{repo}: revision {revision!r} not found{_nearest_steps(repo, revision, token)}") from None
     except hf.RepositoryNotFoundError:
         raise HubError(
             f"{repo}: no such model repository on {_endpoint()} (or it is private: set HF_TOKEN or pass --token)"
@@ -152,26 +322,32 @@ def hub_errors(repo: str, revision: str | None, token: str | None) -> Iterator[N
         status = getattr(getattr(exc, "response", None), "status_code", "?")
         raise HubError(f"{repo}: the Hub answered HTTP {status}; try again later") from None
     except hf.HFValidationError as exc:  # the id breaks the Hub's naming rules: the user's input
-        reason = str(exc).splitlines()[0].rsplit(": ", 1)[0].rstrip(".")[:200] if str(exc) else "HFValidationError"
-        raise BadInputError(f"{repo}: not a valid Hub repo id ({reason}); use ORG/NAME[@REVISION]") from None
-    except (OSError, ValueError) as exc:  # connection refused, DNS, TLS, timeouts
-        raise _unreachable(exc) from None
-    except Exception as exc:
-        if type(exc).__module__.split(".")[0] in ("httpx2", "httpx", "httpcore", "requests"):
-            raise _unreachable(exc) from None
+        raise _invalid_id(repo, exc) from None
+    except hf.LocalEntryNotFoundError as exc:  # hf_hub_download: the Hub failed and the cache has no copy
+        raise (_network_error(repo, exc.__cause__) if exc.__cause__ else None) or _unreachable(exc) from None
+    except WeightdiagError:
         raise
+    except Exception as exc:
+        if (error := _network_error(repo, exc)) is None:
+            raise
+        raise error from None
 
 
-def _nearest_steps(api, repo: str, revision: str | None) -> str:
+def _invalid_id(repo: str, exc: Exception) -> BadInputError:
+    reason = str(exc).splitlines()[0].rsplit(": ", 1)[0].rstrip(".")[:200] if str(exc) else type(exc).__name__
+    return BadInputError(f"{repo}: not a valid Hub repo id ({reason}); use ORG/NAME[@REVISION]")
+
+
+def _nearest_steps(repo: str, revision: str | None, token: str | None) -> str:
     """For Pythia-style `stepN` revisions, name the nearest existing ones."""
     match = _STEP.match(revision or "")
     if not match:
         return "; check the branch, tag or commit name"
     try:
-        refs = api.list_repo_refs(repo)
-    except Exception:
+        refs = list_refs(repo, token)
+    except WeightdiagError:  # only a hint: the error being reported is the revision
         return ""
-    steps = sorted(int(m.group(1)) for b in refs.branches if (m := _STEP.match(b.name)))
+    steps = sorted(int(m.group(1)) for name, _ in refs if (m := _STEP.match(name)))
     if not steps:
         return "; this repo has no step* branches"
     want = int(match.group(1))
@@ -226,41 +402,100 @@ def _from_cache_only(repo: str, revision: str | None, model_id: str | None, reas
     from huggingface_hub import errors as hf
     from huggingface_hub import snapshot_download
 
+    where = f"{repo}@{revision or 'main'}"
+    advice = "connect to the network (unset HF_HUB_OFFLINE) or fit a local folder"
     try:
-        folder = snapshot_download(repo, revision=revision, cache_dir=_cache_dir(), local_files_only=True)
-    except (hf.LocalEntryNotFoundError, FileNotFoundError, ValueError, OSError):
-        raise HubError(
-            f"{repo}@{revision or 'main'} is not in the local cache ({_cache_dir()}) and {reason}; connect "
-            "to the network (unset HF_HUB_OFFLINE) or fit a local folder"
-        ) from None
-    plan, reader = _open_snapshot(Path(folder), repo, model_id)
+        folder = Path(snapshot_download(repo, revision=revision, cache_dir=_cache_dir(), local_files_only=True))
+    except hf.HFValidationError as exc:  # the user's input (exit 2), offline as online
+        raise _invalid_id(repo, exc) from None
+    except (hf.LocalEntryNotFoundError, OSError, ValueError):
+        raise HubError(f"{where} is not in the local cache ({_cache_dir()}) and {reason}; {advice}") from None
+    if not _snapshot_complete(folder):  # a cached config.json or index without its weights
+        raise HubError(f"{where} is only partly in the local cache ({folder}) and {reason}; {advice}")
+    plan, reader = _open_snapshot(folder, repo, model_id)
     plan.source = "hub"
     plan.revision = revision or "main"
     plan.notes.append(f"read from the local HF cache: {reason}")
     return plan, reader
 
 
+def _snapshot_complete(folder: Path) -> bool:
+    """Whether a cached snapshot holds its weights: every shard of an index, or else a top-level weight file
+    (is_file() is False for a link whose blob is gone)."""
+    if not folder.is_dir():
+        return False
+    for index in (ST_INDEX, BIN_INDEX):
+        if (folder / index).is_file():
+            from .local import load_weight_map
+
+            return all((folder / shard).is_file() for shard in set(load_weight_map(folder / index).values()))
+    return any(p.is_file() for pattern in ("*.safetensors", "pytorch_model*.bin") for p in folder.glob(pattern))
+
+
+@contextmanager
+def _download_timeouts() -> Iterator[float]:
+    """WEIGHTDIAG_HTTP_TIMEOUT as huggingface_hub's timeouts while downloading: the etag_timeout argument covers
+    the first HEAD only; the body reads and the HEAD retried after a failure read module globals at call time
+    (HF_HUB_DOWNLOAD_TIMEOUT, default 10 s, and _ETAG_RETRY_TIMEOUT, 60 s). Restored afterwards."""
+    from huggingface_hub import constants, file_download
+
+    limit = http_timeout()
+    saved = [
+        (module, name, getattr(module, name))
+        for module, name in (
+            (constants, "HF_HUB_DOWNLOAD_TIMEOUT"),
+            (file_download, "_ETAG_RETRY_TIMEOUT"),
+        )
+        if hasattr(module, name)
+    ]
+    for module, name, _ in saved:
+        setattr(module, name, limit)
+    try:
+        yield limit
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+
+
 def _download(repo: str, revision: str, names: list[str], token: str | None) -> Path:
+    from huggingface_hub import errors as hf
     from huggingface_hub import hf_hub_download
 
     folder = None
     todo = list(names)
-    while todo:
-        name = todo.pop(0)
-        try:
-            path = hf_hub_download(
-                repo, name, revision=revision, cache_dir=_cache_dir(), token=token, endpoint=_endpoint()
-            )
-        except Exception as exc:
-            raise HubError(f"{repo}: downloading {name} failed ({type(exc).__name__}: {str(exc)[:160]})") from None
-        folder = Path(path)
-        for _ in PurePosixPath(name).parts:  # the snapshot root, also for shards in sub-folders
-            folder = folder.parent
-        if name in (ST_INDEX, BIN_INDEX):
-            from .local import load_weight_map
+    with _download_timeouts() as limit:
+        while todo:
+            name = todo.pop(0)
+            try:
+                # The same lines as everywhere for gated repos, malformed answers, timeouts and the network.
+                with hub_errors(repo, revision, token):
+                    try:
+                        path = hf_hub_download(
+                            repo,
+                            name,
+                            revision=revision,
+                            cache_dir=_cache_dir(),
+                            token=token,
+                            endpoint=_endpoint(),
+                            etag_timeout=limit,
+                        )
+                    except hf.RemoteEntryNotFoundError:  # listed in the model info, yet /resolve says 404
+                        raise HubError(
+                            f"{repo}: {name} is listed but the Hub does not serve it at {revision}; try again later"
+                        ) from None
+            except (WeightdiagError, PermissionError):  # an unwritable cache is the user's to fix (exit 2)
+                raise
+            except Exception as exc:  # a damaged download, a full disk: name the file
+                what = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}" if str(exc) else type(exc).__name__
+                raise HubError(f"{repo}: downloading {name} failed ({what})") from None
+            folder = Path(path)
+            for _ in PurePosixPath(name).parts:  # the snapshot root, also for shards in sub-folders
+                folder = folder.parent
+            if name in (ST_INDEX, BIN_INDEX):
+                from .local import load_weight_map
 
-            shards = sorted(set(load_weight_map(Path(path)).values()))
-            todo += [s for s in shards if s not in todo and s not in names]
+                shards = sorted(set(load_weight_map(Path(path)).values()))
+                todo += [s for s in shards if s not in todo and s not in names]
     assert folder is not None
     return folder
 
