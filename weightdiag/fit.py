@@ -24,7 +24,7 @@ exact zeros is reported beside the fit).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 
 import numpy as np
@@ -48,7 +48,7 @@ class WeibullFit:
     reason: str | None = None
 
     def to_json(self) -> dict[str, object]:
-        out = asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self)}  # flat: asdict's deep copy costs more
         out["lambda"] = out.pop("lam")
         return out
 

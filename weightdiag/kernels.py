@@ -120,7 +120,8 @@ def _hist16_c(view: np.ndarray) -> np.ndarray:
 
 def count_codes16(view: np.ndarray, finite_limit: int) -> tuple[np.ndarray, int]:
     """Histogram of uint16 codes in a 2-D view and the flat index of the first largest finite |w|."""
-    counts = np.sum(_map(_hist16_c if HAVE_C else _hist16_numpy, view), axis=0)
+    parts = _map(_hist16_c if HAVE_C else _hist16_numpy, view)
+    counts = parts[0] if len(parts) == 1 else np.sum(parts, axis=0)
     magnitude_counts = counts[:32768] + counts[32768:]
     present = np.flatnonzero(magnitude_counts[:finite_limit])
     if present.size == 0:
