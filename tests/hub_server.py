@@ -185,7 +185,12 @@ class Fault:
 
 class Pacer:
     """A link of `rate` bytes/s as a virtual clock: each piece books n/rate seconds after the previous booking
-    (or now, if the link was idle) and its sender sleeps until its booking ends."""
+    (or now, if the link was idle longer than BURST) and its sender sleeps until its booking ends.
+
+    BURST is the token bucket's depth: a sender that woke up late (a busy machine) catches up instead of
+    losing that time for good, as a real rate limiter does; an idle link earns no more than that."""
+
+    BURST = 0.05  # seconds
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -196,7 +201,7 @@ class Pacer:
         if not rate:
             return 0.0
         with self._lock:
-            self._next = max(now, self._next) + n / rate
+            self._next = max(now - self.BURST, self._next) + n / rate
             return self._next - now
 
     def pace(self, n: int, rate: float | None) -> None:

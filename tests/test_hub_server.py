@@ -426,10 +426,13 @@ def test_internal_errors_are_recorded(fake_hub: FakeHub, monkeypatch: pytest.Mon
 def test_pacer_books_a_virtual_clock() -> None:
     pacer = Pacer()
     assert pacer.delay(100, None, now=5.0) == 0.0  # no rate: no wait, nothing booked
-    assert pacer.delay(100, 100.0, now=10.0) == pytest.approx(1.0)
-    assert pacer.delay(100, 100.0, now=10.0) == pytest.approx(2.0)  # queued behind the first booking
-    assert pacer.delay(50, 100.0, now=10.5) == pytest.approx(2.0)
-    assert pacer.delay(100, 100.0, now=20.0) == pytest.approx(1.0)  # the link was idle meanwhile
+    burst = Pacer.BURST
+    assert pacer.delay(100, 100.0, now=10.0) == pytest.approx(1.0 - burst)  # an idle link has a burst's credit
+    assert pacer.delay(100, 100.0, now=10.0) == pytest.approx(2.0 - burst)  # queued behind the first booking
+    assert pacer.delay(50, 100.0, now=10.5) == pytest.approx(2.0 - burst)
+    assert pacer.delay(100, 100.0, now=20.0) == pytest.approx(1.0 - burst)  # idle meanwhile: credit capped
+    late = pacer.delay(100, 100.0, now=21.0 - burst + 0.01)  # a sender that woke up a little late catches up
+    assert late == pytest.approx(1.0 - 0.01)
 
 
 def test_connection_bandwidth_caps_each_connection_not_the_total(fake_hub: FakeHub) -> None:

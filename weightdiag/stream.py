@@ -123,10 +123,10 @@ def reduce_chunked(
             entry.pieces_left += 1
     reduce_piece = piece_reducer(device)
 
-    def task(chunk: Chunk) -> list[tuple[int, Any]]:
+    def reduce_buffer(chunk: Chunk, buf: np.ndarray) -> list[tuple[int, Any]]:
         out: list[tuple[int, Any]] = []
         # Several chunks are reduced at once, one per worker: no further splitting inside a kernel.
-        with kernels.thread_budget(1), reader.chunk(chunk) as buf:
+        with kernels.thread_budget(1):
             for piece in chunk.pieces:
                 target = targets[piece.item]
                 raw = buf[piece.offset : piece.offset + piece.hi - piece.lo]
@@ -138,14 +138,47 @@ def reduce_chunked(
                 out.append((piece.item, reduce_piece(raw, dtype, target.selections, lo)))
         return out
 
-    window = 2 * reader.workers  # chunks queued ahead of the one the main thread waits for
+    pools: list[ThreadPoolExecutor] = []
+    fetch = getattr(reader, "fetch", None)
+    if fetch is None:  # cheap to get (local mappings): read and reduce in the same worker
+        pool = ThreadPoolExecutor(reader.workers, thread_name_prefix="weightdiag-chunk")
+        pools.append(pool)
+        window = 2 * reader.workers  # chunks queued ahead of the one the main thread waits for
+
+        def task(chunk: Chunk) -> list[tuple[int, Any]]:
+            with reader.chunk(chunk) as buf:
+                return reduce_buffer(chunk, buf)
+
+        def submit(chunk: Chunk) -> Future[list[tuple[int, Any]]]:
+            return pool.submit(task, chunk)
+
+    else:  # slow to get (network): connections keep reading while the cores reduce what has landed
+        fetch_pool = ThreadPoolExecutor(reader.workers, thread_name_prefix="weightdiag-fetch")
+        reduce_pool = ThreadPoolExecutor(kernels.THREADS, thread_name_prefix="weightdiag-reduce")
+        pools += [fetch_pool, reduce_pool]
+        # Buffers go to chunks in file order (the reader sees to it), so queueing more chunks than
+        # buffers is safe: the next one starts reading as soon as any buffer is free.
+        window = 2 * reader.buffers  # type: ignore[attr-defined]
+
+        def reduce_fetched(chunk: Chunk, fetched: Future[np.ndarray]) -> list[tuple[int, Any]]:
+            buf = fetched.result()
+            ok = False
+            try:
+                out = reduce_buffer(chunk, buf[: chunk.nbytes])
+                ok = True
+                return out
+            finally:
+                reader.done(chunk, buf, ok)  # type: ignore[attr-defined]
+
+        def submit(chunk: Chunk) -> Future[list[tuple[int, Any]]]:
+            return reduce_pool.submit(reduce_fetched, chunk, fetch_pool.submit(fetch, chunk))
+
     pending: deque[tuple[Chunk, Future[list[tuple[int, Any]]]]] = deque()
-    pool = ThreadPoolExecutor(reader.workers, thread_name_prefix="weightdiag-chunk")
     finished = False
     try:
         next_chunk = iter(chunks)
         for chunk in next_chunk:
-            pending.append((chunk, pool.submit(task, chunk)))
+            pending.append((chunk, submit(chunk)))
             if len(pending) >= window:
                 break
         while pending:
@@ -153,7 +186,7 @@ def reduce_chunked(
             results = future.result()
             following = next(next_chunk, None)
             if following is not None:
-                pending.append((following, pool.submit(task, following)))
+                pending.append((following, submit(following)))
             if on_bytes:  # tensor bytes only, so that the total matches the plan's
                 on_bytes(sum(piece.hi - piece.lo for piece in chunk.pieces))
             for item, result in results:
@@ -175,4 +208,5 @@ def reduce_chunked(
     finally:
         if not finished:
             reader.cancel()
-        pool.shutdown(wait=True, cancel_futures=True)
+        for each in pools:
+            each.shutdown(wait=True, cancel_futures=True)

@@ -54,6 +54,7 @@ class HubReader:
         self._pool_cond = threading.Condition()
         self._hash: _OrderedHasher | None = None
         self._tail_from = 0
+        self._turn = 0  # the chunk whose turn it is to get a buffer
         self._tail_pool: ThreadPoolExecutor | None = None
 
     def set_connections(self, connections: int) -> None:
@@ -71,6 +72,7 @@ class HubReader:
     def start(self, chunks: list[Chunk], verify: bool) -> None:
         self._hash = _OrderedHasher(self._shards, chunks, self._release) if verify else None
         self._tail_from = len(chunks) - self.workers
+        self._turn = 0
 
     def _fetch(self, remote: RangedFile, start: int, out: np.ndarray, tail: bool) -> None:
         """One ranged GET; in the last round of chunks, several, so that no connection idles at the end."""
@@ -94,10 +96,14 @@ class HubReader:
             for future in futures:
                 future.cancel()
 
-    @contextmanager
-    def chunk(self, chunk: Chunk) -> Iterator[np.ndarray]:
-        buf = self._acquire()
-        handed_on = False
+    @property
+    def buffers(self) -> int:
+        """Chunk buffers: at most this many chunks are read, reduced or waiting to be hashed at once."""
+        return self._pool_size
+
+    def fetch(self, chunk: Chunk) -> np.ndarray:
+        """Read a chunk into a pooled buffer; hand it back with done() once reduced."""
+        buf = self._acquire(chunk.index)
         try:
             out = buf[: chunk.nbytes]
             shard = self._shards[chunk.shard]
@@ -107,13 +113,26 @@ class HubReader:
                 out[:known] = np.frombuffer(shard.first, dtype=np.uint8, count=known, offset=chunk.start)
             if known < chunk.nbytes:
                 self._fetch(shard.remote, chunk.start + known, out[known:], tail=chunk.index >= self._tail_from)
-            yield out
-            if self._hash is not None:
-                self._hash.put(chunk, buf)  # releases the buffer once hashed
-                handed_on = True
+        except BaseException:
+            self._release(buf)
+            raise
+        return buf
+
+    def done(self, chunk: Chunk, buf: np.ndarray, ok: bool) -> None:
+        if ok and self._hash is not None:
+            self._hash.put(chunk, buf)  # releases the buffer once hashed
+        else:
+            self._release(buf)
+
+    @contextmanager
+    def chunk(self, chunk: Chunk) -> Iterator[np.ndarray]:
+        buf = self.fetch(chunk)
+        ok = False
+        try:
+            yield buf[: chunk.nbytes]
+            ok = True
         finally:
-            if not handed_on:
-                self._release(buf)
+            self.done(chunk, buf, ok)
 
     def cancel(self) -> None:
         self._concurrency.cancelled.set()
@@ -144,12 +163,16 @@ class HubReader:
 
     # -- the buffer pool ----------------------------------------------------------------------------
 
-    def _acquire(self) -> np.ndarray:
+    def _acquire(self, index: int) -> np.ndarray:
+        """A buffer for chunk `index`, handed out strictly in chunk order: the chunk that the hashing and
+        the main thread wait for can never find every buffer taken by chunks after it."""
         with self._pool_cond:
-            while not self._free and self._allocated >= self._pool_size:
+            while self._turn != index or (not self._free and self._allocated >= self._pool_size):
                 if self._concurrency.cancelled.is_set():
                     raise Cancelled
                 self._pool_cond.wait(0.25)
+            self._turn += 1
+            self._pool_cond.notify_all()
             if self._free:
                 return self._free.pop()
             self._allocated += 1
@@ -158,7 +181,7 @@ class HubReader:
     def _release(self, buf: np.ndarray) -> None:
         with self._pool_cond:
             self._free.append(buf)
-            self._pool_cond.notify()
+            self._pool_cond.notify_all()
 
 
 class _OrderedHasher:
