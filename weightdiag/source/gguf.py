@@ -456,7 +456,8 @@ def parse_gguf(read_at: Callable[[int, int], bytes], file_size: int, where: str)
         _fail(where, f"file is {file_size} bytes, too short to hold a GGUF header")
     magic = cur.take(4, "the magic")
     if magic != MAGIC:
-        _fail(where, f"bad magic {magic!r} (expected b'GGUF')", "this is not a GGUF file")
+        # Never quote the bytes read: the file may be anything the user pointed at.
+        _fail(where, "bad magic: the file does not start with b'GGUF'", "this is not a GGUF file")
     raw_version = cur.take(4, "the version")
     version = struct.unpack("<I", raw_version)[0]
     if version not in VERSIONS:

@@ -65,12 +65,20 @@ def header_length(prefix: bytes, file_size: int, where: str) -> int:
     if file_size < PREFIX_BYTES or len(prefix) < PREFIX_BYTES:
         _fail(where, f"file is {file_size} bytes, too short to hold a safetensors header")
     (n,) = struct.unpack("<Q", prefix[:PREFIX_BYTES])
+    # N is the file's first 8 bytes: never print it, since any file (a secret linked in as a shard)
+    # reaches this check, and the number spells out its first bytes.
     if n > MAX_HEADER_BYTES:
-        _fail(where, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte cap")
+        _fail(
+            where, f"not a safetensors file: the header length (first 8 bytes) exceeds the {MAX_HEADER_BYTES}-byte cap"
+        )
     if PREFIX_BYTES + n > file_size:
-        _fail(where, f"header length {n} runs past the end of the {file_size}-byte file (truncated?)")
+        _fail(
+            where,
+            f"not a safetensors file, or truncated: the header length (first 8 bytes) runs past the end "
+            f"of the {file_size}-byte file",
+        )
     if n < 2:
-        _fail(where, f"header length {n} cannot hold a JSON object")
+        _fail(where, "not a safetensors file: the header length (first 8 bytes) cannot hold a JSON object")
     return n
 
 
@@ -94,7 +102,12 @@ def parse_header(raw: bytes, file_size: int, where: str) -> SafetensorsHeader:
     try:
         text = raw.decode("utf-8")
         doc = json.loads(text, object_pairs_hook=_reject_duplicates)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+    except UnicodeDecodeError as exc:
+        # The codec's message quotes the offending byte: say where it is, not what it is.
+        _fail(where, f"header is not valid UTF-8 JSON (not UTF-8 at header byte {exc.start})")
+    except RecursionError:
+        _fail(where, "header is not valid UTF-8 JSON (nested too deeply)")
+    except ValueError as exc:
         _fail(where, f"header is not valid UTF-8 JSON ({type(exc).__name__}: {str(exc)[:80]})")
     if not isinstance(doc, dict):
         _fail(where, "header JSON is not an object")
