@@ -238,7 +238,7 @@ def model_info(repo: str, revision: str | None, token: str | None) -> ModelInfo:
         body = _within_deadline(repo, lambda: _api_get(url, token, {"blobs": True}))
         try:
             data = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than json's C scanner can go
             raise _Malformed("the model info is not JSON") from None
         if not isinstance(data, dict):
             raise _Malformed(f"the model info is {_json_kind(data)}, not an object")
@@ -268,7 +268,7 @@ def list_refs(repo: str, token: str | None) -> list[tuple[str, str]]:
         try:
             data = json.loads(body)
             refs = [(ref["name"], ref["targetCommit"]) for key in ("branches", "tags") for ref in data[key]]
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
             raise _Malformed(f"its list of branches and tags cannot be read ({type(exc).__name__})") from None
         if not all(isinstance(name, str) and isinstance(sha, str) and _HEX40.fullmatch(sha) for name, sha in refs):
             raise _Malformed("a branch or tag has no name or no 40-hex commit")
@@ -586,14 +586,16 @@ def _stream(
     if CONFIG in files:
         try:
             config = json.loads(_small_file(remote(CONFIG), policy))
-        except ValueError:
+        except (ValueError, RecursionError):  # a config is optional: an unreadable one is ignored
+            config = None
+        if not isinstance(config, dict):  # `[1, 2]` or `3` is no config either
             config = None
     if ST_INDEX in files:
         from .local import weight_map_of
 
         try:
             weight_map = weight_map_of(json.loads(_small_file(remote(ST_INDEX), policy)))
-        except ValueError:
+        except (ValueError, RecursionError):
             weight_map = None
         if weight_map is None:
             raise HubError(f"{repo}/{ST_INDEX}: not a valid safetensors index")

@@ -186,8 +186,24 @@ def load_config(folder: Path) -> dict[str, Any] | None:
 def _load_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        # json's C scanner recurses per nesting level: [[[[...]]]] 100k deep is hostile, not a config.
+        raise CheckpointFormatError(f"{path}: not valid JSON (nested too deeply); fix or remove it") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise CheckpointFormatError(f"{path}: not valid JSON ({exc.__class__.__name__}); fix or remove it") from None
+
+
+def _read_ref(ref: Path) -> str:
+    """A refs/ file's commit id: 40 hex digits in ASCII, so any other bytes are a damaged cache (exit 2)."""
+    try:
+        with open(ref, "rb") as f:
+            return f.read(4096).decode("ascii").strip()  # a ref is 40 bytes: never read a huge file whole
+    except UnicodeDecodeError:
+        raise BadInputError(
+            f"{ref}: not a commit id (not ASCII text); pass one snapshot folder, or download the model again"
+        ) from None
+    except OSError as exc:
+        raise BadInputError(f"{ref}: cannot read it ({exc.strerror}); check the permissions") from None
 
 
 def _resolve_hf_cache(path: Path) -> tuple[Path, str | None, str | None, str | None]:
@@ -197,7 +213,7 @@ def _resolve_hf_cache(path: Path) -> tuple[Path, str | None, str | None, str | N
         ref = path / "refs" / "main"
         snapshots = sorted((path / "snapshots").iterdir())
         if ref.is_file():
-            commit = ref.read_text(errors="replace").strip()
+            commit = _read_ref(ref)
             if not _HEX40.match(commit) or not (path / "snapshots" / commit).is_dir():
                 raise BadInputError(
                     f"{ref}: does not name a snapshot of this cache folder ({commit[:48]!r}); "
@@ -218,7 +234,7 @@ def _resolve_hf_cache(path: Path) -> tuple[Path, str | None, str | None, str | N
         refs = repo_root / "refs"
         if refs.is_dir() and commit:
             for ref in sorted(refs.rglob("*")):
-                if ref.is_file() and ref.read_text().strip() == commit:
+                if ref.is_file() and _read_ref(ref) == commit:
                     revision = ref.relative_to(refs).as_posix()
                     break
         return path, repo_id, revision, commit
