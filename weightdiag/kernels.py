@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from . import settings
+
 try:
     if os.environ.get("WEIGHTDIAG_KERNELS", "").lower() == "numpy":
         raise ImportError("numpy kernels forced by WEIGHTDIAG_KERNELS")
@@ -34,7 +36,7 @@ except ImportError:
 
 HAVE_C = _c is not None
 BACKEND = "c" if HAVE_C else "numpy"
-THREADS = max(1, int(os.environ.get("WEIGHTDIAG_THREADS") or os.cpu_count() or 1))
+THREADS: int | None = None  # None: WEIGHTDIAG_THREADS, read at call time (tests pin a number here)
 PARALLEL_MIN = 1 << 22  # elements; smaller tensors are not worth a thread hand-off
 NUMPY_CHUNK = 1 << 20  # elements per numpy step: keeps temporaries in cache
 F32_INF = 0x7F800000
@@ -54,16 +56,23 @@ def thread_budget(threads: int) -> Iterator[None]:
         _budget.threads = previous
 
 
+def threads() -> int:
+    """How many threads the kernels may use; a bad WEIGHTDIAG_THREADS is a BadInputError (exit 2), not an
+    import-time ValueError (exit 1)."""
+    return THREADS or settings.threads()
+
+
 @cache
 def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(THREADS, thread_name_prefix="weightdiag-kernel")
+    return ThreadPoolExecutor(threads(), thread_name_prefix="weightdiag-kernel")
 
 
 def _pieces(view: np.ndarray) -> list[np.ndarray]:
     """Split a 2-D view into per-thread pieces (by rows, or by columns of a single row)."""
     rows, cols = view.shape
-    threads = min(THREADS, getattr(_budget, "threads", None) or THREADS)
-    parts = min(threads, max(1, view.size // (PARALLEL_MIN // 2)))
+    limit = threads()
+    threads_ = min(limit, getattr(_budget, "threads", None) or limit)
+    parts = min(threads_, max(1, view.size // (PARALLEL_MIN // 2)))
     if parts > 1 and rows >= parts:
         bounds = np.linspace(0, rows, parts + 1).astype(int)
         return [view[a:b] for a, b in itertools.pairwise(bounds) if b > a]

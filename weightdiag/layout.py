@@ -260,16 +260,32 @@ _POST_LN_FAMILIES = {
 _GEMMA_FAMILIES = {"gemma", "gemma2", "gemma3", "gemma3_text", "recurrent_gemma"}
 
 
-def _count(config: dict[str, Any], *keys: str) -> int | None:
+MAX_CONFIG_COUNT = 1 << 40  # above any real layer, head, width or vocabulary count
+
+
+def _count(config: dict[str, Any], *keys: str, notes: list[str] | None = None) -> int | None:
     """The first of `keys` holding a positive integer; hand-edited configs with strings, floats or
-    nulls in these fields are read as if the field were absent rather than failing later."""
+    nulls in these fields are read as if the field were absent rather than failing later. Numbers
+    that cannot be a count (negative, fractional, 1e308, Infinity, 10**30) are ignored too, with a
+    note, so that no later arithmetic on them overflows."""
     for key in keys:
         value = config.get(key)
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_CONFIG_COUNT:
             return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0 and notes is not None:
+            notes.append(f"config {key}={_short(value)} ignored: not a positive integer up to 2^40")
     return None
+
+
+def _short(value: float) -> str:
+    # 10**300 as an int would fill the note; its float form is enough to recognise it.
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if abs(value) < 10**12:
+        return str(value)
+    return f"{'-' if value < 0 else ''}~2^{abs(value).bit_length() - 1}"  # str() of a huge int may raise
 
 
 @dataclass
@@ -299,7 +315,8 @@ class ArchInfo:
         return asdict(self)
 
 
-def arch_from_config(config: dict[str, Any] | None) -> ArchInfo:
+def arch_from_config(config: dict[str, Any] | None, notes: list[str] | None = None) -> ArchInfo:
+    """What config.json says about the architecture; fields that cannot be used add a line to `notes`."""
     info = ArchInfo()
     if not config:
         return info
@@ -309,26 +326,30 @@ def arch_from_config(config: dict[str, Any] | None) -> ArchInfo:
     info.family = cfg["model_type"] if isinstance(cfg.get("model_type"), str) else None
     arches = config.get("architectures")
     info.architectures = [a for a in arches if isinstance(a, str)] if isinstance(arches, list) else []
-    info.n_layers = _count(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
-    info.d_model = _count(cfg, "hidden_size", "n_embd", "d_model", "dim")
-    info.n_heads = _count(cfg, "num_attention_heads", "n_head", "n_heads", "num_heads")
-    info.n_kv_heads = _count(cfg, "num_key_value_heads", "n_kv_heads", "num_kv_heads")
+    info.n_layers = _count(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers", notes=notes)
+    info.d_model = _count(cfg, "hidden_size", "n_embd", "d_model", "dim", notes=notes)
+    info.n_heads = _count(cfg, "num_attention_heads", "n_head", "n_heads", "num_heads", notes=notes)
+    info.n_kv_heads = _count(cfg, "num_key_value_heads", "n_kv_heads", "num_kv_heads", notes=notes)
     if info.n_kv_heads is None and cfg.get("multi_query"):
         info.n_kv_heads = 1
     if info.n_kv_heads is None and info.n_heads is not None:
         info.n_kv_heads = info.n_heads
-    info.head_dim = _count(cfg, "head_dim")
+    info.head_dim = _count(cfg, "head_dim", notes=notes)
     if info.head_dim is None and info.d_model and info.n_heads:
         info.head_dim = info.d_model // info.n_heads
-    ffn = _count(cfg, "intermediate_size", "n_inner", "ffn_hidden_size", "mlp_hidden_size", "ffn_dim")
+    ffn = _count(cfg, "intermediate_size", "n_inner", "ffn_hidden_size", "mlp_hidden_size", "ffn_dim", notes=notes)
     ratio = cfg.get("mlp_ratio")
-    if ffn is None and info.d_model and isinstance(ratio, (int, float)) and ratio > 0:
-        ffn = int(ratio * info.d_model)
+    if ffn is None and info.d_model and isinstance(ratio, (int, float)) and not isinstance(ratio, bool):
+        ffn = int(ratio * info.d_model) if 0 < ratio <= 1000 else None  # 1e308 x d_model is inf: int() overflows
+        if ffn is None or not 0 < ffn <= MAX_CONFIG_COUNT:
+            ffn = None
+            if notes is not None:
+                notes.append(f"config mlp_ratio={_short(ratio)} ignored: not a ratio between 0 and 1000")
     if ffn is None and info.d_model and info.family == "gpt2":
         ffn = 4 * info.d_model
     info.ffn_size = ffn
-    info.vocab_size = _count(cfg, "vocab_size")
-    info.n_experts = _count(cfg, "num_local_experts", "num_experts", "n_routed_experts")
+    info.vocab_size = _count(cfg, "vocab_size", notes=notes)
+    info.n_experts = _count(cfg, "num_local_experts", "num_experts", "n_routed_experts", notes=notes)
     if "rms_norm_eps" in cfg or cfg.get("layer_norm_type") == "rms" or str(cfg.get("norm_type", "")).startswith("rms"):
         info.norm_type = "rmsnorm"
     elif any(k in cfg for k in ("layer_norm_eps", "layer_norm_epsilon", "layernorm_epsilon")):

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
+from . import __version__, kernels
 from .codes import BIN_EDGES, HIST_BINS
 from .device import resolve_device
 from .diagnose import lambda_axis
@@ -147,8 +147,11 @@ def fit_plan(
 ) -> dict[str, Any]:
     """Stream every selected tensor of `plan` through the reducer and build the row."""
     options.validate()
+    kernels.threads()  # a bad WEIGHTDIAG_THREADS fails here, before any tensor is read
     device = resolve_device(options.device)
-    arch = complete_arch(arch_from_config(plan.config), [(t.name, t.shape) for t in plan.tensors])
+    config_notes: list[str] = []  # config fields ignored as unusable (1e308, Infinity, negative)
+    arch = complete_arch(arch_from_config(plan.config, config_notes), [(t.name, t.shape) for t in plan.tensors])
+    plan.notes.extend(n for n in config_notes if n not in plan.notes)  # the row's notes say what was ignored
     work, skipped = plan_work(plan, arch, options)
     if not work:
         raise BadInputError(

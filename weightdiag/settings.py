@@ -31,3 +31,22 @@ def http_timeout() -> float:
     abandoned and retried once, so a stalled or trickling server ends the command within about twice it.
     """
     return _positive_float("WEIGHTDIAG_HTTP_TIMEOUT", 45.0)
+
+
+MAX_THREADS = 1024
+
+
+def threads() -> int:
+    """WEIGHTDIAG_THREADS (default: the CPU count): threads for the reduction kernels, 1 to 1024."""
+    raw = os.environ.get("WEIGHTDIAG_THREADS", "").strip()
+    if not raw:
+        return max(1, os.cpu_count() or 1)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_THREADS:
+        raise BadInputError(
+            f"WEIGHTDIAG_THREADS={raw[:40]!r}: expected a whole number of threads from 1 to {MAX_THREADS}"
+        )
+    return value

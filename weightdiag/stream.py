@@ -154,7 +154,7 @@ def reduce_chunked(
 
     else:  # slow to get (network): connections keep reading while the cores reduce what has landed
         fetch_pool = ThreadPoolExecutor(reader.workers, thread_name_prefix="weightdiag-fetch")
-        reduce_pool = ThreadPoolExecutor(kernels.THREADS, thread_name_prefix="weightdiag-reduce")
+        reduce_pool = ThreadPoolExecutor(kernels.threads(), thread_name_prefix="weightdiag-reduce")
         pools += [fetch_pool, reduce_pool]
         # Buffers go to chunks in file order (the reader sees to it), so queueing more chunks than
         # buffers is safe: the next one starts reading as soon as any buffer is free.
