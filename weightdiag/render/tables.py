@@ -97,7 +97,7 @@ class FitProgress:
             )
 
             self._progress = Progress(
-                TextColumn("[bold]{task.description}"),
+                TextColumn("{task.description}", style="bold", markup=False),  # the model id, as given
                 BarColumn(),
                 TextColumn("{task.fields[done]}/{task.fields[tensors]} tensors"),
                 DownloadColumn(),
