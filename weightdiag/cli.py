@@ -40,7 +40,8 @@ def _console(err: bool) -> "Console":
 
     stream = sys.stderr if err else sys.stdout
     # Rich falls back to 80 columns when output is not a terminal; tables need more.
-    return Console(stderr=err, width=None if stream.isatty() else 140)
+    # emoji=False: paths and model ids are printed as given (`/tmp/p:fire:q` is no emoji code).
+    return Console(stderr=err, width=None if stream.isatty() else 140, emoji=False)
 
 
 def _stderr() -> "Console":
@@ -257,6 +258,8 @@ def check(
     # Check --connections up front (the model may be a row file, never fitted); the protocol comes from
     # the baseline row and is checked only when a fit needs it, as before.
     FitOptions(connections=connections).validate()
+    if junit is not None and junit.is_dir():  # before the fit: a folder cannot take the report
+        raise BadInputError(f"--junit {junit}: is a folder; give a file path such as {junit / 'weightdiag.xml'}")
     base = load_row(baseline)
     options = FitOptions(protocol=base["protocol"]["name"], device=device, connections=connections)
     progress = FitProgress(_stderr(), enabled=not quiet and _stderr().is_terminal)
@@ -266,8 +269,13 @@ def check(
         progress.close()
     result = check_rows(row, base, tol_k, tol_lambda)
     if junit:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(junit_xml(result))
+        try:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            junit.write_text(junit_xml(result))
+        except OSError as exc:  # exit 2, not 1: 1 means the check found a regression
+            raise BadInputError(
+                f"--junit {junit}: cannot write it ({exc.strerror or type(exc).__name__}); give a writable file path"
+            ) from None
     if as_json:
         _print_json(result)
     elif result["passed"] and not show_all:
@@ -338,6 +346,8 @@ def db_export(
 
     if fmt not in ("csv", "jsonl"):
         raise BadInputError(f"--format {fmt!r}: choose csv or jsonl")
+    if output is not None and output.is_dir():
+        raise BadInputError(f"--output {output}: is a folder; give a file path such as {output / ('rows.' + fmt)}")
     records = [flat_record(r) for r in all_rows(db, cohorts=not fitted_only)]
     buffer = io.StringIO()
     if fmt == "jsonl":
@@ -351,7 +361,12 @@ def db_export(
         writer.writeheader()
         writer.writerows(records)
     if output:
-        write_text_atomic(output, buffer.getvalue())
+        try:
+            write_text_atomic(output, buffer.getvalue())
+        except OSError as exc:  # a folder, /proc, a read-only place: the user's path (exit 2), not a bug
+            raise BadInputError(
+                f"--output {output}: cannot write it ({exc.strerror or type(exc).__name__}); give a writable file path"
+            ) from None
         _stderr().print(f"{len(records)} rows written to {output}", markup=False)
     else:
         sys.stdout.write(buffer.getvalue())
