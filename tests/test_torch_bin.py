@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import io
+import os
 import pickle
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from weightdiag.errors import CheckpointFormatError
+from weightdiag.errors import BadInputError, CheckpointFormatError
 from weightdiag.pipeline import FitOptions, fit_path
 from weightdiag.reduce import reduce_array
 from weightdiag.source.local import open_local
@@ -85,3 +91,201 @@ def test_a_bin_index_with_a_bad_weight_map_is_a_format_error(tmp_path):
     (tmp_path / "pytorch_model.bin.index.json").write_text('{"weight_map": {"a.weight": 3}}')
     with pytest.raises(CheckpointFormatError, match="no valid weight_map"):
         open_local(tmp_path)
+
+
+# --- hostile and malformed files (issue 13) -------------------------------------------------------------------
+
+
+def _save(state: dict, path: Path, legacy: bool) -> Path:
+    torch.save(state, path, _use_new_zipfile_serialization=not legacy)
+    return path
+
+
+def _patch_pickle(path: Path, old: bytes, new: bytes) -> None:
+    """Replace the first `old` in the checkpoint's pickle (rewriting data.pkl inside a zip checkpoint)."""
+    data = path.read_bytes()
+    if not data.startswith(b"PK"):
+        assert old in data
+        path.write_bytes(data.replace(old, new, 1))
+        return
+    with zipfile.ZipFile(path) as z:
+        entries = [(info.filename, z.read(info)) for info in z.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for name, content in entries:
+            if name.endswith("/data.pkl"):
+                assert old in content
+                content = content.replace(old, new, 1)
+            z.writestr(name, content)
+
+
+class _Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+FORMATS = pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
+
+
+@FORMATS
+def test_an_os_system_payload_never_runs(tmp_path, legacy):
+    marker = tmp_path / "MARKER"
+    model = tmp_path / "model"
+    model.mkdir()
+    bin_path = _save({"w": torch.zeros(2, 2), "x": _Payload(marker)}, model / "pytorch_model.bin", legacy)
+    with pytest.raises(CheckpointFormatError, match="restricted unpickler"):
+        open_local(model)
+    out = run_cli("fit", str(model), "--no-save")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert not marker.exists()
+    torch.load(bin_path, weights_only=False)  # the payload is live: an unrestricted load runs it
+    assert marker.exists()
+
+
+@FORMATS
+def test_float8_and_uint16_tensors_are_read_or_skipped(tmp_path, legacy):
+    # Legacy files save these dtypes as untyped storages, which torch.load's own legacy path cannot read.
+    w8 = torch.randn(32, 16, generator=torch.Generator().manual_seed(1)).to(torch.float8_e5m2)
+    state = {
+        "model.layers.0.mlp.up_proj.weight": w8,
+        "model.layers.0.mlp.down_proj.weight": torch.randn(16, 32).to(torch.float8_e4m3fn),
+        "model.layers.0.self_attn.q_proj.weight": torch.randn(16, 16),
+        "u16": torch.arange(6).to(torch.uint16),
+        "c128": torch.zeros(3, dtype=torch.complex128),
+    }
+    _save(state, tmp_path / "pytorch_model.bin", legacy)
+    plan, reader = open_local(tmp_path)
+    ref = next(r for r in plan.tensors if r.name == "model.layers.0.mlp.up_proj.weight")
+    raw = np.empty(ref.nbytes, dtype=np.uint8)
+    reader.read_into(ref, raw)
+    assert np.array_equal(raw, w8.view(torch.uint8).numpy().reshape(-1))
+    row = fit_path(str(tmp_path), FitOptions(device="cpu"))
+    assert {m["kind"] for m in row["matrices"]} == {"up", "down", "q"}
+    reasons = {s["name"]: s["reason"] for s in row["skipped"]}
+    assert reasons == {"u16": "non-float dtype U16", "c128": "unsupported tensor type TORCH_COMPLEX128"}
+
+
+VIEWS = {
+    "expand": lambda: torch.zeros(1).expand(1 << 20, 1 << 20),  # 4 TiB if it were materialised
+    "overlap": lambda: torch.zeros(100).as_strided((1 << 20, 50), (0, 1)),
+    "diagonal-overlap": lambda: torch.zeros(100).as_strided((50, 50), (1, 1)),
+}
+
+
+@FORMATS
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_broadcast_and_overlapping_views_are_refused_without_expanding(tmp_path, legacy, view):
+    _save({"model.layers.0.mlp.up_proj.weight": VIEWS[view]()}, tmp_path / "pytorch_model.bin", legacy)
+    assert (tmp_path / "pytorch_model.bin").stat().st_size < 3000
+    with pytest.raises(CheckpointFormatError, match=r"broadcast or overlapping view .*\.contiguous\(\)"):
+        open_local(tmp_path)
+
+
+def test_a_broadcast_view_is_one_line_exit_2(tmp_path):
+    _save({"w": torch.zeros(1).expand(16384, 16384)}, tmp_path / "pytorch_model.bin", legacy=False)
+    out = run_cli("fit", str(tmp_path), "--no-save")
+    assert out.returncode == 2 and "broadcast or overlapping view" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+@FORMATS
+def test_strided_views_and_shared_storages_are_read_exactly(tmp_path, legacy):
+    base = torch.randn(12, 10, generator=torch.Generator().manual_seed(2))
+    emb = torch.randn(20, 8)
+    state = {
+        "model.layers.0.mlp.up_proj.weight": base.t(),
+        "model.layers.0.mlp.down_proj.weight": base[2:9, 1:7],
+        "model.embed_tokens.weight": emb,
+        "lm_head.weight": emb,  # tied: one storage, two tensors
+    }
+    _save(state, tmp_path / "pytorch_model.bin", legacy)
+    plan, reader = open_local(tmp_path)
+    assert len(plan.tensors) == 4
+    for ref in plan.tensors:
+        raw = np.empty(ref.nbytes, dtype=np.uint8)
+        reader.read_into(ref, raw)
+        assert np.array_equal(raw.view(np.float32).reshape(ref.shape), state[ref.name].numpy()), ref.name
+
+
+@FORMATS
+def test_a_tensor_reaching_past_its_storage_is_refused(tmp_path, legacy):
+    path = _save({"w": torch.zeros(4, 4)}, tmp_path / "pytorch_model.bin", legacy)
+    _patch_pickle(path, b"K\x04K\x04\x86", b"K\x28K\x04\x86")  # shape (4, 4) -> (40, 4) over 16 elements
+    with pytest.raises(CheckpointFormatError, match=str(path)):
+        open_local(tmp_path)
+
+
+def test_a_legacy_storage_larger_than_the_file_is_refused_before_allocating(tmp_path):
+    path = _save({"w": torch.zeros(16, 16)}, tmp_path / "pytorch_model.bin", legacy=True)
+    _patch_pickle(path, b"M\x00\x01", b"J\x00\x00\x00\x7f")  # storage of 256 elements -> 2**30 (4 GiB)
+    with pytest.raises(CheckpointFormatError, match="claim more bytes than the file holds"):
+        open_local(tmp_path)
+
+
+def _fuzz_bases(marker: Path) -> list[bytes]:
+    rng = torch.Generator().manual_seed(3)
+    state = {
+        "model.layers.0.mlp.up_proj.weight": torch.randn(8, 6, generator=rng),
+        "model.layers.0.mlp.down_proj.weight": torch.randn(6, 8, generator=rng).to(torch.bfloat16),
+        "model.layers.0.mlp.gate_proj.weight": torch.randn(6, 8, generator=rng).to(torch.float8_e4m3fn),
+        "model.norm.weight": torch.ones(6, dtype=torch.float16),
+        "ids": torch.arange(5),
+    }
+    state["lm_head.weight"] = state["model.layers.0.mlp.up_proj.weight"]
+    bases = []
+    for legacy in (False, True):
+        for extra in ({}, {"x": _Payload(marker)}):
+            buf = io.BytesIO()
+            torch.save({**state, **extra}, buf, _use_new_zipfile_serialization=not legacy)
+            bases.append(buf.getvalue())
+    return bases
+
+
+_EDIT = st.tuples(st.sampled_from(["flip", "insert", "truncate"]), st.floats(0, 1), st.binary(min_size=1, max_size=8))
+
+
+def _mutate(data: bytes, edits: list[tuple[str, float, bytes]]) -> bytes:
+    out = bytearray(data)
+    for op, where, payload in edits:
+        i = min(int(where * len(out)), max(len(out) - 1, 0))
+        if op == "flip" and out:
+            out[i] ^= payload[0] or 0xFF
+        elif op == "insert":
+            out[i:i] = payload
+        else:
+            del out[i:]
+    return bytes(out)
+
+
+def test_mutated_pickles_are_read_or_refused_as_bad_input(tmp_path):
+    marker = tmp_path / "MARKER"
+    bases = _fuzz_bases(marker)
+    model = tmp_path / "model"
+    model.mkdir()
+
+    @settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+    @given(base=st.integers(0, len(bases) - 1), edits=st.lists(_EDIT, min_size=1, max_size=4))
+    def check(base: int, edits: list[tuple[str, float, bytes]]) -> None:
+        (model / "pytorch_model.bin").write_bytes(_mutate(bases[base], edits))
+        try:
+            plan, reader = open_local(model)
+            for ref in plan.tensors:
+                if ref.dtype.fittable and ref.numel:
+                    reader.read_into(ref, np.empty(ref.nbytes, dtype=np.uint8))
+            reader.close()
+        except BadInputError as exc:
+            assert "\n" not in str(exc)
+        assert not marker.exists()
+
+    check()
+
+
+def test_a_mutated_legacy_pickle_is_one_line_exit_2(tmp_path):
+    data = _save({"w": torch.zeros(8, 8)}, tmp_path / "pytorch_model.bin", legacy=True).read_bytes()
+    # Cut inside the main pickle: torch's own legacy loader raised struct.error/IndexError here (exit 1).
+    (tmp_path / "pytorch_model.bin").write_bytes(data[: len(data) // 3])
+    out = run_cli("fit", str(tmp_path), "--no-save")
+    assert out.returncode == 2 and "pytorch_model.bin" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr

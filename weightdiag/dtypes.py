@@ -55,4 +55,6 @@ def skip_reason(dtype: DType) -> str:
     """Why a tensor of this dtype is not fitted (for the row's `skipped` list)."""
     if dtype.kind in ("int", "bool"):
         return f"non-float dtype {dtype.name}"
+    if dtype.kind == "other":  # torch-only types (complex128, quantized, sparse) from .bin checkpoints
+        return f"unsupported tensor type {dtype.name}"
     return f"float format {dtype.name} is not supported for fitting yet"

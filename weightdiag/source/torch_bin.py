@@ -29,15 +29,27 @@ _TORCH_DTYPES = {
     "int32": "I32",
     "int16": "I16",
     "int8": "I8",
+    "uint64": "U64",
+    "uint32": "U32",
+    "uint16": "U16",
     "uint8": "U8",
     "bool": "BOOL",
     "float8_e4m3fn": "F8_E4M3",
     "float8_e5m2": "F8_E5M2",
+    "float8_e4m3fnuz": "F8_E4M3FNUZ",
+    "float8_e5m2fnuz": "F8_E5M2FNUZ",
+    "float8_e8m0fnu": "F8_E8M0",
     "complex64": "C64",
 }
-_UNKNOWN = DType("TORCH_OTHER", 8, "other", False)
 
-NOTE = "pytorch .bin read with torch.load(weights_only=True, mmap=True) (restricted unpickler)"
+NOTE = (
+    "pytorch .bin read with torch's restricted unpickler (zip: torch.load(weights_only=True, mmap=True); "
+    "legacy non-zip: the same unpickler, storages bounded by the file size)"
+)
+
+_ZIP_MAGIC = b"PK\x03\x04"
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER
+_LEGACY_PROTOCOL = 1001
 
 
 def bin_shards(folder: Path) -> tuple[list[str], Path | None]:
@@ -48,16 +60,81 @@ def bin_shards(folder: Path) -> tuple[list[str], Path | None]:
     return sorted(p.name for p in folder.glob("pytorch_model*.bin") if p.is_file()), None
 
 
+def _legacy_load(torch: Any, path: Path) -> Any:
+    """Read a legacy (non-zip) checkpoint with torch's restricted unpickler.
+
+    torch.load's own legacy path fails (AttributeError) on storages saved untyped (float8, uint16..)
+    and allocates whatever size a storage claims; here every claimed storage must fit in the file
+    before it is allocated, so memory stays bounded by the file size.
+    """
+    from torch import _weights_only_unpickler as restricted
+
+    file_size = path.stat().st_size
+    storages: dict[str, Any] = {}
+    claimed = 0
+
+    def persistent_load(pid: Any) -> Any:
+        nonlocal claimed
+        if not (isinstance(pid, tuple) and len(pid) == 6):
+            raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (bad storage reference)")
+        _, storage_type, key, _location, numel, view = pid
+        # Untyped storages (dtypes without a typed storage class) are saved in bytes.
+        dtype = getattr(storage_type, "dtype", torch.uint8)
+        if not isinstance(dtype, torch.dtype) or not isinstance(key, str) or type(numel) is not int or numel < 0:
+            raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (bad storage reference)")
+        if key not in storages:
+            nbytes = numel * dtype.itemsize
+            claimed += nbytes
+            if claimed > file_size:
+                raise CheckpointFormatError(
+                    f"{path}: its storages claim more bytes than the file holds ({file_size}); the file is corrupt"
+                )
+            storages[key] = torch.storage.TypedStorage(
+                wrap_storage=torch.UntypedStorage(nbytes), dtype=dtype, _internal=True
+            )
+        storage = storages[key]
+        if view is None:
+            return storage
+        if not (isinstance(view, tuple) and len(view) == 3 and all(type(v) is int and v >= 0 for v in view[1:])):
+            raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (bad storage view)")
+        start, size = view[1] * storage.element_size(), view[2] * storage.element_size()
+        if start + size > storage.nbytes():
+            raise CheckpointFormatError(f"{path}: a storage view reaches past its storage; the file is corrupt")
+        return torch.storage.TypedStorage(
+            wrap_storage=storage._untyped_storage[start : start + size], dtype=storage.dtype, _internal=True
+        )
+
+    with open(path, "rb") as f:
+        if restricted.load(f, encoding="utf-8") != _LEGACY_MAGIC:
+            raise CheckpointFormatError(f"{path}: not a torch checkpoint (no zip archive, no legacy magic number)")
+        if restricted.load(f, encoding="utf-8") != _LEGACY_PROTOCOL:
+            raise CheckpointFormatError(f"{path}: unknown legacy torch serialization protocol")
+        restricted.load(f, encoding="utf-8")  # sys info (endianness, type sizes): written by every torch the same
+        unpickler = restricted.Unpickler(f, encoding="utf-8")
+        unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
+        result = unpickler.load()
+        keys = restricted.load(f, encoding="utf-8")
+        if not isinstance(keys, list) or set(keys) != set(storages) or len(keys) != len(storages):
+            raise CheckpointFormatError(f"{path}: its storage list does not match its tensors; the file is corrupt")
+        for key in keys:
+            storage = storages[key]
+            count = int.from_bytes(f.read(8), "little", signed=True)
+            if count * storage.element_size() != storage.nbytes():
+                raise CheckpointFormatError(f"{path}: storage {key!r} has the wrong size; the file is corrupt")
+            data = torch.empty(0, dtype=torch.uint8).set_(storage._untyped_storage).numpy()
+            if f.readinto(memoryview(data)) != data.nbytes:
+                raise CheckpointFormatError(f"{path}: truncated (storage {key!r} ends past the end of the file)")
+    return result
+
+
 def _restricted_load(torch: Any, path: Path) -> Any:
+    with open(path, "rb") as f:
+        is_zip = f.read(4) == _ZIP_MAGIC
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch's notes on pickle protocols: not the user's concern
-        try:
+        if is_zip:
             return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as exc:
-            if "zipfile" not in str(exc) and "mmap" not in str(exc):
-                raise
-        # Legacy (pre-1.6, non-zip) serialization cannot be mapped: that shard is read whole.
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return _legacy_load(torch, path)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -67,6 +144,8 @@ def _load(path: Path) -> dict[str, Any]:
 
     try:
         state = _restricted_load(torch, path)
+    except CheckpointFormatError:
+        raise
     except pickle.UnpicklingError as exc:
         if "unsupported global" in str(exc).lower() or "not an allowed global" in str(exc).lower():
             raise CheckpointFormatError(
@@ -74,13 +153,59 @@ def _load(path: Path) -> dict[str, Any]:
                 "only plain tensor checkpoints are read: convert it to safetensors"
             ) from None
         raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (corrupt pickle)") from None
-    except (RuntimeError, OSError, ValueError, EOFError) as exc:
+    except Exception as exc:
+        # The unpickler and torch's rebuild functions run on untrusted bytes: a malformed file surfaces as
+        # any exception (IndexError, KeyError, struct.error, AssertionError, MemoryError...), never as code run.
         raise CheckpointFormatError(f"{path}: not a readable torch checkpoint ({exc.__class__.__name__})") from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict):
         raise CheckpointFormatError(f"{path}: holds a {type(state).__name__}, not a state dict of tensors")
-    return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    for key, tensor in tensors.items():
+        if not isinstance(key, str):
+            raise CheckpointFormatError(f"{path}: a tensor is named by a {type(key).__name__}, not a string")
+        _check_strides(path, key, tensor)
+    return tensors
+
+
+def _check_strides(path: Path, key: str, t: Any) -> None:
+    """Refuse tensors that claim more elements than their storage holds.
+
+    A broadcast view (stride 0) or self-overlapping strides would make a tiny file expand into
+    gigabytes when read; bounds are checked again here rather than trusting the rebuild.
+    """
+    import torch
+
+    if t.layout != torch.strided or t.is_quantized or t.numel() == 0:
+        return  # not read: skipped by dtype, or empty
+    size, stride, offset = t.shape, t.stride(), t.storage_offset()
+    if offset < 0 or any(s < 0 for s in stride):
+        raise CheckpointFormatError(f"{path}: tensor {key!r} has a negative offset or stride; the file is corrupt")
+    last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+    if (last + 1) * t.element_size() > t.untyped_storage().nbytes():
+        raise CheckpointFormatError(f"{path}: tensor {key!r} reaches past the end of its storage; the file is corrupt")
+    extent = 0  # elements spanned by the dimensions taken so far, smallest stride first
+    for n, s in sorted((d for d in zip(size, stride, strict=True) if d[0] > 1), key=lambda d: d[1]):
+        if s <= extent:
+            raise CheckpointFormatError(
+                f"{path}: tensor {key!r} (shape {list(size)}, stride {list(stride)}) is a broadcast or overlapping "
+                "view that shares storage between its own elements; weightdiag does not expand it: save the "
+                "tensor with .contiguous() (or .clone()) or convert the checkpoint to safetensors"
+            )
+        extent += (n - 1) * s
+    return
+
+
+def _dtype_of(tensor: Any) -> DType:
+    import torch
+
+    name = str(tensor.dtype).removeprefix("torch.")
+    if tensor.layout != torch.strided:
+        return DType(f"TORCH_{str(tensor.layout).removeprefix('torch.').upper()}", 8, "other", False)
+    known = DTYPES.get(_TORCH_DTYPES.get(name, ""))
+    # Others (complex128, quantized, sub-byte) are listed in the plan and skipped under their torch name.
+    return known or DType(f"TORCH_{name.upper()}", max(tensor.element_size(), 1) * 8, "other", False)
 
 
 class TorchBinReader:
@@ -92,12 +217,9 @@ class TorchBinReader:
     def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
         import torch
 
-        t = self._states[ref.shard][ref.name].contiguous()
-        if t.dtype == torch.bfloat16:
-            t = t.view(torch.int16)
-        elif t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2, torch.bool):
-            t = t.view(torch.uint8)
-        out[:] = t.reshape(-1).numpy().view(np.uint8)
+        t = self._states[ref.shard][ref.name]
+        # Straight into `out`: no contiguous() copy of the tensor first (strides were checked on load).
+        torch.from_numpy(out.reshape(-1)[: ref.nbytes]).view(t.dtype).view(t.shape).copy_(t)
 
     def close(self) -> None:
         self._states.clear()
@@ -121,7 +243,7 @@ def open_torch_bin(
             if key in seen:
                 raise CheckpointFormatError(f"tensor {key!r} appears in two shards; the folder mixes checkpoints")
             seen.add(key)
-            dtype = DTYPES.get(_TORCH_DTYPES.get(str(tensor.dtype).removeprefix("torch."), ""), _UNKNOWN)
+            dtype = _dtype_of(tensor)
             nbytes = math.prod(tensor.shape) * max(dtype.bits // 8, 1)
             refs.append(TensorRef(key, dtype, tuple(tensor.shape), i, 0, nbytes))
     config = load_config(folder)
