@@ -269,13 +269,13 @@ def _count(config: dict[str, Any], *keys: str, notes: list[str] | None = None) -
     that cannot be a count (negative, fractional, 1e308, Infinity, 10**30) are ignored too, with a
     note, so that no later arithmetic on them overflows."""
     for key in keys:
-        value = config.get(key)
+        given = value = config.get(key)
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_CONFIG_COUNT:
             return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0 and notes is not None:
-            notes.append(f"config {key}={_short(value)} ignored: not a positive integer up to 2^40")
+        if isinstance(given, (int, float)) and not isinstance(given, bool) and given != 0 and notes is not None:
+            notes.append(f"config {key}={_short(given)} ignored: not a positive integer up to 2^40")
     return None
 
 
