@@ -89,9 +89,10 @@ def _legacy_load(torch: Any, path: Path) -> Any:
                 raise CheckpointFormatError(
                     f"{path}: its storages claim more bytes than the file holds ({file_size}); the file is corrupt"
                 )
-            storages[key] = torch.storage.TypedStorage(
-                wrap_storage=torch.UntypedStorage(nbytes), dtype=dtype, _internal=True
-            )
+            # Backed by numpy, the storage is not resizable: a tensor claiming more than its storage makes
+            # set_() fail instead of silently growing the allocation.
+            untyped = torch.from_numpy(np.empty(nbytes, dtype=np.uint8)).untyped_storage()
+            storages[key] = torch.storage.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
         storage = storages[key]
         if view is None:
             return storage
@@ -120,10 +121,10 @@ def _legacy_load(torch: Any, path: Path) -> Any:
             storage = storages[key]
             count = int.from_bytes(f.read(8), "little", signed=True)
             if count * storage.element_size() != storage.nbytes():
-                raise CheckpointFormatError(f"{path}: storage {key!r} has the wrong size; the file is corrupt")
+                raise CheckpointFormatError(f"{path}: a storage has the wrong size; the file is corrupt")
             data = torch.empty(0, dtype=torch.uint8).set_(storage._untyped_storage).numpy()
             if f.readinto(memoryview(data)) != data.nbytes:
-                raise CheckpointFormatError(f"{path}: truncated (storage {key!r} ends past the end of the file)")
+                raise CheckpointFormatError(f"{path}: truncated (a storage ends past the end of the file)")
     return result
 
 
@@ -153,6 +154,13 @@ def _load(path: Path) -> dict[str, Any]:
                 "only plain tensor checkpoints are read: convert it to safetensors"
             ) from None
         raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (corrupt pickle)") from None
+    except RuntimeError as exc:
+        if "not resizable" in str(exc) or "out of bounds for storage" in str(exc):
+            raise CheckpointFormatError(
+                f"{path}: a tensor reaches past the end of its storage (shape x stride larger than the data); "
+                "the file is corrupt"
+            ) from None
+        raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (RuntimeError)") from None
     except Exception as exc:
         # The unpickler and torch's rebuild functions run on untrusted bytes: a malformed file surfaces as
         # any exception (IndexError, KeyError, struct.error, AssertionError, MemoryError...), never as code run.
@@ -177,7 +185,7 @@ def _check_strides(path: Path, key: str, t: Any) -> None:
     """
     import torch
 
-    if t.layout != torch.strided or t.is_quantized or t.numel() == 0:
+    if t.layout != torch.strided or t.is_quantized or t.is_nested or t.numel() == 0:
         return  # not read: skipped by dtype, or empty
     size, stride, offset = t.shape, t.stride(), t.storage_offset()
     if offset < 0 or any(s < 0 for s in stride):
@@ -201,6 +209,8 @@ def _dtype_of(tensor: Any) -> DType:
     import torch
 
     name = str(tensor.dtype).removeprefix("torch.")
+    if tensor.is_nested:
+        return DType("TORCH_NESTED", 8, "other", False)
     if tensor.layout != torch.strided:
         return DType(f"TORCH_{str(tensor.layout).removeprefix('torch.').upper()}", 8, "other", False)
     known = DTYPES.get(_TORCH_DTYPES.get(name, ""))
@@ -244,8 +254,9 @@ def open_torch_bin(
                 raise CheckpointFormatError(f"tensor {key!r} appears in two shards; the folder mixes checkpoints")
             seen.add(key)
             dtype = _dtype_of(tensor)
-            nbytes = math.prod(tensor.shape) * max(dtype.bits // 8, 1)
-            refs.append(TensorRef(key, dtype, tuple(tensor.shape), i, 0, nbytes))
+            shape = () if tensor.is_nested else tuple(tensor.shape)  # nested: no single shape (skipped)
+            nbytes = math.prod(shape) * max(dtype.bits // 8, 1)
+            refs.append(TensorRef(key, dtype, shape, i, 0, nbytes))
     config = load_config(folder)
     plan = ModelPlan(
         model_id=model_id or default_model_id(folder.resolve()),
