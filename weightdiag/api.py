@@ -43,6 +43,8 @@ def open_model(
     download: bool = False,
 ):
     """Resolve a model spec to (plan, reader): local path first, else a Hub repo id."""
+    if not spec.strip():  # Path("") is the current folder: an empty argument must not fit it
+        raise BadInputError("empty model: give a .safetensors file, a model folder or a Hub id ORG/NAME[@REVISION]")
     path = Path(spec).expanduser()
     if path.exists():
         from .source.local import open_local

@@ -69,9 +69,18 @@ def _root(
     pass
 
 
+def _db_path(value: str) -> Path:
+    # Path("") is Path("."): without this, `--db ""` would quietly write to ./rows.
+    if not value.strip():
+        from .errors import BadInputError
+
+        raise BadInputError("--db '': give a database folder (or leave --db out for $WEIGHTDIAG_DB, else ./DATABASE)")
+    return Path(value)
+
+
 DbOption = Annotated[
     Path | None,
-    typer.Option("--db", help="Database folder (default: $WEIGHTDIAG_DB, else ./DATABASE)."),
+    typer.Option("--db", parser=_db_path, help="Database folder (default: $WEIGHTDIAG_DB, else ./DATABASE)."),
 ]
 # Range-checked by FitOptions.validate (1..64), so a bad value is one error line with exit code 2.
 ConnectionsOption = Annotated[
