@@ -1,19 +1,30 @@
 """The database folder: rows as JSON files, written atomically, found by model and revision.
 
 Layout under the database folder (default $WEIGHTDIAG_DB, else ./DATABASE):
-    rows/<model-slug>@<revision-slug>[.<protocol>].json   fitted rows (one per model@revision)
-A reader never sees a half-written row: rows are written to a temporary file in the same folder,
-flushed to disk, then renamed over the final name (atomic on POSIX and Windows).
+    rows/<model>@<revision>[.<protocol>].json   fitted rows (one per model@revision@protocol)
+Each name part is the readable slug of the id ('EleutherAI/pythia-70m' -> 'EleutherAI--pythia-70m'),
+followed by '~' and 12 hex digits of the sha256 of the exact text whenever the slug alone would not
+give the text back (other characters, '--' in the id, non-ASCII, too long): distinct ids never share
+a file, and names stay bounded (MAX_ROW_NAME bytes). Rows written under the earlier, lossy names
+stay readable (readers take the id from inside the row) and are replaced by the next fit of the
+same model.
+A reader never sees a half-written row: rows are written to a temporary file in the same folder
+(.<name>.<host>-<pid>.<random>.tmp), flushed to disk, then renamed over the final name (atomic on
+POSIX). Temporary files left by a killed writer are removed by the next write.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator
+import sys
+import time
+import unicodedata
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +39,77 @@ def default_db_dir() -> Path:
 
 
 def slug(text: str) -> str:
-    """File-name-safe form of a model id or revision ('EleutherAI/pythia-70m' -> 'EleutherAI--pythia-70m')."""
+    """File-name-safe form of a model id or revision ('EleutherAI/pythia-70m' -> 'EleutherAI--pythia-70m').
+
+    Lossy ('team/llama' and 'team--llama' give the same slug): row names add a hash where it is (name_part).
+    """
     text = text.replace("/", "--")
     return re.sub(r"[^A-Za-z0-9._+-]", "_", text).strip("._") or "_"
 
 
-def row_filename(row: dict[str, Any]) -> str:
+HASH_CHARS = 12  # 48 bits of sha256: only ids with the same readable stem compete
+ID_BYTES = 80  # readable stem of the model id, in UTF-8 bytes
+REVISION_BYTES = 64  # a 40-hex commit fits whole
+# <id stem>~<hash>@<revision stem>~<hash>.<protocol>.json, with room for the temporary-file decorations
+# (1 + 8 + 1 + 10 + 1 + 8 + 4 bytes) below the 255-byte NAME_MAX of common file systems.
+MAX_ROW_NAME = 200
+STALE_TEMP_SECONDS = 600.0  # a temporary row file this old is abandoned whoever wrote it
+# The protocol suffix follows the revision: a plain revision may not end like one (fit.PROTOCOLS,
+# not imported: it pulls in numpy, and `db list` needs none).
+_PROTOCOL_SUFFIXES = (".hist1024", ".exact")
+TEST_WRITE_DELAY_ENV = "WEIGHTDIAG_TEST_ROW_WRITE_DELAY"  # test-only: seconds between temp write and rename
+
+
+@functools.cache
+def _unicode_names() -> bool:
+    # Letters of any script stay readable where file names are UTF-8; elsewhere they would not encode.
+    return sys.getfilesystemencoding().lower().replace("-", "") == "utf8"
+
+
+def _stem(text: str, limit: int) -> str:
+    """The readable part of a name: slug(), keeping letters and digits of any script, at most `limit` bytes."""
+    unicode_ok = _unicode_names()
+    text = unicodedata.normalize("NFC", text.replace("/", "--"))
+    kept = "".join(
+        ch
+        if (ch.isascii() and (ch.isalnum() or ch in "._+-")) or (unicode_ok and not ch.isascii() and ch.isalnum())
+        else "_"
+        for ch in text
+    ).strip("._")
+    raw = kept.encode("utf-8")
+    if len(raw) > limit:
+        kept = raw[:limit].decode("utf-8", "ignore").rstrip("._")
+    return kept or "_"
+
+
+def name_part(text: str, limit: int, reserved_endings: tuple[str, ...] = ()) -> str:
+    """`text` as one part of a row file name, injective: the slug when it gives `text` back, else slug~hash."""
+    stem = _stem(text, limit)
+    if stem.replace("--", "/") == text and not stem.endswith(reserved_endings):
+        return stem
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:HASH_CHARS]
+    return f"{stem}~{digest}"
+
+
+def _identity(row: dict[str, Any]) -> tuple[str, str, str]:
     model = row["model"]
     revision = model.get("revision") or model.get("fingerprint") or "unknown"
-    protocol = row["protocol"]["name"]
+    return str(model["id"]), str(revision), str(row["protocol"]["name"])
+
+
+def row_filename(row: dict[str, Any]) -> str:
+    """rows/ file name of a row: one per (model id, revision or fingerprint, protocol), never shared."""
+    model_id, revision, protocol = _identity(row)
+    suffix = "" if protocol == "hist1024" else f".{name_part(protocol, 16)}"
+    rev = name_part(revision, REVISION_BYTES, _PROTOCOL_SUFFIXES)
+    return f"{name_part(model_id, ID_BYTES)}@{rev}{suffix}.json"
+
+
+def legacy_row_filename(row: dict[str, Any]) -> str:
+    """The name earlier versions gave a row (lossy: slugs only, unbounded): such rows are still found and replaced."""
+    model_id, revision, protocol = _identity(row)
     suffix = "" if protocol == "hist1024" else f".{protocol}"
-    return f"{slug(model['id'])}@{slug(revision)}{suffix}.json"
+    return f"{slug(model_id)}@{slug(revision)}{suffix}.json"
 
 
 @functools.cache
@@ -48,18 +119,30 @@ def _umask() -> int:
     return mask
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+@functools.cache
+def _host_tag() -> str:
+    # Temporary names carry host and pid: a pid means something only on the host that wrote it (shared folders).
+    return hashlib.sha256(os.uname().nodename.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name}.{_host_tag()}-{os.getpid()}."
+
+
+def write_text_atomic(path: Path, text: str, before_rename: Callable[[], None] | None = None) -> None:
     """Write text so that `path` holds either the old content or the complete new one."""
     import tempfile  # here: tempfile (and random) cost ~3 ms at start-up and --no-save runs never write
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; rows are shared files like any other
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        if before_rename is not None:
+            before_rename()
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -71,27 +154,152 @@ def write_json_atomic(path: Path, document: Any) -> None:
     write_text_atomic(path, json.dumps(document, indent=1, allow_nan=False) + "\n")
 
 
+_TEMP_NAME = re.compile(r"^\..+\.json\.(?:(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]{1,10})\.)?[A-Za-z0-9_]+\.tmp$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: existence check only
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process, or no such pid number: leave it to age
+        return True
+    return True
+
+
+def is_temp_name(name: str) -> bool:
+    """A temporary row file (.<row>.json.[<host>-<pid>.]<random>.tmp): never a row."""
+    return _TEMP_NAME.match(name) is not None
+
+
+def clean_stale_temps(folder: Path, *, max_age: float = STALE_TEMP_SECONDS) -> list[Path]:
+    """Remove temporary row files whose writer is dead (this host) or that are older than max_age; return them."""
+    removed: list[Path] = []
+    now = time.time()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _TEMP_NAME.match(entry.name)
+        if match is None:
+            continue
+        try:
+            age = now - entry.stat(follow_symlinks=False).st_mtime
+        except OSError:
+            continue  # renamed or removed meanwhile by its writer
+        dead = match["host"] == _host_tag() and not _pid_alive(int(match["pid"]))
+        if dead or age > max_age:
+            with contextlib.suppress(OSError):  # gone already, or not ours to remove: the next write retries
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
+def _missing_part_error(folder: Path, existing: Path) -> str | None:
+    """Why folders from `existing` down to `folder` (not there yet) could not be created, or None."""
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+        path_max = os.pathconf(existing, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    for part in folder.relative_to(existing).parts:
+        if len(os.fsencode(part)) > name_max:
+            return f"the name {part[:40]}... is longer than {name_max} bytes"
+    # Row files go inside: their longest temporary name must fit in a path too.
+    if len(os.fsencode(str(folder))) + 1 + MAX_ROW_NAME + 40 > path_max:
+        return f"the path is too long for row files (over {path_max} bytes)"
+    return None
+
+
 def check_writable(db_dir: Path | None = None) -> None:
     """Fail before a long fit, not after it, when rows could not be written to the database folder."""
     folder = (db_dir or default_db_dir()) / ROWS_DIR
     existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        what = "is not a folder" if not existing.is_dir() else "is not writable"
+    try:
+        while not existing.exists() and existing != existing.parent:
+            if existing.is_symlink():  # mkdir would fail on it at the end of the fit
+                raise BadInputError(
+                    f"database folder {folder}: {existing} is a symbolic link to nothing (dangling or a loop); "
+                    "fix the link or pass another --db, or --no-save"
+                )
+            existing = existing.parent
+        problem = None
+        if not existing.is_dir():
+            problem = "is not a folder"
+        elif not os.access(existing, os.W_OK | os.X_OK):
+            problem = "is not writable"
+    except OSError as exc:  # ENAMETOOLONG, ELOOP, EACCES while looking
         raise BadInputError(
-            f"database folder {folder}: {existing} {what}; pass a writable --db (or WEIGHTDIAG_DB), or --no-save"
+            f"database folder {folder}: {exc.strerror or exc.__class__.__name__}; pass another --db, or --no-save"
+        ) from None
+    if problem is None and existing != folder:
+        reason = _missing_part_error(folder, existing)
+        if reason:
+            raise BadInputError(f"database folder {folder}: {reason}; pass another --db, or --no-save")
+    if problem:
+        raise BadInputError(
+            f"database folder {folder}: {existing} {problem}; pass a writable --db (or WEIGHTDIAG_DB), or --no-save"
         )
 
 
-def write_row(row: dict[str, Any], db_dir: Path | None = None) -> Path:
-    path = (db_dir or default_db_dir()) / ROWS_DIR / row_filename(row)
+def _test_write_delay() -> None:
+    # Test-only hook (tests/test_db_safety.py): widen the window between temp write and rename to kill in it.
+    delay = os.environ.get(TEST_WRITE_DELAY_ENV)
+    if delay:
+        time.sleep(float(delay))
+
+
+def _same_row(path: Path, name: str) -> bool | None:
+    """Whether the row in `path` is the one named `name` (None when there is no readable row)."""
     try:
-        write_json_atomic(path, row)
+        return row_filename(load_row(path)) == name
+    except (BadInputError, KeyError, TypeError):
+        return None
+
+
+def _adopt_legacy(folder: Path, path: Path) -> None:
+    """Keep rows written under the old lossy names from being overwritten or duplicated by this write."""
+    # A different model's row at our name (old names collided: 'team--llama' held 'team/llama'): move it
+    # to its own name first, unless a row written since already lives there.
+    if path.exists() and _same_row(path, path.name) is False:
+        other = load_row(path)
+        home = folder / row_filename(other)
+        if not home.exists():
+            write_json_atomic(home, other)
+
+
+def _drop_legacy_copy(folder: Path, path: Path, row: dict[str, Any]) -> None:
+    # Our own earlier row under its old name is superseded now, as an overwrite was before.
+    legacy = folder / legacy_row_filename(row)
+    if legacy != path and len(os.fsencode(legacy.name)) <= 255 and legacy.exists() and _same_row(legacy, path.name):
+        with contextlib.suppress(FileNotFoundError):
+            legacy.unlink()
+
+
+def row_file(db_dir: Path, row: dict[str, Any]) -> Path:
+    """Where the row of this identity is (its name, else its old lossy name holding it), or would be written."""
+    folder = db_dir / ROWS_DIR
+    path = folder / row_filename(row)
+    legacy = folder / legacy_row_filename(row)
+    legacy_there = legacy != path and len(os.fsencode(legacy.name)) <= 255 and legacy.exists()
+    if not path.exists() and legacy_there and _same_row(legacy, path.name):
+        return legacy
+    return path
+
+
+def write_row(row: dict[str, Any], db_dir: Path | None = None) -> Path:
+    folder = (db_dir or default_db_dir()) / ROWS_DIR
+    path = folder / row_filename(row)
+    try:
+        _adopt_legacy(folder, path)
+        write_text_atomic(path, json.dumps(row, indent=1, allow_nan=False) + "\n", _test_write_delay)
+        _drop_legacy_copy(folder, path, row)
     except OSError as exc:
         raise BadInputError(
             f"cannot write {path} ({exc.strerror or exc.__class__.__name__}); pass a writable --db, or --no-save"
         ) from None
+    clean_stale_temps(folder)
     return path
 
 
@@ -122,6 +330,8 @@ def iter_rows(db_dir: Path | None = None) -> Iterator[tuple[Path, dict[str, Any]
     if not folder.is_dir():
         return
     for path in sorted(folder.glob("*.json")):
+        if path.name.startswith("."):  # temporary files and other hidden files are never rows
+            continue
         try:
             yield path, load_row(path)
         except BadInputError:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .db import ROWS_DIR, check_writable, load_row, row_filename, write_row
+from .db import check_writable, load_row, row_file, write_row
 from .diagnose.lambda_axis import step_from_revision
 from .errors import BadInputError, WeightdiagError
 
@@ -179,7 +179,7 @@ def local_identity(folder: Path) -> tuple[str, ...]:
 
 def row_path(db: Path, model_id: str, revision: str, protocol: str) -> Path:
     stub = {"model": {"id": model_id, "revision": revision}, "protocol": {"name": protocol}}
-    return db / ROWS_DIR / row_filename(stub)
+    return row_file(db, stub)  # rows written under the old lossy names count too
 
 
 def fit_revision(task: dict[str, Any]) -> dict[str, Any]:
