@@ -228,6 +228,21 @@ def test_a_300_character_name_is_written(tiny_model, tmp_path):
     assert db.load_row(row)["model"]["id"] == "n" * 300
 
 
+def test_a_gguf_named_with_100k_characters_is_written(tmp_path):
+    import numpy as np
+
+    from .test_gguf import STR, gguf_file, llama_kv
+
+    kv = [("general.name", STR, "Ж" * 100_000) if e[0] == "general.name" else e for e in llama_kv()]
+    weight = np.random.default_rng(0).standard_normal((96, 64)).astype("<f4")
+    model = tmp_path / "m.gguf"
+    model.write_bytes(gguf_file(kv, [("blk.0.ffn_up.weight", (96, 64), "F32", weight.tobytes())]))
+    result = run_cli("fit", str(model), "--db", str(tmp_path / "db"), "-q")
+    assert result.returncode == 0, result.stderr
+    [row] = row_files(tmp_path / "db")
+    assert db.load_row(row)["model"]["id"] == "Ж" * 100_000 and len(row.name.encode()) <= db.MAX_ROW_NAME
+
+
 def test_empty_model_and_empty_db_are_bad_input(tiny_model, tmp_path):
     work = tmp_path / "work"
     synthetic.write_model(work, TINY)  # the current folder is a model: '' must not fit it

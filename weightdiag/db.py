@@ -262,7 +262,8 @@ def _adopt_legacy(folder: Path, path: Path) -> None:
     """Keep rows written under the old lossy names from being overwritten or duplicated by this write."""
     # A different model's row at our name (old names collided: 'team--llama' held 'team/llama'): move it
     # to its own name first, unless a row written since already lives there.
-    if path.exists() and _same_row(path, path.name) is False:
+    # Names with a hash ('~') never existed before: only a plain name can hold a stranger.
+    if "~" not in path.name and path.exists() and _same_row(path, path.name) is False:
         other = load_row(path)
         home = folder / row_filename(other)
         if not home.exists():
