@@ -167,6 +167,7 @@ def test_float8_and_uint16_tensors_are_read_or_skipped(tmp_path, legacy):
     assert reasons == {"u16": "non-float dtype U16", "c128": "unsupported tensor type TORCH_COMPLEX128"}
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch: quantized tensors deprecated, nested a prototype
 @FORMATS
 def test_sparse_quantized_and_nested_tensors_are_skipped_with_a_reason(tmp_path, legacy):
     state = {

@@ -145,8 +145,8 @@ def _load(path: Path) -> dict[str, Any]:
 
     try:
         state = _restricted_load(torch, path)
-    except CheckpointFormatError:
-        raise
+    except (CheckpointFormatError, ImportError):
+        raise  # ours already, or a broken torch install (a bug to see, not the file's fault)
     except pickle.UnpicklingError as exc:
         if "unsupported global" in str(exc).lower() or "not an allowed global" in str(exc).lower():
             raise CheckpointFormatError(
