@@ -180,6 +180,20 @@ def test_hidden_json_files_are_not_rows(tmp_path):
     assert [r["model"]["id"] for _, r in db.iter_rows(tmp_path)] == ["m"]
 
 
+def test_the_host_tag_names_the_pid_namespace(monkeypatch):
+    db._host_tag.cache_clear()
+    here = db._host_tag()
+    real_stat = os.stat
+    monkeypatch.setattr(
+        os, "stat", lambda p, *a, **k: os.stat_result((0,) * 10) if "ns/pid" in str(p) else real_stat(p)
+    )
+    db._host_tag.cache_clear()
+    try:
+        assert db._host_tag() != here or not Path("/proc/self/ns/pid").exists()
+    finally:
+        db._host_tag.cache_clear()
+
+
 def test_temporary_names_of_the_longest_rows_stay_below_name_max(tmp_path):
     path = db.write_row(stub("é" * 1000, "r" * 1000, "exact"), tmp_path)
     prefix = db._temp_prefix(path)

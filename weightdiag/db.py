@@ -121,8 +121,12 @@ def _umask() -> int:
 
 @functools.cache
 def _host_tag() -> str:
-    # Temporary names carry host and pid: a pid means something only on the host that wrote it (shared folders).
-    return hashlib.sha256(os.uname().nodename.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    # Temporary names carry host and pid: a pid means something only on the host (and in the pid namespace:
+    # containers may share a hostname) that wrote it, as in a database folder shared between machines.
+    ident = os.uname().nodename
+    with contextlib.suppress(OSError):
+        ident += f":{os.stat('/proc/self/ns/pid').st_ino}"
+    return hashlib.sha256(ident.encode("utf-8", "surrogateescape")).hexdigest()[:8]
 
 
 def _temp_prefix(path: Path) -> str:
