@@ -249,9 +249,8 @@ def check_writable(db_dir: Path | None = None) -> None:
 
 def _test_write_delay() -> None:
     # Test-only hook (tests/test_db_safety.py): widen the window between temp write and rename to kill in it.
-    delay = os.environ.get(TEST_WRITE_DELAY_ENV)
-    if delay:
-        time.sleep(float(delay))
+    with contextlib.suppress(ValueError, OverflowError):  # not a setting for users: a bad value is ignored, never an error
+        time.sleep(max(0.0, float(os.environ.get(TEST_WRITE_DELAY_ENV) or 0)))
 
 
 def _same_row(path: Path, name: str) -> bool | None:
