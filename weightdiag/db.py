@@ -249,7 +249,7 @@ def check_writable(db_dir: Path | None = None) -> None:
 
 def _test_write_delay() -> None:
     # Test-only hook (tests/test_db_safety.py): widen the window between temp write and rename to kill in it.
-    with contextlib.suppress(ValueError, OverflowError):  # not a setting for users: a bad value is ignored, never an error
+    with contextlib.suppress(ValueError, OverflowError):  # test-only: bad values are ignored
         time.sleep(max(0.0, float(os.environ.get(TEST_WRITE_DELAY_ENV) or 0)))
 
 
