@@ -332,3 +332,10 @@ def test_eight_concurrent_fits_killed_at_random_lose_nothing(tiny_model, tmp_pat
     assert temp_files(rows) == []
     assert {r["model"]["id"] for _, r in db.iter_rows(dbdir)} == set(found) | {"next"}
     assert time.monotonic() - started < 20
+
+
+def test_a_deeply_nested_row_file_is_bad_input(tmp_path: Path) -> None:
+    row = tmp_path / "deep.json"
+    row.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(BadInputError, match="cannot read a row"):
+        db.load_row(row)

@@ -310,7 +310,7 @@ def write_row(row: dict[str, Any], db_dir: Path | None = None) -> Path:
 def load_row(path: Path) -> dict[str, Any]:
     try:
         row = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested deeper than json parses
         raise BadInputError(
             f"{path}: cannot read a row ({exc.__class__.__name__}); give a weightdiag row file"
         ) from None
