@@ -95,6 +95,11 @@ def shallow_ffn_regime(row: dict[str, Any], trim: str = "mid80") -> dict[str, An
     }
 
 
+def _same_entry(entry: str, model_id: str) -> bool:
+    """Whether a cohort entry is the model itself (the Qwen companion spells ids in another case)."""
+    return entry.lower() == (model_id or "").lower()
+
+
 def compare(row: dict[str, Any]) -> dict[str, Any]:
     """Everything `weightdiag compare` prints for one row (its summaries at the cohort's mid80 trim)."""
     row = at_trim(row, "mid80")
@@ -118,13 +123,17 @@ def compare(row: dict[str, Any]) -> dict[str, Any]:
             "compare only approximately (refit with --protocol hist1024)"
         )
 
+    # A cohort entry compared with the cohort is its own nearest at distance 0; name the others instead.
+    others = [c for c in cohort if not _same_entry(c["model"]["id"], me)]
+
     # Per-kind values side by side with the cohort entries that have the same kind.
     kinds: dict[str, Any] = {}
     for kind, s in row["kinds"].items():
         if s.get("k_median") is None:
             continue
         peers = [(c["model"]["id"], c["kinds"][kind]) for c in cohort if kind in c["kinds"]]
-        nearest = min(peers, key=lambda p: abs(p[1]["k_median"] - s["k_median"]))[0] if peers else None
+        other_peers = [p for p in peers if not _same_entry(p[0], me)]
+        nearest = min(other_peers, key=lambda p: abs(p[1]["k_median"] - s["k_median"]))[0] if other_peers else None
         group_ks = [
             c["kinds"][kind]["k_median"]
             for c in cohort
@@ -192,7 +201,7 @@ def compare(row: dict[str, Any]) -> dict[str, Any]:
 
     # Nearest neighbours over every kind both have.
     dists = []
-    for c in cohort:
+    for c in others:
         d, shared = distance(row, c)
         if d is not None:
             dists.append(
@@ -241,6 +250,7 @@ def compare(row: dict[str, Any]) -> dict[str, Any]:
     regime = shallow_ffn_regime(row)
     if regime:
         peers = [(q["model"]["id"], q["shallow_ffn"]["shallow_min_k"]) for q in qwen]
+        peers = [p for p in peers if not _same_entry(p[0], me)] or peers
         nearest = min(peers, key=lambda p: abs(p[1] - regime["shallow_min_k"]))
         regime["nearest_companion"] = {"entry": nearest[0], "shallow_min_k": nearest[1]}
         out["shallow_ffn"] = regime
