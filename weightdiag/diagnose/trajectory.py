@@ -126,6 +126,11 @@ def _drift(series: dict[str, dict[str, list]], has_step0: bool) -> dict[str, Any
     return out
 
 
+# A recipe "matches" the measured in/out lambda ratio only this close (the fit's own scatter is well
+# under 1%), so a clear miss such as -19% is reported as no match rather than as the closest recipe.
+RECIPE_TOLERANCE_PERCENT = 5.0
+
+
 def step0_checks(row: dict[str, Any]) -> dict[str, Any]:
     """At initialisation: k of every block at the anchor, in/out lambda ratios of App. A.3, norms at sqrt(d)."""
     k_off = []
@@ -161,6 +166,8 @@ def step0_checks(row: dict[str, Any]) -> dict[str, Any]:
             "predictions": predictions,
             "closest": name,
             "error_percent": (measured / value - 1) * 100,
+            "tolerance_percent": RECIPE_TOLERANCE_PERCENT,
+            "matches": abs(measured / value - 1) * 100 <= RECIPE_TOLERANCE_PERCENT,
         }
     norms_off = [
         {"name": v["name"], "l2_over_sqrt_d": v["l2_over_sqrt_d"]}
@@ -341,7 +348,10 @@ def _findings(t: dict[str, Any]) -> list[str]:
             r = step0["lambda_ratio"]
             lines.append(
                 f"step 0: input/output λ ratio {r['measured_in_out_ratio']:.3f} matches {r['closest']} "
-                f"({r['error_percent']:+.2f}%)"
+                f"({r['error_percent']:+.2f}%, within ±{r['tolerance_percent']:g}%)"
+                if r["matches"]
+                else f"step 0: input/output λ ratio {r['measured_in_out_ratio']:.3f} matches no known init recipe "
+                f"within ±{r['tolerance_percent']:g}% (closest: {r['closest']}, {r['error_percent']:+.2f}%)"
             )
         lines.append(
             f"step 0: all {step0['norms_checked']} norm vectors at sqrt(d)"
