@@ -29,7 +29,9 @@ F32_FINITE_MAG = 0x7F800000
 def cohort_bins(values_f32: np.ndarray) -> np.ndarray:
     """Cohort-protocol bin of each |value| (float32 input), BELOW/ABOVE when outside."""
     mags = np.abs(np.ascontiguousarray(values_f32, dtype=np.float32))
-    logs = np.log10(np.maximum(mags, np.float32(1e-13))).astype(np.float64)
+    # NaN codes fall outside below; log10 of them must not print a RuntimeWarning on stderr.
+    with np.errstate(invalid="ignore"):
+        logs = np.log10(np.maximum(mags, np.float32(1e-13))).astype(np.float64)
     bins = np.searchsorted(BIN_EDGES, logs, side="right") - 1
     bins[logs == BIN_EDGES[-1]] = HIST_BINS - 1  # the last bin includes its right edge
     bins[logs > BIN_EDGES[-1]] = ABOVE

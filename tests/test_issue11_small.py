@@ -1,0 +1,91 @@
+"""Issue 11's small items: self-exclusion in `compare`, a stated tolerance for step-0 recipe matches,
+no RuntimeWarning from an F32 fit, GGUF rows' sources and stored types, sources named by title."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from weightdiag.codes import cohort_bins
+from weightdiag.diagnose import trajectory as tr
+from weightdiag.diagnose.cohort import load_cohort
+from weightdiag.diagnose.compare import compare
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("entry", ["qwen3-8b", "pythia-70m", "llama-3-8b"])
+def test_compare_on_a_cohort_entry_names_the_others(entry: str) -> None:
+    row = next(c for c in load_cohort("v9_1") if c["model"]["id"] == entry)
+    out = compare(row)
+    assert out["nearest"] and all(n["entry"] != entry for n in out["nearest"])
+    assert all(n["distance"] > 0 for n in out["nearest"])
+    assert all(v["nearest_by_k"] != entry for v in out["kinds"].values())
+    assert not any(f"nearest cohort entry: {entry} " in f for f in out["findings"])
+
+
+def _step0_row(n_layers: int, in_out_ratio: float) -> dict[str, Any]:
+    matrices = []
+    for b in range(n_layers):
+        for kind, lam in (("up", in_out_ratio * 0.01), ("down", 0.01)):
+            fit = {"ok": True, "k": 1.2054, "lambda": lam}
+            matrices.append({"name": f"b{b}.{kind}", "block": b, "kind": kind, "numel": 10**6, "fits": {"mid80": fit}})
+    return {"matrices": matrices, "vectors": [], "architecture": {"n_layers": n_layers}}
+
+
+def _step0_lines(row: dict[str, Any]) -> list[str]:
+    t = {"drift": {}, "duplicates": {}, "states": [], "step0": tr.step0_checks(row)}
+    return [line for line in tr._findings(t) if "λ ratio" in line]
+
+
+def test_step0_recipe_match_needs_the_stated_tolerance() -> None:
+    wang = 12 / math.sqrt(10)
+    near = tr.step0_checks(_step0_row(12, wang * 1.01))["lambda_ratio"]
+    assert near["matches"] and near["tolerance_percent"] == tr.RECIPE_TOLERANCE_PERCENT
+    (line,) = _step0_lines(_step0_row(12, wang * 1.01))
+    assert "matches small_init" in line and f"within ±{tr.RECIPE_TOLERANCE_PERCENT:g}%" in line
+
+    # A -19% miss from the closest recipe (the same sigma for all, ratio 1) is no match.
+    miss = tr.step0_checks(_step0_row(12, 0.81))["lambda_ratio"]
+    assert not miss["matches"] and miss["error_percent"] == pytest.approx(-19, abs=0.01)
+    (line,) = _step0_lines(_step0_row(12, 0.81))
+    assert "matches no known init recipe" in line and "-19.00%" in line
+
+
+def test_cohort_bins_of_non_finite_values_raise_no_warning() -> None:
+    values = np.array([np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -3e-13], dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bins = cohort_bins(values)
+    assert list(bins[:4]) == [1024] * 4 and bins[4] == bins[5] == -1
+
+
+def test_f32_fit_prints_no_runtime_warning(minilm_dir: Path, tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "error::RuntimeWarning",
+            "-m",
+            "weightdiag",
+            "fit",
+            str(minilm_dir),
+            "--db",
+            str(tmp_path / "db"),
+            "--device",
+            "cpu",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Warning" not in out.stderr
