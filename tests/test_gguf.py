@@ -450,3 +450,16 @@ def test_smollm_fits_end_to_end(smollm_gguf):
     assert len(matrices) == 211 and len(row["vectors"]) == 61
     assert all("Q4_1" in m["note"] for m in matrices if m["kind"] != "embed")
     assert row["model"]["format"] == "gguf" and row["files"][0]["name"] == smollm_gguf.name
+
+
+def test_smollm_rows_name_the_stored_type_and_the_metadata_source(smollm_gguf):
+    # Issue 11: a Q4_1 matrix is not "F32", and the architecture facts came from GGUF metadata.
+    plan, reader = open_gguf(smollm_gguf)
+    row = fit_plan(plan, reader, FitOptions(device="cpu", include=("blk.0.*", "*norm*")))
+    assert row["architecture"]["sources"][0] == "GGUF metadata"
+    assert "config.json" not in row["architecture"]["sources"]
+    quantized = [m for m in row["matrices"] if "Q4_1" in m.get("note", "")]
+    assert quantized and all(
+        m["dtype"] == "Q4_1" and m["quantization"] == "Q4_1" and m["fitted_dtype"] == "F32" for m in quantized
+    )
+    assert row["vectors"] and all(v["dtype"] in G.RAW_TYPES and "quantization" not in v for v in row["vectors"])

@@ -322,7 +322,8 @@ def arch_from_config(config: dict[str, Any] | None, notes: list[str] | None = No
         return info
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
     cfg = {**config, **text} if text else config  # multimodal configs nest the language model
-    info.sources.append("config.json")
+    # gguf.hf_config marks the config it builds from GGUF metadata; no config.json was read then.
+    info.sources.append("GGUF metadata" if "gguf_architecture" in config else "config.json")
     info.family = cfg["model_type"] if isinstance(cfg.get("model_type"), str) else None
     arches = config.get("architectures")
     info.architectures = [a for a in arches if isinstance(a, str)] if isinstance(arches, list) else []

@@ -170,7 +170,11 @@ def fit_plan(
             ref, role = item.ref, item.role
             if reduced.values is not None:
                 values = reduced.values
-                vectors.append(vector_record(ref.name, role, ref.dtype.name, values, arch.norm_offset))
+                vectors.append(
+                    vector_record(
+                        ref.name, role, ref.dtype.name, values, arch.norm_offset, ref.stored_type, ref.quantization
+                    )
+                )
             else:
                 note = "F64 rounded to F32 for fitting" if ref.dtype.name == "F64" else ref.note
                 matrices.append(
@@ -184,6 +188,8 @@ def fit_plan(
                         reduced.parts,
                         reduced.parts_note,
                         note,
+                        ref.stored_type,
+                        ref.quantization,
                     )
                 )
             if progress:

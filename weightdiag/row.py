@@ -76,6 +76,8 @@ def matrix_record(
     parts: list[tuple[str, Reduction]] | None = None,
     parts_note: str | None = None,
     note: str | None = None,
+    stored_type: str | None = None,
+    quantization: str | None = None,
 ) -> dict[str, Any]:
     record: dict[str, Any] = {
         "name": name,
@@ -83,7 +85,7 @@ def matrix_record(
         "expert": role.expert,
         "kind": role.kind,
         "class": role.cls,
-        "dtype": dtype,
+        **dtype_fields(dtype, stored_type, quantization),
         "shape": list(shape),
     }
     notes = [n for n in (role.note, note) if n]
@@ -97,7 +99,26 @@ def matrix_record(
     return record
 
 
-def vector_record(name: str, role: TensorRole, dtype: str, values: np.ndarray, norm_offset: float) -> dict[str, Any]:
+def dtype_fields(dtype: str, stored_type: str | None, quantization: str | None) -> dict[str, str]:
+    """`dtype` as stored in the file; `fitted_dtype` when the values were decoded to another type
+    (GGUF Q4_1 -> F32) and `quantization` when they were dequantized, so a Q4_1 matrix never reads as F32."""
+    if not stored_type or stored_type == dtype:
+        return {"dtype": dtype}
+    out = {"dtype": stored_type, "fitted_dtype": dtype}
+    if quantization:
+        out["quantization"] = quantization
+    return out
+
+
+def vector_record(
+    name: str,
+    role: TensorRole,
+    dtype: str,
+    values: np.ndarray,
+    norm_offset: float,
+    stored_type: str | None = None,
+    quantization: str | None = None,
+) -> dict[str, Any]:
     """1-D tensors: norms (gamma/beta) and biases get their own statistics."""
     v = values.astype(np.float64)
     finite = np.isfinite(v)
@@ -107,7 +128,7 @@ def vector_record(name: str, role: TensorRole, dtype: str, values: np.ndarray, n
         "expert": role.expert,
         "kind": role.kind,
         "param": role.param,
-        "dtype": dtype,
+        **dtype_fields(dtype, stored_type, quantization),
         "numel": int(v.size),
         "n_nonfinite": int((~finite).sum()),
     }

@@ -43,6 +43,8 @@ class TensorRef:
     start: int  # absolute byte offsets in the shard
     end: int
     note: str | None = None  # e.g. "dequantized from Q4_1"
+    stored_type: str | None = None  # the file's type when `dtype` is what it is delivered as (GGUF Q4_1 -> F32)
+    quantization: str | None = None  # the quantized type it was dequantized from (GGUF Q4_1), else None
 
     @property
     def numel(self) -> int:
