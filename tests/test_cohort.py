@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -195,7 +196,8 @@ def test_compare_cli_on_minilm_runs_end_to_end(minilm_dir, tmp_path):
 def test_compare_cli_on_cohort_entries(tmp_path):
     out = run_cli("compare", "olmo-1-7b", "--json", "--db", str(tmp_path))
     report = json.loads(out.stdout)
-    assert report["nearest"][0]["entry"] == "olmo-1-7b"
+    assert report["model"] == "olmo-1-7b" and report["nearest"]  # the others, never itself at distance 0
+    assert all(n["entry"] != "olmo-1-7b" and n["distance"] > 0 for n in report["nearest"])
     assert run_cli("compare", "--db", str(tmp_path)).returncode == 2  # empty database: one-line error
 
 
@@ -235,6 +237,9 @@ def test_check_fails_when_one_matrix_is_scaled(minilm_dir, tmp_path):
     out = run_cli("check", str(copy), "--baseline", str(BASELINE), "--junit", str(junit), "-q", "--device", "cpu")
     assert out.returncode == 1, out.stdout + out.stderr
     assert name in out.stdout and "moved" in out.stdout
+    # The README quotes this run's lambda change; it must be what `check` prints (issue 11: +4.951%).
+    claimed = re.search(r"matrix \(λ ([+-][\d.]+%)[:)]", (REPO / "README.md").read_text())
+    assert claimed and claimed.group(1) in out.stdout, out.stdout
     xml = junit.read_text()
     assert 'failures="1"' in xml and name in xml
 
