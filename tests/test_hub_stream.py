@@ -209,3 +209,13 @@ def test_the_last_round_of_chunks_is_read_in_parts(fake_hub, model, small_chunks
     parted = _fit("acme/tiny")
     assert _science(parted) == _science(whole) and all(f["verified"] for f in parted["files"])
     assert len(fake_hub.requests_to("/cdn/")) >= requests_whole + 8  # the last chunks came in parts
+
+
+def test_a_trickling_download_ends_in_exit_3(fake_hub, model, monkeypatch):
+    """--download goes through huggingface_hub, whose read timeout never fires on a trickle: the growth of
+    the partial file in the cache is watched instead."""
+    monkeypatch.setenv("WEIGHTDIAG_HTTP_TIMEOUT", "1")
+    fake_hub.add_folder("acme/tiny", model)
+    fake_hub.fail("trickle", "model-00002", times=None, rate=2000, after_bytes=10)
+    with pytest.raises(HubError, match=r"model-00002.*stopped sending.*WEIGHTDIAG_HTTP_TIMEOUT"):
+        _fit("acme/tiny", download=True)

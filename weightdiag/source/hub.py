@@ -21,6 +21,7 @@ import re
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -486,6 +487,62 @@ def _download_timeouts() -> Iterator[float]:
             setattr(module, name, value)
 
 
+def _watched(call: Callable[[], T], blobs: Path, limit: float, what: str) -> T:
+    """`call()` (one hf_hub_download) in a daemon thread, watched by the growth of its partial file.
+
+    huggingface_hub's read timeout ends a download that stalls, but not one that trickles a few bytes now and
+    then; its partial file in the cache (blobs/*.incomplete) shows how far it got. Some bytes but less than
+    MIN_PROGRESS in twice `limit` seconds is a trickle; nothing for longer than huggingface_hub's own timeouts and
+    retries take is a dead server. Either is abandoned (a daemon thread cannot hold the process at exit), exit 3.
+    """
+    from .ranged import MIN_PROGRESS
+
+    done: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(call())
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+
+    def partial_bytes() -> int:
+        try:
+            return sum(p.stat().st_size for p in blobs.glob("*.incomplete"))
+        except OSError:
+            return 0
+
+    thread = threading.Thread(target=run, name="weightdiag-download", daemon=True)
+    thread.start()
+    window = 2 * limit
+    mark = partial_bytes()
+    marked_at = grew_at = time.monotonic()
+    while thread.is_alive():
+        thread.join(min(0.25, limit / 4))
+        now, size = time.monotonic(), partial_bytes()
+        if size < mark:  # a file finished and the next one began
+            mark, marked_at, grew_at = size, now, now
+            continue
+        if size > mark:
+            grew_at = now
+        if not thread.is_alive() or now - marked_at < window:
+            continue
+        if 0 < size - mark < MIN_PROGRESS:  # bytes keep coming, too slowly for a read timeout to fire
+            raise HubError(
+                f"{what}: the server stopped sending (less than {MIN_PROGRESS >> 10} KiB in {window:g} s); check "
+                "your connection, or raise WEIGHTDIAG_HTTP_TIMEOUT for a very slow link"
+            )
+        if now - grew_at > 4 * limit + 10:  # silent for longer than huggingface_hub's timeouts and retries take
+            raise HubError(
+                f"{what}: the server stopped sending (nothing for {now - grew_at:.0f} s); check your connection, "
+                "or raise WEIGHTDIAG_HTTP_TIMEOUT for a very slow link"
+            )
+        mark, marked_at = size, now
+    if failed:
+        raise failed[0]
+    return done[0]
+
+
 def _download(repo: str, revision: str, names: list[str], token: str | None) -> Path:
     from huggingface_hub import errors as hf
     from huggingface_hub import hf_hub_download
@@ -499,14 +556,19 @@ def _download(repo: str, revision: str, names: list[str], token: str | None) -> 
                 # The same lines as everywhere for gated repos, malformed answers, timeouts and the network.
                 with hub_errors(repo, revision, token):
                     try:
-                        path = hf_hub_download(
-                            repo,
-                            name,
-                            revision=revision,
-                            cache_dir=_cache_dir(),
-                            token=token,
-                            endpoint=_endpoint(),
-                            etag_timeout=limit,
+                        path = _watched(
+                            lambda name=name: hf_hub_download(
+                                repo,
+                                name,
+                                revision=revision,
+                                cache_dir=_cache_dir(),
+                                token=token,
+                                endpoint=_endpoint(),
+                                etag_timeout=limit,
+                            ),
+                            _cache_dir() / f"models--{repo.replace('/', '--')}" / "blobs",
+                            limit,
+                            f"{repo}/{name}",
                         )
                     except hf.RemoteEntryNotFoundError:  # listed in the model info, yet /resolve says 404
                         raise HubError(
