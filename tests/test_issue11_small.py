@@ -89,3 +89,28 @@ def test_f32_fit_prints_no_runtime_warning(minilm_dir: Path, tmp_path: Path) -> 
     )
     assert out.returncode == 0, out.stderr
     assert "Warning" not in out.stderr
+
+
+def test_readme_f32_bound_names_what_the_benchmark_measures(minilm_dir: Path) -> None:
+    from weightdiag.fit import fit_exact
+    from weightdiag.reduce import reduce_array
+    from weightdiag.source.local import open_local
+    from weightdiag.stats import Summary
+
+    readme = (ROOT / "README.md").read_text()
+    plan, reader = open_local(minilm_dir)
+    try:
+        f32 = [t for t in plan.tensors if t.dtype.name == "F32" and len(t.shape) == 2]
+        measured = [t for t in f32 if t.numel >= 1000]  # benchmarks/f32_exact_accuracy.py's selection
+        assert f"the {len(measured)} F32 matrices of MiniLM with at least" in readme
+        (small,) = [t for t in f32 if t.numel < 1000]
+        raw = np.empty(small.nbytes, dtype=np.uint8)
+        reader.read_into(small, raw)
+    finally:
+        reader.close()
+    x = raw.view(np.float32)
+    ours = Summary(reduce_array(x, "F32")).fit("exact", "mid80")
+    values, counts = np.unique(np.abs(x[x != 0]).astype(np.float64), return_counts=True)
+    error = abs(ours.k / fit_exact(values, counts, "mid80").k - 1)
+    assert f"{small.numel}-value token-type embedding" in readme
+    assert f"off by {error:.1e} in k (mid80)".replace("e-0", "e-") in readme
