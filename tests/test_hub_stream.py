@@ -219,3 +219,13 @@ def test_a_trickling_download_ends_in_exit_3(fake_hub, model, monkeypatch):
     fake_hub.fail("trickle", "model-00002", times=None, rate=2000, after_bytes=10)
     with pytest.raises(HubError, match=r"model-00002.*stopped sending.*WEIGHTDIAG_HTTP_TIMEOUT"):
         _fit("acme/tiny", download=True)
+
+
+def test_files_without_a_published_sha256_are_read_and_said_not_verified(fake_hub, model, small_chunks):
+    fake_hub.add_folder("acme/tiny", model)
+    for shard in sorted(p.name for p in model.glob("*.safetensors")):
+        fake_hub.override_sibling("acme/tiny", shard, lfs=None)
+    row = _fit("acme/tiny")
+    assert row["run"]["verification"] == "not verified: no sha256 published"
+    assert not any(f["verified"] for f in row["files"])
+    assert _science(row) == _science(fit_path(str(model), FitOptions(device="cpu")))
