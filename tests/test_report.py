@@ -193,7 +193,10 @@ def test_theil_sen_and_robust_scale():
 
 def test_norm_regimes_follow_seed_001():
     d = 1024
-    assert health.norm_regime(32.0, d) == "at init" and health.norm_regime(32.009, d) == "at init"
+    assert health.norm_regime(32.0, d, 1.0, 1.0) == "at init"
+    # Trained: entries vary ~1% around 1, so ||gamma|| is within 0.01 of sqrt(d) but the vector moved.
+    assert health.norm_regime(32.0016, d, 0.97, 1.03) == "grown (within band)"
+    assert health.norm_regime(31.99, d, 0.99, 1.0) == "healthy shrink" and health.norm_regime(32.0, d) != "at init"
     assert health.norm_regime(0.39 * 32, d) == "collapse" and health.norm_regime(0.41 * 32, d) == "healthy shrink"
     assert health.norm_regime(1.81 * 32, d) == "explosion" and health.norm_regime(1.5 * 32, d) == "grown (within band)"
 

@@ -36,8 +36,10 @@ STATS = {
     # k: the noise of one fit is ~0.003-0.007 (hist1024 grid included); 0.05 is twice the
     # Transmission/Selection-mild gap (1.18 vs the anchor 1.2054).
     "k": Stat("k", "k", False, 0.01, 0.05),
-    "std": Stat("std", "std", True, 0.02, math.log(1.15)),
-    "lambda": Stat("lambda", "λ", True, 0.02, math.log(1.15)),
+    # std, lambda: per-block scale differences of +-10% are ordinary (the calibration set of
+    # benchmarks/calibrate_report.py): one block 1.1/0.9 = 1.22x its neighbours is not a finding.
+    "std": Stat("std", "std", True, 0.02, math.log(1.25)),
+    "lambda": Stat("lambda", "λ", True, 0.02, math.log(1.25)),
     # A Gaussian matrix of up to 1e8 values has max/q99 < 2.4; outliers show as factors.
     "max_over_q99": Stat("max_over_q99", "max/q99", True, 0.10, math.log(2.0)),
     # Compared as log raw kurtosis (3 + excess), so Gaussian blocks sit at log 3.
@@ -45,8 +47,9 @@ STATS = {
 }
 NORM_STAT = Stat("norm", "‖γ‖/√d", True, 0.02, math.log(1.25))
 
-# Norm-weight regimes (seed 001): at init ||gamma|| = sqrt(d) to 0.01; collapse < 0.4 sqrt(d); explosion > 1.8 sqrt(d).
-NORM_AT_INIT_ABS = 0.01
+# Norm-weight regimes (seed 001): collapse < 0.4 sqrt(d); explosion > 1.8 sqrt(d). At init: every entry equals
+# 1 to storage precision (1e-6: 1.0 is exact in BF16/F16/F32, and one BF16 step at 1 is 0.0078).
+NORM_AT_INIT_ABS = 1e-6
 NORM_COLLAPSE = 0.4
 NORM_EXPLOSION = 1.8
 MODEL_WIDE = 0.5  # a regime shared by at least this fraction of block norms is a model-wide property

@@ -15,10 +15,12 @@ from .findings import Hit, evidence_of, evidence_text, finding
 from .robust import Point, Series, analyse, spot
 
 
-def norm_regime(l2: float, numel: int) -> str:
-    """Seed 001's regimes of ||gamma||_2 against sqrt(d)."""
+def norm_regime(l2: float, numel: int, lo: float | None = None, hi: float | None = None) -> str:
+    """Seed 001's regimes of ||gamma||_2 against sqrt(d); "at init" only when every entry (min and max)
+    equals the all-ones init to storage precision: a trained vector with 1% spread has ||gamma|| within
+    0.01 of sqrt(d) too, but it moved."""
     root = math.sqrt(numel)
-    if abs(l2 - root) < NORM_AT_INIT_ABS:
+    if lo is not None and hi is not None and abs(lo - 1) <= NORM_AT_INIT_ABS and abs(hi - 1) <= NORM_AT_INIT_ABS:
         return "at init"
     ratio = l2 / root
     if ratio < NORM_COLLAPSE:
@@ -46,7 +48,7 @@ def _norm_records(row: dict[str, Any]) -> list[dict[str, Any]]:
                 "l2": v["l2"],
                 "sqrt_d": math.sqrt(v["numel"]),
                 "ratio": v["l2"] / math.sqrt(v["numel"]),
-                "regime": norm_regime(v["l2"], v["numel"]),
+                "regime": norm_regime(v["l2"], v["numel"], v.get("min"), v.get("max")),
             }
         )
     return out
