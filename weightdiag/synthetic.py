@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,7 @@ class TensorSpec:
     block: int | None
     sigma: float = 0.02  # for matrices
     fill: float | None = None  # constant fill (norm weights = 1.0, biases = 0.0)
+    spread: float = 0.0  # per-element relative spread around a non-zero fill (a trained norm vector)
 
 
 @dataclass
@@ -61,6 +63,10 @@ class ModelSpec:
     tied_embeddings: bool = False
     shard_bytes: int = 2 << 30
     seed: int = 0
+    # Realistic variation for calibration (all 0: the plain i.i.d. Gaussian model at its init):
+    norm_spread: float = 0.0  # norm weights 1 + N(0, norm_spread) per element: trained, not at init
+    depth_trend: float = 0.0  # matrix sigma grows linearly to (1 + depth_trend) x at the last block
+    block_jitter: float = 0.0  # per-block, per-kind sigma factor uniform in [1 - j, 1 + j]
 
     @property
     def head_dim(self) -> int:
@@ -94,7 +100,18 @@ class ModelSpec:
         }
 
     def tensors(self) -> list[TensorSpec]:
-        return _neox_tensors(self) if self.family == "gpt_neox" else _llama_tensors(self)
+        out = _neox_tensors(self) if self.family == "gpt_neox" else _llama_tensors(self)
+        for t in out:
+            if t.block is None:
+                continue
+            if t.fill is None:
+                # Own generator per (seed, block, kind): the main stream, so every default model, is unchanged.
+                jitter = np.random.default_rng([self.seed, t.block, zlib.crc32(t.kind.encode())])
+                depth = t.block / max(self.n_layers - 1, 1)
+                t.sigma *= (1 + self.depth_trend * depth) * (1 + jitter.uniform(-1, 1) * self.block_jitter)
+            elif t.fill:
+                t.spread = self.norm_spread
+        return out
 
     def sigma_of(self, kind: str) -> float:
         return self.sigma.get(kind, 0.02)
@@ -168,6 +185,8 @@ Modifier = Callable[[TensorSpec, np.ndarray], np.ndarray]
 
 def generate(spec: ModelSpec, t: TensorSpec, rng: np.random.Generator) -> np.ndarray:
     if t.fill is not None:
+        if t.spread:
+            return (t.fill * (1 + t.spread * rng.standard_normal(t.shape))).astype(np.float32)
         return np.full(t.shape, t.fill, dtype=np.float32)
     return rng.standard_normal(t.shape, dtype=np.float32) * np.float32(t.sigma)
 

@@ -66,7 +66,14 @@ def _runs(blocks: list[int]) -> list[list[int]]:
     return runs
 
 
-def _init_like(block: int, cells: dict[tuple[int, str], Cell], norm_recs: list[dict[str, Any]], trim: str) -> bool:
+def init_k_tolerance(numel: int) -> float:
+    """How far k of an untouched Gaussian matrix may sit from the anchor: INIT_K_TOL, or 4 sigma of one
+    fit (1.2/sqrt(n)) on small matrices (a 64x64 Q has sigma 0.019)."""
+    return max(INIT_K_TOL, 4 * 1.2 / math.sqrt(max(numel, 1)))
+
+
+def matrices_init_like(block: int, cells: dict[tuple[int, str], Cell], trim: str) -> bool:
+    """Every (unquantized) matrix of the block near the half-normal anchor, without outliers."""
     mine = [c for (b, _), c in cells.items() if b == block and not c.quant]
     if not mine:
         return False
@@ -74,12 +81,29 @@ def _init_like(block: int, cells: dict[tuple[int, str], Cell], norm_recs: list[d
         k, mq, kurt = c.value("k", trim), c.value("max_over_q99", trim), c.value("kurtosis", trim)
         if (
             k is None
-            or abs(k - INIT_ANCHOR_K) > INIT_K_TOL
+            or abs(k - INIT_ANCHOR_K) > init_k_tolerance(c.records[0]["numel"])
             or (mq or 0) > INIT_MAX_Q99
             or abs(kurt or 0) > INIT_KURTOSIS
         ):
             return False
-    return all(r["regime"] == "at init" for r in norm_recs if r["block"] == block)
+    return True
+
+
+def _init_like(block: int, cells: dict[tuple[int, str], Cell], norm_recs: list[dict[str, Any]], trim: str) -> bool:
+    return matrices_init_like(block, cells, trim) and all(
+        r["regime"] == "at init" for r in norm_recs if r["block"] == block
+    )
+
+
+def stagnant_blocks(init_like: list[int], cells: dict[tuple[int, str], Cell], n_layers: int, trim: str) -> list[int]:
+    """Deep-layer stagnation: init-like blocks in the deep half, and only where most shallow blocks'
+    matrices moved away from init; a shallow block, or a model whose blocks all look alike, is never it."""
+    blocks = sorted({b for b, _ in cells})
+    shallow = [b for b in blocks if b < n_layers / 2]
+    moved = [b for b in shallow if not matrices_init_like(b, cells, trim)]
+    if not shallow or len(moved) < len(shallow) / 2:
+        return []
+    return [b for b in init_like if b >= n_layers / 2]
 
 
 def placement_of(row: dict[str, Any]) -> tuple[str | None, str]:
@@ -159,6 +183,7 @@ def depth_profile(
         if len(members) >= 3:
             stretches.append({"blocks": [members[0], members[-1]], "deep": members[0] >= n_layers / 2})
     init_like = [b for b in blocks if _init_like(b, cells, norm_recs, trim)]
+    stagnant = stagnant_blocks(init_like, cells, n_layers, trim)
     placement, evidence = placement_of(row)
     reading = _READING.get(placement or "", "normalisation placement unknown: the depth reading is not qualified")
     if stretches:
@@ -178,6 +203,7 @@ def depth_profile(
         "similar_stretches": stretches,
         "stretch_text": stretch_text,
         "init_like_blocks": init_like,
+        "stagnant_blocks": stagnant,
     }
 
 

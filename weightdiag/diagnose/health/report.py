@@ -75,12 +75,13 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
     blocks = block_table(row, all_cells, norms["vectors"], trim)
     init_like = depth["init_like_blocks"]
     untrained = "at init" in norms["model_wide"] or len(init_like) >= len(blocks_present) / 2
-    if init_like and not untrained:
+    if depth["stagnant_blocks"] and not untrained:
         findings += [
             finding(
                 "init-like",
                 [b],
-                f"all matrices within {INIT_K_TOL} of k0 = {INIT_ANCHOR_K}, max/q99 < {INIT_MAX_Q99}, norms at init",
+                f"all matrices within {INIT_K_TOL} (or their fit noise) of k0 = {INIT_ANCHOR_K}, "
+                f"max/q99 < {INIT_MAX_Q99}, norms at init",
                 "every matrix still looks like its Gaussian init (seed 000: deep-layer stagnation)",
                 statistic="k",
                 value=None,
@@ -89,7 +90,7 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
                 deviation=None,
                 deviation_type=None,
             )
-            for b in init_like
+            for b in depth["stagnant_blocks"]
         ]
     findings = finish(findings)
     for b in blocks:
@@ -153,8 +154,6 @@ def _observations(report: dict[str, Any], row: dict[str, Any]) -> list[str]:
     if norms["block_regimes"]:
         regimes = ", ".join(f"{n} {r}" for r, n in sorted(norms["block_regimes"].items(), key=lambda x: -x[1]))
         lines.append(f"block norm weights: {regimes} (seed 001 cuts: collapse < 0.4 √d, explosion > 1.8 √d)")
-    if "at init" in norms["model_wide"]:
-        lines.append("most norm weights are exactly at their all-ones init: an untrained or synthetic checkpoint")
     for r in norms["singled_out"]:
         lines.append(
             f"{SINGLED.get(r['site'], r['site'] + ' norm')} {r['name']}: ‖γ‖ = {r['l2']:.4g} = "
@@ -166,13 +165,17 @@ def _observations(report: dict[str, Any], row: dict[str, Any]) -> list[str]:
     lines.append(depth["stretch_text"])
     lines += selection_text(depth, row["architecture"])
     n_blocks = len(report["blocks"])
-    if depth["init_like_blocks"] and (
-        len(depth["init_like_blocks"]) >= n_blocks / 2 or "at init" in norms["model_wide"]
-    ):
-        lines.append(
-            f"{len(depth['init_like_blocks'])} of {n_blocks} blocks still look like their Gaussian init (k within "
-            f"{INIT_K_TOL} of {INIT_ANCHOR_K}, no outliers): untrained, or a synthetic checkpoint"
-        )
+    # Untrained or synthetic is a model-wide verdict, said once, with both kinds of evidence.
+    norms_at_init = "at init" in norms["model_wide"]
+    init_like = depth["init_like_blocks"]
+    if norms_at_init or (init_like and len(init_like) >= n_blocks / 2):
+        evidence = ["most norm weights are exactly at their all-ones init"] if norms_at_init else []
+        if init_like:
+            evidence.append(
+                f"{len(init_like)} of {n_blocks} blocks still look like their Gaussian init (k within "
+                f"{INIT_K_TOL} of {INIT_ANCHOR_K} or the fit noise of small matrices, no outliers)"
+            )
+        lines.append(" and ".join(evidence) + ": an untrained or synthetic checkpoint")
     sh = report["shallow_ffn"]
     if sh:
         lines.append(
