@@ -1,7 +1,8 @@
 """Read a training run from its rows: k and lambda over steps, drift, lambda peaks, init checks, std patterns.
 
 Everything here works on rows (one per revision, as written by `weightdiag sweep`), never on
-weights. Cuts for the layer-wise std patterns (seed 000's anomaly table, made quantitative here):
+weights. Cuts for the layer-wise std patterns (the anomaly table of the "Layer-wise Weight Standard
+Deviation Reference Manual", made quantitative here):
 - exploding inflation: a block's std reaches > 5x its first value and > 3x the median block's
   peak growth, or any checkpoint holds NaN/Inf weights;
 - deep-layer stagnation: the deepest third of blocks moves by < 5% (median) while the shallowest
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..row import at_trim
+from ..sources import LAYERWISE_STD_SHORT
 from .classes import BAND, INIT_ANCHOR_K
 from .functions import lambda_paired_correlation
 from .lambda_axis import state_of
@@ -207,7 +209,7 @@ def block_std(points: list[tuple[int, dict[str, Any]]]) -> tuple[list[int], list
 
 
 def std_pattern(points: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
-    """Name the layer-wise std evolution (seed 000) with its evidence."""
+    """Name the layer-wise std evolution (the layer-wise std manual's patterns) with its evidence."""
     steps, blocks, table = block_std(points)
     nonfinite = [
         (step, m["name"])
@@ -332,7 +334,7 @@ def _findings(t: dict[str, Any]) -> list[str]:
     if paired and paired["pearson_r_loglog"] is not None:
         lines.append(
             f"λ_O and λ_FFN_out move together over steps: log-log r = {paired['pearson_r_loglog']:.4f} "
-            f"(n = {paired['n']}; paper: 0.9967 for Pythia)"
+            f"(n = {paired['n']}; Ding 2026: 0.9967 for Pythia)"
         )
     if t["duplicates"]:
         lines.append("identical checkpoints: " + ", ".join(f"{a} = {b}" for a, b in t["duplicates"].items()))
@@ -361,7 +363,7 @@ def _findings(t: dict[str, Any]) -> list[str]:
         )
     pattern = t.get("std_pattern")
     if pattern and pattern["pattern"] != "unknown":
-        lines.append(f"layer-wise std: {pattern['pattern']}: {pattern.get('summary', '')}")
+        lines.append(f"layer-wise std ({LAYERWISE_STD_SHORT}): {pattern['pattern']}: {pattern.get('summary', '')}")
     known = [s for s in t["states"] if s["t_over_tau"] is not None]
     if known:
         lines.append(f"T/τ at the last step: {known[-1]['t_over_tau']:.3g} ({known[-1]['state']})")

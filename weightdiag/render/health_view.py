@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..diagnose.health import KIND_ORDER, SELECTION_KEYS, fmt
+from ..sources import NORM_ARTICLE
 
 _CLASS_STYLE = {"selection-deep": "bold red", "selection-mild": "yellow", "non-weibull": "magenta"}
 
@@ -73,7 +74,9 @@ def block_tables(result: dict[str, Any]) -> list[Table]:
 def findings_view(result: dict[str, Any]) -> Text:
     text = Text(f"Findings ({len(result['findings'])})\n", style="bold")
     if not result["findings"]:
-        text.append("  none: no block stands out from the depth trend, no norm outside seed 001's band\n")
+        text.append(
+            f"  none: no block stands out from the depth trend, no norm outside the healthy band of {NORM_ARTICLE}\n"
+        )
     for f in result["findings"]:
         style = "red" if f["severity"] == "warning" else "cyan"
         text.append(f"  {f['id']} ", style="bold")

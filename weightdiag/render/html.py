@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..db import write_text_atomic
+from ..sources import NORM_ARTICLE, NORM_ARTICLE_SHORT
 from .plots import PlotFile
 
 _STYLE = """
@@ -83,7 +84,8 @@ def _blocks(result: dict[str, Any]) -> str:
 
 def _findings(result: dict[str, Any]) -> str:
     if not result["findings"]:
-        return "<p>No block stands out from the depth trend, and no norm lies outside seed 001's band.</p>"
+        band = f"the healthy band of {escape(NORM_ARTICLE)}"
+        return f"<p>No block stands out from the depth trend, and no norm lies outside {band}.</p>"
     items = "".join(
         f'<li><b>{f["id"]}</b> <span class="{f["severity"]}">[{f["severity"]}]</span> {escape(f["text"])}</li>'
         for f in result["findings"]
@@ -112,7 +114,7 @@ def _norms(result: dict[str, Any]) -> str:
         [escape(r["name"]), escape(r["site"]), str(r["d"]), _fmt(r["l2"]), _fmt(r["ratio"], 4), escape(r["regime"])]
         for r in result["norms"]["vectors"]
     ]
-    return _table(["norm weight", "site", "d", "‖γ‖₂", "‖γ‖/√d", "regime (seed 001)"], rows, left=2)
+    return _table(["norm weight", "site", "d", "‖γ‖₂", "‖γ‖/√d", f"regime ({NORM_ARTICLE_SHORT})"], rows, left=2)
 
 
 def _shallow(result: dict[str, Any]) -> str:

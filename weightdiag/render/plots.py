@@ -21,6 +21,7 @@ from ..codes import BIN_EDGES
 from ..diagnose.classes import INIT_ANCHOR_K, SELECTION_DEEP_BELOW_K, TRANSMISSION_MIN_K
 from ..diagnose.health import KIND_ORDER, NORM_COLLAPSE, NORM_EXPLOSION, TABLE2, short_name
 from ..errors import BadInputError
+from ..sources import NORM_ARTICLE_SHORT
 
 DPI = 110
 REBIN = 4  # 1024 cohort bins of 0.0137 decades -> 256 bins for the body panel
@@ -186,7 +187,8 @@ def norms_plot(plt, result: dict[str, Any], folder: Path) -> PlotFile:
     ax.set_ylabel("‖γ‖₂ / √d")
     ax.legend(fontsize=7, ncol=3)
     ax.set_title(
-        f"Norm weights against √d: collapse < {NORM_COLLAPSE}, explosion > {NORM_EXPLOSION} (seed 001)", fontsize=10
+        f"Norm weights against √d: collapse < {NORM_COLLAPSE}, explosion > {NORM_EXPLOSION} ({NORM_ARTICLE_SHORT})",
+        fontsize=10,
     )
     path = save_figure(plt, fig, folder / "norms.png")
     return PlotFile(
