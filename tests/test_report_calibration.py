@@ -117,3 +117,14 @@ def test_synthetic_variation_knobs():
     norm = next(t for t in varied.tensors() if t.kind == "norm" and t.block == 0)
     x = synthetic.generate(varied, norm, np.random.default_rng(0))
     assert 0.005 < x.std() < 0.02 and abs(x.mean() - 1) < 0.01
+
+
+def test_k_departure_must_exceed_the_fit_noise_of_small_matrices():
+    """A k difference of 0.055 at z 6 is a finding on a large matrix, within noise on a 64x176 one."""
+    from weightdiag.diagnose.health.cuts import STATS
+    from weightdiag.diagnose.health.robust import Point, effect, spot
+
+    large = Point(3, 1.15, "t", 1.15, local=1.205, local_z=-6.0, noise=1.2 / np.sqrt(4096 * 11008))
+    small = Point(3, 1.15, "t", 1.15, local=1.205, local_z=-6.0, noise=1.2 / np.sqrt(64 * 176))
+    assert spot(large, STATS["k"]) and not spot(small, STATS["k"])
+    assert effect(large, STATS["k"]) == STATS["k"].min_effect and effect(small, STATS["k"]) > 0.06

@@ -3,6 +3,7 @@ model-level observation lines."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ...errors import BadInputError
@@ -43,7 +44,9 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
                 c = cells.get((b, key))
                 v = c.value(stat.key, trim) if c else None
                 if v is not None and (not stat.log or v + stat.offset > 0):
-                    pts.append(Point(b, v, c.tensor, stat.t(v)))
+                    # k of one fit scatters by 1.2/sqrt(n) (Gaussian matrices; depth.py's tolerances).
+                    noise = 1.2 / math.sqrt(c.records[0]["numel"]) if stat.key == "k" else 0.0
+                    pts.append(Point(b, v, c.tensor, stat.t(v), noise=noise))
             if pts:
                 matrix_series.append(analyse(Series(key, stat, pts)))
     findings = matrix_findings(matrix_series, cells, trim)

@@ -22,6 +22,7 @@ class Point:
     neighbours: tuple[int, ...] = ()
     trend: float = math.nan
     trend_z: float = 0.0
+    noise: float = 0.0  # one fit's sampling sigma for this matrix's size (compared units), when known
 
 
 @dataclass
@@ -82,14 +83,21 @@ def analyse(series: Series) -> Series:
     return series
 
 
+def effect(p: Point, stat: Stat) -> float:
+    """The smallest difference worth a finding here: the statistic's effect size, or Z_CUT sigmas of the
+    difference to a median of NEIGHBOURS fits (sigma x sqrt(1 + pi / (2 NEIGHBOURS))) when a small
+    matrix's own sampling noise is larger (a 64x176 matrix: k sigma 0.011, so 0.067 instead of 0.05)."""
+    return max(stat.min_effect, Z_CUT * p.noise * math.sqrt(1 + math.pi / (2 * NEIGHBOURS)))
+
+
 def spot(p: Point, stat: Stat) -> bool:
-    return abs(p.local_z) >= Z_CUT and abs(p.t - p.local) >= stat.min_effect
+    return abs(p.local_z) >= Z_CUT and abs(p.t - p.local) >= effect(p, stat)
 
 
 def _bands(series: Series) -> list[list[Point]]:
     """Runs of >= 2 consecutive blocks off the trend in the same direction, covering at most half the blocks."""
     stat, pts = series.stat, series.points
-    off = [abs(p.trend_z) >= Z_CUT and abs(p.t - p.trend) >= stat.min_effect for p in pts]
+    off = [abs(p.trend_z) >= Z_CUT and abs(p.t - p.trend) >= effect(p, stat) for p in pts]
     if sum(off) * 2 > len(pts):
         return []  # most blocks are "off": the line is not the model's trend
     runs: list[list[Point]] = []
