@@ -154,10 +154,20 @@ def null(seed: int, layers: tuple[int, ...] = LAYERS) -> Scenario:
 def sweep(seeds: range, layers: tuple[int, ...] = LAYERS) -> dict[str, Any]:
     out: dict[str, Any] = {"null_models": 0, "null_with_fp": 0, "fp": 0, "planted": 0, "missed": 0, "extra": 0}
     out["details"] = []
+    by: dict[int, dict[str, int]] = {}
+    out["by_layers"] = by
     with tempfile.TemporaryDirectory() as tmp:
         for seed in seeds:
             for name, sc in (("null", null(seed, layers)), ("planted", planted(seed, layers))):
                 r = run(sc, Path(tmp) / f"{name}{seed}")
+                row = by.setdefault(sc.spec.n_layers, dict.fromkeys(("null", "fp", "planted", "missed", "extra"), 0))
+                if name == "null":
+                    row["null"] += 1
+                    row["fp"] += len(r["false_positives"])
+                else:
+                    row["planted"] += len(sc.expected)
+                    row["missed"] += len(r["misses"])
+                    row["extra"] += len(r["false_positives"])
                 if name == "null":
                     out["null_models"] += 1
                     out["null_with_fp"] += bool(r["false_positives"])
@@ -183,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{out['planted']} planted anomalies: {out['missed']} missed, {out['extra']} extra findings; "
         f"{time.perf_counter() - t0:.0f} s"
     )
+    print("blocks | null models | false findings | planted | missed | extra")
+    for n, row in sorted(out["by_layers"].items()):
+        print(f"{n} | {row['null']} | {row['fp']} | {row['planted']} | {row['missed']} | {row['extra']}")
     for d in out["details"]:
         print(d)
     return 0
