@@ -78,7 +78,8 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
     """Run the real console entry point in a subprocess."""
     full_env = {**os.environ, "COLUMNS": "160", **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "weightdiag", *args],
+        # A RuntimeWarning in the CLI is an error here too (the suite's filterwarnings covers only this process).
+        [sys.executable, "-W", "error::RuntimeWarning", "-m", "weightdiag", *args],
         capture_output=True,
         text=True,
         env=full_env,
