@@ -114,3 +114,21 @@ def test_readme_f32_bound_names_what_the_benchmark_measures(minilm_dir: Path) ->
     error = abs(ours.k / fit_exact(values, counts, "mid80").k - 1)
     assert f"{small.numel}-value token-type embedding" in readme
     assert f"off by {error:.1e} in k (mid80)".replace("e-0", "e-") in readme
+
+
+def test_no_user_facing_text_cites_a_seed_file() -> None:
+    # Users have no seed files: sources are cited by title (weightdiag/sources.py).
+    files = [*(ROOT / "weightdiag").rglob("*.py"), *(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]
+    hits = [f"{p.relative_to(ROOT)}:{i}" for p in files for i, line in enumerate(p.read_text().splitlines(), 1)
+            if "seed 00" in line.lower()]  # fmt: skip
+    assert not hits, hits
+
+
+def test_empty_findings_and_norm_table_name_the_norm_article() -> None:
+    from weightdiag.render.health_view import findings_view
+    from weightdiag.render.html import _findings, _norms
+    from weightdiag.sources import NORM_ARTICLE_SHORT
+
+    assert "Why √d_model Is Your North Star" in findings_view({"findings": []}).plain
+    assert "North Star" in _findings({"findings": []})
+    assert NORM_ARTICLE_SHORT in _norms({"norms": {"vectors": []}})

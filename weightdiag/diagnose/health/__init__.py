@@ -13,7 +13,7 @@ compared with two expectations, on log values for scale and tail statistics:
   covers at most half the model stands out ("bands", e.g. the Q/K Selection band).
 Residuals are scaled by 1.4826 x MAD with a floor per statistic (so near-identical synthetic blocks
 do not divide by ~0), and a block is flagged only when |robust z| >= 5 AND the difference is of a
-practical size (cuts.STATS). Hard cuts apply only to norm regimes (seed 001) and to the
+practical size (cuts.STATS). Hard cuts apply only to norm regimes (“Why √d_model Is Your North Star”) and to the
 comparison with the paper's Table 2.
 
 The package, each module one job (imports only go down this list):
@@ -21,7 +21,7 @@ The package, each module one job (imports only go down this list):
 - cells: a row's records gathered into per-(block, kind) cells, quantization_of, text helpers;
 - robust: points and series over depth, robust_scale, theil_sen, analyse, spots and bands (numerics);
 - findings: hits, their evidence, category and reason, matrix findings, numbering and text;
-- norms: norm-weight regimes (seed 001) and robust norm outliers;
+- norms: norm-weight regimes (“Why √d_model Is Your North Star”) and robust norm outliers;
 - superweights: Table 2 comparison, pooled q99 and kurtosis, outlier channels, FFN outlier neurons;
 - depth: depth profile, indistinguishable stretches, init-like blocks, Selection placement;
 - blocks: shallow-FFN regime, quantization summary, block table, architecture summary;

@@ -1,5 +1,6 @@
 """Every cut and constant of the health report, each with the evidence behind it: the robust rule's
-thresholds, the per-statistic `Stat` definitions, seed 001's norm regimes, the paper's Table 2, the
+thresholds, the per-statistic `Stat` definitions, the norm regimes of “Why √d_model Is Your North
+Star”, the paper's Table 2, the
 init-like and quantization limits, and the matrix kinds in report order."""
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ STATS = {
 }
 NORM_STAT = Stat("norm", "‖γ‖/√d", True, 0.02, math.log(1.25))
 
-# Norm-weight regimes (seed 001): collapse < 0.4 sqrt(d); explosion > 1.8 sqrt(d). At init: every entry equals
+# Norm-weight regimes (“Why √d_model Is Your North Star”):
+# collapse < 0.4 sqrt(d); explosion > 1.8 sqrt(d). At init: every entry equals
 # 1 to storage precision (1e-6: 1.0 is exact in BF16/F16/F32, and one BF16 step at 1 is 0.0078).
 NORM_AT_INIT_ABS = 1e-6
 NORM_COLLAPSE = 0.4

@@ -117,13 +117,15 @@ def placement_of(row: dict[str, Any]) -> tuple[str | None, str]:
 PLACEMENT_NAME = {"pre": "Pre-LN", "post": "Post-LN", "peri": "Peri-LN"}
 _READING = {
     "pre": (
-        "Pre-LN: the Curse of Depth applies (seed 002: Pre-LN output variance grows with depth, so deep blocks drift "
+        "Pre-LN: the Curse of Depth applies (“The Curse of Depth in Large Language Models”, Sun et al. 2025: "
+        "Pre-LN output variance grows with depth, so deep blocks drift "
         "toward identity maps and can often be pruned with little loss); weights alone cannot measure that, but deep "
         "blocks that are indistinguishable from each other or still look like their init are consistent with it"
     ),
     "post": (
         "Post-LN: the Curse of Depth is a Pre-LN effect; in Post-LN models (e.g. BERT) deep layers stay distinct and "
-        "matter more, while early layers are the most similar (seed 002, Fig. 2a, 3a), so similar deep stretches here "
+        "matter more, while early layers are the most similar (“The Curse of Depth in LLMs”, Fig. 2a, 3a), "
+        "so similar deep stretches here "
         "are not read as the Pre-LN mechanism"
     ),
     "peri": (

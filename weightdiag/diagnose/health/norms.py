@@ -1,4 +1,5 @@
-"""Norm weights: seed 001's regimes of ‖γ‖ against √d (hard cuts), robust outliers against each
+"""Norm weights: the regimes of ‖γ‖ against √d in “Why √d_model Is Your North Star” (hard cuts),
+robust outliers against each
 site's depth trend, and model-wide regimes."""
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from .robust import Point, Series, analyse, spot
 
 
 def norm_regime(l2: float, numel: int, lo: float | None = None, hi: float | None = None) -> str:
-    """Seed 001's regimes of ||gamma||_2 against sqrt(d); "at init" only when every entry (min and max)
+    """The regimes of ||gamma||_2 against sqrt(d) in “Why √d_model Is Your North Star”;
+    "at init" only when every entry (min and max)
     equals the all-ones init to storage precision: a trained vector with 1% spread has ||gamma|| within
     0.01 of sqrt(d) too, but it moved."""
     root = math.sqrt(numel)
@@ -79,9 +81,15 @@ def _norm_finding(r: dict[str, Any], hit: Hit | None, model_wide: list[str]) -> 
         category, reason = "norm-outlier", f"far from the other {site} norms at this depth (all in the {regime} regime)"
     elif regime == "collapse":
         after = "the LM head and any MTP head" if site in ("final", "mtp") else "the next sub-layer"
-        category, reason = "norm-collapse", f"collapse below {NORM_COLLAPSE} √d (seed 001): it suppresses {after}"
+        category, reason = (
+            "norm-collapse",
+            f"collapse below {NORM_COLLAPSE} √d (“Why √d_model Is Your North Star”): it suppresses {after}",
+        )
     elif regime == "explosion":
-        category, reason = "norm-explosion", f"explosion above {NORM_EXPLOSION} √d (seed 001): a few channels dominate"
+        category, reason = (
+            "norm-explosion",
+            f"explosion above {NORM_EXPLOSION} √d (“Why √d_model Is Your North Star”): a few channels dominate",
+        )
     elif regime == "at init":
         category, reason = (
             "norm-at-init",
@@ -97,7 +105,7 @@ def _norm_finding(r: dict[str, Any], hit: Hit | None, model_wide: list[str]) -> 
             "statistic": "norm",
             "value": r["ratio"],
             "expected": 1.0,
-            "expected_from": "seed 001: ‖γ‖ = √d at init, healthy within [0.4, 1.8] √d",
+            "expected_from": "“Why √d_model Is Your North Star”: ‖γ‖ = √d at init, healthy within [0.4, 1.8] √d",
             "deviation": round(r["ratio"], 4),
             "deviation_type": "ratio to sqrt(d)",
         }
@@ -121,7 +129,8 @@ def _norm_finding(r: dict[str, Any], hit: Hit | None, model_wide: list[str]) -> 
 
 
 def analyse_norms(row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Norm regimes (hard cuts, seed 001) and robust outliers against the depth trend of each site."""
+    """Norm regimes (hard cuts of “Why √d_model Is Your North Star”) and robust outliers against the
+    depth trend of each site."""
     records = _norm_records(row)
     in_blocks = [r for r in records if r["block"] is not None and r["site"] != "mtp"]
     counts: dict[str, int] = defaultdict(int)
@@ -154,9 +163,9 @@ def analyse_norms(row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, A
         affected = [r for r in in_blocks if r["regime"] == regime]
         ratios = [r["ratio"] for r in affected]
         cut = (
-            f"below seed 001's collapse cut {NORM_COLLAPSE}"
+            f"below the collapse cut of “Why √d_model Is Your North Star”, {NORM_COLLAPSE}"
             if regime == "collapse"
-            else (f"above seed 001's explosion cut {NORM_EXPLOSION}")
+            else (f"above the explosion cut of “Why √d_model Is Your North Star”, {NORM_EXPLOSION}")
         )
         findings.append(
             finding(
@@ -173,7 +182,7 @@ def analyse_norms(row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, A
                 statistic="norm",
                 value=float(np.median(ratios)),
                 expected=1.0,
-                expected_from="seed 001: healthy within [0.4, 1.8] √d",
+                expected_from="“Why √d_model Is Your North Star”: healthy within [0.4, 1.8] √d",
                 deviation=round(float(np.median(ratios)), 4),
                 deviation_type="ratio to sqrt(d)",
             )

@@ -85,7 +85,8 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
                 [b],
                 f"all matrices within {INIT_K_TOL} (or their fit noise) of k0 = {INIT_ANCHOR_K}, "
                 f"max/q99 < {INIT_MAX_Q99}, norms at init",
-                "every matrix still looks like its Gaussian init (seed 000: deep-layer stagnation)",
+                "every matrix still looks like its Gaussian init (deep-layer stagnation in the Layer-wise Weight "
+                "Standard Deviation Reference Manual)",
                 statistic="k",
                 value=None,
                 expected=INIT_ANCHOR_K,
@@ -156,7 +157,10 @@ def _observations(report: dict[str, Any], row: dict[str, Any]) -> list[str]:
     norms = report["norms"]
     if norms["block_regimes"]:
         regimes = ", ".join(f"{n} {r}" for r, n in sorted(norms["block_regimes"].items(), key=lambda x: -x[1]))
-        lines.append(f"block norm weights: {regimes} (seed 001 cuts: collapse < 0.4 √d, explosion > 1.8 √d)")
+        lines.append(
+            f"block norm weights: {regimes} (cuts of “Why √d_model Is Your North Star”: "
+            "collapse < 0.4 √d, explosion > 1.8 √d)"
+        )
     for r in norms["singled_out"]:
         lines.append(
             f"{SINGLED.get(r['site'], r['site'] + ' norm')} {r['name']}: ‖γ‖ = {r['l2']:.4g} = "
