@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote, urlsplit
 
 import numpy as np
@@ -181,30 +181,40 @@ def _json_kind(value: object) -> str:
     return kinds.get(type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
 
 
-def _within_deadline(repo: str, call: Callable[[], T]) -> T:
-    """`call()` in a daemon thread, abandoned after http_timeout() s with a HubError.
+class _Daemon(Generic[T]):
+    """`call()` in a daemon thread whose result or exception the caller collects, or abandons.
 
-    Read timeouts bound each wait for the next bytes, not a server that trickles a byte now and then; only a
-    thread we stop waiting for does. A daemon thread, so that an abandoned call cannot hold the process at exit
-    (a ThreadPoolExecutor is joined at exit)."""
-    limit = http_timeout()
-    done: list[T] = []
-    failed: list[BaseException] = []
+    A daemon thread, so that an abandoned call cannot hold the process at exit (a ThreadPoolExecutor is joined
+    at exit). Used where read timeouts are not enough: they bound each wait for the next bytes, not a server
+    that trickles a byte now and then."""
 
-    def run() -> None:
+    def __init__(self, call: Callable[[], T], name: str) -> None:
+        self._done: list[T] = []
+        self._failed: list[BaseException] = []
+        self._call = call
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
         try:
-            done.append(call())
+            self._done.append(self._call())
         except BaseException as exc:  # handed to the caller's thread
-            failed.append(exc)
+            self._failed.append(exc)
 
-    thread = threading.Thread(target=run, name="weightdiag-hub-metadata", daemon=True)
-    thread.start()
-    thread.join(limit)
-    if thread.is_alive():
+    def result(self) -> T:
+        """What the call returned (or raise what it raised); only once the thread has ended."""
+        if self._failed:
+            raise self._failed[0]
+        return self._done[0]
+
+
+def _within_deadline(repo: str, call: Callable[[], T]) -> T:
+    """`call()`, abandoned after http_timeout() s with a HubError."""
+    job = _Daemon(call, "weightdiag-hub-metadata")
+    job.thread.join(http_timeout())
+    if job.thread.is_alive():
         raise _too_slow(repo)
-    if failed:
-        raise failed[0]
-    return done[0]
+    return job.result()
 
 
 def _api_get(url: str, token: str | None, params: dict[str, Any] | None = None) -> bytes:
@@ -497,23 +507,14 @@ def _watched(call: Callable[[], T], blobs: Path, limit: float, what: str) -> T:
     """
     from .ranged import MIN_PROGRESS
 
-    done: list[T] = []
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            done.append(call())
-        except BaseException as exc:  # handed to the caller's thread
-            failed.append(exc)
-
     def partial_bytes() -> int:
         try:
             return sum(p.stat().st_size for p in blobs.glob("*.incomplete"))
         except OSError:
             return 0
 
-    thread = threading.Thread(target=run, name="weightdiag-download", daemon=True)
-    thread.start()
+    job = _Daemon(call, "weightdiag-download")
+    thread = job.thread
     window = 2 * limit
     mark = partial_bytes()
     marked_at = grew_at = time.monotonic()
@@ -538,9 +539,7 @@ def _watched(call: Callable[[], T], blobs: Path, limit: float, what: str) -> T:
                 "or raise WEIGHTDIAG_HTTP_TIMEOUT for a very slow link"
             )
         mark, marked_at = size, now
-    if failed:
-        raise failed[0]
-    return done[0]
+    return job.result()
 
 
 def _download(repo: str, revision: str, names: list[str], token: str | None) -> Path:
