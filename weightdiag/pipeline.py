@@ -246,14 +246,7 @@ def _reduce_all(
         verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
         on_bytes = (lambda n: progress("bytes", n)) if progress else None
         for index, result in reduce_chunked(targets, reader, device, verify=verify, on_bytes=on_bytes):
-            item = work[index]
-            if isinstance(result, np.ndarray):
-                yield item, _Reduced(values=_decode(storage_view(item.ref, result), item.ref.dtype.name))
-            else:
-                segs, note = parts[index]
-                whole, *rest = result
-                named = [(kind, r) for (kind, _), r in zip(segs, rest, strict=True)]
-                yield item, _Reduced(whole=whole, parts=named, parts_note=note)
+            yield work[index], _as_reduced(work[index], result, *parts[index])
         return
     reduce = _reducer(device)
     # Whole decoded tensors: two reusable buffers, one filled while the other is reduced.
@@ -266,16 +259,21 @@ def _reduce_all(
         workers=workers,
         allocate=_allocator(device),
     )
-    index_of = {id(item): i for i, item in enumerate(work)}
-    for item, raw in prefetch:
+    for (item, raw), (segs, note) in zip(prefetch, parts, strict=True):  # the prefetcher keeps the order
         if progress:
             progress("bytes", item.ref.nbytes)
-        if len(item.ref.shape) == 1:
-            yield item, _Reduced(values=_decode(storage_view(item.ref, raw), item.ref.dtype.name))
-            continue
-        segs, note = parts[index_of[id(item)]]
-        whole, *rest = reduce(raw, item.ref.dtype.name, [None, *(seg for _, seg in segs)])
-        yield item, _Reduced(whole=whole, parts=[(k, r) for (k, _), r in zip(segs, rest, strict=True)], parts_note=note)
+        result = raw if len(item.ref.shape) == 1 else reduce(raw, item.ref.dtype.name, [None, *(s for _, s in segs)])
+        yield item, _as_reduced(item, result, segs, note)
+
+
+def _as_reduced(
+    item: _Work, result: np.ndarray | list[Reduction], segs: list[tuple[str, Segments]], note: str | None
+) -> _Reduced:
+    """A vector's raw bytes, decoded; or the whole matrix's reduction and its named fused parts."""
+    if isinstance(result, np.ndarray):
+        return _Reduced(values=_decode(storage_view(item.ref, result), item.ref.dtype.name))
+    whole, *rest = result
+    return _Reduced(whole=whole, parts=[(kind, r) for (kind, _), r in zip(segs, rest, strict=True)], parts_note=note)
 
 
 def _decode(values: np.ndarray, dtype: str) -> np.ndarray:

@@ -71,7 +71,6 @@ class LocalReader:
     # cache (76% of `cat` against 47% for pread into reused buffers); two chunks reduced at a time.
     chunk_bytes = 32 << 20
     workers = max(1, min(4, os.cpu_count() or 1))
-    verification = None  # local files carry no published hash to check against
 
     def regions(self) -> dict[int, tuple[int, int]] | None:
         return None
