@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
@@ -365,22 +366,35 @@ def test_expired_cdn_urls(fake_hub: FakeHub, model_dir: Path) -> None:
     assert session.get(get_hf_file_metadata(url).location).status_code == 403
 
 
+def _record_bookings(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[tuple[int, float]]]:
+    """Every rate-limited booking, (bytes, rate) by pacer: how the caps are checked without a wall clock."""
+    booked: dict[int, list[tuple[int, float]]] = {}
+    delay = Pacer.delay
+
+    def spy(self: Pacer, n: int, rate: float | None, now: float) -> float:
+        if rate:
+            booked.setdefault(id(self), []).append((n, rate))
+        return delay(self, n, rate, now)
+
+    monkeypatch.setattr(Pacer, "delay", spy)
+    return booked
+
+
+def _run_side_by_side(fetch: Callable[[int], None], n: int) -> None:
+    threads = [threading.Thread(target=fetch, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_bandwidth_is_shared_across_connections(fake_hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
     """Checked on the bookings, not the wall clock: every body byte of every connection is booked on the one
     shared link clock at the shared rate."""
     payload = np.random.default_rng(0).integers(0, 256, 2_000_000, dtype=np.uint8).tobytes()
     fake_hub.add_repo(REPO, {"big.bin": payload})
     fake_hub.bandwidth = 4e6
-    booked: dict[int, int] = {}
-    delay = Pacer.delay
-
-    def spy(self: Pacer, n: int, rate: float | None, now: float) -> float:
-        if rate:
-            assert rate == 4e6
-            booked[id(self)] = booked.get(id(self), 0) + n
-        return delay(self, n, rate, now)
-
-    monkeypatch.setattr(Pacer, "delay", spy)
+    booked = _record_bookings(monkeypatch)
     url = hf_hub_url(REPO, "big.bin")
     assert httpx2.get(url, follow_redirects=True).content == payload
     halves: list[bytes] = [b"", b""]
@@ -389,13 +403,11 @@ def test_bandwidth_is_shared_across_connections(fake_hub: FakeHub, monkeypatch: 
         first, last = i * 1_000_000, (i + 1) * 1_000_000 - 1
         halves[i] = httpx2.get(url, headers={"Range": f"bytes={first}-{last}"}, follow_redirects=True).content
 
-    threads = [threading.Thread(target=fetch, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _run_side_by_side(fetch, 2)
     assert b"".join(halves) == payload
-    assert list(booked.values()) == [4_000_000]  # one clock for all connections: the link is shared
+    # One clock for all connections, at the shared rate: the link is shared.
+    assert [sum(n for n, _ in b) for b in booked.values()] == [4_000_000]
+    assert {r for b in booked.values() for _, r in b} == {4e6}
 
 
 def test_resume_after_a_drop_past_the_first_download_chunk(fake_hub: FakeHub) -> None:
@@ -452,15 +464,7 @@ def test_connection_bandwidth_caps_each_connection_not_the_total(
     fake_hub.add_repo(REPO, {"big.bin": payload})
     location = get_hf_file_metadata(hf_hub_url(REPO, "big.bin")).location
     fake_hub.connection_bandwidth = 2e6
-    booked: dict[int, list[tuple[int, float | None]]] = {}
-    delay = Pacer.delay
-
-    def spy(self: Pacer, n: int, rate: float | None, now: float) -> float:
-        if rate:
-            booked.setdefault(id(self), []).append((n, rate))
-        return delay(self, n, rate, now)
-
-    monkeypatch.setattr(Pacer, "delay", spy)
+    booked = _record_bookings(monkeypatch)
     got: list[bytes] = [b""] * 4
 
     def fetch(i: int) -> None:
@@ -468,11 +472,7 @@ def test_connection_bandwidth_caps_each_connection_not_the_total(
             rng = f"bytes={i * 300_000}-{(i + 1) * 300_000 - 1}"
             got[i] = client.get(location, headers={"Range": rng}).content
 
-    threads = [threading.Thread(target=fetch, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _run_side_by_side(fetch, 4)
     assert b"".join(got) == payload
     assert len(booked) == 4  # four clocks, one per connection (a shared cap would book all on one)
     assert all(sum(n for n, _ in b) == 300_000 and {r for _, r in b} == {2e6} for b in booked.values())
