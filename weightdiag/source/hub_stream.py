@@ -46,11 +46,9 @@ class HubReader:
     def __init__(self, shards: list[StreamedShard], policy: RetryPolicy, connections: int = 8) -> None:
         self._shards = shards
         self._policy = policy
-        self.workers = connections
-        self._concurrency = Concurrency(connections)
+        self.set_connections(connections)
         self._free: list[np.ndarray] = []
         self._allocated = 0
-        self._pool_size = connections + EXTRA_BUFFERS
         self._pool_cond = threading.Condition()
         self._hash: _OrderedHasher | None = None
         self._tail_from = 0
@@ -58,6 +56,7 @@ class HubReader:
         self._tail_pool: ThreadPoolExecutor | None = None
 
     def set_connections(self, connections: int) -> None:
+        """Requests in flight, and the buffer pool that goes with them (before start())."""
         self.workers = connections
         self._concurrency = Concurrency(connections)
         self._pool_size = connections + EXTRA_BUFFERS
