@@ -93,31 +93,47 @@ def weibull_cdf(x: np.ndarray, k: float, lam: float) -> np.ndarray:
     return -np.expm1(-((np.asarray(x, dtype=np.float64) / lam) ** k))
 
 
+_CENTRES_LOG10 = (BIN_EDGES[:-1] + BIN_EDGES[1:]) / 2.0
+_CENTRES = 10.0**_CENTRES_LOG10
+
+
+class Hist1024Plot:
+    """The probability plot of a 1024-bin log10|w| histogram, shared by the fits of every trim."""
+
+    def __init__(self, hist: np.ndarray) -> None:
+        self.hist = hist = np.asarray(hist, dtype=np.float64)
+        self.total = total = hist.sum()
+        if total < MIN_VALUES:  # not fittable; and no division by a zero total
+            return
+        cum = np.cumsum(hist)
+        self.f_hi = cum / total
+        self.f_mid = (self.f_hi + (cum - hist) / total) / 2.0
+
+    def fit(self, trim: str = "mid80") -> WeibullFit:
+        if self.total < MIN_VALUES:
+            return _not_fitted(f"fewer than {MIN_VALUES} values in the histogram range")
+        hist, f_mid = self.hist, self.f_mid
+        if TRIMS[trim] >= 1.0:
+            keep = (hist > 0) & (f_mid > 0) & (f_mid < 1)
+        else:
+            lo, hi = trim_window(trim)
+            keep = (f_mid >= lo) & (f_mid <= hi) & (hist > 0)
+        points = int(np.count_nonzero(keep))
+        if points < MIN_POINTS:
+            return _not_fitted(f"fewer than {MIN_POINTS} histogram bins inside the {trim} window")
+        x = _CENTRES_LOG10[keep] * np.log(10.0)
+        y = np.log(-np.log(1 - f_mid[keep] + 1e-12))  # the library's guard, kept for bit-compatibility
+        slope, intercept, r2 = _weighted_line(x, y, hist[keep])
+
+        def ks(k: float, lam: float) -> float:
+            return float(np.abs(self.f_hi - weibull_cdf(_CENTRES, k, lam)).max())
+
+        return _line_to_fit(slope, intercept, r2, ks, points)
+
+
 def fit_hist1024(hist: np.ndarray, trim: str = "mid80") -> WeibullFit:
     """Cohort protocol on a 1024-bin log10|w| histogram (bit-compatible with npm-weibull-py 0.4.0)."""
-    hist = np.asarray(hist, dtype=np.float64)
-    total = hist.sum()
-    if total < MIN_VALUES:
-        return _not_fitted(f"fewer than {MIN_VALUES} values in the histogram range")
-    cum = np.cumsum(hist)
-    f_hi = cum / total
-    f_mid = (f_hi + (cum - hist) / total) / 2.0
-    centres_log10 = (BIN_EDGES[:-1] + BIN_EDGES[1:]) / 2.0
-    if TRIMS[trim] >= 1.0:
-        keep = (hist > 0) & (f_mid > 0) & (f_mid < 1)
-    else:
-        lo, hi = trim_window(trim)
-        keep = (f_mid >= lo) & (f_mid <= hi) & (hist > 0)
-    if keep.sum() < MIN_POINTS:
-        return _not_fitted(f"fewer than {MIN_POINTS} histogram bins inside the {trim} window")
-    x = centres_log10[keep] * np.log(10.0)
-    y = np.log(-np.log(1 - f_mid[keep] + 1e-12))  # the library's guard, kept for bit-compatibility
-    slope, intercept, r2 = _weighted_line(x, y, hist[keep])
-
-    def ks(k: float, lam: float) -> float:
-        return float(np.abs(f_hi - weibull_cdf(10.0**centres_log10, k, lam)).max())
-
-    return _line_to_fit(slope, intercept, r2, ks, int(keep.sum()))
+    return Hist1024Plot(hist).fit(trim)
 
 
 def fit_exact(values: np.ndarray, counts: np.ndarray, trim: str = "mid80") -> WeibullFit:

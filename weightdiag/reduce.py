@@ -216,14 +216,19 @@ def merge(parts: list[Reduction]) -> Reduction:
     if len(parts) == 1:
         return parts[0]
     first = parts[0]
-    counts = np.sum([p.counts for p in parts], axis=0)
+    counts = first.counts + parts[1].counts  # pairwise adds: np.sum over a list stacks a copy first
+    for p in parts[2:]:
+        counts += p.counts
     best = first
     for p in parts[1:]:
         if p.argmax >= 0 and (best.argmax < 0 or p.max_abs > best.max_abs):
             best = p
     merged = Reduction(first.dtype, sum(p.numel for p in parts), counts, first.exact, best.argmax, best.max_abs)
     if first.hist1024 is not None:
-        merged.hist1024 = np.sum([p.hist1024 for p in parts], axis=0)
+        hist = first.hist1024.copy()
+        for p in parts[1:]:
+            hist += p.hist1024
+        merged.hist1024 = hist
     if first.power_sums is not None:
         merged.shift = _f32_shift(counts)
         finite = finite_mask("F32")

@@ -14,7 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from .codes import HIST_BINS, code_bins, code_values
-from .fit import WeibullFit, fit_exact, fit_hist1024
+from .fit import Hist1024Plot, WeibullFit, fit_exact
 from .reduce import Reduction, finite_mask
 
 
@@ -25,19 +25,24 @@ class MagnitudeDistribution:
     values: np.ndarray
     counts: np.ndarray
 
-    @property
+    @cached_property
     def total(self) -> int:
         return int(self.counts.sum())
 
+    @cached_property
+    def _cumulative(self) -> np.ndarray:
+        return np.cumsum(self.counts)
+
     def nonzero(self) -> MagnitudeDistribution:
-        keep = self.values > 0
-        return MagnitudeDistribution(self.values[keep], self.counts[keep])
+        if not self.values.size or self.values[0] > 0:  # ascending: only the first value can be zero
+            return self
+        return MagnitudeDistribution(self.values[1:], self.counts[1:])
 
     def quantile(self, q: float) -> float:
         """Inverted-CDF quantile: the smallest value v with ECDF(v) >= q."""
         if self.total == 0:
             return float("nan")
-        cum = np.cumsum(self.counts)
+        cum = self._cumulative
         idx = int(np.searchsorted(cum, q * cum[-1] - 1e-9 * cum[-1], side="left"))
         return float(self.values[min(idx, self.values.size - 1)])
 
@@ -71,20 +76,33 @@ class Summary:
 
     @cached_property
     def _used(self) -> np.ndarray:
-        """Codes that are finite and occur (usually a few thousand of the 65,536)."""
+        """Signed codes that are finite and occur (usually a few thousand of the 65,536)."""
         return np.flatnonzero(finite_mask(self.red.dtype) & (self.red.counts > 0))
+
+    @cached_property
+    def _folded(self) -> tuple[np.ndarray, np.ndarray]:
+        """(magnitude codes that occur, ascending; their counts, both signs together).
+
+        Every dtype here is sign-magnitude: code c and c + half hold x and -x, and |x| grows
+        with the magnitude code over the finite codes, so folding the halves gives the sorted,
+        distinct |w| without a sort.
+        """
+        counts = self.red.counts
+        half = counts.size // 2
+        finite = finite_mask(self.red.dtype)[:half]
+        magnitude_counts = counts[:half] + counts[half:]
+        used = np.flatnonzero(finite & (magnitude_counts > 0))
+        return used, magnitude_counts[used]
 
     @cached_property
     def magnitudes(self) -> MagnitudeDistribution:
         """Fold the sign of the finite codes into a distribution of |w|."""
-        red = self.red
-        values = np.abs(code_values(red.dtype)[self._used])
-        if not red.exact:
-            values[(self._used & 0x7FFF) == 0] = 0.0  # F32 bucket 0: zero and subnormals below 1e-40
-        order = np.argsort(values, kind="stable")
-        values, counts = values[order], red.counts[self._used][order]
-        distinct, first = np.unique(values, return_index=True)  # +x and -x fold together
-        return MagnitudeDistribution(distinct, np.add.reduceat(counts, first) if counts.size else counts)
+        used, counts = self._folded
+        values = code_values(self.red.dtype)[used]
+        if not self.red.exact and used.size and used[0] == 0:
+            values = values.copy()
+            values[0] = 0.0  # F32 bucket 0: zero and subnormals below 1e-40
+        return MagnitudeDistribution(values, counts)
 
     @cached_property
     def histogram(self) -> np.ndarray:
@@ -92,13 +110,18 @@ class Summary:
         red = self.red
         if red.hist1024 is not None:
             return red.hist1024
-        bins = code_bins(red.dtype)[self._used]
+        used, counts = self._folded
+        bins = code_bins(red.dtype)[used]  # a code's bin depends on |x| only
         inside = (bins >= 0) & (bins < HIST_BINS)
-        return np.bincount(bins[inside], weights=red.counts[self._used][inside], minlength=HIST_BINS).astype(np.int64)
+        return np.bincount(bins[inside], weights=counts[inside], minlength=HIST_BINS).astype(np.int64)
+
+    @cached_property
+    def _plot(self) -> Hist1024Plot:
+        return Hist1024Plot(self.histogram)
 
     def fit(self, protocol: str, trim: str) -> WeibullFit:
         if protocol == "hist1024":
-            return fit_hist1024(self.histogram, trim)
+            return self._plot.fit(trim)
         if protocol == "exact":
             dist = self.magnitudes.nonzero()
             return fit_exact(dist.values, dist.counts, trim)
@@ -128,7 +151,7 @@ class Summary:
     def stats(self) -> MatrixStats:
         red = self.red
         finite = finite_mask(red.dtype)
-        n_finite = int(red.counts[self._used].sum())
+        n_finite = self.magnitudes.total
         if red.n_inf is not None:
             n_inf = red.n_inf
         else:
