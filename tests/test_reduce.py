@@ -8,7 +8,7 @@ import torch
 
 from weightdiag import kernels, synthetic
 from weightdiag.codes import code_values, f32_bin_tables
-from weightdiag.reduce import Reduction, Segments, reduce_array
+from weightdiag.reduce import Reduction, Segments, merge, reduce_array, reduce_range
 from weightdiag.reduce_torch import reduce_torch, upload
 from weightdiag.stats import cohort_histogram, magnitudes, matrix_stats
 
@@ -115,6 +115,28 @@ def test_torch_reducer_on_cpu_equals_numpy_reducer(dtype):
     uploaded = upload(raw, dtype, "cpu")  # the fused-tensor path: one copy, several parts
     _same(reduce_torch(uploaded, dtype, "cpu", part), reduce_array(raw_values.reshape(-1), dtype, part))
     assert reduce_array(raw_values.reshape(-1), dtype, seg_whole).argmax == 2 * 130 + 3
+
+
+@pytest.mark.parametrize("path", ["whole", "merged", "torch"])
+def test_f32_moments_of_abs_w_are_exact(path):
+    """mean |w| and std |w| of F32 come from float64 sums, not bucket midpoints (up to 2^-8 off)."""
+    x = (RNG.standard_normal(300_007) * 0.02 + 0.003).astype(np.float32)
+    x[::997] *= 40  # a tail, so that bucket midpoints would be visibly off
+    values = x.astype(np.float64)
+    bits = x.view(np.uint32)
+    if path == "whole":
+        red = reduce_array(bits, "F32")
+    elif path == "merged":
+        step = 65_536
+        red = merge([p for lo in range(0, x.size, step) for p in reduce_range(bits[lo : lo + step], "F32", None, lo)])
+    else:
+        red = reduce_torch(x.view(np.uint8), "F32", "cpu")
+    stats = matrix_stats(red)
+    assert stats.mean_abs == pytest.approx(np.abs(values).mean(), rel=1e-12)
+    assert stats.std_abs == pytest.approx(np.abs(values).std(), rel=1e-9)
+    folded = (red.counts[:32768] + red.counts[32768:])[:0x7F80]  # finite buckets
+    midpoint_mean_abs = float(np.dot(folded, code_values("F32")[:0x7F80])) / x.size
+    assert abs(midpoint_mean_abs / np.abs(values).mean() - 1) > 1e-7  # the old estimate would fail the check above
 
 
 def test_bf16_statistics_are_exact():

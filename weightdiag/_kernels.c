@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 typedef struct {
     Py_buffer view;
@@ -250,7 +251,8 @@ static PyObject *hist32(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* power_sums(f32_2d, shift, sums[4] f64): adds sum d, d^2, d^3, d^4 for d = x - shift. */
+/* power_sums(f32_2d, shift, sums[5] f64): adds sum d, d^2, d^3, d^4 for d = x - shift, and sum |x|
+ * (all terms positive: no shift needed for the moments of |w|). */
 static PyObject *power_sums(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *data, *out;
@@ -259,26 +261,28 @@ static PyObject *power_sums(PyObject *self, PyObject *args) {
     Grid g;
     if (grid_open(data, 4, &g) < 0) return NULL;
     Py_buffer ob;
-    double *sums = out_buffer(out, &ob, 4 * sizeof(double));
+    double *sums = out_buffer(out, &ob, 5 * sizeof(double));
     if (!sums) { PyBuffer_Release(&g.view); return NULL; }
     Py_BEGIN_ALLOW_THREADS
     /* Four independent accumulator sets keep the FP adds pipelined without -ffast-math. */
-    double s[4][4] = {{0}};
+    double s[4][5] = {{0}};
     for (Py_ssize_t r = 0; r < g.rows; r++) {
         const float *restrict row = ROW(g, float, r);
         Py_ssize_t n4 = g.cols & ~(Py_ssize_t)3, i;
         for (i = 0; i < n4; i += 4) {
             for (int lane = 0; lane < 4; lane++) {
-                double d = (double)row[i + lane] - shift, d2 = d * d;
+                double x = (double)row[i + lane], d = x - shift, d2 = d * d;
                 s[lane][0] += d; s[lane][1] += d2; s[lane][2] += d2 * d; s[lane][3] += d2 * d2;
+                s[lane][4] += fabs(x);
             }
         }
         for (; i < g.cols; i++) {
-            double d = (double)row[i] - shift, d2 = d * d;
+            double x = (double)row[i], d = x - shift, d2 = d * d;
             s[0][0] += d; s[0][1] += d2; s[0][2] += d2 * d; s[0][3] += d2 * d2;
+            s[0][4] += fabs(x);
         }
     }
-    for (int k = 0; k < 4; k++) sums[k] += s[0][k] + s[1][k] + s[2][k] + s[3][k];
+    for (int k = 0; k < 5; k++) sums[k] += s[0][k] + s[1][k] + s[2][k] + s[3][k];
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&ob);
     PyBuffer_Release(&g.view);
@@ -291,7 +295,7 @@ static PyMethodDef methods[] = {
     {"find32", find32, METH_VARARGS, "First flat index with (x & mask) == target (32-bit)."},
     {"max_finite32", max_finite32, METH_VARARGS, "Largest finite F32 magnitude bit pattern, -1 if none."},
     {"hist32", hist32, METH_VARARGS, "One pass over F32 bit patterns (codes, bin corrections)."},
-    {"power_sums", power_sums, METH_VARARGS, "Add float64 power sums of (x - shift)."},
+    {"power_sums", power_sums, METH_VARARGS, "Add float64 power sums of (x - shift) and the sum of |x|."},
     {NULL, NULL, 0, NULL},
 };
 

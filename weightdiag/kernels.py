@@ -189,25 +189,29 @@ def count_f32(view: np.ndarray, thresholds: np.ndarray, irregular: np.ndarray, n
 
 
 # ---------------------------------------------------------------------------------------------
-# Exact float64 power sums of (x - shift) for float32 values known to be all finite.
+# Exact float64 power sums of (x - shift) for float32 values known to be all finite, and the sum of
+# |x| (the first moment of |w|, exact, for the Gamma closure).
+
+POWER_SUMS = 5  # sum d, d^2, d^3, d^4 with d = x - shift; sum |x|
 
 
 def _power_sums_numpy(view: np.ndarray, shift: float) -> np.ndarray:
-    sums = np.zeros(4, dtype=np.float64)
+    sums = np.zeros(POWER_SUMS, dtype=np.float64)
     for _, chunk in _chunks(view):
-        d = chunk.astype(np.float64) - shift
+        x = chunk.astype(np.float64)
+        d = x - shift
         d2 = d * d
-        sums += (d.sum(), d2.sum(), (d2 * d).sum(), (d2 * d2).sum())
+        sums += (d.sum(), d2.sum(), (d2 * d).sum(), (d2 * d2).sum(), np.abs(x).sum())
     return sums
 
 
 def _power_sums_c(view: np.ndarray, shift: float) -> np.ndarray:
-    sums = np.zeros(4, dtype=np.float64)
+    sums = np.zeros(POWER_SUMS, dtype=np.float64)
     _c.power_sums(view, shift, sums)
     return sums
 
 
 def power_sums(view: np.ndarray, shift: float) -> np.ndarray:
-    """[sum d, sum d^2, sum d^3, sum d^4] with d = x - shift, accumulated in float64."""
+    """[sum d, sum d^2, sum d^3, sum d^4, sum |x|] with d = x - shift, accumulated in float64."""
     kernel = _power_sums_c if HAVE_C else _power_sums_numpy
     return np.sum(_map(lambda piece: kernel(piece, float(shift)), view), axis=0)

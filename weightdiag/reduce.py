@@ -4,7 +4,7 @@ The summary (`Reduction`) is what every statistic and fit is computed from:
 - `counts`: elements per code (see codes.py). For BF16/F16/F8 the codes are the values, so the
   counts are the exact empirical distribution; for F32 they group values into 2^-7-wide buckets.
 - For F32 only, what the buckets cannot give exactly: the cohort 1024-bin histogram, float64
-  power sums for the moments, and the exact largest |w|.
+  power sums for the moments of w and the sum of |w|, and the exact largest |w|.
 - The flat index of the (first) largest finite |w|, for super-weight coordinates.
 
 This module is the CPU path; reduce_torch.py computes the same summary with torch on any device.
@@ -71,7 +71,7 @@ class Reduction:
     argmax: int  # tensor flat index of the first largest finite |w|; -1 when there is none
     max_abs: float  # exact largest finite |w| (nan when none)
     hist1024: np.ndarray | None = None  # F32: exact cohort histogram
-    power_sums: np.ndarray | None = None  # F32: [sum d, d^2, d^3, d^4], d = x - shift, finite x
+    power_sums: np.ndarray | None = None  # F32: [sum d, d^2, d^3, d^4, sum |x|], d = x - shift, finite x
     shift: float = 0.0
     n_inf: int | None = None  # F32 only (its buckets mix Inf with NaN); exact dtypes read it from codes
 
@@ -232,16 +232,17 @@ def merge(parts: list[Reduction]) -> Reduction:
     if first.power_sums is not None:
         merged.shift = _f32_shift(counts)
         finite = finite_mask("F32")
-        total = np.zeros(4, dtype=np.float64)
+        total = np.zeros(kernels.POWER_SUMS, dtype=np.float64)
         for p in parts:
             n = float(p.counts[finite].sum())
             d = p.shift - merged.shift
-            s1, s2, s3, s4 = (float(x) for x in p.power_sums)
+            s1, s2, s3, s4, abs_sum = (float(x) for x in p.power_sums)
             total += (
                 s1 + d * n,
                 s2 + 2 * d * s1 + d * d * n,
                 s3 + 3 * d * s2 + 3 * d * d * s1 + d**3 * n,
                 s4 + 4 * d * s3 + 6 * d * d * s2 + 4 * d**3 * s1 + d**4 * n,
+                abs_sum,  # sums of |x| need no shift
             )
         merged.power_sums = total
     if first.n_inf is not None:

@@ -113,7 +113,7 @@ def _reduce_f32(bits, segments: Segments) -> Reduction:
     finite = finite_mask("F32")
     n_finite = int(counts_np[finite].sum())
     shift = float(np.dot(counts_np[finite], code_values("F32")[finite]) / n_finite) if n_finite else 0.0
-    sums = torch.zeros(4, dtype=torch.float64, device=device)
+    sums = torch.zeros(5, dtype=torch.float64, device=device)  # as kernels.power_sums
     n_inf = 0
     values = bits.view(torch.float32)
     for start in range(0, values.numel(), CHUNK):
@@ -122,9 +122,10 @@ def _reduce_f32(bits, segments: Segments) -> Reduction:
         if n_finite != segments.numel:
             n_inf += int(torch.isinf(x).sum())
             x = x[ok]
-        d = x.to(torch.float64) - shift
+        x64 = x.to(torch.float64)
+        d = x64 - shift
         d2 = d * d
-        sums += torch.stack([d.sum(), d2.sum(), (d2 * d).sum(), (d2 * d2).sum()])
+        sums += torch.stack([d.sum(), d2.sum(), (d2 * d).sum(), (d2 * d2).sum(), x64.abs().sum()])
     argmax = segments.original_index(best_at) if best_value >= 0 else -1
     max_abs = float(np.array([best_value], dtype=np.uint32).view(np.float32)[0]) if best_value >= 0 else float("nan")
     return Reduction("F32", segments.numel, counts_np, False, argmax, max_abs, hist, sums.cpu().numpy(), shift, n_inf)

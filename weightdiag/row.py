@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from statistics import median  # np.median would import numpy.ma: 20-30 ms of a fit's start-up
 from typing import Any
 
 import numpy as np
 
-from .diagnose.classes import NON_WEIBULL_R2, k_class, k_flags
+from .diagnose.classes import NON_WEIBULL_R2, kind_k_fields
 from .fit import TRIMS, gamma_closure
 from .layout import TensorRole, kind_class
 from .reduce import Reduction
@@ -175,22 +176,22 @@ def kind_summaries(matrices: list[dict[str, Any]], trim: str = "mid80", parts: b
         ks = [f["k"] for f in fits]
         lams = [f["lambda"] for f in fits]
         r2s = [f["r2"] for f in fits if f["r2"] is not None]
-        k_med = float(np.median(ks)) if ks else None
-        r2_med = float(np.median(r2s)) if r2s else None
+        k_med = float(median(ks)) if ks else None
+        r2_med = float(median(r2s)) if r2s else None
         low = sum(1 for r in r2s if r < NON_WEIBULL_R2)
         out[kind] = {
             "class": kind_class(kind),
             "count": len(records),
             "fitted": len(fits),
             "k_median": _num(k_med),
-            "lambda_median": _num(float(np.median(lams))) if lams else None,
+            "lambda_median": _num(float(median(lams))) if lams else None,
             "r2_median": _num(r2_med),
             "r2_below_95": f"{low}/{len(fits)}",
             "k_min": _num(min(ks)) if ks else None,
             "k_max": _num(max(ks)) if ks else None,
-            # The k axis is defined for the attention and FFN matrices only (paper Sec. 2.2).
-            "k_class": k_class(k_med, r2_med) if k_med is not None and kind_class(kind) in _K_AXIS else None,
-            "flags": k_flags(k_med) if k_med is not None and kind_class(kind) in _K_AXIS else [],
+            # The k axis is defined for the attention and FFN matrices only (paper Sec. 2.2); quantized
+            # matrices get no class (k_class_withheld says why), flags need a departure beyond noise.
+            **kind_k_fields(records, k_med, r2_med, kind_class(kind) in _K_AXIS, trim),
         }
     return dict(sorted(out.items(), key=lambda item: _KIND_ORDER.get(item[0], 99)))
 

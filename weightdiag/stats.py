@@ -1,8 +1,9 @@
 """Statistics of one matrix, computed from its `Reduction` alone (no second look at the data).
 
 For 16-bit and 8-bit dtypes every number here is exact (up to float64 rounding). For F32 the
-moments and max |w| are exact; quantiles, mean |w| and the exact-protocol points use bucket
-midpoints (relative error below 2^-8); values below 1e-40 (bucket 0) count as zeros.
+moments of w and |w| (mean, std, kurtosis, mean |w|, std |w|) and max |w| are exact; quantiles and
+the exact-protocol points use bucket midpoints (relative error below 2^-8); values below 1e-40
+(bucket 0) count as zeros.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ class Summary:
         if n == 0:
             return (float("nan"),) * 3
         if red.power_sums is not None:
-            s1, s2, s3, s4 = (float(s) / n for s in red.power_sums)
+            s1, s2, s3, s4 = (float(s) / n for s in red.power_sums[:4])
             m2 = s2 - s1**2
             m4 = s4 - 4 * s1 * s3 + 6 * s1**2 * s2 - 3 * s1**4
             mean = red.shift + s1
@@ -161,7 +162,10 @@ class Summary:
         n_zero = int(dist.counts[dist.values == 0].sum())
         mean, std, kurt = self._moments(n_finite)
         if n_finite:
-            mean_abs = float(np.dot(dist.counts, dist.values) / n_finite)
+            if red.power_sums is not None:  # F32: the exact float64 sum of |w| (buckets would be off by up to 2^-8)
+                mean_abs = float(red.power_sums[4]) / n_finite
+            else:  # exact codes
+                mean_abs = float(np.dot(dist.counts, dist.values) / n_finite)
             # E[w^2] exactly from the moments, E|w| from the distribution.
             std_abs = math.sqrt(max(std**2 + mean**2 - mean_abs**2, 0.0))
         else:
