@@ -44,6 +44,9 @@ ProgressFn = Callable[[TensorRef, int], None]
 class FitOptions:
     protocol: str = "hist1024"
     trim: str = "mid80"  # the trim used for per-kind medians and classes; all three are stored
+    # Fit |w - mean| as the Weibull paper's App. A.1 text says, instead of |w| as its library and the
+    # cohort do (--center).
+    center: bool = False
     device: str = "auto"
     include: Sequence[str] = ()
     exclude: Sequence[str] = ()
@@ -190,6 +193,7 @@ def fit_plan(
                         note,
                         ref.stored_type,
                         ref.quantization,
+                        options.center,
                     )
                 )
             if progress:
@@ -331,6 +335,8 @@ def build_row(
             "name": options.protocol,
             "trim": options.trim,
             "trims": list(TRIMS),
+            # |w - mean| (App. A.1's text) when true; |w| (the cohort's library) otherwise.
+            "centered": options.center,
             **(
                 {"bins": HIST_BINS, "log10_range": [float(BIN_EDGES[0]), float(BIN_EDGES[-1])]}
                 if options.protocol == "hist1024"

@@ -14,7 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .codes import HIST_BINS, code_bins, code_values
+from .codes import HIST_BINS, code_bins, code_values, cohort_bins
 from .fit import Hist1024Plot, WeibullFit, fit_exact
 from .reduce import Reduction, finite_mask
 
@@ -70,10 +70,17 @@ class MatrixStats:
 
 
 class Summary:
-    """Everything derived from one reduction, each piece computed at most once."""
+    """Everything derived from one reduction, each piece computed at most once.
 
-    def __init__(self, red: Reduction) -> None:
+    With `center`, the fits are of |w - mean(w)| (the text of the Weibull paper's App. A.1) instead
+    of |w| (its library, npm-weibull-py 0.4.0, and so the cohort). The counts hold the whole
+    distribution of w, so the centred one comes from the same reduction: exact for 16- and 8-bit
+    dtypes; for F32 from bucket midpoints (relative error below 2^-8 of |w|).
+    """
+
+    def __init__(self, red: Reduction, center: bool = False) -> None:
         self.red = red
+        self.center = center
 
     @cached_property
     def _used(self) -> np.ndarray:
@@ -117,13 +124,36 @@ class Summary:
         return np.bincount(bins[inside], weights=counts[inside], minlength=HIST_BINS).astype(np.int64)
 
     @cached_property
+    def _centered(self) -> tuple[np.ndarray, np.ndarray]:
+        """Distinct |w - mean| (ascending, float64) and their counts."""
+        red = self.red
+        values = code_values(red.dtype)[self._used]
+        if not red.exact:
+            values = np.where((self._used & 0x7FFF) == 0, 0.0, values)  # F32 bucket 0 holds zeros
+        mean = self.stats.mean
+        deviations = np.abs(values - mean)
+        order = np.argsort(deviations, kind="stable")
+        deviations, counts = deviations[order], red.counts[self._used][order]
+        distinct, first = np.unique(deviations, return_index=True)  # w = mean +- x fold together
+        return distinct, np.add.reduceat(counts, first) if counts.size else counts
+
+    @cached_property
     def _plot(self) -> Hist1024Plot:
-        return Hist1024Plot(self.histogram)
+        if not self.center:
+            return Hist1024Plot(self.histogram)
+        deviations, counts = self._centered
+        bins = cohort_bins(deviations.astype(np.float32))  # the cohort rule on float32 |w - mean|
+        inside = (bins >= 0) & (bins < HIST_BINS)
+        return Hist1024Plot(np.bincount(bins[inside], weights=counts[inside], minlength=HIST_BINS))
 
     def fit(self, protocol: str, trim: str) -> WeibullFit:
         if protocol == "hist1024":
             return self._plot.fit(trim)
         if protocol == "exact":
+            if self.center:
+                values, counts = self._centered
+                keep = values > 0
+                return fit_exact(values[keep], counts[keep], trim)
             dist = self.magnitudes.nonzero()
             return fit_exact(dist.values, dist.counts, trim)
         raise ValueError(f"unknown protocol {protocol!r}")
