@@ -47,9 +47,10 @@ def heaviness(dist: MagnitudeDistribution) -> dict[str, float | None]:
     }
 
 
-def reduction_record(red: Reduction, shape: tuple[int, ...], protocol: str) -> dict[str, Any]:
-    """Statistics and fits of one reduction (a whole matrix or one part of a fused one)."""
-    summary = Summary(red)
+def reduction_record(red: Reduction, shape: tuple[int, ...], protocol: str, center: bool = False) -> dict[str, Any]:
+    """Statistics and fits of one reduction (a whole matrix or one part of a fused one); with
+    `center` the fits are of |w - mean| (see stats.Summary)."""
+    summary = Summary(red, center)
     stats = summary.stats
     fits = {trim: summary.fit(protocol, trim) for trim in TRIMS}
     record: dict[str, Any] = {
@@ -79,6 +80,7 @@ def matrix_record(
     note: str | None = None,
     stored_type: str | None = None,
     quantization: str | None = None,
+    center: bool = False,
 ) -> dict[str, Any]:
     record: dict[str, Any] = {
         "name": name,
@@ -92,9 +94,9 @@ def matrix_record(
     notes = [n for n in (role.note, note) if n]
     if notes:
         record["note"] = "; ".join(notes)
-    record.update(reduction_record(red, shape, protocol))
+    record.update(reduction_record(red, shape, protocol, center))
     if parts:
-        record["parts"] = [{"kind": kind, **reduction_record(part, shape, protocol)} for kind, part in parts]
+        record["parts"] = [{"kind": kind, **reduction_record(part, shape, protocol, center)} for kind, part in parts]
     if parts_note:
         record["parts_note"] = parts_note
     return record
