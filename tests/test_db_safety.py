@@ -32,9 +32,13 @@ def stub(model_id: str, revision: str | None = "main", protocol: str = "hist1024
     return {
         "schema": "weightdiag.row/1",
         "model": {"id": model_id, "revision": revision, "fingerprint": "local-abc", "source": "local"},
-        "protocol": {"name": protocol},
+        "protocol": {"name": protocol, "trim": "mid80"},
         "kinds": {},
+        "part_kinds": {},
         "matrices": [],
+        "vectors": [],
+        "skipped": [],
+        "unclassified": [],
         **extra,
     }
 

@@ -11,6 +11,22 @@ same model.
 A reader never sees a half-written row: rows are written to a temporary file in the same folder
 (.<name>.<host>-<pid>.<random>.tmp), flushed to disk, then renamed over the final name (atomic on
 POSIX). Temporary files left by a killed writer are removed by the next write.
+
+Rows are read by weightdiag.records.read_row (regular files only, every field checked): a foreign or
+damaged file in rows/ is skipped by listings (iter_rows, all_rows; `on_skip` hears about each one) and
+refused with RowError (exit 2) when it is named.
+
+Naming a row (row_by_id, `weightdiag db show ID`), first rule that applies:
+  1. a path to a file: that file;
+  2. a row file's name (`NAME.json`, as in rows/): that file of the database;
+  3. a cohort or companion entry id, exactly (`qwen3-8b` is DATABASE_v9_1's, `Qwen3-8B` the companion's);
+  4. a fitted model id, id@revision or id@fingerprint, exactly: the newest such row;
+  5. (a damaged row whose model.id is exactly ID: refused with its RowError, exit 2);
+  6. the same names ignoring case, when they name one entry or one fitted model; when they name
+     several, AmbiguousRowError (exit 2) lists them;
+  7. else RowNotFoundError (exit 2).
+Every id `db list` prints is found by rule 3 or 4; a fitted row whose id is also a cohort entry's is named
+by id@revision (or @fingerprint) or by its file name.
 """
 
 from __future__ import annotations
@@ -24,11 +40,12 @@ import re
 import sys
 import time
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .errors import BadInputError
+from .records import Row, RowError, read_row
 
 ROWS_DIR = "rows"
 ENV_DB = "WEIGHTDIAG_DB"
@@ -91,13 +108,13 @@ def name_part(text: str, limit: int, reserved_endings: tuple[str, ...] = ()) -> 
     return f"{stem}~{digest}"
 
 
-def _identity(row: dict[str, Any]) -> tuple[str, str, str]:
+def _identity(row: Row) -> tuple[str, str, str]:
     model = row["model"]
     revision = model.get("revision") or model.get("fingerprint") or "unknown"
     return str(model["id"]), str(revision), str(row["protocol"]["name"])
 
 
-def row_filename(row: dict[str, Any]) -> str:
+def row_filename(row: Row) -> str:
     """rows/ file name of a row: one per (model id, revision or fingerprint, protocol), never shared."""
     model_id, revision, protocol = _identity(row)
     suffix = "" if protocol == "hist1024" else f".{name_part(protocol, 16)}"
@@ -105,7 +122,7 @@ def row_filename(row: dict[str, Any]) -> str:
     return f"{name_part(model_id, ID_BYTES)}@{rev}{suffix}.json"
 
 
-def legacy_row_filename(row: dict[str, Any]) -> str:
+def legacy_row_filename(row: Row) -> str:
     """The name earlier versions gave a row (lossy: slugs only, unbounded): such rows are still found and replaced."""
     model_id, revision, protocol = _identity(row)
     suffix = "" if protocol == "hist1024" else f".{protocol}"
@@ -273,7 +290,7 @@ def _adopt_legacy(folder: Path, path: Path) -> None:
             write_json_atomic(home, other)
 
 
-def _drop_legacy_copy(folder: Path, path: Path, row: dict[str, Any]) -> None:
+def _drop_legacy_copy(folder: Path, path: Path, row: Row) -> None:
     # Our own earlier row under its old name is superseded now, as an overwrite was before.
     legacy = folder / legacy_row_filename(row)
     if legacy != path and len(os.fsencode(legacy.name)) <= 255 and legacy.exists() and _same_row(legacy, path.name):
@@ -281,7 +298,7 @@ def _drop_legacy_copy(folder: Path, path: Path, row: dict[str, Any]) -> None:
             legacy.unlink()
 
 
-def row_file(db_dir: Path, row: dict[str, Any]) -> Path:
+def row_file(db_dir: Path, row: Row) -> Path:
     """Where the row of this identity is (its name, else its old lossy name holding it), or would be written."""
     folder = db_dir / ROWS_DIR
     path = folder / row_filename(row)
@@ -292,7 +309,7 @@ def row_file(db_dir: Path, row: dict[str, Any]) -> Path:
     return path
 
 
-def write_row(row: dict[str, Any], db_dir: Path | None = None) -> Path:
+def write_row(row: Row, db_dir: Path | None = None) -> Path:
     folder = (db_dir or default_db_dir()) / ROWS_DIR
     path = folder / row_filename(row)
     try:
@@ -307,42 +324,38 @@ def write_row(row: dict[str, Any], db_dir: Path | None = None) -> Path:
     return path
 
 
-def load_row(path: Path) -> dict[str, Any]:
+def load_row(path: str | Path) -> Row:
+    """The row in a file, every field checked (records.read_row); RowError (a BadInputError) when it is none."""
+    return read_row(path)
+
+
+SkipHandler = Callable[[RowError], None]
+
+
+def _row_paths(folder: Path) -> list[Path]:
+    """The candidate row files of rows/: `*.json`, never hidden (temporary files), sorted by name."""
     try:
-        row = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested deeper than json parses
-        raise BadInputError(
-            f"{path}: cannot read a row ({exc.__class__.__name__}); give a weightdiag row file"
-        ) from None
-    if not isinstance(row, dict) or not str(row.get("schema", "")).startswith("weightdiag.row/"):
-        raise BadInputError(f"{path}: not a weightdiag row (no 'schema' field); give a row written by weightdiag")
-    model, protocol, kinds = row.get("model"), row.get("protocol"), row.get("kinds")
-    if not (
-        isinstance(model, dict)
-        and isinstance(model.get("id"), str)
-        and isinstance(protocol, dict)
-        and isinstance(protocol.get("name"), str)
-        and isinstance(kinds, dict)
-        and isinstance(row.get("matrices", []), list)
-    ):
-        raise BadInputError(f"{path}: a damaged weightdiag row (model id, protocol or kinds missing); refit the model")
-    return row
+        names = [entry.name for entry in os.scandir(folder)]
+    except OSError:
+        return []
+    return [folder / name for name in sorted(names) if name.endswith(".json") and not name.startswith(".")]
 
 
-def iter_rows(db_dir: Path | None = None) -> Iterator[tuple[Path, dict[str, Any]]]:
+def iter_rows(db_dir: Path | None = None, on_skip: SkipHandler | None = None) -> Iterator[tuple[Path, Row]]:
+    """The fitted rows of the database, by file name. A file that is not a readable row (foreign, damaged,
+    a FIFO or folder named *.json) is skipped, and handed to `on_skip` when given (to warn about it)."""
     folder = (db_dir or default_db_dir()) / ROWS_DIR
-    if not folder.is_dir():
-        return
-    for path in sorted(folder.glob("*.json")):
-        if path.name.startswith("."):  # temporary files and other hidden files are never rows
-            continue
+    for path in _row_paths(folder):
         try:
-            yield path, load_row(path)
-        except BadInputError:
+            row = read_row(path)
+        except RowError as exc:
+            if on_skip is not None:
+                on_skip(exc)
             continue
+        yield path, row
 
 
-def find_rows(spec: str, db_dir: Path | None = None, protocol: str | None = None) -> list[dict[str, Any]]:
+def find_rows(spec: str, db_dir: Path | None = None, protocol: str | None = None) -> list[Row]:
     """Fitted rows whose model id (or id@revision) is `spec`, oldest first."""
     found = []
     for _, row in iter_rows(db_dir):
@@ -353,19 +366,21 @@ def find_rows(spec: str, db_dir: Path | None = None, protocol: str | None = None
     return sorted(found, key=lambda r: r.get("created") or "")
 
 
-def all_rows(db_dir: Path | None = None, cohorts: bool = True) -> list[dict[str, Any]]:
-    """The shipped cohort rows (unless cohorts=False) followed by the fitted rows of the database."""
-    rows: list[dict[str, Any]] = []
-    if cohorts:
-        from .diagnose.cohort import COHORTS, load_cohort
+def cohort_rows() -> list[Row]:
+    """The shipped cohort rows: DATABASE_v9_1's entries, then the Qwen companion's, each sorted by id."""
+    from .diagnose.cohort import COHORTS, load_cohort
 
-        for name in COHORTS:
-            rows.extend(load_cohort(name))
-    rows.extend(row for _, row in iter_rows(db_dir))
+    return [cast(Row, row) for name in COHORTS for row in load_cohort(name)]
+
+
+def all_rows(db_dir: Path | None = None, cohorts: bool = True, on_skip: SkipHandler | None = None) -> list[Row]:
+    """The shipped cohort rows (unless cohorts=False) followed by the fitted rows of the database."""
+    rows: list[Row] = cohort_rows() if cohorts else []
+    rows.extend(row for _, row in iter_rows(db_dir, on_skip))
     return rows
 
 
-def flat_record(row: dict[str, Any]) -> dict[str, Any]:
+def flat_record(row: Row) -> dict[str, Any]:
     """One flat record per row (for listing and CSV/JSONL export): identity plus per-kind medians."""
     from .diagnose.functions import ffn_median_k
 
@@ -389,19 +404,86 @@ def flat_record(row: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def row_by_id(spec: str, db_dir: Path | None = None) -> dict[str, Any]:
-    """A row by file path, cohort entry id, or fitted model id[@revision] (the newest)."""
-    path = Path(spec)
-    if path.is_file():
-        return load_row(path)
-    from .diagnose.cohort import cohort_row
+class RowNotFoundError(BadInputError):
+    """No row answers to the name given (exit code 2)."""
 
-    entry = cohort_row(spec)
-    if entry is not None:
-        return entry
-    found = find_rows(spec, db_dir)
-    if not found:
-        raise BadInputError(
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+        super().__init__(
             f"{spec}: no such row (not a row file, cohort entry or fitted model id); see `weightdiag db list`"
         )
-    return found[-1]
+
+
+class AmbiguousRowError(BadInputError):
+    """A name that matches several rows only when case is ignored (exit code 2); `candidates` are their ids."""
+
+    def __init__(self, spec: str, candidates: Iterable[str]) -> None:
+        self.spec = spec
+        self.candidates = sorted(set(candidates))
+        super().__init__(
+            f"{spec}: matches {len(self.candidates)} rows when case is ignored: {', '.join(self.candidates)}; "
+            "give one of them exactly"
+        )
+
+
+def _names(row: Row) -> list[str]:
+    """The names a fitted row answers to: id, id@revision, id@fingerprint."""
+    model = row["model"]
+    return [model["id"]] + [f"{model['id']}@{model[k]}" for k in ("revision", "fingerprint") if model.get(k)]
+
+
+def _newest(rows: list[Row]) -> Row:
+    return max(reversed(rows), key=lambda r: r.get("created") or "")  # ties: the last file by name, as before
+
+
+def cohort_entry(spec: str) -> Row | None:
+    """The shipped cohort row named `spec`: its exact id, else the one id equal ignoring case (several:
+    AmbiguousRowError), else None. For commands that take a cohort entry among other things (compare)."""
+    cohort = cohort_rows()
+    for row in cohort:
+        if row["model"]["id"] == spec:
+            return row
+    folded = [row for row in cohort if row["model"]["id"].casefold() == spec.casefold()]
+    if len(folded) > 1:
+        raise AmbiguousRowError(spec, (row["model"]["id"] for row in folded))
+    return folded[0] if folded else None
+
+
+def row_by_id(spec: str, db_dir: Path | None = None) -> Row:
+    """A row by file path, row file name, cohort entry id, or fitted model id[@revision] (the newest).
+
+    The rules, in order, are in this module's docstring: exact names before names ignoring case,
+    and a name that fits several rows only when ignoring case is refused (AmbiguousRowError).
+    """
+    path = Path(spec)
+    if spec and os.path.lexists(path) and not path.is_dir():
+        return read_row(path)
+    folder = (db_dir or default_db_dir()) / ROWS_DIR
+    if spec.endswith(".json") and "/" not in spec and os.sep not in spec and os.path.lexists(folder / spec):
+        return read_row(folder / spec)
+    cohort = cohort_rows()
+    for row in cohort:
+        if row["model"]["id"] == spec:
+            return row
+    damaged: list[RowError] = []
+    fitted = [row for _, row in iter_rows(db_dir, on_skip=damaged.append)]
+    exact = [row for row in fitted if spec in _names(row)]
+    if exact:
+        return _newest(exact)
+    for exc in damaged:
+        if exc.model_id == spec:
+            raise exc
+    folded = spec.casefold()
+    matches: dict[str, list[Row]] = {}  # the exact name matched -> its rows
+    for row in cohort:
+        if row["model"]["id"].casefold() == folded:
+            matches.setdefault(row["model"]["id"], []).append(row)
+    for row in fitted:
+        for name in _names(row):
+            if name.casefold() == folded:
+                matches.setdefault(name, []).append(row)
+    if len(matches) > 1:
+        raise AmbiguousRowError(spec, matches)
+    if matches:
+        return _newest(next(iter(matches.values())))
+    raise RowNotFoundError(spec)

@@ -1,0 +1,603 @@
+"""The row's types, and the one loader that checks a document against them.
+
+A row (schema `weightdiag.row/1`, documented field by field in docs/row-schema.md) is plain JSON on
+disk and a plain dict in memory: the types below are TypedDicts, so typing a row changes nothing that
+is written or read. Each class names its section of docs/row-schema.md.
+
+`load_row(doc)` is the only place that decides whether a document is a row. It checks every field
+that readers index (`model.id`, `model.source`, `protocol.name`, `kinds.*.k_median`,
+`matrices[].fits.<trim>.k`, ...) and the type of every documented field that is present, and
+raises `RowError` naming the file and the field otherwise. Fields added after the first version
+(`files[].verified`, `part_kinds`, `vectors`, `run.verification`, ...) are optional, so rows written by
+every earlier version and the shipped cohort rows load unchanged; fields it does not know are kept
+as they are (adding fields does not bump the schema). The row is returned as given: nothing is
+filled in or rewritten.
+
+`read_row(path)` opens a row file (regular files only: a FIFO or a device named `*.json` is refused
+without being opened for a blocking read) and hands its JSON to `load_row`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypedDict, cast
+
+from .errors import BadInputError
+
+SCHEMA = "weightdiag.row/1"
+SCHEMA_PREFIX = "weightdiag.row/"
+MAX_ROW_BYTES = 1 << 31  # a row of a 1000-layer MoE is tens of MB; anything near this is not a row
+
+
+class RowError(BadInputError):
+    """A file or document that is not a readable weightdiag row (exit code 2).
+
+    `file` is where the row came from (None for a document given in memory), `field` the dotted path
+    of the first bad field (`model.source`, `matrices[3].fits.mid80.k`; None when the whole file is
+    unreadable), `problem` what is wrong with it, and `model_id` the row's `model.id` when that much
+    could be read (so a damaged row named by its id can be refused rather than reported missing).
+    """
+
+    def __init__(
+        self,
+        file: str | None,
+        problem: str,
+        field: str | None = None,
+        model_id: str | None = None,
+        advice: str = "refit the model or remove the file",
+    ) -> None:
+        self.file = file
+        self.field = field
+        self.problem = problem
+        self.model_id = model_id
+        self.advice = advice
+        where = f"{file}: " if file else ""
+        what = f"damaged weightdiag row: field '{field}' {problem}" if field else problem
+        self.summary = f"{where}{what}"  # the message without the advice (for warnings about skipped rows)
+        super().__init__(f"{self.summary}; {advice}")
+
+
+# --- the types (docs/row-schema.md) ---------------------------------------------------------------------
+# Required keys (the *Required bases) are the ones every version of weightdiag wrote and readers index;
+# the rest are optional (total=False): added later, or written only for some models. Keys that are Python
+# keywords ('class', 'lambda') need TypedDict's functional form.
+
+
+class _ModelRequired(TypedDict):
+    id: str
+    source: str  # local, hub, cohort
+
+
+class ModelInfo(_ModelRequired, total=False):
+    """`model`: the identity of the row."""
+
+    location: str | None
+    revision: str | None
+    commit: str | None
+    fingerprint: str | None
+    format: str | None
+    cohort: str  # cohort rows (source "cohort") only, as are the three below
+    hub_repo: str
+    family_name: str
+    size: str
+
+
+class FileRecord(TypedDict, total=False):
+    """`files[]`: one per shard."""
+
+    name: str
+    size: int | None
+    sha256: str | None
+    header_sha256: str | None
+    verified: bool
+
+
+class _ProtocolRequired(TypedDict):
+    name: str  # hist1024 or exact
+    trim: str  # the trim of `kinds`: mid80, mid90 or full
+
+
+class ProtocolInfo(_ProtocolRequired, total=False):
+    """`protocol`: how the fits were made."""
+
+    trims: list[str]
+    centered: bool  # fits of |w - mean| (--center); false or absent: of |w|, as the cohort
+    bins: int
+    log10_range: list[float]
+    plotting_positions: str
+
+
+class ToolInfo(TypedDict, total=False):
+    name: str
+    version: str | None
+
+
+class RunInfo(TypedDict, total=False):
+    """`run`: where and how long the fit ran."""
+
+    device: str
+    seconds: float | None
+    bytes_read: int | None
+    include: list[str]
+    exclude: list[str]
+    verification: str
+
+
+KindSummary = TypedDict(
+    "KindSummary",
+    {
+        "class": str | None,  # selection, transmission, embedding, other
+        "count": int | None,
+        "fitted": int | None,
+        "k_median": float | None,
+        "lambda_median": float | None,
+        "r2_median": float | None,
+        "r2_below_95": str | None,  # "a/b"
+        "k_min": float | None,
+        "k_max": float | None,
+        "k_class": str | None,  # transmission, selection-mild, selection-deep, non-weibull
+        "flags": list[str],
+    },
+)
+"""`kinds.<kind>` and `part_kinds.<kind>`: medians over blocks (and experts) at `protocol.trim`."""
+
+FitRecord = TypedDict(
+    "FitRecord",
+    {
+        "k": float | None,
+        "lambda": float | None,
+        "r2": float | None,
+        "ks": float | None,
+        "points": int,
+        "ok": bool,
+        "reason": str | None,
+    },
+)
+"""`matrices[].fits.<trim>`: one Weibull fit (NaN is stored as null)."""
+
+
+class _StatsRequired(TypedDict):
+    numel: int
+    n_finite: int
+    n_nan: int
+    n_inf: int
+    zero_fraction: float | None
+    mean: float | None
+    std: float | None
+    excess_kurtosis: float | None
+    mean_abs: float | None
+    std_abs: float | None
+    max_abs: float | None
+    q99_abs: float | None
+    max_over_q99: float | None
+
+
+class StatsRecord(_StatsRequired, total=False):
+    """`matrices[].stats`: moments and counts of the weights (NaN/Inf stored as null)."""
+
+    distinct_values: int
+
+
+class Heaviness(TypedDict):
+    """`matrices[].heaviness`: distribution-free tail metrics of nonzero |w|."""
+
+    q90_q10: float | None
+    q99_q50: float | None
+    p999_p50: float | None
+    gini: float | None
+
+
+class PartRecord(TypedDict):
+    """`matrices[].parts[]`: one part of a fused matrix (q/k/v of qkv, gate/up of gate_up)."""
+
+    kind: str
+    numel: int
+    stats: StatsRecord
+    argmax: list[int] | None
+    fits: dict[str, FitRecord]
+    heaviness: Heaviness
+    gamma_closure: float | None
+
+
+_MatrixRequired = TypedDict(
+    "_MatrixRequired",
+    {
+        "name": str,
+        "block": int | None,
+        "expert": int | None,
+        "kind": str,  # q k v o qkv gate up down ffn_in ffn_out embed unembed other
+        "class": str,  # selection, transmission, embedding, other
+        "dtype": str,
+        "shape": list[int],
+        "numel": int,
+        "stats": StatsRecord,
+        "argmax": list[int] | None,
+        "fits": dict[str, FitRecord],
+        "heaviness": Heaviness,
+        "gamma_closure": float | None,
+    },
+)
+
+
+class MatrixRecord(_MatrixRequired, total=False):
+    """`matrices[]`: one fitted tensor of 2 or more dimensions."""
+
+    fitted_dtype: str
+    quantization: str
+    note: str
+    parts: list[PartRecord]
+    parts_note: str
+
+
+class _VectorRequired(TypedDict):
+    name: str
+    block: int | None
+    expert: int | None
+    kind: str  # norm, bias, other
+    param: str | None
+    dtype: str
+    numel: int
+    n_nonfinite: int
+    l2: float | None
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+
+
+class VectorRecord(_VectorRequired, total=False):
+    """`vectors[]`: one 1-D float tensor."""
+
+    site: str
+    of_kind: str
+    note: str
+    fitted_dtype: str
+    quantization: str
+    l2_over_sqrt_d: float | None
+    offset_applied: float
+
+
+class SkippedRecord(TypedDict, total=False):
+    """`skipped[]`: a tensor that was not fitted, and why."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    reason: str
+
+
+class _RowRequired(TypedDict):
+    schema: str
+    model: ModelInfo
+    protocol: ProtocolInfo
+    kinds: dict[str, KindSummary]
+    part_kinds: dict[str, KindSummary]
+    matrices: list[MatrixRecord]
+    vectors: list[VectorRecord]
+    skipped: list[SkippedRecord]
+    unclassified: list[str]
+
+
+class Row(_RowRequired, total=False):
+    """One row: a model (and revision) fitted under one protocol, or a shipped cohort entry."""
+
+    files: list[FileRecord]
+    metadata: dict[str, Any] | None
+    architecture: dict[str, Any] | None  # ArchInfo.to_json() plus `attention`; cohort rows carry a few keys
+    tool: ToolInfo | None
+    created: str | None
+    run: RunInfo | None
+    hyperparameters: dict[str, Any] | None  # lambda_axis resolution: lr, weight_decay, steps, t_over_tau, state
+    notes: list[str]
+    duplicate_of: str | None  # sweep: the revision whose identical files this row copies
+    provenance: dict[str, Any] | None  # cohort rows: paper, license, copyright, source file and line
+    shallow_ffn: dict[str, Any] | None  # cohort rows: the paper's shallow/deep FFN regime
+
+
+# --- the checks -------------------------------------------------------------------------------------------
+
+
+class _Bad(Exception):
+    """A field that fails its check: the dotted path and what is wrong (turned into RowError by load_row)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(field, problem)
+        self.field = field
+        self.problem = problem
+
+
+Check = Callable[[object, str], None]
+
+_JSON_NAMES = {
+    dict: "an object",
+    list: "a list",
+    str: "a string",
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    type(None): "null",
+}
+
+
+def _describe(value: object) -> str:
+    return _JSON_NAMES.get(type(value), type(value).__name__)
+
+
+def _is_num(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _type_check(test: Callable[[object], bool], expected: str, nullable: bool = False) -> Check:
+    def check(value: object, where: str) -> None:
+        if (value is None and nullable) or test(value):
+            return
+        raise _Bad(where, f"is {_describe(value)}, expected {expected}{' or null' if nullable else ''}")
+
+    return check
+
+
+STR = _type_check(lambda v: isinstance(v, str), "a string")
+OPT_STR = _type_check(lambda v: isinstance(v, str), "a string", nullable=True)
+BOOL = _type_check(lambda v: isinstance(v, bool), "true or false")
+INT = _type_check(lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer")
+OPT_INT = _type_check(lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer", nullable=True)
+OPT_NUM = _type_check(_is_num, "a number", nullable=True)
+NUM = _type_check(_is_num, "a number")
+OPT_DICT = _type_check(lambda v: isinstance(v, dict), "an object", nullable=True)
+
+
+def _list_of(item: Check, nullable: bool = False) -> Check:
+    def check(value: object, where: str) -> None:
+        if value is None and nullable:
+            return
+        if not isinstance(value, list):
+            raise _Bad(where, f"is {_describe(value)}, expected a list{' or null' if nullable else ''}")
+        for i, element in enumerate(value):
+            item(element, f"{where}[{i}]")
+
+    return check
+
+
+def _map_of(item: Check) -> Check:
+    def check(value: object, where: str) -> None:
+        if not isinstance(value, dict):
+            raise _Bad(where, f"is {_describe(value)}, expected an object")
+        for key, element in value.items():
+            item(element, f"{where}.{key}")
+
+    return check
+
+
+def _record(required: Mapping[str, Check], optional: Mapping[str, Check], nullable: bool = False) -> Check:
+    """An object with these required and optional fields (others are allowed and not checked)."""
+
+    def check(value: object, where: str) -> None:
+        if value is None and nullable:
+            return
+        if not isinstance(value, dict):
+            raise _Bad(where, f"is {_describe(value)}, expected an object{' or null' if nullable else ''}")
+        prefix = f"{where}." if where else ""
+        for key, field_check in required.items():
+            if key not in value:
+                raise _Bad(f"{prefix}{key}", "is missing")
+            field_check(value[key], f"{prefix}{key}")
+        for key, field_check in optional.items():
+            if key in value:
+                field_check(value[key], f"{prefix}{key}")
+
+    return check
+
+
+_OPT_INTS = _list_of(INT, nullable=True)
+_STRS = _list_of(STR)
+
+MODEL = _record(
+    {"id": STR, "source": STR},
+    dict.fromkeys(
+        ("location", "revision", "commit", "fingerprint", "format", "cohort", "hub_repo", "family_name", "size"),
+        OPT_STR,
+    ),
+)
+FILE = _record({}, {"name": STR, "size": OPT_INT, "sha256": OPT_STR, "header_sha256": OPT_STR, "verified": BOOL})
+PROTOCOL = _record(
+    {"name": STR, "trim": STR},
+    {"trims": _STRS, "centered": BOOL, "bins": INT, "log10_range": _list_of(NUM), "plotting_positions": STR},
+)
+TOOL = _record({}, {"name": STR, "version": OPT_STR}, nullable=True)
+RUN = _record(
+    {},
+    {"device": STR, "seconds": OPT_NUM, "bytes_read": OPT_INT, "include": _STRS, "exclude": _STRS, "verification": STR},
+    nullable=True,
+)
+KIND_SUMMARY = _record(
+    {
+        "class": OPT_STR,
+        "count": OPT_INT,
+        "fitted": OPT_INT,
+        "k_median": OPT_NUM,
+        "lambda_median": OPT_NUM,
+        "r2_median": OPT_NUM,
+        "r2_below_95": OPT_STR,
+        "k_min": OPT_NUM,
+        "k_max": OPT_NUM,
+        "k_class": OPT_STR,
+        "flags": _STRS,
+    },
+    {},
+)
+FIT = _record(
+    {"k": OPT_NUM, "lambda": OPT_NUM, "r2": OPT_NUM, "ks": OPT_NUM, "points": INT, "ok": BOOL, "reason": OPT_STR},
+    {},
+)
+STATS = _record(
+    {
+        **dict.fromkeys(("numel", "n_finite", "n_nan", "n_inf"), INT),
+        **dict.fromkeys(
+            ("zero_fraction", "mean", "std", "excess_kurtosis", "mean_abs", "std_abs", "max_abs", "q99_abs"), OPT_NUM
+        ),
+        "max_over_q99": OPT_NUM,
+    },
+    {"distinct_values": INT},
+)
+HEAVINESS = _record(dict.fromkeys(("q90_q10", "q99_q50", "p999_p50", "gini"), OPT_NUM), {})
+_REDUCTION_FIELDS: dict[str, Check] = {
+    "numel": INT,
+    "stats": STATS,
+    "argmax": _OPT_INTS,
+    "fits": _map_of(FIT),
+    "heaviness": HEAVINESS,
+    "gamma_closure": OPT_NUM,
+}
+PART = _record({"kind": STR, **_REDUCTION_FIELDS}, {})
+MATRIX = _record(
+    {
+        "name": STR,
+        "block": OPT_INT,
+        "expert": OPT_INT,
+        "kind": STR,
+        "class": STR,
+        "dtype": STR,
+        "shape": _list_of(INT),
+        **_REDUCTION_FIELDS,
+    },
+    {"fitted_dtype": STR, "quantization": STR, "note": STR, "parts": _list_of(PART), "parts_note": STR},
+)
+VECTOR = _record(
+    {
+        "name": STR,
+        "block": OPT_INT,
+        "expert": OPT_INT,
+        "kind": STR,
+        "param": OPT_STR,
+        "dtype": STR,
+        "numel": INT,
+        "n_nonfinite": INT,
+        **dict.fromkeys(("l2", "mean", "std", "min", "max"), OPT_NUM),
+    },
+    {
+        **dict.fromkeys(("site", "of_kind", "note", "fitted_dtype", "quantization"), STR),
+        "l2_over_sqrt_d": OPT_NUM,
+        "offset_applied": NUM,
+    },
+)
+SKIPPED = _record({}, {"name": STR, "dtype": STR, "shape": _list_of(INT), "reason": STR})
+ROW = _record(
+    {
+        "schema": STR,
+        "model": MODEL,
+        "protocol": PROTOCOL,
+        "kinds": _map_of(KIND_SUMMARY),
+        "part_kinds": _map_of(KIND_SUMMARY),
+        "matrices": _list_of(MATRIX),
+        "vectors": _list_of(VECTOR),
+        "skipped": _list_of(SKIPPED),
+        "unclassified": _STRS,
+    },
+    {
+        "files": _list_of(FILE),
+        "metadata": OPT_DICT,
+        "architecture": OPT_DICT,
+        "tool": TOOL,
+        "created": OPT_STR,
+        "run": RUN,
+        "hyperparameters": OPT_DICT,
+        "notes": _STRS,
+        "duplicate_of": OPT_STR,
+        "provenance": OPT_DICT,
+        "shallow_ffn": OPT_DICT,
+    },
+)
+_COHORT_MODEL = _record({"cohort": STR}, {})  # kinds_table names the cohort of a cohort row
+
+
+def _model_id(doc: object) -> str | None:
+    model = doc.get("model") if isinstance(doc, dict) else None
+    model_id = model.get("id") if isinstance(model, dict) else None
+    return model_id if isinstance(model_id, str) else None
+
+
+def load_row(doc: object, file: str | Path | None = None) -> Row:
+    """`doc` as a Row, checked field by field; RowError (naming `file` and the field) when it is not one."""
+    where = str(file) if file is not None else None
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
+        raise RowError(where, "not a weightdiag row (no 'schema' field)", advice="give a row written by weightdiag")
+    if schema != SCHEMA:
+        raise RowError(
+            where,
+            f"schema {schema} is not {SCHEMA}, the one this weightdiag reads",
+            advice="read it with the weightdiag version that wrote it, or refit the model",
+        )
+    try:
+        ROW(doc, "")
+        model = cast(dict[str, Any], doc)["model"]
+        if model["source"] == "cohort":
+            _COHORT_MODEL(model, "model")
+    except _Bad as bad:
+        raise RowError(where, bad.problem, field=bad.field, model_id=_model_id(doc)) from None
+    return cast(Row, doc)
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of `path`, refusing anything but a regular file without blocking on it."""
+    where = str(path)
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise RowError(where, f"is {_file_kind(mode)}, not a row file", advice="give a weightdiag row file")
+        # O_NONBLOCK: should the name have become a FIFO since the stat, opening it returns at once.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise RowError(
+            where,
+            f"cannot read a row ({exc.strerror or type(exc).__name__})",
+            advice="give a readable weightdiag row file",
+        ) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RowError(where, f"is {_file_kind(info.st_mode)}, not a row file", advice="give a weightdiag row file")
+        if info.st_size > MAX_ROW_BYTES:
+            raise RowError(where, f"is {info.st_size} bytes, too large for a row", advice="give a weightdiag row file")
+        with os.fdopen(fd, "rb", closefd=True) as f:
+            fd = -1
+            return f.read()
+    except OSError as exc:
+        raise RowError(
+            where,
+            f"cannot read a row ({exc.strerror or type(exc).__name__})",
+            advice="give a readable weightdiag row file",
+        ) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def read_row(path: str | Path) -> Row:
+    """The row in the file `path` (regular files only), checked by load_row; RowError otherwise."""
+    path = Path(path)
+    data = _read_regular(path)
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested deeper than json parses
+        raise RowError(
+            str(path), f"cannot read a row ({type(exc).__name__})", advice="give a weightdiag row file"
+        ) from None
+    return load_row(doc, path)
