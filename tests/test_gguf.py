@@ -404,7 +404,7 @@ def test_smollm_plan_and_config(smollm):
     assert (info.family, info.n_layers, info.d_model) == ("llama", 30, 576)
     assert (info.n_heads, info.n_kv_heads, info.ffn_size, info.vocab_size) == (9, 3, 1536, 49152)
     assert info.tied_embeddings is True and info.norm_type == "rmsnorm"
-    assert plan.model_id == plan.metadata["general.name"]
+    assert plan.model_id == "SmolLM2-135M-Instruct.Q4_1"  # the file name, not general.name (free text)
     assert plan.metadata["llama.attention.layer_norm_rms_epsilon"] == "1e-05"
     assert plan.metadata["gguf.tensor_types"] == "210 Q4_1, 61 F32, 1 Q8_0"
     assert len(plan.shards[0].header_sha256) == 64

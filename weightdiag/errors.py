@@ -1,6 +1,7 @@
 """The errors weightdiag raises on purpose, each tied to a documented exit code.
 
-Anything else that escapes is a bug and exits with code 1 (internal error).
+The exit codes let CI tell a finding from a crash (the convention of pytest: 1 is a finding, higher codes
+are trouble). Anything that escapes without being a WeightdiagError is a bug: exit 5 (internal error).
 Every message is one line: what is wrong, then what to do about it.
 """
 
@@ -10,10 +11,15 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
+    """weightdiag's exit codes (the README's table lists them; tests/test_cli_surface.py runs each)."""
+
     OK = 0
-    INTERNAL = 1  # a bug, or `check` found a regression
-    BAD_INPUT = 2  # the user's input (path, file, option) is wrong
-    HUB = 3  # Hugging Face Hub / network trouble
+    REGRESSION = 1  # `check` ran and found matrices that moved beyond the tolerance (a finding, not an error)
+    BAD_INPUT = 2  # the user's input (path, file, option, environment variable) is wrong; also typer's usage errors
+    HUB = 3  # Hugging Face Hub / network trouble, or bytes that fail their sha256
+    PARTIAL = 4  # `sweep` finished, but some checkpoints failed (the others' rows are written)
+    INTERNAL = 5  # a bug: please report it (WEIGHTDIAG_DEBUG=1 shows the traceback)
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 
 
 class WeightdiagError(Exception):

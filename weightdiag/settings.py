@@ -50,3 +50,59 @@ def threads() -> int:
             f"WEIGHTDIAG_THREADS={raw[:40]!r}: expected a whole number of threads from 1 to {MAX_THREADS}"
         )
     return value
+
+
+def _flag(name: str) -> bool:
+    """A boolean variable, read as huggingface_hub reads its own (1, true, yes, on; any case)."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def debug() -> bool:
+    """WEIGHTDIAG_DEBUG: any non-empty value lets an error end in its traceback instead of one line."""
+    return bool(os.environ.get("WEIGHTDIAG_DEBUG"))
+
+
+def progress_bars() -> bool:
+    """Whether to draw progress bars: not when HF_HUB_DISABLE_PROGRESS_BARS is set, as for huggingface_hub's."""
+    return not _flag("HF_HUB_DISABLE_PROGRESS_BARS")
+
+
+def hf_offline() -> bool:
+    """HF_HUB_OFFLINE: read Hub models from the local cache only."""
+    return _flag("HF_HUB_OFFLINE")
+
+
+def hf_endpoint() -> str:
+    """HF_ENDPOINT, else huggingface_hub's default (https://huggingface.co)."""
+    from huggingface_hub import constants
+
+    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+def hf_cache_dir() -> str:
+    """The HF hub cache folder: HF_HUB_CACHE, else $HF_HOME/hub, else huggingface_hub's default."""
+    from huggingface_hub import constants
+
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.environ["HF_HOME"], "hub")
+    return str(constants.HF_HUB_CACHE)
+
+
+def hf_token_present() -> bool:
+    """Whether a Hub token is available (HF_TOKEN or `hf auth login`); the token itself is never returned."""
+    from huggingface_hub import get_token
+
+    return bool(get_token())
+
+
+def weightdiag_variables() -> dict[str, str]:
+    """Every WEIGHTDIAG_* variable that is set, by name (what `weightdiag env` prints)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("WEIGHTDIAG_")}
+
+
+def columns() -> int | None:
+    """COLUMNS, when it is a positive whole number: the width to render for (rich reads it the same way)."""
+    raw = os.environ.get("COLUMNS", "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else None

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, ConsoleOptions, RenderResult
     from rich.progress import Progress
 
 
@@ -20,13 +23,68 @@ def fmt(value: Any, spec: str = ".4f") -> str:
     return str(value)
 
 
-def kinds_table(row: dict[str, Any], title: str | None = None) -> Table:
+def counted(n: int, singular: str, plural: str | None = None, *, every: bool = False) -> str:
+    """'1 matrix', '2 matrices' ('all 2 matrices', 'the 1 matrix' with every=True)."""
+    word = singular if n == 1 else (plural or singular + "s")
+    return f"{'the' if n == 1 else 'all'} {n} {word}" if every else f"{n} {word}"
+
+
+class FitWidth:
+    """A table that drops columns to fit the width it is given, instead of cutting cells with "…".
+
+    Empty columns go first, then the `optional` ones in order; what is left still folds (never an
+    ellipsis) if the console is narrower than that. Cells of `no_wrap` columns (numbers, ids) are never
+    squeezed while a wrappable column can give way.
+    """
+
+    def __init__(self, table: Table, optional: Iterable[str] = ()) -> None:
+        self.table = table
+        self.optional = tuple(optional)
+        for column in table.columns:
+            column.overflow = "fold"
+
+    def _variants(self) -> Iterator[Table]:
+        yield self.table
+        dropped = {str(c.header) for c in self.table.columns if not any(str(cell).strip() for cell in c.cells)}
+        if dropped:
+            yield self._without(dropped)
+        for name in self.optional:
+            dropped.add(name)
+            yield self._without(dropped)
+
+    def _without(self, names: set[str]) -> Table:
+        narrower = copy.copy(self.table)
+        narrower.columns = [c for c in self.table.columns if str(c.header) not in names]
+        return narrower
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        unbounded = options.update_width(1 << 20)  # Measurement.get clamps to the width it is given
+        table = self.table
+        for table in self._variants():
+            if Measurement.get(console, unbounded, table).maximum <= options.max_width:
+                yield table
+                return
+        # Narrower than the narrowest variant: every column folds its share, so none collapses to nothing.
+        table = copy.copy(table)
+        table.columns = [copy.copy(c) for c in table.columns]
+        for column in table.columns:
+            column.no_wrap = False
+        yield table
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.table)
+
+
+def kinds_table(row: dict[str, Any], title: str | None = None) -> FitWidth:
     model = row["model"]
     arch = row.get("architecture", {})
     if model["source"] == "cohort":
         contents = f"{model['cohort']} summary: per-kind medians only"
     else:
-        contents = f"{len(row['matrices'])} matrices, {len(row['vectors'])} vectors, {len(row['skipped'])} skipped"
+        contents = (
+            f"{counted(len(row['matrices']), 'matrix', 'matrices')}, {counted(len(row['vectors']), 'vector')}, "
+            f"{len(row['skipped'])} skipped"
+        )
     caption = f"protocol {row['protocol']['name']}, trim {row['protocol']['trim']}; {contents}"
     table = Table(
         title=escape(title or f"{model['id']}" + (f"@{model['revision']}" if model.get("revision") else "")),
@@ -43,7 +101,8 @@ def kinds_table(row: dict[str, Any], title: str | None = None) -> Table:
         ("k class", "left"),
         ("flags", "left"),
     ):
-        table.add_column(col, justify=justify)
+        # Numbers and the kind never wrap; the class names and flags fold when space is short.
+        table.add_column(col, justify=justify, no_wrap=col not in ("class", "k class", "flags"))
     for kind, s in row["kinds"].items():
         table.add_row(
             kind,
@@ -70,15 +129,18 @@ def kinds_table(row: dict[str, Any], title: str | None = None) -> Table:
         )
     if arch.get("attention"):
         table.caption += f"; attention {arch['attention']}"
-    return table
+    # Narrow terminals (80 columns) lose the least needed columns first rather than show "0.0712…".
+    return FitWidth(table, optional=("median R²", "R²<0.95", "flags"))
 
 
 class FitProgress:
     """A progress callback for pipeline.fit_plan drawing tensors, bytes, rate and ETA on stderr."""
 
     def __init__(self, console: Console, enabled: bool = True) -> None:
+        from ..settings import progress_bars
+
         self.console = console
-        self.enabled = enabled
+        self.enabled = enabled and progress_bars()  # HF_HUB_DISABLE_PROGRESS_BARS=1 hides it, as huggingface_hub's
         self._progress: Progress | None = None
         self._task = None
 

@@ -820,9 +820,9 @@ def open_gguf(path: str | os.PathLike[str], model_id: str | None = None) -> tupl
     metadata = {k: _metadata_text(v, header.value_types[k]) for k, v in meta.items()}
     metadata["gguf.version"] = str(header.version)
     metadata["gguf.tensor_types"] = types_text
-    name = meta.get("general.name")
     plan = ModelPlan(
-        model_id=model_id or (name.strip() if isinstance(name, str) and name.strip() else p.stem),
+        # The file name, as for every other file (general.name is free text: "SmolLM2 135M Instruct").
+        model_id=model_id or p.stem,
         source="local",
         location=str(p.resolve()),
         shards=[ShardInfo(p.name, file_size, blob_sha256(p), digest.hexdigest())],

