@@ -10,6 +10,8 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
+from ..diagnose.classes import k_class_label, kind_records
+
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
     from rich.progress import Progress
@@ -112,7 +114,7 @@ def kinds_table(row: dict[str, Any], title: str | None = None) -> FitWidth:
             fmt(s["lambda_median"], ".5g"),
             fmt(s["r2_median"]),
             s["r2_below_95"],
-            s["k_class"] or "-",
+            k_class_label(s, kind_records(row, kind)),
             ", ".join(s["flags"]),
         )
     for kind, s in row.get("part_kinds", {}).items():
@@ -124,7 +126,7 @@ def kinds_table(row: dict[str, Any], title: str | None = None) -> FitWidth:
             fmt(s["lambda_median"], ".5g"),
             fmt(s["r2_median"]),
             s["r2_below_95"],
-            s["k_class"] or "-",
+            k_class_label(s, kind_records(row, kind, parts=True)),
             ", ".join(s["flags"]),
         )
     if arch.get("attention"):

@@ -11,10 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ..classes import NON_WEIBULL_R2
-from .cuts import FEW_DISTINCT, KIND_ORDER, QUANT_K_SHIFT
+from ..classes import NON_WEIBULL_R2, k_class_withheld
+from .cuts import KIND_ORDER, QUANT_K_SHIFT
 
-_GGUF_NOTE = re.compile(r"GGUF (\w+), dequantized")
 _BITS = re.compile(r"^(?:I?Q)(\d)|^MXFP(\d)")
 
 
@@ -44,14 +43,13 @@ def _record_stat(rec: dict[str, Any], stat: str, trim: str) -> float | None:
 
 def quantization_of(rec: dict[str, Any]) -> dict[str, Any] | None:
     """How a matrix was quantized, and whether its fit is distorted by it (None: not quantized)."""
-    note = rec.get("note") or ""
-    match = _GGUF_NOTE.search(note)
-    stats = rec["stats"]
-    distinct = stats.get("distinct_values")
-    few = distinct is not None and distinct <= FEW_DISTINCT and stats.get("numel", 0) >= 16 * FEW_DISTINCT
-    if not match and not few:
+    held = k_class_withheld(rec)  # the one withholding test, shared with fit and compare
+    if held is None:
         return None
-    qtype = match.group(1) if match else None
+    stats = rec["stats"]
+    distinct = held.distinct_values
+    few = distinct is not None
+    qtype = held.quantization
     bits_match = _BITS.match(qtype or "")
     bits = int(next(g for g in bits_match.groups() if g)) if bits_match else None
     r2 = rec["fits"]["mid80"].get("r2")
