@@ -57,3 +57,57 @@ def architecture_group(arch: dict[str, Any]) -> str:
     if attention.startswith("MHA"):
         return "MHA (separate Q/K)"
     return "unknown"
+
+
+# Encoder families (bidirectional, masked-LM or embedding models): the cohort holds none of them.
+ENCODER_FAMILIES = frozenset(
+    {
+        "bert",
+        "roberta",
+        "xlm-roberta",
+        "electra",
+        "distilbert",
+        "albert",
+        "camembert",
+        "mpnet",
+        "deberta",
+        "deberta-v2",
+        "ernie",
+        "nomic_bert",
+        "modernbert",
+        "esm",
+    }
+)
+_ENCODER_ARCHITECTURES = ("ForMaskedLM", "BertModel", "RobertaModel", "EncoderModel", "ForTokenClassification")
+
+
+def cohort_families() -> dict[str, str]:
+    """The cohort's architecture families (config model_type) and their names (gpt_neox: Pythia, ...)."""
+    return {
+        c["architecture"]["family"]: c["model"].get("family_name") or c["architecture"]["family"]
+        for c in load_cohort("v9_1")
+    }
+
+
+def is_encoder(arch: dict[str, Any]) -> bool:
+    family = str(arch.get("family") or "").lower()
+    names = [str(a) for a in arch.get("architectures") or []]
+    return family in ENCODER_FAMILIES or any(tag in a for a in names for tag in _ENCODER_ARCHITECTURES)
+
+
+def cohort_caveat(arch: dict[str, Any]) -> str | None:
+    """The caveat for a model outside the cohort's families (None for a cohort family)."""
+    families = cohort_families()
+    family = arch.get("family")
+    if family in families and not is_encoder(arch):
+        return None
+    held = ", ".join(dict.fromkeys(families.values()))
+    what = (
+        f"{family} is an encoder (BERT-like)"
+        if is_encoder(arch)
+        else f"family {family or 'unknown'} is not in the cohort"
+    )
+    return (
+        f"{what}; the cohort holds decoder LMs only ({held}), so the band, the architecture groups and "
+        "the nearest entries place this model beside decoders rather than against peers of its own kind"
+    )

@@ -15,9 +15,25 @@ from typing import Any
 import numpy as np
 
 from ..row import at_trim
-from .classes import BAND, SELECTION_DEEP, SELECTION_MILD, TRANSMISSION, k_class
-from .cohort import ATTRIBUTION, GROUP_EXPECTATION, architecture_group, load_cohort
-from .functions import attention_arch, cross_family_band, ffn_median_k, lambda_scaling, transmission_lambda
+from .classes import (
+    BAND,
+    INIT_ANCHOR_K,
+    K_NOISE_FLOOR,
+    NOISE_Z,
+    SELECTION_DEEP,
+    SELECTION_DEEP_BELOW_K,
+    SELECTION_MILD,
+    TRANSMISSION,
+    TRANSMISSION_MIN_K,
+    WITHHELD,
+    k_class,
+    kind_records,
+    kind_withheld,
+    median_k_sigma,
+    summary_withheld,
+)
+from .cohort import ATTRIBUTION, GROUP_EXPECTATION, architecture_group, cohort_caveat, load_cohort
+from .functions import FFN_KINDS, attention_arch, cross_family_band, ffn_median_k, lambda_scaling, transmission_lambda
 
 K_UNIT = 0.02
 LOG_LAMBDA_UNIT = math.log(2.0)
@@ -34,6 +50,13 @@ COMPARISON_KEY = {
     "ffn_out": "ffn_out",
 }
 SELECTION_ORDER = {SELECTION_DEEP: 0, SELECTION_MILD: 1, TRANSMISSION: 2}
+# Each class's k interval (the paper's cuts, classes.py): a departure from the predicted class is
+# called out only when k lies beyond that interval by more than NOISE_Z standard errors.
+CLASS_K_RANGE = {
+    SELECTION_DEEP: (-math.inf, SELECTION_DEEP_BELOW_K),
+    SELECTION_MILD: (SELECTION_DEEP_BELOW_K, TRANSMISSION_MIN_K),
+    TRANSMISSION: (TRANSMISSION_MIN_K, math.inf),
+}
 SHALLOW_BLOCKS = range(0, 6)  # the Qwen companion's shallow-FFN window (blocks 0-5)
 REGIME_A_MIN_K, REGIME_B_MAX_K = 1.0, 0.7
 
@@ -123,6 +146,11 @@ def compare(row: dict[str, Any]) -> dict[str, Any]:
             "compare only approximately (refit with --protocol hist1024)"
         )
 
+    caveat = cohort_caveat(arch) if row["model"].get("source") != "cohort" else None
+    out["caveat"] = caveat
+    if caveat:
+        out["findings"].append(caveat)
+
     # A cohort entry compared with the cohort is its own nearest at distance 0; name the others instead.
     others = [c for c in cohort if not _same_entry(c["model"]["id"], me)]
 
@@ -139,10 +167,14 @@ def compare(row: dict[str, Any]) -> dict[str, Any]:
             for c in cohort
             if kind in c["kinds"] and architecture_group(c["architecture"]) == group
         ]
+        records = kind_records(row, kind)
+        withheld = summary_withheld(s, records)
         kinds[kind] = {
             "k": s["k_median"],
+            "k_se": median_k_sigma(records),
             "lambda": s["lambda_median"],
-            "class": s.get("k_class"),
+            "class": WITHHELD if withheld else s.get("k_class"),
+            "class_withheld": withheld,
             "cohort_k_range": [min(p[1]["k_median"] for p in peers), max(p[1]["k_median"] for p in peers)]
             if peers
             else None,
@@ -151,52 +183,22 @@ def compare(row: dict[str, Any]) -> dict[str, Any]:
         }
     out["kinds"] = kinds
 
-    # Transmission: the FFN median against the band.
-    band = cross_family_band(cohort, [row])
-    placed = next(iter(band["models"].values()), None)
-    out["transmission"] = {
-        "ffn_median_k": ffn_median_k(row),
-        "cohort_band": band["band"],
-        "paper_band": list(BAND),
-        "position": placed["position"] if placed else None,
-    }
-    if placed:
-        k = placed["ffn_median_k"]
-        if placed["position"] == "inside":
-            out["findings"].append(
-                f"FFN median k {k:.4f} is inside the cohort's Transmission band "
-                f"[{band['band'][0]:.4f}, {band['band'][1]:.4f}]"
-            )
-        else:
-            out["findings"].append(
-                f"FFN median k {k:.4f} is {placed['position']} the cohort's Transmission band "
-                f"[{band['band'][0]:.4f}, {band['band'][1]:.4f}] by {placed['distance_to_band']:.4f}"
-                + (
-                    ": heavier-tailed FFN weights than any cohort model"
-                    if placed["position"] == "below"
-                    else ": lighter-tailed than any cohort model (close to the Gaussian init, k0 = 1.2054)"
-                )
-            )
+    # Transmission: the FFN median against the paper's band, beyond sampling noise only.
+    band = cross_family_band(cohort)
+    out["transmission"] = transmission_verdict(row, band["band"])
+    if out["transmission"]["text"]:
+        out["findings"].append(out["transmission"]["text"])
 
     # Selection: Q/K (or fused qkv) severity against what the architecture predicts.
     sel_kinds = [k for k in ("q", "k", "qkv") if k in row["kinds"] and row["kinds"][k].get("k_median")]
     expected, evidence = GROUP_EXPECTATION.get(group, (None, "no cohort group"))
     selection = {"kinds": {}, "expected": expected, "evidence": evidence, "departs": False}
     for kind in sel_kinds:
-        s = row["kinds"][kind]
-        cls = k_class(s["k_median"], s.get("r2_median"))
-        selection["kinds"][kind] = {"k": s["k_median"], "class": cls}
-        if expected and cls in SELECTION_ORDER and cls != expected:
-            selection["departs"] = True
-            direction = "more severe" if SELECTION_ORDER[cls] < SELECTION_ORDER[expected] else "milder"
-            out["findings"].append(
-                f"{kind}: k {s['k_median']:.4f} is {cls}, {direction} than its architecture group ({group}) "
-                f"predicts ({expected}; {evidence})"
-            )
-        elif expected and cls == expected:
-            out["findings"].append(f"{kind}: k {s['k_median']:.4f} is {cls}, as {group} models are ({evidence})")
-        elif cls == "non-weibull":
-            out["findings"].append(f"{kind}: median R^2 below 0.95, not Weibull; read its heaviness metrics")
+        verdict = selection_verdict(row, kind, group, expected, evidence)
+        selection["kinds"][kind] = verdict
+        selection["departs"] = selection["departs"] or verdict["departs"]
+        if verdict["text"]:
+            out["findings"].append(verdict["text"])
     out["selection"] = selection
 
     # Nearest neighbours over every kind both have.
@@ -267,4 +269,113 @@ def compare(row: dict[str, Any]) -> dict[str, Any]:
             out["findings"].append(
                 f"shallow FFN min k {regime['shallow_min_k']:.3f} lies between the companion's regimes A and B"
             )
+    return out
+
+
+def _ffn_kinds(row: dict[str, Any]) -> list[str]:
+    return [k for k in FFN_KINDS if k in row["kinds"] and row["kinds"][k].get("k_median")]
+
+
+def transmission_verdict(row: dict[str, Any], data_range: list[float] | None) -> dict[str, Any]:
+    """The FFN median k against the paper's band [1.186, 1.204] with its standard error.
+
+    The standard error is the largest of the FFN kinds' (classes.median_k_sigma) combined with the
+    floor once more for the band's own ends (they are hist1024 fits too). Outside the band by at most
+    NOISE_Z standard errors is "within noise"; beyond it, the text also says whether the value lies
+    outside the cohort's data range (the 12 entries' min and max), naming that range as such.
+    """
+    k = ffn_median_k(row)
+    out: dict[str, Any] = {
+        "ffn_median_k": k,
+        "paper_band": list(BAND),
+        "cohort_data_range": data_range,
+        "position": None,
+        "k_se": None,
+        "departs": False,
+        "withheld": None,
+        "text": None,
+    }
+    if k is None:
+        return out
+    kinds = _ffn_kinds(row)
+    records = [r for kind in kinds for r in kind_records(row, kind)]
+    withheld = kind_withheld(records) or next(
+        (row["kinds"][kind]["k_class_withheld"] for kind in kinds if row["kinds"][kind].get("k_class_withheld")), None
+    )
+    if withheld:
+        out["withheld"] = withheld
+        out["text"] = f"FFN median k {k:.4f}: not placed against the Transmission band; {withheld}"
+        return out
+    se = max(median_k_sigma(kind_records(row, kind)) for kind in kinds)
+    se = math.sqrt(se**2 + K_NOISE_FLOOR**2)
+    lo, hi = BAND
+    position = "inside" if lo <= k <= hi else ("below" if k < lo else "above")
+    gap = 0.0 if position == "inside" else (lo - k if position == "below" else k - hi)
+    out.update(position=position, k_se=se, distance_to_band=gap, departs=gap > NOISE_Z * se)
+    head = f"FFN median k {k:.4f} ± {se:.4f}"
+    band_text = f"the paper's Transmission band [{lo}, {hi}]"
+    if position == "inside":
+        out["text"] = f"{head} is inside {band_text}"
+    elif not out["departs"]:
+        out["text"] = (
+            f"{head} is {gap:.4f} {position} {band_text}: within noise ({gap / se:.1f} standard errors, "
+            f"below the {NOISE_Z:g} needed to call a departure)"
+        )
+    else:
+        text = f"{head} is {position} {band_text} by {gap:.4f} ({gap / se:.0f} standard errors): " + (
+            "heavier-tailed FFN weights than the band"
+            if position == "below"
+            else "lighter-tailed FFN weights than the band"
+        )
+        if data_range:
+            dlo, dhi = data_range
+            outside = k < dlo if position == "below" else k > dhi
+            if outside:
+                text += f"; outside the cohort's data range [{dlo:.4f}, {dhi:.4f}], so " + (
+                    "heavier-tailed than any cohort model"
+                    if position == "below"
+                    else f"closer to the half-normal init (k0 = {INIT_ANCHOR_K}) than any cohort model"
+                )
+        out["text"] = text
+    return out
+
+
+def selection_verdict(
+    row: dict[str, Any], kind: str, group: str, expected: str | None, evidence: str
+) -> dict[str, Any]:
+    """One Q/K (or qkv) kind's class against its architecture group's prediction, beyond noise only."""
+    s = row["kinds"][kind]
+    k = s["k_median"]
+    records = kind_records(row, kind)
+    se = median_k_sigma(records)
+    withheld = kind_withheld(records) or s.get("k_class_withheld")
+    out: dict[str, Any] = {"k": k, "k_se": se, "class": None, "departs": False, "withheld": withheld, "text": None}
+    if withheld:
+        out["class"] = WITHHELD
+        out["text"] = f"{kind}: k {k:.4f}, class withheld: {withheld}"
+        return out
+    cls = k_class(k, s.get("r2_median"))
+    out["class"] = cls
+    if cls == "non-weibull":
+        out["text"] = f"{kind}: median R^2 below 0.95, not Weibull; read its heaviness metrics"
+        return out
+    if not expected or cls not in SELECTION_ORDER:
+        return out
+    if cls == expected:
+        out["text"] = f"{kind}: k {k:.4f} is {cls}, as {group} models are ({evidence})"
+        return out
+    lo, hi = CLASS_K_RANGE[expected]
+    gap = lo - k if k < lo else k - hi
+    direction = "more severe" if SELECTION_ORDER[cls] < SELECTION_ORDER[expected] else "milder"
+    if gap <= NOISE_Z * se:
+        out["text"] = (
+            f"{kind}: k {k:.4f} ± {se:.4f} reads {cls}, {gap:.4f} from the {expected} range: within noise "
+            f"of what its architecture group ({group}) predicts ({expected}; {evidence})"
+        )
+        return out
+    out["departs"] = True
+    out["text"] = (
+        f"{kind}: k {k:.4f} ± {se:.4f} is {cls}, {direction} than its architecture group ({group}) "
+        f"predicts ({expected}; {evidence}), by {gap:.4f} ({gap / se:.0f} standard errors)"
+    )
     return out

@@ -23,13 +23,13 @@ import numpy as np
 
 from ..row import at_trim
 from ..sources import LAYERWISE_STD_SHORT
-from .classes import BAND, INIT_ANCHOR_K
+from .classes import BAND, INIT_ANCHOR_K, fitted_values, k_sigma
 from .functions import lambda_paired_correlation
 from .lambda_axis import state_of
 
 WEIGHT_KINDS = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "ffn_in", "ffn_out")
 INPUT_SIDE = {"qkv": "o", "ffn_in": "ffn_out", "up": "down", "gate": "down"}  # in/out pairs of App. A.3
-K_BINNING_TOLERANCE = 0.0018  # hist1024's bin-phase effect on k0 (tests/test_fit.py)
+STEP0_Z = 4.0  # standard errors of k allowed between a step-0 matrix and the anchor
 
 
 def _step(row: dict[str, Any]) -> int | None:
@@ -140,7 +140,9 @@ def step0_checks(row: dict[str, Any]) -> dict[str, Any]:
         fit = m["fits"]["mid80"]
         if m["kind"] not in WEIGHT_KINDS or not fit["ok"]:
             continue
-        tolerance = K_BINNING_TOLERANCE + 4 * 1.7 / math.sqrt(max(m["numel"], 1))  # sampling noise of k
+        # k's standard error (classes.k_sigma: sampling plus hist1024's bin phase), at 4 rather than 3
+        # standard errors because "every matrix at the anchor" is one claim over many matrices.
+        tolerance = STEP0_Z * k_sigma(INIT_ANCHOR_K, fitted_values(m) or m["numel"])
         if abs(fit["k"] - INIT_ANCHOR_K) > tolerance:
             k_off.append({"name": m["name"], "block": m["block"], "k": fit["k"], "tolerance": tolerance})
     ratios = []
