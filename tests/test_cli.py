@@ -29,6 +29,7 @@ def test_fit_minilm_writes_one_row_and_prints_the_table(minilm_dir, tmp_path):
         "name": "hist1024",
         "trim": "mid80",
         "trims": ["mid80", "mid90", "full"],
+        "centered": False,
         "bins": 1024,
         "log10_range": [-12.0, 2.0],
     }

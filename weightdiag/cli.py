@@ -1,6 +1,7 @@
 """The `weightdiag` command line: thin Typer commands over weightdiag.api.
 
-Exit codes: 0 ok; 1 internal error (or `check` found a regression); 2 bad input; 3 Hub/network.
+Exit codes (weightdiag.errors.ExitCode, the README's table): 0 ok; 1 `check` found a regression; 2 bad input or
+usage; 3 Hub/network; 4 `sweep` finished with failed checkpoints; 5 internal error (a bug); 130 interrupted.
 Errors print one line on stderr, never a traceback (set WEIGHTDIAG_DEBUG=1 to see one).
 """
 
@@ -9,7 +10,6 @@ Errors print one line on stderr, never a traceback (set WEIGHTDIAG_DEBUG=1 to se
 
 import json
 import math
-import os
 import sys
 from collections import Counter
 from functools import cache
@@ -18,11 +18,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from . import __version__
+from . import __version__, settings
 from .errors import ExitCode, WeightdiagError
 
+# -h beside --help on every command (click passes help_option_names down to subcommands), and typer's
+# --install-completion / --show-completion on the root command.
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
 app = typer.Typer(
-    add_completion=False,
+    context_settings=CONTEXT,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -39,9 +43,14 @@ def _console(err: bool) -> "Console":
     from rich.console import Console
 
     stream = sys.stderr if err else sys.stdout
-    # Rich falls back to 80 columns when output is not a terminal; tables need more.
+    # A terminal: its width (or COLUMNS). A file or pipe: COLUMNS if set, else no width at all (rich would
+    # wrap at 80), so tables keep their natural width and long lines stay whole.
+    width = None if stream.isatty() else settings.columns() or UNLIMITED_WIDTH
     # emoji=False: paths and model ids are printed as given (`/tmp/p:fire:q` is no emoji code).
-    return Console(stderr=err, width=None if stream.isatty() else 140, emoji=False)
+    return Console(stderr=err, width=width, emoji=False)
+
+
+UNLIMITED_WIDTH = 100_000  # wider than any line weightdiag prints: output to a file is never hard-wrapped
 
 
 def _stderr() -> "Console":
@@ -50,6 +59,31 @@ def _stderr() -> "Console":
 
 def _stdout() -> "Console":
     return _console(False)
+
+
+def _progress(quiet: bool):  # -> FitProgress
+    """The fit progress bar on stderr: not with -q, not when stderr is no terminal (a log file), not when
+    HF_HUB_DISABLE_PROGRESS_BARS is set (FitProgress reads it)."""
+    from .render.tables import FitProgress
+
+    return FitProgress(_stderr(), enabled=not quiet and _stderr().is_terminal)
+
+
+def _say(text: str, quiet: bool) -> None:
+    """One line of chatter on stderr (what was written, what was fitted, fallbacks), unless -q."""
+    if not quiet:
+        _stderr().print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+# Notes a source adds to the row when it had to fall back (weightdiag.source.hub._from_cache_only).
+FALLBACK_NOTES = ("read from the local HF cache",)
+
+
+def _say_fallbacks(row: dict[str, Any], quiet: bool) -> None:
+    """Say on the terminal when the row was read some other way than asked (the Hub was unreachable ...)."""
+    for note in row.get("notes") or ():
+        if isinstance(note, str) and note.startswith(FALLBACK_NOTES):
+            _say(f"note: {row['model']['id']}: {note}", quiet)
 
 
 def _show_version(value: bool) -> None:
@@ -80,16 +114,33 @@ def _db_path(value: str) -> Path:
 
 DbOption = Annotated[
     Path | None,
-    typer.Option("--db", parser=_db_path, help="Database folder (default: $WEIGHTDIAG_DB, else ./DATABASE)."),
+    typer.Option(
+        "--db", parser=_db_path, metavar="DIR", help="Database folder (default: $WEIGHTDIAG_DB, else ./DATABASE)."
+    ),
 ]
 # Range-checked by FitOptions.validate (1..64), so a bad value is one error line with exit code 2.
 ConnectionsOption = Annotated[
     int,
     typer.Option(
         "--connections",
+        metavar="N",
         help="Ranged requests kept in flight when streaming from the Hub (default 8).",
         show_default=False,
     ),
+]
+QuietOption = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bar and no notes on stderr (errors still print).")
+]
+LrOption = Annotated[float | None, typer.Option("--lr", metavar="LR", help="Peak learning rate (for T/tau).")]
+WeightDecayOption = Annotated[
+    float | None, typer.Option("--weight-decay", metavar="WD", help="AdamW weight decay (for T/tau).")
+]
+# Not --steps: on `sweep`, --steps picks checkpoints to fit.
+TrainStepsOption = Annotated[
+    float | None, typer.Option("--train-steps", metavar="STEPS", help="Training steps done (for T/tau).")
+]
+PresetOption = Annotated[
+    str | None, typer.Option(metavar="NAME", help="Recipe preset, e.g. pythia-410m (README, T/tau).")
 ]
 
 
@@ -99,39 +150,54 @@ def _print_json(document: Any) -> None:
 
 @app.command()
 def fit(
-    model: Annotated[str, typer.Argument(help="A .safetensors file, a model folder, or a Hub id ORG/NAME[@REV].")],
+    model: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODEL", help="A .safetensors/.gguf/.bin file, a model folder, or a Hub id ORG/NAME[@REV]."
+        ),
+    ],
     db: DbOption = None,
-    device: Annotated[str, typer.Option(help="Where to reduce: auto, cpu, cuda, cuda:N.")] = "auto",
+    device: Annotated[str, typer.Option(metavar="DEVICE", help="Where to reduce: auto, cpu, cuda, cuda:N.")] = "auto",
     protocol: Annotated[
-        str, typer.Option(help="hist1024 (the cohort's protocol) or exact (order statistics).")
+        str, typer.Option(metavar="PROTOCOL", help="hist1024 (the cohort's protocol) or exact (order statistics).")
     ] = "hist1024",
-    trim: Annotated[str, typer.Option(help="Trim for per-kind medians: mid80 (paper), mid90 or full.")] = "mid80",
+    trim: Annotated[
+        str, typer.Option(metavar="TRIM", help="Trim for per-kind medians: mid80 (paper), mid90 or full.")
+    ] = "mid80",
     include: Annotated[
-        list[str] | None, typer.Option("--include", help="Only tensors matching this glob (repeatable).")
+        list[str] | None,
+        typer.Option("--include", metavar="GLOB", help="Only tensors matching this glob (repeatable)."),
     ] = None,
     exclude: Annotated[
-        list[str] | None, typer.Option("--exclude", help="Skip tensors matching this glob (repeatable).")
+        list[str] | None,
+        typer.Option("--exclude", metavar="GLOB", help="Skip tensors matching this glob (repeatable)."),
     ] = None,
-    revision: Annotated[str | None, typer.Option(help="Hub branch, tag or commit (same as ORG/NAME@REV).")] = None,
-    token: Annotated[str | None, typer.Option(help="Hub token (default: HF_TOKEN or `hf auth login`).")] = None,
+    revision: Annotated[
+        str | None, typer.Option(metavar="REV", help="Hub branch, tag or commit (same as ORG/NAME@REV).")
+    ] = None,
+    token: Annotated[
+        str | None, typer.Option(metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
+    ] = None,
     download: Annotated[
         bool, typer.Option("--download", help="Fetch whole shards into the HF cache instead of streaming.")
     ] = False,
     connections: ConnectionsOption = 8,
-    name: Annotated[str | None, typer.Option(help="Model id to record (default: from the path or repo).")] = None,
-    lr: Annotated[float | None, typer.Option("--lr", help="Peak learning rate (for T/tau).")] = None,
-    weight_decay: Annotated[float | None, typer.Option("--weight-decay", help="AdamW weight decay.")] = None,
-    steps: Annotated[float | None, typer.Option("--steps", help="Training steps done.")] = None,
-    preset: Annotated[str | None, typer.Option(help="Recipe preset, e.g. pythia-410m (see docs).")] = None,
+    name: Annotated[
+        str | None, typer.Option(metavar="ID", help="Model id to record (default: from the path or repo).")
+    ] = None,
+    lr: LrOption = None,
+    weight_decay: WeightDecayOption = None,
+    train_steps: TrainStepsOption = None,
+    preset: PresetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the row as JSON on stdout.")] = False,
     save: Annotated[bool, typer.Option(help="Write the row into the database folder.")] = True,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Fit a Weibull to |w| of every weight matrix and write one row to the database."""
     from .api import fit_model, save_row
     from .db import check_writable
     from .pipeline import FitOptions
-    from .render.tables import FitProgress, kinds_table
+    from .render.tables import counted, kinds_table
 
     options = FitOptions(
         protocol=protocol,
@@ -142,14 +208,14 @@ def fit(
         model_id=name,
         lr=lr,
         weight_decay=weight_decay,
-        steps=steps,
+        steps=train_steps,
         preset=preset,
         connections=connections,
     )
     options.validate()
     if save:
         check_writable(db)
-    progress = FitProgress(_stderr(), enabled=not quiet and _stderr().is_terminal)
+    progress = _progress(quiet)
     try:
         row = fit_model(model, options, progress, revision=revision, token=token, download=download)
     finally:
@@ -157,32 +223,41 @@ def fit(
     path = save_row(row, db) if save else None
     if as_json:
         _print_json(row)
-        _stderr().print(kinds_table(row))
+        if not quiet:
+            _stderr().print(kinds_table(row))
     else:
         _stdout().print(kinds_table(row))
-    if row["unclassified"]:
-        shown = ", ".join(row["unclassified"][:5]) + (" ..." if len(row["unclassified"]) > 5 else "")
-        _stderr().print(f"{len(row['unclassified'])} matrices of unknown role fitted as 'other': {shown}", markup=False)
+    _say_fallbacks(row, quiet)
+    others = row["unclassified"]
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {counted(len(others) - 5, 'more')}" if len(others) > 5 else "")
+        _say(f"{counted(len(others), 'matrix', 'matrices')} of unknown role fitted as 'other': {shown}", quiet)
     if path:
-        _stderr().print(f"row written to {path}", markup=False)
+        _say(f"row written to {path}", quiet)
 
 
-ProtocolOption = Annotated[str, typer.Option(help="Protocol to fit with when a model has no row yet.")]
-DeviceOption = Annotated[str, typer.Option(help="Where to reduce when a model must be fitted.")]
-TokenOption = Annotated[str | None, typer.Option(help="Hub token (default: HF_TOKEN or `hf auth login`).")]
+ProtocolOption = Annotated[
+    str, typer.Option(metavar="PROTOCOL", help="hist1024 or exact: the protocol for models that must be fitted.")
+]
+DeviceOption = Annotated[
+    str, typer.Option(metavar="DEVICE", help="Where to reduce when a model must be fitted: auto, cpu, cuda, cuda:N.")
+]
+TokenOption = Annotated[
+    str | None, typer.Option(metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
+]
 
 
 def _row_for(spec: str, db: Path | None, options, token: str | None = None, quiet: bool = False):
     from .api import resolve_row
-    from .render.tables import FitProgress
 
-    progress = FitProgress(_stderr(), enabled=not quiet and _stderr().is_terminal)
+    progress = _progress(quiet)
     try:
         row, how = resolve_row(spec, db, options, progress, token=token)
     finally:
         progress.close()
     if how == "fitted":
-        _stderr().print(f"{spec}: fitted and saved", markup=False)
+        _say_fallbacks(row, quiet)
+        _say(f"{spec}: fitted and saved", quiet)
     return row
 
 
@@ -190,19 +265,23 @@ def _row_for(spec: str, db: Path | None, options, token: str | None = None, quie
 def compare(
     models: Annotated[
         list[str] | None,
-        typer.Argument(help="Models, row files or cohort entries (default: every fitted row in the database)."),
+        typer.Argument(
+            metavar="[MODEL]...",
+            help="Models, row files or cohort entries (default: every fitted row in the database).",
+            show_default=False,
+        ),
     ] = None,
     db: DbOption = None,
     protocol: ProtocolOption = "hist1024",
     device: DeviceOption = "auto",
-    lr: Annotated[float | None, typer.Option("--lr", help="Peak learning rate, for models fitted here.")] = None,
-    weight_decay: Annotated[float | None, typer.Option("--weight-decay", help="AdamW weight decay.")] = None,
-    steps: Annotated[float | None, typer.Option("--steps", help="Training steps done.")] = None,
-    preset: Annotated[str | None, typer.Option(help="Recipe preset, e.g. pythia-410m.")] = None,
+    lr: LrOption = None,
+    weight_decay: WeightDecayOption = None,
+    train_steps: TrainStepsOption = None,
+    preset: PresetOption = None,
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Compare models with the paper's 12-entry cohort: kinds, band, Selection severity, neighbours."""
     from .db import iter_rows
@@ -216,7 +295,7 @@ def compare(
         device=device,
         lr=lr,
         weight_decay=weight_decay,
-        steps=steps,
+        steps=train_steps,
         preset=preset,
         connections=connections,
     )
@@ -237,11 +316,19 @@ def compare(
 
 @app.command()
 def check(
-    model: Annotated[str, typer.Argument(help="Model to check (path, Hub id, or a row file).")],
-    baseline: Annotated[Path, typer.Option(help="The baseline row file (weightdiag.row/1 JSON).")],
-    tol_k: Annotated[float, typer.Option("--tol-k", help="Allowed |k - k_baseline| (absolute).")] = 0.002,
-    tol_lambda: Annotated[float, typer.Option("--tol-lambda", help="Allowed |λ/λ_baseline - 1|.")] = 0.01,
-    junit: Annotated[Path | None, typer.Option(help="Also write a JUnit XML report here.")] = None,
+    model: Annotated[
+        str, typer.Argument(metavar="MODEL", help="Model to check: a path, a Hub id, or a row file (.json).")
+    ],
+    baseline: Annotated[
+        Path, typer.Option(metavar="ROW", help="The baseline row file (weightdiag.row/1 JSON).", show_default=False)
+    ],
+    tol_k: Annotated[
+        float, typer.Option("--tol-k", metavar="TOL", help="Allowed |k - k_baseline| (absolute).")
+    ] = 0.002,
+    tol_lambda: Annotated[
+        float, typer.Option("--tol-lambda", metavar="TOL", help="Allowed |λ/λ_baseline - 1|.")
+    ] = 0.01,
+    junit: Annotated[Path | None, typer.Option(metavar="FILE", help="Also write a JUnit XML report here.")] = None,
     db: DbOption = None,
     device: DeviceOption = "auto",
     token: TokenOption = None,
@@ -249,9 +336,9 @@ def check(
     save: Annotated[bool, typer.Option(help="Save the fitted row in the database.")] = False,
     show_all: Annotated[bool, typer.Option("--all", help="List passing matrices too.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: QuietOption = False,
 ) -> None:
-    """Regression check: exit 0 if every matrix stays within tolerance of the baseline, 1 otherwise."""
+    """Regression check: exit 0 if every matrix stays within tolerance of the baseline, 1 if any moved."""
     from .api import resolve_row
     from .db import load_row
     from .diagnose.check import check as check_rows
@@ -259,7 +346,7 @@ def check(
     from .errors import BadInputError
     from .pipeline import FitOptions
     from .render.reports import check_view
-    from .render.tables import FitProgress
+    from .render.tables import counted
 
     for flag, tol in (("--tol-k", tol_k), ("--tol-lambda", tol_lambda)):
         if not (math.isfinite(tol) and tol >= 0):
@@ -271,11 +358,12 @@ def check(
         raise BadInputError(f"--junit {junit}: is a folder; give a file path such as {junit / 'weightdiag.xml'}")
     base = load_row(baseline)
     options = FitOptions(protocol=base["protocol"]["name"], device=device, connections=connections)
-    progress = FitProgress(_stderr(), enabled=not quiet and _stderr().is_terminal)
+    progress = _progress(quiet)
     try:
         row, _ = resolve_row(model, db, options, progress, token=token, save=save, reuse=False)
     finally:
         progress.close()
+    _say_fallbacks(row, quiet)
     result = check_rows(row, base, tol_k, tol_lambda)
     if junit:
         try:
@@ -289,16 +377,19 @@ def check(
         _print_json(result)
     elif result["passed"] and not show_all:
         _stdout().print(
-            f"PASS: all {result['checked']} matrices of {result['model']} within |Δk| <= {tol_k} and "
+            f"PASS: {counted(result['checked'], 'matrix', 'matrices', every=True)} of {result['model']} within "
+            f"|Δk| <= {tol_k} and "
             f"|Δλ/λ| <= {tol_lambda * 100:g}% of {result['baseline']}",
             markup=False,
         )
     else:
         _stdout().print(check_view(result, show_all))
-    raise typer.Exit(ExitCode.OK if result["passed"] else ExitCode.INTERNAL)
+    raise typer.Exit(ExitCode.OK if result["passed"] else ExitCode.REGRESSION)
 
 
-db_app = typer.Typer(help="The database: the shipped cohorts and your fitted rows.", no_args_is_help=True)
+db_app = typer.Typer(
+    help="The database: the shipped cohorts and your fitted rows.", no_args_is_help=True, context_settings=CONTEXT
+)
 app.add_typer(db_app, name="db")
 
 
@@ -308,24 +399,41 @@ def db_list(
     fitted_only: Annotated[bool, typer.Option("--fitted", help="Only fitted rows (no cohort entries).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ) -> None:
-    """List cohort entries and fitted rows."""
+    """List cohort entries and fitted rows (a file in rows/ that is not a readable row is skipped, with a warning)."""
     from .db import all_rows, flat_record
+    from .records import RowError
     from .render.reports import db_list_view
 
-    records = [flat_record(r) for r in all_rows(db, cohorts=not fitted_only)]
+    def skipped(exc: RowError) -> None:
+        line = f"warning: {exc.summary}; skipped ({exc.advice})"
+        _stderr().print(line, markup=False, highlight=False, soft_wrap=True)
+
+    records = [flat_record(r) for r in all_rows(db, cohorts=not fitted_only, on_skip=skipped)]
     if as_json:
         _print_json(records)
     else:
-        _stdout().print(db_list_view(records))
+        table = db_list_view(records)
+        table.columns[0].no_wrap = True  # ids whole, never cut with '…': `db show` takes them as printed
+        _stdout().print(table)
 
 
 @db_app.command("show")
 def db_show(
-    row_id: Annotated[str, typer.Argument(metavar="ID", help="Cohort entry, model id[@revision], or row file.")],
+    row_id: Annotated[
+        str,
+        typer.Argument(
+            metavar="ID",
+            help="A cohort entry or fitted model id as `db list` prints it (ID[@REVISION]), or a row file.",
+        ),
+    ],
     db: DbOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole row as JSON.")] = False,
 ) -> None:
-    """Show one row: the per-kind table (or the whole row with --json)."""
+    """Show one row: the per-kind table (or the whole row with --json).
+
+    An exact id wins; otherwise an id that differs only in case, when it names one entry (`db show QWEN3-8B`
+    names two, qwen3-8b and Qwen3-8B, and is refused with both listed).
+    """
     from .db import row_by_id
     from .render.tables import kinds_table
 
@@ -334,9 +442,11 @@ def db_show(
         _print_json(row)
         return
     _stdout().print(kinds_table(row))
-    if row.get("provenance"):
-        p = row["provenance"]
-        _stdout().print(f"{p['paper']}; {p['license']} {p['copyright']}", markup=False, style="dim")
+    p = row.get("provenance") or {}
+    terms = " ".join(str(p[k]) for k in ("license", "copyright") if p.get(k))
+    credit = "; ".join(part for part in (str(p.get("paper") or ""), terms) if part)  # paper; license (c)
+    if credit:
+        _stdout().print(credit, markup=False, style="dim")
 
 
 @db_app.command("export")
@@ -352,12 +462,18 @@ def db_export(
 
     from .db import all_rows, flat_record, write_text_atomic
     from .errors import BadInputError
+    from .records import RowError
 
     if fmt not in ("csv", "jsonl"):
         raise BadInputError(f"--format {fmt!r}: choose csv or jsonl")
     if output is not None and output.is_dir():
         raise BadInputError(f"--output {output}: is a folder; give a file path such as {output / ('rows.' + fmt)}")
-    records = [flat_record(r) for r in all_rows(db, cohorts=not fitted_only)]
+
+    def skipped(exc: RowError) -> None:
+        line = f"warning: {exc.summary}; skipped ({exc.advice})"
+        _stderr().print(line, markup=False, highlight=False, soft_wrap=True)
+
+    records = [flat_record(r) for r in all_rows(db, cohorts=not fitted_only, on_skip=skipped)]
     buffer = io.StringIO()
     if fmt == "jsonl":
         for record in records:
@@ -383,29 +499,45 @@ def db_export(
 
 @app.command()
 def sweep(
-    target: Annotated[str, typer.Argument(help="A Hub repo id (ORG/NAME) or a folder of checkpoint folders.")],
-    revisions: Annotated[str | None, typer.Option(help="Comma-separated revisions (branch / folder names).")] = None,
+    target: Annotated[
+        str,
+        typer.Argument(metavar="MODEL", help="A Hub repo id (ORG/NAME) or a folder of checkpoint folders."),
+    ],
+    revisions: Annotated[
+        str | None, typer.Option(metavar="REV,...", help="Comma-separated revisions (branch / folder names).")
+    ] = None,
     steps: Annotated[
-        str | None, typer.Option(help="log:N (N log-spaced steps; the default is log:14) or a,b,c.")
+        str | None,
+        typer.Option(
+            metavar="log:N|STEP,...",
+            help="Which checkpoints: N log-spaced steps (default log:14) or a list of steps.",
+        ),
     ] = None,
     every: Annotated[bool, typer.Option("--all", help="Every revision.")] = False,
     glob: Annotated[
-        str | None, typer.Option(help="Local runs: glob of checkpoint folders (default step*, ...).")
+        str | None, typer.Option(metavar="GLOB", help="Local runs: glob of checkpoint folders (default step*, ...).")
     ] = None,
     db: DbOption = None,
-    jobs: Annotated[int, typer.Option(help="Local worker processes.")] = 1,
-    executor: Annotated[str, typer.Option(help="local (processes) or ray (an existing Ray cluster).")] = "local",
-    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS).")] = None,
+    jobs: Annotated[int, typer.Option(metavar="N", help="Local worker processes.")] = 1,
+    executor: Annotated[
+        str, typer.Option(metavar="EXECUTOR", help="local (processes) or ray (an existing Ray cluster).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(metavar="ADDRESS", help="Ray cluster address (default: RAY_ADDRESS).")
+    ] = None,
     protocol: ProtocolOption = "hist1024",
     device: DeviceOption = "auto",
-    lr: Annotated[float | None, typer.Option("--lr", help="Peak learning rate (for T/tau).")] = None,
-    weight_decay: Annotated[float | None, typer.Option("--weight-decay", help="AdamW weight decay.")] = None,
-    preset: Annotated[str | None, typer.Option(help="Recipe preset, e.g. pythia-410m.")] = None,
-    name: Annotated[str | None, typer.Option(help="Model id for the rows (default: repo id or folder name).")] = None,
+    lr: LrOption = None,
+    weight_decay: WeightDecayOption = None,
+    preset: PresetOption = None,
+    name: Annotated[
+        str | None, typer.Option(metavar="ID", help="Model id for the rows (default: repo id or folder name).")
+    ] = None,
     token: TokenOption = None,
     download: Annotated[bool, typer.Option("--download", help="Fetch whole shards into the HF cache.")] = False,
     connections: ConnectionsOption = 8,
     as_json: Annotated[bool, typer.Option("--json", help="Print the outcomes as JSON.")] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Fit every selected checkpoint of a training run into the database (resumable, parallel)."""
     from dataclasses import asdict
@@ -417,6 +549,7 @@ def sweep(
     from .db import default_db_dir
     from .errors import BadInputError
     from .pipeline import FitOptions
+    from .render.tables import FitWidth, counted
 
     options = FitOptions(
         protocol=protocol, device=device, lr=lr, weight_decay=weight_decay, preset=preset, connections=connections
@@ -442,11 +575,11 @@ def sweep(
     fields = ("protocol", "device", "lr", "weight_decay", "preset", "connections")
     option_dict = {f: getattr(options, f) for f in fields}
     revision_list = ", ".join(r.name for r in plan.revisions)
-    _stderr().print(f"{plan.model_id}: {len(plan.revisions)} revisions {revision_list}", markup=False)
+    _say(f"{plan.model_id}: {counted(len(plan.revisions), 'revision')}: {revision_list}", quiet)
 
     def show(outcome: sw.Outcome) -> None:
         if not as_json:
-            _stderr().print(f"  {outcome.revision}: {outcome.status} {outcome.detail}".rstrip(), markup=False)
+            _say(f"  {outcome.revision}: {outcome.status} {outcome.detail}".rstrip(), quiet)
 
     outcomes = sw.run_sweep(
         plan, db or default_db_dir(), option_dict, runner, token=token, download=download, on_outcome=show
@@ -457,7 +590,7 @@ def sweep(
         counts = {s: sum(o.status == s for o in outcomes) for s in ("fitted", "reused", "existing", "failed")}
         table = Table(title=f"sweep {escape(plan.model_id)}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
         for col in ("revision", "status", "seconds", "FFN median k", "detail"):
-            table.add_column(col)
+            table.add_column(col, no_wrap=col != "detail")  # revisions whole, to copy; the detail folds
         for o in outcomes:
             table.add_row(
                 escape(o.revision),
@@ -466,27 +599,30 @@ def sweep(
                 f"{o.ffn_median_k:.4f}" if o.ffn_median_k else "-",
                 escape(o.detail),
             )
-        _stdout().print(table)
-    if any(o.status == "failed" for o in outcomes):
-        raise typer.Exit(ExitCode.INTERNAL)
+        _stdout().print(FitWidth(table, optional=("seconds", "FFN median k")))
+    if any(o.status == "failed" for o in outcomes):  # the other checkpoints' rows are written: exit 4, not 5
+        raise typer.Exit(ExitCode.PARTIAL)
 
 
 @app.command()
 def trajectory(
-    model: Annotated[str, typer.Argument(help="Model id of the swept rows (repo id or run folder name).")],
+    model: Annotated[
+        str, typer.Argument(metavar="MODEL", help="Model id of the swept rows (repo id or run folder name).")
+    ],
     db: DbOption = None,
     schedule: Annotated[
-        str, typer.Option(help="constant (T x eta x wd) or cosine (warmup + cosine decay).")
+        str, typer.Option(metavar="SCHEDULE", help="constant (T x eta x wd) or cosine (warmup + cosine decay).")
     ] = "constant",
-    total: Annotated[float | None, typer.Option(help="Cosine: total training steps.")] = None,
-    warmup: Annotated[float, typer.Option(help="Cosine: warm-up steps.")] = 0.0,
-    min_lr_ratio: Annotated[float, typer.Option(help="Cosine: final learning rate / peak.")] = 0.1,
+    total: Annotated[float | None, typer.Option(metavar="STEPS", help="Cosine: total training steps.")] = None,
+    warmup: Annotated[float, typer.Option(metavar="STEPS", help="Cosine: warm-up steps.")] = 0.0,
+    min_lr_ratio: Annotated[float, typer.Option(metavar="RATIO", help="Cosine: final learning rate / peak.")] = 0.1,
     plot: Annotated[
-        Path | None, typer.Option(help="Write PNG plots into this folder (needs weightdiag[plot]).")
+        Path | None,
+        typer.Option(metavar="DIR", help="Write PNG plots into this folder (needs the [plot] extra)."),
     ] = None,
     protocol: Annotated[
         str | None,
-        typer.Option(help="Use rows fitted with this protocol (default: hist1024 when there are any)."),
+        typer.Option(metavar="PROTOCOL", help="Use rows fitted with this protocol (default: hist1024 if any)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
 ) -> None:
@@ -546,6 +682,96 @@ def version() -> None:
     _stdout().print(f"weightdiag {__version__}")
 
 
+@app.command()
+def env(as_json: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False) -> None:
+    """Print the environment weightdiag runs in, to paste into a bug report (never the Hub token)."""
+    document = _environment()
+    if as_json:
+        _print_json(document)
+        return
+    lines = ["Copy and paste the text below into your bug report.", ""]
+    for key, value in document.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "none set"
+        lines.append(f"- {key}: {value}")
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _environment() -> dict[str, Any]:
+    """What `weightdiag env` reports: versions, kernels, torch and CUDA, the database, the Hub settings."""
+    import platform
+    from importlib import metadata
+
+    from .db import default_db_dir
+    from .kernels import BACKEND
+
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    try:
+        hub_version = metadata.version("huggingface_hub")
+    except metadata.PackageNotFoundError:
+        hub_version = "not installed"
+    return {
+        "weightdiag version": __version__,
+        "Python version": platform.python_version(),
+        "Platform": platform.platform(),
+        "Kernels": "C extension" if BACKEND == "c" else "numpy (the C extension is not built, or WEIGHTDIAG_KERNELS)",
+        "Torch version": torch_version or "not installed (only needed for .bin files and CUDA)",
+        "CUDA": _cuda_summary() if torch_version else "no (torch is not installed)",
+        "huggingface_hub version": hub_version,
+        "Database folder": str(default_db_dir().absolute()),
+        "HF endpoint": settings.hf_endpoint(),
+        "HF cache": settings.hf_cache_dir(),
+        "HF offline": settings.hf_offline(),
+        "HF token": "present" if settings.hf_token_present() else "not found",
+        "Progress bars": "shown on a terminal" if settings.progress_bars() else "hidden (HF_HUB_DISABLE_PROGRESS_BARS)",
+        "WEIGHTDIAG variables": settings.weightdiag_variables(),
+    }
+
+
+def _cuda_summary() -> str:
+    # torch is imported (about a second) only where an NVIDIA driver is present; elsewhere CUDA cannot be.
+    from .device import _nvidia_present
+
+    if not _nvidia_present():
+        return "no (no NVIDIA driver)"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no (torch sees no GPU)"
+    return f"yes, {torch.cuda.device_count()} GPU(s): {torch.cuda.get_device_name(0)}"
+
+
+# The command list of `weightdiag -h`: one line each, short enough for 80 columns (click would cut the
+# docstrings with "...").
+SHORT_HELP = {
+    "fit": "Fit Weibulls to a model's weights; write a row.",
+    "compare": "Compare models with the paper's cohort.",
+    "check": "Regression check against a baseline row.",
+    "sweep": "Fit every checkpoint of a training run.",
+    "trajectory": "k and λ over a swept run's steps.",
+    "report": "Health report: what is unusual, and why.",
+    "version": "Print the weightdiag version.",
+    "env": "Print the environment, for bug reports.",
+    "list": "List cohort entries and fitted rows.",
+    "show": "Show one row's per-kind table.",
+    "export": "Export the rows as CSV or JSONL.",
+}
+
+
+def _set_short_help() -> None:
+    for typer_app in (app, db_app):
+        for info in typer_app.registered_commands:
+            command = info.name or (info.callback.__name__ if info.callback else None)
+            if command in SHORT_HELP and info.short_help is None:
+                info.short_help = SHORT_HELP[command]
+
+
+_set_short_help()
+
+
 def _error_line(exc: Exception) -> tuple[str, int]:
     """The one line on stderr for an exception that ends the command, and its exit code."""
     if isinstance(exc, WeightdiagError):
@@ -572,9 +798,9 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, prog_name="weightdiag")
     except KeyboardInterrupt:
         _stderr().print("interrupted")
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
     except Exception as exc:
-        if os.environ.get("WEIGHTDIAG_DEBUG"):
+        if settings.debug():
             raise
         line, code = _error_line(exc)
         _stderr().print(line, markup=False, highlight=False, soft_wrap=True)
