@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -55,3 +57,15 @@ def test_center_on_real_weights_is_recorded_and_small(minilm_dir):
     ]
     assert 0 < max(shifts) < 0.05
     assert [m["stats"] for m in plain["matrices"]] == [m["stats"] for m in centered["matrices"]]  # stats are of w
+
+
+def test_fit_center_flag_reaches_the_row(minilm_dir, capsys):
+    from weightdiag import cli
+
+    cli._console.cache_clear()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        cli.main(["fit", str(minilm_dir), "--center", "--no-save", "-q", "--json", "--include", "*layer.0.*"])
+    assert done.value.code in (0, None)
+    row = json.loads(capsys.readouterr().out)
+    assert row["protocol"]["centered"] is True

@@ -164,6 +164,14 @@ def fit(
     trim: Annotated[
         str, typer.Option(metavar="TRIM", help="Trim for per-kind medians: mid80 (paper), mid90 or full.")
     ] = "mid80",
+    center: Annotated[
+        bool,
+        typer.Option(
+            "--center",
+            help="Fit |w - mean| of each matrix (the Weibull paper's App. A.1 text) instead of |w| (its "
+            "library and the cohort).",
+        ),
+    ] = False,
     include: Annotated[
         list[str] | None,
         typer.Option("--include", metavar="GLOB", help="Only tensors matching this glob (repeatable)."),
@@ -202,6 +210,7 @@ def fit(
     options = FitOptions(
         protocol=protocol,
         trim=trim,
+        center=center,
         device=device,
         include=include or (),
         exclude=exclude or (),
