@@ -176,7 +176,8 @@ def test_float_and_quantized_round_trip(tmp_path, monkeypatch):
         ref = refs[f"m.{name}"]
         assert ref.dtype.name == "F32" and ref.shape == (3, 128) and ref.nbytes == 3 * 128 * 4
         assert ref.note == f"GGUF {name}, dequantized"
-    assert plan.file_format == "gguf" and plan.model_id == "tiny test model"
+    assert plan.file_format == "gguf"
+    assert plan.model_id == "model"  # the file name, not general.name ("tiny test model", with spaces)
     assert [s.name for s in plan.shards] == ["model.gguf"] and plan.shards[0].size == path.stat().st_size
 
 
