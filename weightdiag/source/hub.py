@@ -429,7 +429,7 @@ def _cached_snapshot(repo: str, commit: str, names: list[str]) -> Path | None:
         folder = Path(path).parent
     if ST_INDEX in names and folder is not None:
         # Shards named by the index must be cached too.
-        from .local import load_weight_map
+        from .files import load_weight_map
 
         shards = set(load_weight_map(folder / ST_INDEX).values())
         for shard in shards:
@@ -466,7 +466,7 @@ def _snapshot_complete(folder: Path) -> bool:
         return False
     for index in (ST_INDEX, BIN_INDEX):
         if (folder / index).is_file():
-            from .local import load_weight_map
+            from .files import load_weight_map
 
             return all((folder / shard).is_file() for shard in set(load_weight_map(folder / index).values()))
     return any(p.is_file() for pattern in ("*.safetensors", "pytorch_model*.bin") for p in folder.glob(pattern))
@@ -582,7 +582,7 @@ def _download(repo: str, revision: str, names: list[str], token: str | None) -> 
             for _ in PurePosixPath(name).parts:  # the snapshot root, also for shards in sub-folders
                 folder = folder.parent
             if name in (ST_INDEX, BIN_INDEX):
-                from .local import load_weight_map
+                from .files import load_weight_map
 
                 shards = sorted(set(load_weight_map(Path(path)).values()))
                 todo += [s for s in shards if s not in todo and s not in names]
@@ -652,7 +652,7 @@ def _stream(
         if not isinstance(config, dict):  # `[1, 2]` or `3` is no config either
             config = None
     if ST_INDEX in files:
-        from .local import weight_map_of
+        from .files import weight_map_of
 
         try:
             weight_map = weight_map_of(json.loads(_small_file(remote(ST_INDEX), policy)))

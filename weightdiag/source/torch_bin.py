@@ -16,7 +16,7 @@ import numpy as np
 
 from ..dtypes import DTYPES, DType
 from ..errors import BadInputError, CheckpointFormatError
-from .local import default_model_id, file_header_digest, load_config, load_weight_map
+from .files import default_model_id, file_header_digest, load_config, load_weight_map
 from .plan import ModelPlan, ShardInfo, TensorRef
 
 # torch dtype name -> safetensors dtype name
