@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from weightdiag import chunks, stream, synthetic
 from weightdiag.chunks import Span, plan_chunks
 from weightdiag.pipeline import FitOptions, fit_path
-from weightdiag.reduce import Segments, clip, merge, reduce_array, reduce_range
+from weightdiag.reduce import merge, reduce_array, reduce_range
+from weightdiag.segments import Segments, clip
 
 _CONTEXT = ("model", "files", "created", "run", "notes")
 

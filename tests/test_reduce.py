@@ -8,8 +8,9 @@ import torch
 
 from weightdiag import kernels, synthetic
 from weightdiag.codes import code_values, f32_bin_tables
-from weightdiag.reduce import Reduction, Segments, merge, reduce_array, reduce_range
+from weightdiag.reduce import Reduction, merge, reduce_array, reduce_range
 from weightdiag.reduce_torch import reduce_torch, upload
+from weightdiag.segments import Segments
 from weightdiag.stats import cohort_histogram, magnitudes, matrix_stats
 
 RNG = np.random.default_rng(11)

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .reduce import Segments
+from .segments import Segments
 
 MATRIX_KINDS = (
     "q",

@@ -33,8 +33,9 @@ from .layout import (
     split_parts,
 )
 from .prefetch import Prefetcher
-from .reduce import Reduction, Segments, reduce_array
+from .reduce import Reduction, reduce_array
 from .row import SCHEMA, kind_summaries, matrix_record, vector_record
+from .segments import Segments
 from .source.plan import ModelPlan, TensorReader, TensorRef, storage_view
 
 ProgressFn = Callable[[TensorRef, int], None]

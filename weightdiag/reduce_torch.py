@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from .codes import FINITE_LIMIT16, code_values, f32_bin_tables
-from .reduce import Reduction, Segments, finite_mask, reduce_array
+from .reduce import Reduction, finite_mask, reduce_array
+from .segments import Segments
 
 CHUNK = 1 << 24  # elements per step: bounds the int64 temporaries on the device
 

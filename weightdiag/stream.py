@@ -22,7 +22,8 @@ import numpy as np
 
 from . import kernels
 from .chunks import SPLIT_BYTES, Chunk, Span, plan_chunks
-from .reduce import Reduction, Segments, merge, reduce_range
+from .reduce import Reduction, merge, reduce_range
+from .segments import Segments
 from .source.plan import STORAGE_NUMPY, TensorRef
 
 
@@ -75,8 +76,8 @@ def torch_piece_reducer(device: str) -> PieceReducer:
     """The same partial reductions with torch on `device` (CUDA; tested on the CPU device)."""
     import warnings
 
-    from .reduce import clip
     from .reduce_torch import reduce_torch, upload
+    from .segments import clip
 
     def on_device(raw: np.ndarray, dtype: str, selections: Sequence[Segments | None], lo: int):
         with warnings.catch_warnings():  # mapped chunks are read-only; torch only reads them
