@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..diagnose.health import KIND_ORDER, SELECTION_KEYS, fmt
+from ..diagnose.health.cells import elide
 from ..sources import NORM_ARTICLE
 
 _CLASS_STYLE = {"selection-deep": "bold red", "selection-mild": "yellow", "non-weibull": "magenta"}
@@ -29,6 +30,11 @@ def _biases(block: dict[str, Any], kinds: list[str]) -> str:
     if have and set(kinds) <= set(have):
         return "all"
     return ",".join(have) or "-"
+
+
+def _plain(*cells: str | Text) -> list[Text]:
+    """Table cells as plain text: a tensor name such as 'x[/]' or '[bold]' is not rich markup."""
+    return [c if isinstance(c, Text) else Text(c) for c in cells]
 
 
 def block_tables(result: dict[str, Any]) -> list[Table]:
@@ -51,13 +57,15 @@ def block_tables(result: dict[str, Any]) -> list[Table]:
         stds = [fmt(b["kinds"][k]["std"], 3) if k in b["kinds"] else "" for k in kinds]
         norms = [fmt(b["norms"].get(s), 3) if s in b["norms"] else "" for s in sites]
         scale.add_row(
-            label,
-            f"{b['params']:,}",
-            "yes" if b["qk_norm"] else "no",
-            _biases(b, kinds),
-            *stds,
-            *norms,
-            marks,
+            *_plain(
+                label,
+                f"{b['params']:,}",
+                "yes" if b["qk_norm"] else "no",
+                _biases(b, kinds),
+                *stds,
+                *norms,
+                marks,
+            )
         )
         ks = []
         for k in kinds:
@@ -67,7 +75,7 @@ def block_tables(result: dict[str, Any]) -> list[Table]:
                 continue
             style = "italic dim" if cell["quant"] else _CLASS_STYLE.get(cell["class"] or "", "")
             ks.append(Text(f"{cell['k']:.3f}", style=style))
-        shape.add_row(label, *ks, fmt(b.get("max_over_q99"), 3), fmt(b.get("kurtosis"), 3), marks)
+        shape.add_row(*_plain(label, *ks, fmt(b.get("max_over_q99"), 3), fmt(b.get("kurtosis"), 3), marks))
     return [scale, shape]
 
 
@@ -94,13 +102,15 @@ def super_weight_table(result: dict[str, Any]) -> Table:
         table.add_column(col, justify="left" if col == "tensor" else "right")
     for t in sw["top"]:
         table.add_row(
-            t["tensor"],
-            "-" if t["block"] is None else str(t["block"]),
-            "(" + ", ".join(map(str, t["index"])) + ")" if t["index"] else "-",
-            fmt(t["abs_value"]),
-            fmt(t["max_over_q99"], 3),
-            fmt(t["over_std"], 3),
-            fmt(t["kurtosis"], 3),
+            *_plain(
+                elide(t["tensor"]),
+                "-" if t["block"] is None else str(t["block"]),
+                "(" + ", ".join(map(str, t["index"])) + ")" if t["index"] else "-",
+                fmt(t["abs_value"]),
+                fmt(t["max_over_q99"], 3),
+                fmt(t["over_std"], 3),
+                fmt(t["kurtosis"], 3),
+            )
         )
     return table
 
@@ -117,12 +127,14 @@ def shallow_table(result: dict[str, Any]) -> Table | None:
         table.add_column(col, justify="right" if col in ("k", "R²", "q90/q10") else "left")
     for m in sh["matrices"]:
         table.add_row(
-            str(m["block"]),
-            m["kind"],
-            fmt(m["k"]),
-            fmt(m["r2"]),
-            fmt(m["q90_q10"], 3),
-            "yes" if m["second_population"] else "no",
+            *_plain(
+                str(m["block"]),
+                m["kind"],
+                fmt(m["k"]),
+                fmt(m["r2"]),
+                fmt(m["q90_q10"], 3),
+                "yes" if m["second_population"] else "no",
+            )
         )
     return table
 

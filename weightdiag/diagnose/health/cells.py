@@ -64,7 +64,7 @@ def quantization_of(rec: dict[str, Any]) -> dict[str, Any] | None:
         reasons.append(f"only {distinct} distinct values")
     if r2 is not None and r2 < NON_WEIBULL_R2:
         reasons.append(f"R² {r2:.3f} < {NON_WEIBULL_R2}")
-    if stats.get("zero_fraction", 0) >= 0.01:
+    if (stats.get("zero_fraction") or 0) >= 0.01:
         reasons.append(f"{stats['zero_fraction']:.1%} of values rounded to exactly 0")
     return {"type": qtype or "grid", "bits": bits, "distorted": True, "why": "; ".join(reasons)}
 
@@ -86,10 +86,21 @@ def gather_cells(row: dict[str, Any]) -> dict[tuple[int, str], Cell]:
     return cells
 
 
+LONG_NAME = 120  # names longer than this are shortened in text (JSON fields keep them whole)
+
+
+def elide(name: str, width: int = LONG_NAME) -> str:
+    """A name cut to `width` characters around an ellipsis, so one odd tensor name cannot flood a line."""
+    if len(name) <= width:
+        return name
+    head = (width - 1) * 2 // 3
+    return f"{name[:head]}…{name[len(name) - (width - 1 - head) :]}"
+
+
 def short_name(name: str) -> str:
     """'model.layers.3.self_attn.k_proj.weight' -> 'self_attn.k_proj' (what a reader scans for)."""
     text = re.sub(r"^.*?(?:layers|layer|h|blocks|block|blk)\.\d+\.", "", name)
-    return re.sub(r"\.weight$", "", text)
+    return elide(re.sub(r"\.weight$", "", text))
 
 
 def fmt(value: float | None, digits: int = 4) -> str:

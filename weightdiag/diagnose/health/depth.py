@@ -45,6 +45,9 @@ def _adjacent_change(
             tol = _tolerances(ca, cb, trim)
             for stat in ("k", "lambda", "std"):
                 va, vb = ca.value(stat, trim), cb.value(stat, trim)
+                if (va is None) != (vb is None):
+                    worst = math.inf  # one of the two has no statistic (e.g. all NaN): not alike
+                    continue
                 if va is None or vb is None or (stat != "k" and (va <= 0 or vb <= 0)):
                     continue
                 diff = abs(vb - va) if stat == "k" else abs(math.log(vb / va))
@@ -201,7 +204,8 @@ def depth_profile(
         "series": series,
         "norm_series": dict(norm_series),
         "selection": selection,
-        "adjacent_change": {str(b): v for b, v in change.items()},
+        # None: not comparable (one of the two blocks lacks a statistic the other has, e.g. an all-NaN matrix).
+        "adjacent_change": {str(b): (v if math.isfinite(v) else None) for b, v in change.items()},
         "similar_stretches": stretches,
         "stretch_text": stretch_text,
         "init_like_blocks": init_like,

@@ -14,6 +14,7 @@ from .cells import gather_cells, short_name
 from .cuts import INIT_K_TOL, INIT_MAX_Q99, KIND_ORDER, MIN_BLOCKS, NEIGHBOURS, NORM_STAT, STATS, Z_CUT
 from .depth import PLACEMENT_NAME, depth_profile, selection_text
 from .findings import category_of, finding, finish, matrix_findings
+from .nonfinite import nonfinite_findings
 from .norms import SINGLED, analyse_norms
 from .robust import Point, Series, analyse
 from .superweights import super_weight_text, super_weights
@@ -49,7 +50,7 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
                     pts.append(Point(b, v, c.tensor, stat.t(v), noise=noise))
             if pts:
                 matrix_series.append(analyse(Series(key, stat, pts)))
-    findings = matrix_findings(matrix_series, cells, trim)
+    findings = nonfinite_findings(row) + matrix_findings(matrix_series, cells, trim)
     norms, norm_findings = analyse_norms(row)
     findings += norm_findings
     shallow = shallow_ffn(row, cells, trim)
@@ -133,7 +134,21 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
         },
     }
     report["observations"] = _observations(report, row)
-    return report
+    return _finite(report)
+
+
+def _finite(value: Any) -> Any:
+    """The report with every NaN or infinite number replaced by None (not measurable): it is JSON
+    (allow_nan=False), and a diverged checkpoint must not turn into an unreadable report."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_finite(v) for v in value)
+    return value
 
 
 def _observations(report: dict[str, Any], row: dict[str, Any]) -> list[str]:
