@@ -9,8 +9,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "weightdiag._kernels",
-            sources=["weightdiag/_kernels.c"],
+            "weightdiag.engine._kernels",
+            sources=["weightdiag/engine/_kernels.c"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         )

@@ -18,10 +18,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from weightdiag.fit import TRIMS, fit_exact
-from weightdiag.reduce import reduce_array
+from weightdiag.engine.fit import TRIMS, fit_exact
+from weightdiag.engine.reduce import reduce_array
+from weightdiag.engine.stats import Summary
 from weightdiag.source.local import open_local
-from weightdiag.stats import Summary
 
 
 def matrices():

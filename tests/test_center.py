@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from weightdiag.codes import HIST_BINS, cohort_bins
-from weightdiag.fit import fit_exact, fit_hist1024
+from weightdiag.engine.codes import HIST_BINS, cohort_bins
+from weightdiag.engine.fit import fit_exact, fit_hist1024
+from weightdiag.engine.reduce import reduce_array
+from weightdiag.engine.stats import Summary
 from weightdiag.pipeline import FitOptions, fit_path
-from weightdiag.reduce import reduce_array
-from weightdiag.stats import Summary
 
 RNG = np.random.default_rng(7)
 

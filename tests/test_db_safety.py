@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weightdiag import db, synthetic
+from weightdiag.engine.fit import PROTOCOLS
 from weightdiag.errors import BadInputError
-from weightdiag.fit import PROTOCOLS
 from weightdiag.sweep import row_path
 
 from .conftest import row_files, run_cli

@@ -205,7 +205,7 @@ def test_bad_weightdiag_threads_is_bad_input(tmp_path: Path, tiny: Path, value: 
 
 
 def test_weightdiag_threads_is_read_at_call_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    from weightdiag import kernels
+    from weightdiag.engine import kernels
 
     monkeypatch.setenv("WEIGHTDIAG_THREADS", "3")
     assert kernels.threads() == 3

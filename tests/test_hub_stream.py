@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from weightdiag import api, stream, synthetic
+from weightdiag import api, synthetic
+from weightdiag.engine import stream
 from weightdiag.errors import HubError, VerificationError
 from weightdiag.pipeline import FitOptions, fit_path
 from weightdiag.source import hub_stream

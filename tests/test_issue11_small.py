@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from weightdiag.codes import cohort_bins
 from weightdiag.diagnose import trajectory as tr
 from weightdiag.diagnose.cohort import load_cohort
 from weightdiag.diagnose.compare import compare
+from weightdiag.engine.codes import cohort_bins
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,10 +92,10 @@ def test_f32_fit_prints_no_runtime_warning(minilm_dir: Path, tmp_path: Path) -> 
 
 
 def test_readme_f32_bound_names_what_the_benchmark_measures(minilm_dir: Path) -> None:
-    from weightdiag.fit import fit_exact
-    from weightdiag.reduce import reduce_array
+    from weightdiag.engine.fit import fit_exact
+    from weightdiag.engine.reduce import reduce_array
+    from weightdiag.engine.stats import Summary
     from weightdiag.source.local import open_local
-    from weightdiag.stats import Summary
 
     readme = (ROOT / "README.md").read_text()
     plan, reader = open_local(minilm_dir)

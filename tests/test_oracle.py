@@ -11,11 +11,11 @@ import torch
 npm = pytest.importorskip("npm_weibull")
 
 from weightdiag import synthetic  # noqa: E402
+from weightdiag.engine.reduce import reduce_array  # noqa: E402
+from weightdiag.engine.stats import cohort_histogram, fit  # noqa: E402
 from weightdiag.pipeline import FitOptions, fit_path  # noqa: E402
-from weightdiag.reduce import reduce_array  # noqa: E402
 from weightdiag.source.local import LocalReader, open_local  # noqa: E402
 from weightdiag.source.plan import storage_view  # noqa: E402
-from weightdiag.stats import cohort_histogram, fit  # noqa: E402
 
 TRIMS = {"mid80": "mid_80", "mid90": "mid_90", "full": "full_range"}
 REL = 1e-6
@@ -103,7 +103,7 @@ def test_synthetic_bf16_matrices_match_the_oracle(case):
 
 def test_f32_matrices_with_values_on_bin_edges_match_the_oracle():
     # Float32 values at and next to every cohort bin edge: the exact-binning tables must agree.
-    from weightdiag.codes import f32_bin_tables
+    from weightdiag.engine.codes import f32_bin_tables
 
     thresholds = f32_bin_tables().thresholds
     edges = thresholds[thresholds != 0xFFFFFFFF].astype(np.int64)
@@ -117,8 +117,8 @@ def test_f32_matrices_with_values_on_bin_edges_match_the_oracle():
 def test_f32_exact_protocol_stays_within_its_measured_bound(minilm_dir):
     """F32 `exact` fits bucket values 2^-7 wide (codes.py): documented bound on MiniLM's matrices
     (benchmarks/f32_exact_accuracy.py measures 3.1e-5 on k and 3.6e-4 on lambda at worst)."""
-    from weightdiag.fit import fit_exact
-    from weightdiag.stats import Summary
+    from weightdiag.engine.fit import fit_exact
+    from weightdiag.engine.stats import Summary
 
     for ref, raw in _read_all(minilm_dir):
         if len(ref.shape) != 2 or ref.dtype.name != "F32":

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from weightdiag import synthetic
+from weightdiag.engine.reduce import reduce_array
+from weightdiag.engine.stats import fit, matrix_stats
 from weightdiag.pipeline import FitOptions, fit_path
-from weightdiag.reduce import reduce_array
 from weightdiag.source.local import open_local
-from weightdiag.stats import fit, matrix_stats
 
 from .conftest import write_safetensors
 

@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from weightdiag import kernels, synthetic
-from weightdiag.codes import code_values, f32_bin_tables
-from weightdiag.reduce import Reduction, merge, reduce_array, reduce_range
-from weightdiag.reduce_torch import reduce_torch, upload
+from weightdiag import synthetic
+from weightdiag.engine import kernels
+from weightdiag.engine.codes import code_values, f32_bin_tables
+from weightdiag.engine.reduce import Reduction, merge, reduce_array, reduce_range
+from weightdiag.engine.reduce_torch import reduce_torch, upload
+from weightdiag.engine.stats import cohort_histogram, magnitudes, matrix_stats
 from weightdiag.segments import Segments
-from weightdiag.stats import cohort_histogram, magnitudes, matrix_stats
 
 RNG = np.random.default_rng(11)
 

@@ -16,7 +16,6 @@ import pytest
 from scipy import stats
 
 from weightdiag import api
-from weightdiag.codes import BIN_EDGES
 from weightdiag.diagnose.classes import (
     BAND,
     INIT_ANCHOR_K,
@@ -34,7 +33,8 @@ from weightdiag.diagnose.classes import (
 from weightdiag.diagnose.cohort import cohort_caveat, load_cohort
 from weightdiag.diagnose.compare import compare, selection_verdict, transmission_verdict
 from weightdiag.diagnose.health import health_report, quantization_of
-from weightdiag.fit import fit_hist1024, trim_window
+from weightdiag.engine.codes import BIN_EDGES
+from weightdiag.engine.fit import fit_hist1024, trim_window
 from weightdiag.pipeline import FitOptions
 from weightdiag.row import kind_summaries
 

@@ -712,7 +712,7 @@ def _environment() -> dict[str, Any]:
     from importlib import metadata
 
     from .db import default_db_dir
-    from .kernels import BACKEND
+    from .engine.kernels import BACKEND
 
     try:
         torch_version = metadata.version("torch")
@@ -742,9 +742,9 @@ def _environment() -> dict[str, Any]:
 
 def _cuda_summary() -> str:
     # torch is imported (about a second) only where an NVIDIA driver is present; elsewhere CUDA cannot be.
-    from .device import _nvidia_present
+    from .engine.device import nvidia_present
 
-    if not _nvidia_present():
+    if not nvidia_present():
         return "no (no NVIDIA driver)"
     import torch
 

@@ -56,9 +56,9 @@ def read_histograms(
     import numpy as np
 
     from .api import open_model
-    from .reduce import reduce_array
+    from .engine.reduce import reduce_array
+    from .engine.stats import Summary
     from .source.plan import storage_view
-    from .stats import Summary
 
     model = row["model"]
     note = None

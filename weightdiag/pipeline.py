@@ -16,13 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__, kernels
-from .codes import BIN_EDGES, HIST_BINS
-from .device import resolve_device
+from . import __version__
 from .diagnose import lambda_axis
 from .dtypes import skip_reason
+from .engine import kernels
+from .engine.codes import BIN_EDGES, HIST_BINS
+from .engine.device import resolve_device
+from .engine.fit import PROTOCOLS, TRIMS
+from .engine.reduce import Reduction, reduce_array
 from .errors import BadInputError
-from .fit import PROTOCOLS, TRIMS
 from .layout import (
     ArchInfo,
     TensorRole,
@@ -33,7 +35,6 @@ from .layout import (
     split_parts,
 )
 from .prefetch import Prefetcher
-from .reduce import Reduction, reduce_array
 from .row import SCHEMA, kind_summaries, matrix_record, vector_record
 from .segments import Segments
 from .source.plan import ModelPlan, TensorReader, TensorRef, storage_view
@@ -119,7 +120,7 @@ def _reducer(device: str) -> Reducer:
     """Reduce one tensor's raw bytes over several selections (None: the whole tensor; else a fused part)."""
     if device == "cpu":
         return lambda raw, dtype, segs: [reduce_array(raw.view(_np_storage(dtype)), dtype, seg) for seg in segs]
-    from .reduce_torch import reduce_torch, upload
+    from .engine.reduce_torch import reduce_torch, upload
 
     def on_device(raw: np.ndarray, dtype: str, segs: Sequence[Segments | None]) -> list[Reduction]:
         data = upload(raw, dtype, device)  # once per tensor, however many parts it has
@@ -239,7 +240,7 @@ def _reduce_all(
     """
     parts = [_parts(item, arch, options) for item in work]
     if hasattr(reader, "chunk"):
-        from .stream import Target, reduce_chunked
+        from .engine.stream import Target, reduce_chunked
 
         if hasattr(reader, "set_connections"):
             reader.set_connections(options.connections)
@@ -284,7 +285,7 @@ def _as_reduced(
 def _decode(values: np.ndarray, dtype: str) -> np.ndarray:
     """Storage-form elements -> float64 values (small 1-D tensors only)."""
     if dtype in ("BF16", "F8_E4M3", "F8_E5M2"):  # stored as integer codes: look their values up
-        from .codes import code_values
+        from .engine.codes import code_values
 
         return code_values(dtype)[values]
     return values.astype(np.float64)

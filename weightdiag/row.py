@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from .diagnose.classes import NON_WEIBULL_R2, kind_k_fields
-from .fit import TRIMS, gamma_closure
+from .engine.fit import TRIMS, gamma_closure
+from .engine.reduce import Reduction
+from .engine.stats import MagnitudeDistribution, Summary
 from .layout import TensorRole, kind_class
-from .reduce import Reduction
-from .stats import MagnitudeDistribution, Summary
 
 SCHEMA = "weightdiag.row/1"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 
-from .errors import BadInputError
+from ..errors import BadInputError
 
 
-def _nvidia_present() -> bool:
+def nvidia_present() -> bool:
     # Cheap check first, so `auto` on a machine without a GPU never imports torch.
     return os.path.exists("/proc/driver/nvidia/version") or shutil.which("nvidia-smi") is not None
 
@@ -18,7 +18,7 @@ def resolve_device(spec: str) -> str:
     if spec == "cpu":
         return "cpu"
     if spec == "auto":
-        if not _nvidia_present():
+        if not nvidia_present():
             return "cpu"
         import torch
 

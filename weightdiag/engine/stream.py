@@ -20,11 +20,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..chunks import SPLIT_BYTES, Chunk, Span, plan_chunks
+from ..segments import Segments
+from ..source.plan import STORAGE_NUMPY, TensorRef
 from . import kernels
-from .chunks import SPLIT_BYTES, Chunk, Span, plan_chunks
 from .reduce import Reduction, merge, reduce_range
-from .segments import Segments
-from .source.plan import STORAGE_NUMPY, TensorRef
 
 
 class ChunkReader(Protocol):
@@ -76,8 +76,8 @@ def torch_piece_reducer(device: str) -> PieceReducer:
     """The same partial reductions with torch on `device` (CUDA; tested on the CPU device)."""
     import warnings
 
+    from ..segments import clip
     from .reduce_torch import reduce_torch, upload
-    from .segments import clip
 
     def on_device(raw: np.ndarray, dtype: str, selections: Sequence[Segments | None], lo: int):
         with warnings.catch_warnings():  # mapped chunks are read-only; torch only reads them

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from ..segments import Segments
 from .codes import FINITE_LIMIT16, code_values, f32_bin_tables
 from .reduce import Reduction, finite_mask, reduce_array
-from .segments import Segments
 
 CHUNK = 1 << 24  # elements per step: bounds the int64 temporaries on the device
 
@@ -50,7 +50,7 @@ def reduce_torch(raw: Any, dtype: str, device, segments: Segments | None = None)
     n_elem = n_elem * 8 // {"BF16": 16, "F16": 16, "F32": 32, "F64": 64}.get(dtype, 8)
     segments = segments or Segments.whole(n_elem)
     if dtype not in _DEVICE_DTYPES:
-        from .source.plan import STORAGE_NUMPY
+        from ..source.plan import STORAGE_NUMPY
 
         return reduce_array(np.asarray(raw).view(STORAGE_NUMPY[dtype]), dtype, segments)
     data = raw if isinstance(raw, torch.Tensor) else upload(raw, dtype, device)

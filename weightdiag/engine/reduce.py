@@ -17,9 +17,9 @@ from functools import cache
 
 import numpy as np
 
+from ..segments import Segments, clip
 from . import kernels
 from .codes import FINITE_LIMIT16, code_values, f32_bin_tables
-from .segments import Segments, clip
 
 
 @dataclass

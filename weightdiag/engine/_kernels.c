@@ -1,5 +1,5 @@
 /*
- * weightdiag._kernels: the exact-histogram hot loops in C (see weightdiag/kernels.py).
+ * weightdiag.engine._kernels: the exact-histogram hot loops in C (see weightdiag/engine/kernels.py).
  *
  * Every function takes a 2-D buffer (rows x row_length, any row stride, contiguous rows) of raw
  * element codes and releases the GIL while it runs, so Python threads can split one tensor across
