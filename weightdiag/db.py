@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
+from . import settings
 from .errors import BadInputError
 from .records import Row, RowError, read_row
 
@@ -52,7 +53,7 @@ ENV_DB = "WEIGHTDIAG_DB"
 
 
 def default_db_dir() -> Path:
-    return Path(os.environ.get(ENV_DB) or "DATABASE")
+    return Path(settings.db_dir())
 
 
 def slug(text: str) -> str:
@@ -266,8 +267,7 @@ def check_writable(db_dir: Path | None = None) -> None:
 
 def _test_write_delay() -> None:
     # Test-only hook (tests/test_db_safety.py): widen the window between temp write and rename to kill in it.
-    with contextlib.suppress(ValueError, OverflowError):  # test-only: bad values are ignored
-        time.sleep(max(0.0, float(os.environ.get(TEST_WRITE_DELAY_ENV) or 0)))
+    time.sleep(settings.test_write_delay())
 
 
 def _same_row(path: Path, name: str) -> bool | None:

@@ -90,11 +90,56 @@ def hf_cache_dir() -> str:
     return str(constants.HF_HUB_CACHE)
 
 
+def hf_token_env() -> bool:
+    """Whether HF_TOKEN is set (a token given that way, or by --token, that lacks access means 403, not 401)."""
+    return bool(os.environ.get("HF_TOKEN"))
+
+
 def hf_token_present() -> bool:
     """Whether a Hub token is available (HF_TOKEN or `hf auth login`); the token itself is never returned."""
     from huggingface_hub import get_token
 
     return bool(get_token())
+
+
+def http_retries() -> tuple[int, float]:
+    """WEIGHTDIAG_HTTP_ATTEMPTS (default 6) and WEIGHTDIAG_HTTP_BACKOFF (seconds, default 0.5): how often a
+    failed ranged read is tried and the first wait between tries (doubled each time)."""
+    attempts_raw = os.environ.get("WEIGHTDIAG_HTTP_ATTEMPTS", "").strip()
+    backoff_raw = os.environ.get("WEIGHTDIAG_HTTP_BACKOFF", "").strip()
+    try:
+        attempts = max(1, int(attempts_raw)) if attempts_raw else 6
+        backoff = max(0.0, float(backoff_raw)) if backoff_raw else 0.5
+    except ValueError:
+        raise BadInputError(
+            f"WEIGHTDIAG_HTTP_ATTEMPTS={attempts_raw[:20]!r} / WEIGHTDIAG_HTTP_BACKOFF={backoff_raw[:20]!r}: "
+            "expected a whole number of attempts and a number of seconds"
+        ) from None
+    return attempts, backoff
+
+
+def db_dir() -> str:
+    """WEIGHTDIAG_DB, else ./DATABASE: the database folder when --db is not given."""
+    return os.environ.get("WEIGHTDIAG_DB") or "DATABASE"
+
+
+def numpy_kernels_forced() -> bool:
+    """WEIGHTDIAG_KERNELS=numpy: use the pure-numpy kernels even when the C extension is built (read once,
+    when weightdiag.engine.kernels is first imported)."""
+    return os.environ.get("WEIGHTDIAG_KERNELS", "").strip().lower() == "numpy"
+
+
+def ray_address() -> str | None:
+    """RAY_ADDRESS: the Ray cluster `sweep --executor ray` joins when --ray-address is not given."""
+    return os.environ.get("RAY_ADDRESS") or None
+
+
+def test_write_delay() -> float:
+    """WEIGHTDIAG_TEST_ROW_WRITE_DELAY (tests only): seconds between a row's temp write and its rename."""
+    try:
+        return max(0.0, float(os.environ.get("WEIGHTDIAG_TEST_ROW_WRITE_DELAY") or 0))
+    except (ValueError, OverflowError):
+        return 0.0
 
 
 def weightdiag_variables() -> dict[str, str]:

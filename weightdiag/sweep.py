@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import settings
 from .db import check_writable, load_row, row_file, write_row
 from .diagnose.lambda_axis import step_from_revision
 from .errors import BadInputError, WeightdiagError
@@ -269,7 +270,7 @@ def ray_runner(address: str | None) -> Runner:
             import ray
         except ImportError:
             raise BadInputError("--executor ray needs Ray: pip install 'weightdiag[ray]'") from None
-        target = address or os.environ.get("RAY_ADDRESS")
+        target = address or settings.ray_address()
         if not target:
             raise BadInputError("--executor ray: give --ray-address HOST:PORT or set RAY_ADDRESS (an existing cluster)")
         ray.init(address=target, ignore_reinit_error=True, log_to_driver=False)

@@ -15,7 +15,6 @@ histogram, then one vectorised search finds where it first occurs.
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +27,7 @@ import numpy as np
 from .. import settings
 
 try:
-    if os.environ.get("WEIGHTDIAG_KERNELS", "").lower() == "numpy":
+    if settings.numpy_kernels_forced():
         raise ImportError("numpy kernels forced by WEIGHTDIAG_KERNELS")
     from . import _kernels as _c  # type: ignore[attr-defined]
 except ImportError:

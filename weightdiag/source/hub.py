@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import socket
 import ssl
@@ -32,6 +31,7 @@ from urllib.parse import quote, urlsplit
 
 import numpy as np
 
+from .. import settings
 from ..errors import BadInputError, HubError, WeightdiagError
 from ..settings import http_timeout
 from .hub_stream import HubReader, StreamedShard
@@ -74,24 +74,8 @@ BIN_INDEX = "pytorch_model.bin.index.json"
 _STEP = re.compile(r"^step(\d+)$")
 
 
-def _endpoint() -> str:
-    from huggingface_hub import constants
-
-    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
-
-
 def _cache_dir() -> Path:
-    from huggingface_hub import constants
-
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]) / "hub"
-    return Path(constants.HF_HUB_CACHE)
-
-
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    return Path(settings.hf_cache_dir())
 
 
 def open_hub(
@@ -103,7 +87,7 @@ def open_hub(
     model_id: str | None = None,
 ) -> tuple[ModelPlan, Any]:
     """Plan a Hub model; returns (plan, reader) like the local sources."""
-    if _offline():
+    if settings.hf_offline():
         return _from_cache_only(repo, revision, model_id, reason="HF_HUB_OFFLINE is set")
     try:
         info = model_info(repo, revision, token)
@@ -137,7 +121,7 @@ def open_hub(
     plan.source = "hub"
     plan.revision = revision or "main"
     plan.commit = commit
-    plan.location = f"{_endpoint()}/{repo}/tree/{commit}"
+    plan.location = f"{settings.hf_endpoint()}/{repo}/tree/{commit}"
     return plan, reader
 
 
@@ -171,7 +155,7 @@ def _too_slow(repo: str) -> HubError:
 
 def _unreachable(exc: BaseException) -> HubError:
     return HubError(
-        f"cannot reach the Hub at {_endpoint()} ({type(exc).__name__}); check the network, or set "
+        f"cannot reach the Hub at {settings.hf_endpoint()} ({type(exc).__name__}); check the network, or set "
         "HF_HUB_OFFLINE=1 to use models already in the local cache"
     )
 
@@ -238,7 +222,7 @@ def _api_url(repo: str, *rest: str) -> str:
     from huggingface_hub.utils import validate_repo_id
 
     validate_repo_id(repo)  # HFValidationError: the user's input (exit 2), before any request
-    return "/".join([f"{_endpoint()}/api/models/{repo}", *(quote(part, safe="") for part in rest)])
+    return "/".join([f"{settings.hf_endpoint()}/api/models/{repo}", *(quote(part, safe="") for part in rest)])
 
 
 def model_info(repo: str, revision: str | None, token: str | None) -> ModelInfo:
@@ -317,8 +301,8 @@ def _network_error(repo: str, exc: BaseException) -> WeightdiagError | None:
     if "TooManyRedirects" in names:
         return _malformed(repo, "it redirects in a loop")
     if names & {"UnsupportedProtocol", "InvalidURL"} or (type(exc) is ValueError and "URL" in str(exc)):
-        if urlsplit(_endpoint()).scheme not in ("http", "https"):
-            return BadInputError(f"HF_ENDPOINT={_endpoint()!r} is not an http(s) URL; fix or unset it")
+        if urlsplit(settings.hf_endpoint()).scheme not in ("http", "https"):
+            return BadInputError(f"HF_ENDPOINT={settings.hf_endpoint()!r} is not an http(s) URL; fix or unset it")
         return _malformed(repo, f"it redirects to an unusable location ({str(exc)[:120]})")
     if names & {"ConnectTimeout", "ConnectError"}:
         return _unreachable(exc)
@@ -343,20 +327,21 @@ def hub_errors(repo: str, revision: str | None, token: str | None) -> Iterator[N
         raise _malformed(repo, str(exc)) from None
     except hf.GatedRepoError as exc:
         status = getattr(getattr(exc, "response", None), "status_code", None)
-        if status == 403 or token or os.environ.get("HF_TOKEN"):
+        if status == 403 or token or settings.hf_token_env():
             raise HubError(
-                f"{repo} is gated and this token has no access yet: request access at {_endpoint()}/{repo} "
+                f"{repo} is gated and this token has no access yet: request access at {settings.hf_endpoint()}/{repo} "
                 "and wait for approval"
             ) from None
         raise HubError(
-            f"{repo} is gated: request access at {_endpoint()}/{repo}, then log in with `hf auth login` "
+            f"{repo} is gated: request access at {settings.hf_endpoint()}/{repo}, then log in with `hf auth login` "
             "or set HF_TOKEN (or pass --token)"
         ) from None
     except hf.RevisionNotFoundError:
         raise HubError(f"{repo}: revision {revision!r} not found{_nearest_steps(repo, revision, token)}") from None
     except hf.RepositoryNotFoundError:
         raise HubError(
-            f"{repo}: no such model repository on {_endpoint()} (or it is private: set HF_TOKEN or pass --token)"
+            f"{repo}: no such model repository on {settings.hf_endpoint()} "
+            "(or it is private: set HF_TOKEN or pass --token)"
         ) from None
     except hf.HfHubHTTPError as exc:
         status = getattr(getattr(exc, "response", None), "status_code", "?")
@@ -562,7 +547,7 @@ def _download(repo: str, revision: str, names: list[str], token: str | None) -> 
                                 revision=revision,
                                 cache_dir=_cache_dir(),
                                 token=token,
-                                endpoint=_endpoint(),
+                                endpoint=settings.hf_endpoint(),
                                 etag_timeout=limit,
                             ),
                             _cache_dir() / f"models--{repo.replace('/', '--')}" / "blobs",
@@ -608,7 +593,7 @@ def _session_and_headers(token: str | None) -> tuple[Any, dict[str, str]]:
 def _remote(repo: str, commit: str, name: str, size: int, session, headers: dict[str, str]) -> RangedFile:
     from huggingface_hub import hf_hub_url
 
-    url = hf_hub_url(repo, name, revision=commit, endpoint=_endpoint())
+    url = hf_hub_url(repo, name, revision=commit, endpoint=settings.hf_endpoint())
     signed_in = "authorization" in {k.lower() for k in headers}
     return RangedFile(url, size, session, headers, f"{repo}/{name}", lambda status: _denied(repo, status, signed_in))
 
@@ -618,11 +603,11 @@ def _denied(repo: str, status: int, signed_in: bool) -> HubError:
     file reads, with 401 to anonymous users and 403 to tokens without access."""
     if status == 403 or signed_in:
         return HubError(
-            f"{repo} is gated and this token has no access yet: request access at {_endpoint()}/{repo} "
+            f"{repo} is gated and this token has no access yet: request access at {settings.hf_endpoint()}/{repo} "
             "and wait for approval"
         )
     return HubError(
-        f"{repo} is gated (or private): request access at {_endpoint()}/{repo}, then log in with "
+        f"{repo} is gated (or private): request access at {settings.hf_endpoint()}/{repo}, then log in with "
         "`hf auth login` or set HF_TOKEN (or pass --token)"
     )
 
@@ -686,7 +671,7 @@ def _stream(
     plan = ModelPlan(
         model_id=model_id or repo,
         source="hub",
-        location=f"{_endpoint()}/{repo}",
+        location=f"{settings.hf_endpoint()}/{repo}",
         shards=shards,
         tensors=tensors,
         config=config if isinstance(config, dict) else None,

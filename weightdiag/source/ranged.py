@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 import re
 import threading
 import time
@@ -53,15 +52,10 @@ class RetryPolicy:
     @classmethod
     def from_env(cls) -> RetryPolicy:
         """Defaults, overridable with WEIGHTDIAG_HTTP_ATTEMPTS, WEIGHTDIAG_HTTP_BACKOFF, WEIGHTDIAG_HTTP_TIMEOUT."""
-        from ..settings import http_timeout
+        from ..settings import http_retries, http_timeout
 
-        policy = cls(timeout=http_timeout())
-        try:
-            policy.attempts = max(1, int(os.environ.get("WEIGHTDIAG_HTTP_ATTEMPTS", policy.attempts)))
-            policy.backoff = max(0.0, float(os.environ.get("WEIGHTDIAG_HTTP_BACKOFF", policy.backoff)))
-        except ValueError:
-            raise HubError("WEIGHTDIAG_HTTP_ATTEMPTS / WEIGHTDIAG_HTTP_BACKOFF must be numbers") from None
-        return policy
+        attempts, backoff = http_retries()
+        return cls(attempts=attempts, backoff=backoff, timeout=http_timeout())
 
 
 @dataclass
