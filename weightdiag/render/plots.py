@@ -11,15 +11,16 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..codes import BIN_EDGES
 from ..diagnose.classes import INIT_ANCHOR_K, SELECTION_DEEP_BELOW_K, TRANSMISSION_MIN_K
 from ..diagnose.health import KIND_ORDER, NORM_COLLAPSE, NORM_EXPLOSION, TABLE2, short_name
+from ..engine.codes import BIN_EDGES
 from ..errors import BadInputError
 from ..sources import NORM_ARTICLE_SHORT
 
@@ -58,8 +59,18 @@ def save_figure(plt, fig, path: Path) -> Path:
     return path
 
 
+def literal(text: str) -> str:
+    """Text for a matplotlib title or label, shown as is: a tensor name with '$' is not mathtext."""
+    return text.replace("$", r"\$")
+
+
 def safe_name(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
+    """A file-name stem for a tensor name: the name itself when it is safe and short, else its safe
+    characters (at most 100) plus a hash of the full name, so two odd names never share a file."""
+    clean = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_.")
+    if clean == name and len(name) <= 100:
+        return name
+    return f"{clean[:100]}_{zlib.crc32(name.encode()):08x}".lstrip("_")
 
 
 def write_plots(result: dict[str, Any], histograms: dict[str, dict[str, Any]], folder: Path) -> list[PlotFile]:
@@ -147,8 +158,14 @@ def depth_profile(plt, result: dict[str, Any], folder: Path) -> PlotFile:
     axes[3].legend(fontsize=7)
     change = depth["adjacent_change"]
     if change:
-        xs = sorted(int(b) for b in change)
+        # None: not comparable (a statistic missing on one side, e.g. an all-NaN matrix): marked at the top.
+        xs = sorted(int(b) for b in change if change[b] is not None)
         axes[4].plot(xs, [max(change[str(b)], 1e-3) for b in xs], marker="o", color="tab:purple")
+        apart = sorted(int(b) for b in change if change[b] is None)
+        if apart:
+            top = max([10.0, *(change[str(b)] * 2 for b in xs)])
+            axes[4].scatter(apart, [top] * len(apart), marker="x", color="tab:red", label="not comparable (NaN/Inf)")
+            axes[4].legend(fontsize=7)
         axes[4].set_yscale("log")
     axes[4].axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
     axes[4].set_ylabel("change vs block b-1\n(tolerance units)")
@@ -176,7 +193,9 @@ def norms_plot(plt, result: dict[str, Any], folder: Path) -> PlotFile:
     n = depth["n_layers"] or 0
     for r in result["norms"]["singled_out"]:
         x = -1 if r["site"] == "embed" else (r["block"] if r["site"] == "mtp" and r["block"] is not None else n)
-        ax.scatter([x], [r["ratio"]], marker="*", s=90, zorder=3, label=f"{r['site']}: {short_name(r['name'])}")
+        ax.scatter(
+            [x], [r["ratio"]], marker="*", s=90, zorder=3, label=literal(f"{r['site']}: {short_name(r['name'])}")
+        )
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
     ax.axhspan(1e-3, NORM_COLLAPSE, color="tab:red", alpha=0.08)
     ax.axhspan(NORM_EXPLOSION, 1e3, color="tab:red", alpha=0.08)
@@ -208,6 +227,8 @@ def histogram(plt, data: dict[str, Any], folder: Path) -> PlotFile:
     q99 (observed counts) against what the body fit predicts."""
     fit, n = data["fit"], data["n"]
     k, lam = fit.get("k"), fit.get("lambda")
+    if not n or not data.get("q99") or not data.get("max_abs"):
+        return _no_histogram(plt, data, folder)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     counts = data["hist1024"].reshape(-1, REBIN).sum(axis=1)
     edges = BIN_EDGES[::REBIN]
@@ -265,7 +286,8 @@ def histogram(plt, data: dict[str, Any], folder: Path) -> PlotFile:
     right.legend(fontsize=7)
     where = f"block {data['block']}, " if data["block"] is not None else ""
     fig.suptitle(
-        f"{data['name']} ({where}{data['kind']})" + (f" — {data['note']}" if data.get("note") else ""), fontsize=9
+        literal(f"{data['name']} ({where}{data['kind']})" + (f" — {data['note']}" if data.get("note") else "")),
+        fontsize=9,
     )
     path = save_figure(plt, fig, folder / f"hist_{safe_name(data['name'])}.png")
     at = f" at ({', '.join(map(str, data['argmax']))})" if data.get("argmax") else ""
@@ -275,3 +297,15 @@ def histogram(plt, data: dict[str, Any], folder: Path) -> PlotFile:
         f"{n:,} nonzero |w|; the fitted Weibull body (mid80 window) on log axes and the tail beyond q99 = "
         f"{q99:.4g}; largest |w| = {top:.4g}{at}." + caption_tail,
     )
+
+
+def _no_histogram(plt, data: dict[str, Any], folder: Path) -> PlotFile:
+    """A matrix without a nonzero finite |w| (all NaN, Inf or zero): a placeholder that says so."""
+    fig, ax = plt.subplots(figsize=(11, 2))
+    ax.axis("off")
+    why = "no nonzero finite |w|: every value is NaN, Inf or 0, so there is no distribution to draw"
+    ax.text(0.5, 0.5, why, ha="center", va="center", fontsize=10)
+    where = f"block {data['block']}, " if data["block"] is not None else ""
+    fig.suptitle(literal(f"{data['name']} ({where}{data['kind']})"), fontsize=9)
+    path = save_figure(plt, fig, folder / f"hist_{safe_name(data['name'])}.png")
+    return PlotFile(path, f"|w| of {data['name']}", why + ".")
