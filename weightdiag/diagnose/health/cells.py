@@ -41,6 +41,20 @@ def _record_stat(rec: dict[str, Any], stat: str, trim: str) -> float | None:
     return float(value) if value is not None and math.isfinite(value) else None
 
 
+def q99_exact(rec: dict[str, Any]) -> bool:
+    """Whether a matrix's q99 of |w| (so max/q99) is exact: it is for 16- and 8-bit codes; F32 and F64
+    values (and GGUF blocks dequantized to them) are counted in 2^-7-wide buckets, which can put q99 up
+    to about 0.5% low, so max/q99 is quoted to 2 significant digits, as approximate."""
+    return rec.get("dtype") in ("BF16", "F16", "F8_E4M3", "F8_E5M2", "I8", "U8") and "dequantized" not in (
+        rec.get("note") or ""
+    )
+
+
+def ratio_text(value: float | None, exact: bool) -> str:
+    """max/q99 as text: 3 significant digits when q99 is exact, else '≈' and 2 digits."""
+    return fmt(value, 3) if exact or value is None else f"≈{fmt(value, 2)}"
+
+
 def quantization_of(rec: dict[str, Any]) -> dict[str, Any] | None:
     """How a matrix was quantized, and whether its fit is distorted by it (None: not quantized)."""
     held = k_class_withheld(rec)  # the one withholding test, shared with fit and compare

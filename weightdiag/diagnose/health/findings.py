@@ -13,7 +13,7 @@ import numpy as np
 from ..classes import INIT_ANCHOR_K, k_class
 from ..cohort import load_cohort
 from ..compare import COMPARISON_KEY, REGIME_B_MAX_K, SHALLOW_BLOCKS
-from .cells import Cell, fmt, short_name, span
+from .cells import Cell, fmt, q99_exact, ratio_text, short_name, span
 from .cuts import FFN_KEYS, HALF_NORMAL_Q90_Q10, NORM_STAT, SELECTION_KEYS, STATS, Stat
 from .robust import Point, Series, spot
 
@@ -65,22 +65,31 @@ def evidence_of(hit: Hit) -> dict[str, Any]:
         ev["difference"] = value - expected
     if hit.band:
         ev["values"] = {str(p.block): p.value for p in hit.points}
+        involved = hit.points
     else:
         by_block = hit.series.by_block()
         ev["neighbours"] = {str(b): by_block[b].value for b in hit.points[0].neighbours}
+        involved = [hit.points[0], *(by_block[b] for b in hit.points[0].neighbours)]
+    if any(p.approximate for p in involved):
+        ev["approximate"] = True  # quoted to 2 significant digits with '≈' (cells.q99_exact)
     return ev
 
 
 def evidence_text(ev: dict[str, Any], label: str) -> str:
     dev = f"robust z = {ev['deviation']:+.1f}"
+
+    def num(v: float) -> str:
+        return f"≈{fmt(v, 2)}" if ev.get("approximate") else fmt(v)
+
     if "values" in ev:
         values = list(ev["values"].values())
-        lo, hi = fmt(min(values)), fmt(max(values))
+        lo, hi = num(min(values)), num(max(values))
         shown = lo if lo == hi else f"{lo}-{hi}"
-        return f"{label} {shown} vs {fmt(ev['expected'])} from the depth trend of the other blocks ({dev})"
+        return f"{label} {shown} vs {num(ev['expected'])} from the depth trend of the other blocks ({dev})"
     nb = ev["neighbours"]
-    near = "/".join(nb) + ": " + ", ".join(fmt(v) for v in nb.values())
-    return f"{label} {fmt(ev['value'])} vs {fmt(ev['expected'])} expected from the depth trend ({dev}; blocks {near})"
+    near = "/".join(nb) + ": " + ", ".join(num(v) for v in nb.values())
+    expected = f"{num(ev['expected'])}, the median of the nearest blocks"
+    return f"{label} {num(ev['value'])} vs {expected} ({dev}; blocks {near})"
 
 
 def _label(stat: str) -> str:
@@ -107,7 +116,23 @@ def _cohort_k_ranges() -> dict[str, tuple[float, float]]:
 _LEAD = {"super-weight": "max_over_q99", "scale": "std", "kurtosis": "kurtosis", "fewer-outliers": "max_over_q99"}
 
 
-def category_of(key: str, hits: list[Hit], group: list[Cell], trim: str) -> tuple[str, str, str]:
+def _body_text(key: str, hit: Hit, holder: Cell, cells: dict[tuple[int, str], Cell] | None, trim: str) -> str:
+    """Whether the outlier's matrix kept the body of the others: its k against the nearest blocks' median."""
+    k = holder.value("k", trim)
+    point = next((p for p in hit.points if p.block == holder.block), hit.points[0])
+    near = [cells[(b, key)].value("k", trim) for b in point.neighbours if (b, key) in cells] if cells else []
+    near = [v for v in near if v is not None]
+    if k is None or not near:
+        return f"(k {fmt(k)})"
+    median = float(np.median(near))
+    if abs(k - median) < STATS["k"].min_effect:
+        return f"while the body is unchanged (k {fmt(k)}, nearest blocks' median {fmt(median)})"
+    return f"while the body's k is {fmt(k)} against {fmt(median)} in the nearest blocks"
+
+
+def category_of(
+    key: str, hits: list[Hit], group: list[Cell], trim: str, cells: dict[tuple[int, str], Cell] | None = None
+) -> tuple[str, str, str]:
     """(category, severity, reason in plain words) for the flagged statistics of one matrix or band.
 
     Priority: a shallow-FFN second population, a detached outlier (max/q99 up), the body's shape
@@ -141,9 +166,10 @@ def category_of(key: str, hits: list[Hit], group: list[Cell], trim: str) -> tupl
             "warning",
             f"{'an isolated outlier' if len(group) == 1 else 'isolated outliers'}: "
             f"{'' if len(group) == 1 else f'in block {holder.block} '}the largest |w| = {fmt(stats['max_abs'])}{at} is "
-            f"{fmt(stats['max_over_q99'], 3)}x the q99 and {fmt(stats['max_abs'] / stats['std'], 3)}x the std while "
-            f"the body is unchanged (k {fmt(holder.value('k', trim))}): the super-weight signature of the paper's "
-            "Fig. 3 and Table 2",
+            f"{ratio_text(stats['max_over_q99'], q99_exact(holder.records[0]))}x the q99 and "
+            f"{fmt(stats['max_abs'] / stats['std'], 3)}x the std "
+            f"{_body_text(key, flagged['max_over_q99'], holder, cells, trim)}: the super-weight signature of the "
+            "paper's Fig. 3 and Table 2",
         )
     if k_hit and not k_hit.up:
         if key in SELECTION_KEYS and not quant:
@@ -156,9 +182,10 @@ def category_of(key: str, hits: list[Hit], group: list[Cell], trim: str) -> tupl
             )
         return "heavy-tail", "warning", f"a heavier-tailed body (lower k) than the other blocks' {_base(key)}{qnote}"
     if "std" in flagged or "lambda" in flagged:
-        up = (flagged.get("std") or flagged["lambda"]).up
+        lead = flagged.get("std") or flagged["lambda"]
         extra = " and heavier-tailed (kurtosis)" if "kurtosis" in flagged and flagged["kurtosis"].up else ""
-        return "scale", "warning", f"weights {'larger' if up else 'smaller'} than the depth trend predicts{extra}"
+        than = "the depth trend predicts" if lead.band else "in the nearest blocks"
+        return "scale", "warning", f"weights {'larger' if lead.up else 'smaller'} than {than}{extra}"
     if k_hit:
         return (
             "light-tail",
@@ -169,8 +196,9 @@ def category_of(key: str, hits: list[Hit], group: list[Cell], trim: str) -> tupl
         return (
             "kurtosis",
             "notice",
-            "heavier tails (kurtosis) than the neighbouring blocks without one dominant outlier "
-            f"(max/q99 {fmt(cell.value('max_over_q99', trim), 3)})",
+            f"heavier tails (kurtosis) than {'the other blocks' if flagged['kurtosis'].band else 'the nearest blocks'} "
+            "without one dominant outlier "
+            f"(max/q99 {ratio_text(cell.value('max_over_q99', trim), q99_exact(cell.records[0]))})",
         )
     return "fewer-outliers", "notice", "fewer outliers than the neighbouring blocks (their tails are heavier)"
 
@@ -206,14 +234,14 @@ def matrix_findings(series: list[Series], cells: dict[tuple[int, str], Cell], tr
     """One finding per flagged matrix, or per band of blocks (Q and K of one band read together)."""
     classified: dict[tuple[tuple[int, ...], str, str], list[tuple[str, list[Hit]]]] = defaultdict(list)
     for (key, blocks), hits in _groups(series).items():
-        category, severity, reason = category_of(key, hits, [cells[(b, key)] for b in blocks], trim)
+        category, severity, reason = category_of(key, hits, [cells[(b, key)] for b in blocks], trim, cells)
         # Bands of different kinds with the same blocks and reading merge; single blocks stay per tensor.
         identity = reason if len(blocks) > 1 else f"{reason}|{key}"
         classified[(blocks, category, identity)].append((key, hits))
     findings = []
     for (blocks, category, _), members in classified.items():
         keys = [key for key, _ in members]
-        _, severity, reason = category_of(keys[0], members[0][1], [cells[(b, keys[0])] for b in blocks], trim)
+        _, severity, reason = category_of(keys[0], members[0][1], [cells[(b, keys[0])] for b in blocks], trim, cells)
         lead_stat = _LEAD.get(category, "k")
         every = [(key, h) for key, hits in members for h in hits]
         main_key, main = max(

@@ -10,7 +10,7 @@ from ...errors import BadInputError
 from ..classes import INIT_ANCHOR_K
 from ..compare import REGIME_B_MAX_K
 from .blocks import architecture_summary, block_table, quantization_summary, shallow_ffn
-from .cells import gather_cells, short_name
+from .cells import gather_cells, q99_exact, short_name
 from .cuts import INIT_K_TOL, INIT_MAX_Q99, KIND_ORDER, MIN_BLOCKS, NEIGHBOURS, NORM_STAT, STATS, Z_CUT
 from .depth import PLACEMENT_NAME, depth_profile, selection_text
 from .findings import category_of, finding, finish, matrix_findings
@@ -47,7 +47,8 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
                 if v is not None and (not stat.log or v + stat.offset > 0):
                     # k of one fit scatters by 1.2/sqrt(n) (Gaussian matrices; depth.py's tolerances).
                     noise = 1.2 / math.sqrt(c.records[0]["numel"]) if stat.key == "k" else 0.0
-                    pts.append(Point(b, v, c.tensor, stat.t(v), noise=noise))
+                    approximate = stat.key == "max_over_q99" and not q99_exact(c.records[0])
+                    pts.append(Point(b, v, c.tensor, stat.t(v), noise=noise, approximate=approximate))
             if pts:
                 matrix_series.append(analyse(Series(key, stat, pts)))
     findings = nonfinite_findings(row) + matrix_findings(matrix_series, cells, trim)

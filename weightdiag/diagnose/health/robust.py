@@ -23,6 +23,7 @@ class Point:
     trend: float = math.nan
     trend_z: float = 0.0
     noise: float = 0.0  # one fit's sampling sigma for this matrix's size (compared units), when known
+    approximate: bool = False  # the value is known to about 0.5% only (max/q99 of F32 values: cells.q99_exact)
 
 
 @dataclass
@@ -90,8 +91,19 @@ def effect(p: Point, stat: Stat) -> float:
     return max(stat.min_effect, Z_CUT * p.noise * math.sqrt(1 + math.pi / (2 * NEIGHBOURS)))
 
 
+def one_sided(p: Point) -> bool:
+    """An edge block (first or last blocks): its nearest blocks all lie on one side of it."""
+    return bool(p.neighbours) and (min(p.neighbours) > p.block or max(p.neighbours) < p.block)
+
+
 def spot(p: Point, stat: Stat) -> bool:
-    return abs(p.local_z) >= Z_CUT and abs(p.t - p.local) >= effect(p, stat)
+    """Off its nearest blocks' median; at an edge block, whose neighbours all lie on one side (so a
+    smooth depth trend alone moves their median away from it), off the depth trend too, the same way."""
+    local = abs(p.local_z) >= Z_CUT and abs(p.t - p.local) >= effect(p, stat)
+    if not local or not one_sided(p):
+        return local
+    trend = abs(p.trend_z) >= Z_CUT and abs(p.t - p.trend) >= effect(p, stat)
+    return trend and (p.trend_z > 0) == (p.local_z > 0)
 
 
 def _bands(series: Series) -> list[list[Point]]:

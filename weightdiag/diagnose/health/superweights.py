@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..classes import INIT_ANCHOR_K
-from .cells import short_name
+from .cells import fmt, short_name
 from .cuts import TABLE2
 
 
@@ -207,9 +207,10 @@ def super_weight_text(sw: dict[str, Any], n_layers: int | None) -> list[str]:
     where = f"{short_name(e['tensor'])}" + (f" at ({', '.join(map(str, e['index']))})" if e["index"] else "")
     words = {"below": "below every family", "above": "above every family", "inside": "inside the families' range"}
     text = (
-        f"super weights vs the paper's Table 2: per-block max/q99 median {med['value']:.1f}, {words[med['position']]} "
+        f"super weights vs the paper's Table 2: per-block max/q99 median ≈{fmt(med['value'], 2)}, "
+        f"{words[med['position']]} "
         f"({med['range'][0]}-{med['range'][1]}; nearest {med['nearest']} {med['nearest_value']}); extreme "
-        f"{ext['value']:.1f} in block {e['block']} ({where}), {words[ext['position']]} ({ext['range'][0]}-"
+        f"≈{fmt(ext['value'], 2)} in block {e['block']} ({where}), {words[ext['position']]} ({ext['range'][0]}-"
         f"{ext['range'][1]})"
     )
     if kurt:
