@@ -1,9 +1,10 @@
 """Calibration of `weightdiag report`: false-positive and miss rates on synthetic checkpoints.
 
 Null models carry realistic variation and no anomaly (trained norm vectors with 1% per-element spread,
-a smooth depth trend in std and lambda, +-10% per-block scale differences, GQA and MHA, Llama and
-GPT-NeoX layouts, 6 to 48 blocks): every block finding on them is a false positive. The same models
-with planted anomalies must give exactly those findings, each in its block with its reason.
+a smooth depth trend in std and lambda, +-10% per-block scale differences, GQA and MHA, Pre-LN Llama
+and GPT-NeoX layouts and Post-LN BERT encoders (norms after the residual), 6 to 48 blocks): every
+block finding on them is a false positive. The same models with planted anomalies must give exactly
+those findings, each in its block with its reason.
 
     python -m benchmarks.calibrate_report --seeds 40      # the sweep quoted in docs/report.md
 """
@@ -50,17 +51,18 @@ class Scenario:
 def null_spec(seed: int, layers: tuple[int, ...] = LAYERS) -> synthetic.ModelSpec:
     """A trained-looking model without anomalies; shape, layout and variation drawn from the seed."""
     rng = np.random.default_rng([seed, 7])
-    family = "gpt_neox" if seed % 4 == 3 else "llama"
+    # Seeds 3, 7, 11, ...: GPT-NeoX; 5, 13, 21, ...: BERT (Post-LN); the others Llama, GQA on even seeds.
+    family = "gpt_neox" if seed % 4 == 3 else ("bert" if seed % 8 == 5 else "llama")
     d = int(rng.choice([64, 128]))
     heads = 4
-    kv = heads if (family == "gpt_neox" or seed % 2) else 2  # MHA and GQA
+    kv = heads if (family != "llama" or seed % 2) else 2  # MHA and GQA
     return synthetic.ModelSpec(
         family=family,
         n_layers=int(layers[seed % len(layers)]),
         d_model=d,
         n_heads=heads,
         n_kv_heads=kv,
-        ffn_size=4 * d if family == "gpt_neox" else int(2.75 * d),
+        ffn_size=int(2.75 * d) if family == "llama" else 4 * d,
         vocab=256,
         dtype="BF16",
         seed=1000 + seed,
@@ -71,6 +73,14 @@ def null_spec(seed: int, layers: tuple[int, ...] = LAYERS) -> synthetic.ModelSpe
 
 
 def _names(spec: synthetic.ModelSpec) -> dict[str, str]:
+    """The two norm weights of a block: before the attention and before the FFN (BERT, Post-LN: after
+    the attention's and the FFN's residual adds)."""
+    if spec.family == "bert":
+        return {
+            "pre": "attention.output.LayerNorm.weight",
+            "post": "output.LayerNorm.weight",
+            "prefix": "encoder.layer.",
+        }
     prefix = "gpt_neox.layers." if spec.family == "gpt_neox" else "model.layers."
     return {"pre": "input_layernorm.weight", "post": "post_attention_layernorm.weight", "prefix": prefix}
 
@@ -81,12 +91,14 @@ def planted(seed: int, layers: tuple[int, ...] = LAYERS) -> Scenario:
     n, names = spec.n_layers, _names(spec)
     pre = names["prefix"]
     neox = spec.family == "gpt_neox"
+    split_ffn = spec.family == "llama"  # gate/up/down; GPT-NeoX and BERT have one FFN input and output
     collapse_b, explode_b, super_b, second_b = n // 4 + 1, (3 * n) // 4, 2, 1
     jump_b = max(n // 2 - 1, 3)
     band = list(range(n // 2, n // 2 + max(2, n // 8)))
     collapse = f"{pre}{collapse_b}.{names['post']}"
     explode = f"{pre}{explode_b}.{names['pre']}"
-    down, up, jump_kind = ("ffn_out", "ffn_in", "o") if neox else ("down", "up", "v")
+    down, up = ("down", "up") if split_ffn else ("ffn_out", "ffn_in")
+    jump_kind = "o" if neox else "v"
     expected = [
         Expected("norm-collapse", [collapse_b], collapse),
         Expected("norm-explosion", [explode_b], explode),

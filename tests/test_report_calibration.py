@@ -35,6 +35,17 @@ def test_planted_anomalies_give_exactly_themselves(seed, tmp_path):
     assert r == {"false_positives": [], "misses": []}
 
 
+@pytest.mark.parametrize("seed", [13, 21, 29])
+def test_post_ln_null_models_give_no_findings(seed, tmp_path):
+    """BERT-like encoders (LayerNorm after each residual add, biases everywhere) are null models too."""
+    sc = cal.null(seed)
+    assert sc.spec.family == "bert"
+    synthetic.write_model(tmp_path, sc.spec)
+    report = health_report(api.fit_model(str(tmp_path), FitOptions(device="cpu")))
+    assert report["architecture"]["norm_placement"] == "post"
+    assert report["findings"] == []
+
+
 def test_score_counts_misses_and_false_positives():
     found = {"category": "scale", "blocks": [3], "kinds": ["v"], "tensors": ["x"], "reason": "larger", "text": "t"}
     e = cal.Expected("scale", [3], "v@3", "larger")

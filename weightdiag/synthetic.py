@@ -51,7 +51,7 @@ class TensorSpec:
 
 @dataclass
 class ModelSpec:
-    family: str = "llama"  # llama | gpt_neox
+    family: str = "llama"  # llama | gpt_neox (Pre-LN decoders) | bert (a Post-LN encoder: norms after the residual)
     n_layers: int = 4
     d_model: int = 256
     n_heads: int = 4
@@ -73,6 +73,20 @@ class ModelSpec:
         return self.d_model // self.n_heads
 
     def config(self) -> dict[str, object]:
+        if self.family == "bert":
+            return {
+                "architectures": ["BertModel"],
+                "model_type": "bert",
+                "hidden_size": self.d_model,
+                "num_hidden_layers": self.n_layers,
+                "num_attention_heads": self.n_heads,
+                "intermediate_size": self.ffn_size,
+                "vocab_size": self.vocab,
+                "hidden_act": "gelu",
+                "layer_norm_eps": 1e-12,
+                "max_position_embeddings": BERT_POSITIONS,
+                "type_vocab_size": 2,
+            }
         if self.family == "gpt_neox":
             return {
                 "architectures": ["GPTNeoXForCausalLM"],
@@ -100,7 +114,8 @@ class ModelSpec:
         }
 
     def tensors(self) -> list[TensorSpec]:
-        out = _neox_tensors(self) if self.family == "gpt_neox" else _llama_tensors(self)
+        build = {"gpt_neox": _neox_tensors, "bert": _bert_tensors}.get(self.family, _llama_tensors)
+        out = build(self)
         for t in out:
             if t.block is None:
                 continue
@@ -163,6 +178,44 @@ def _neox_tensors(s: ModelSpec) -> list[TensorSpec]:
         TensorSpec("gpt_neox.final_layer_norm.bias", (d,), "norm", None, fill=0.0),
         TensorSpec("embed_out.weight", (s.vocab, d), "unembed", None, s.sigma_of("unembed")),
     ]
+    return out
+
+
+BERT_POSITIONS = 128
+
+
+def _bert_tensors(s: ModelSpec) -> list[TensorSpec]:
+    """BERT's layout: Post-LN, each sub-layer's LayerNorm after its residual add; biases everywhere."""
+    d, f = s.d_model, s.ffn_size
+    out = [
+        TensorSpec("embeddings.word_embeddings.weight", (s.vocab, d), "embed", None, s.sigma_of("embed")),
+        TensorSpec("embeddings.position_embeddings.weight", (BERT_POSITIONS, d), "embed", None, s.sigma_of("embed")),
+        TensorSpec("embeddings.token_type_embeddings.weight", (2, d), "embed", None, s.sigma_of("embed")),
+        TensorSpec("embeddings.LayerNorm.weight", (d,), "norm", None, fill=1.0),
+        TensorSpec("embeddings.LayerNorm.bias", (d,), "norm", None, fill=0.0),
+    ]
+    for b in range(s.n_layers):
+        p = f"encoder.layer.{b}."
+        for name, kind, shape in (
+            ("attention.self.query", "q", (d, d)),
+            ("attention.self.key", "k", (d, d)),
+            ("attention.self.value", "v", (d, d)),
+            ("attention.output.dense", "o", (d, d)),
+        ):
+            out += [
+                TensorSpec(p + name + ".weight", shape, kind, b, s.sigma_of(kind)),
+                TensorSpec(p + name + ".bias", (shape[0],), "bias", b, fill=0.0),
+            ]
+        out += [
+            TensorSpec(p + "attention.output.LayerNorm.weight", (d,), "norm", b, fill=1.0),
+            TensorSpec(p + "attention.output.LayerNorm.bias", (d,), "norm", b, fill=0.0),
+            TensorSpec(p + "intermediate.dense.weight", (f, d), "ffn_in", b, s.sigma_of("ffn_in")),
+            TensorSpec(p + "intermediate.dense.bias", (f,), "bias", b, fill=0.0),
+            TensorSpec(p + "output.dense.weight", (d, f), "ffn_out", b, s.sigma_of("ffn_out")),
+            TensorSpec(p + "output.dense.bias", (d,), "bias", b, fill=0.0),
+            TensorSpec(p + "output.LayerNorm.weight", (d,), "norm", b, fill=1.0),
+            TensorSpec(p + "output.LayerNorm.bias", (d,), "norm", b, fill=0.0),
+        ]
     return out
 
 
