@@ -55,7 +55,8 @@ except SystemExit as exc:
 # The same fit through the Python API, timing only the fit (no interpreter start-up, no CLI).
 API_CHILD = f"""
 import sys, time
-from weightdiag.pipeline import FitOptions, fit_path
+from weightdiag.api import fit_path
+from weightdiag.pipeline import FitOptions
 fit_path(sys.argv[1], FitOptions(device="cpu", include=["*.layers.0.*"]))  # warm imports and tables
 t = time.perf_counter()
 fit_path(sys.argv[1], FitOptions(device="cpu"))

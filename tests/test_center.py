@@ -7,11 +7,12 @@ import json
 import numpy as np
 import pytest
 
+from weightdiag.api import fit_path
 from weightdiag.engine.codes import HIST_BINS, cohort_bins
 from weightdiag.engine.fit import fit_exact, fit_hist1024
 from weightdiag.engine.reduce import reduce_array
 from weightdiag.engine.stats import Summary
-from weightdiag.pipeline import FitOptions, fit_path
+from weightdiag.pipeline import FitOptions
 
 RNG = np.random.default_rng(7)
 

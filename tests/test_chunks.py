@@ -8,10 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weightdiag import chunks, synthetic
+from weightdiag.api import fit_path
 from weightdiag.chunks import Span, plan_chunks
 from weightdiag.engine import stream
 from weightdiag.engine.reduce import merge, reduce_array, reduce_range
-from weightdiag.pipeline import FitOptions, fit_path
+from weightdiag.pipeline import FitOptions
 from weightdiag.segments import Segments, clip
 
 _CONTEXT = ("model", "files", "created", "run", "notes")

@@ -278,7 +278,7 @@ def test_db_list_show_export(minilm_dir, tmp_path):
 
 def test_compare_reads_a_row_fitted_at_another_trim_at_the_cohorts_mid80():
     from weightdiag.diagnose.compare import compare
-    from weightdiag.row import at_trim
+    from weightdiag.diagnose.kinds import at_trim
 
     row = json.loads(BASELINE.read_text())
     assert at_trim(row, "mid80") is row

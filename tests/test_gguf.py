@@ -17,9 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from weightdiag.api import fit_plan
 from weightdiag.errors import CheckpointFormatError
 from weightdiag.layout import arch_from_config
-from weightdiag.pipeline import FitOptions, fit_plan
+from weightdiag.pipeline import FitOptions
 from weightdiag.source import gguf as G
 from weightdiag.source.gguf import GGUFReader, open_gguf, parse_gguf_bytes
 from weightdiag.source.plan import ModelPlan

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from weightdiag import api
+from weightdiag.api import fit_path
 from weightdiag.errors import HubError
-from weightdiag.pipeline import FitOptions, fit_path
+from weightdiag.pipeline import FitOptions
 
 from .conftest import run_cli
 from .hub_server import write_small_model

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from weightdiag import api, synthetic
+from weightdiag.api import fit_path
 from weightdiag.engine import stream
 from weightdiag.errors import HubError, VerificationError
-from weightdiag.pipeline import FitOptions, fit_path
+from weightdiag.pipeline import FitOptions
 from weightdiag.source import hub_stream
 
 from .conftest import run_cli

@@ -11,9 +11,10 @@ import torch
 npm = pytest.importorskip("npm_weibull")
 
 from weightdiag import synthetic  # noqa: E402
+from weightdiag.api import fit_path  # noqa: E402
 from weightdiag.engine.reduce import reduce_array  # noqa: E402
 from weightdiag.engine.stats import cohort_histogram, fit  # noqa: E402
-from weightdiag.pipeline import FitOptions, fit_path  # noqa: E402
+from weightdiag.pipeline import FitOptions  # noqa: E402
 from weightdiag.source.local import LocalReader, open_local  # noqa: E402
 from weightdiag.source.plan import storage_view  # noqa: E402
 

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from weightdiag import synthetic
+from weightdiag.api import fit_path
 from weightdiag.engine.reduce import reduce_array
 from weightdiag.engine.stats import fit, matrix_stats
-from weightdiag.pipeline import FitOptions, fit_path
+from weightdiag.pipeline import FitOptions
 from weightdiag.source.local import open_local
 
 from .conftest import write_safetensors
@@ -125,7 +126,8 @@ def test_minilm_row_is_complete(minilm_dir):
 # VmHWM, not ru_maxrss: the latter inherits the (large) pytest parent's peak across fork + exec.
 _PEAK_SCRIPT = """
 import sys
-from weightdiag.pipeline import FitOptions, fit_path
+from weightdiag.api import fit_path
+from weightdiag.pipeline import FitOptions
 fit_path(sys.argv[1], FitOptions(device="cpu"))
 print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM")))
 """

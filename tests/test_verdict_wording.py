@@ -33,10 +33,10 @@ from weightdiag.diagnose.classes import (
 from weightdiag.diagnose.cohort import cohort_caveat, load_cohort
 from weightdiag.diagnose.compare import compare, selection_verdict, transmission_verdict
 from weightdiag.diagnose.health import health_report, quantization_of
+from weightdiag.diagnose.kinds import kind_summaries
 from weightdiag.engine.codes import BIN_EDGES
 from weightdiag.engine.fit import fit_hist1024, trim_window
 from weightdiag.pipeline import FitOptions
-from weightdiag.row import kind_summaries
 
 from .conftest import run_cli
 

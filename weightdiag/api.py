@@ -16,8 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from .db import default_db_dir, write_row
+from .diagnose import lambda_axis
+from .diagnose.kinds import interpret
 from .errors import BadInputError
-from .pipeline import FitOptions, fit_plan
+from .pipeline import FitOptions, measure
+from .source.plan import ModelPlan, TensorReader
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?(@[^\s]+)?$")
 
@@ -60,6 +63,34 @@ def open_model(
     raise BadInputError(f"{spec}: no such file or folder, and not a Hub id (ORG/NAME[@REVISION])")
 
 
+def check_options(options: FitOptions) -> None:
+    """Refuse unusable options (BadInputError, exit 2) before anything is read."""
+    options.validate()
+    lambda_axis.check_preset(options.preset)
+
+
+def fit_plan(
+    plan: ModelPlan,
+    reader: TensorReader,
+    options: FitOptions,
+    progress: Callable[[str, Any], None] | None = None,
+) -> dict[str, Any]:
+    """Measure every selected tensor of an opened model and interpret the measurements: the row."""
+    row = measure(plan, reader, options, progress)
+    return interpret(
+        row, lr=options.lr, weight_decay=options.weight_decay, steps=options.steps, preset=options.preset
+    )
+
+
+def fit_path(spec: str, options: FitOptions, progress: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+    """Fit a model given as a local path (fit_model also takes Hub ids)."""
+    from .source.local import open_local
+
+    check_options(options)
+    plan, reader = open_local(spec, options.model_id)
+    return fit_plan(plan, reader, options, progress)
+
+
 def fit_model(
     spec: str,
     options: FitOptions | None = None,
@@ -71,7 +102,7 @@ def fit_model(
 ) -> dict[str, Any]:
     """Fit every weight matrix of a model (local path or Hub id) and return its row."""
     options = options or FitOptions()
-    options.validate()
+    check_options(options)
     plan, reader = open_model(spec, model_id=options.model_id, revision=revision, token=token, download=download)
     return fit_plan(plan, reader, options, progress)
 
@@ -103,6 +134,7 @@ def resolve_row(
     from .diagnose.cohort import cohort_row
 
     options = options or FitOptions()
+    check_options(options)
     db = Path(db_dir) if db_dir else default_db_dir()
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".json":

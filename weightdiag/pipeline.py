@@ -1,7 +1,9 @@
-"""Fit a whole model: plan -> read each tensor once -> reduce -> fit -> one row.
+"""Measure a whole model: plan -> read every tensor once -> reduce -> fit -> the measured row.
 
-This is F1 + F2 + F3 of the paper as one streaming pass. Memory stays at a few tensors: two
-reusable read buffers (one being filled while the other is reduced) plus the small reductions.
+This is F1 + F2 + F3 of the Weibull paper as one streaming pass (engine/stream.py for safetensors:
+memory is a few chunk buffers, whatever the largest tensor; prefetch.py for decoded formats). What the
+measurements mean (per-kind summaries, k classes, the lambda axis) is added by diagnose.kinds.interpret;
+api.fit_plan does both.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from . import __version__
-from .diagnose import lambda_axis
 from .dtypes import skip_reason
 from .engine import kernels
 from .engine.codes import BIN_EDGES, HIST_BINS
@@ -35,7 +36,7 @@ from .layout import (
     split_parts,
 )
 from .prefetch import Prefetcher
-from .row import SCHEMA, kind_summaries, matrix_record, vector_record
+from .row import SCHEMA, matrix_record, vector_record
 from .segments import Segments
 from .source.plan import ModelPlan, TensorReader, TensorRef, storage_view
 
@@ -67,8 +68,6 @@ class FitOptions:
             raise BadInputError(f"--protocol {self.protocol!r}: choose one of {', '.join(PROTOCOLS)}")
         if self.trim not in TRIMS:
             raise BadInputError(f"--trim {self.trim!r}: choose one of {', '.join(TRIMS)}")
-        if self.preset and self.preset not in lambda_axis.PRESETS:
-            raise BadInputError(f"--preset {self.preset!r}: unknown; choose one of {', '.join(lambda_axis.PRESETS)}")
         if not (isinstance(self.connections, int) and 1 <= self.connections <= 64):
             raise BadInputError(f"--connections {self.connections}: choose a whole number from 1 to 64")
         for name in ("lr", "weight_decay", "steps"):
@@ -144,14 +143,15 @@ def _allocator(device: str) -> Callable[[int], np.ndarray] | None:
     return lambda n: torch.empty(n, dtype=torch.uint8, pin_memory=True).numpy()
 
 
-def fit_plan(
+def measure(
     plan: ModelPlan,
     reader: TensorReader,
     options: FitOptions,
     progress: Callable[[str, Any], None] | None = None,
 ) -> dict[str, Any]:
-    """Stream every selected tensor of `plan` through the reducer and build the row."""
-    options.validate()
+    """Stream every selected tensor of `plan` through the reducer and build the measured row: a record
+    per matrix and vector (diagnose.kinds.interpret adds the per-kind summaries). `options` must have
+    been checked (api.check_options)."""
     kernels.threads()  # a bad WEIGHTDIAG_THREADS fails here, before any tensor is read
     device = resolve_device(options.device)
     config_notes: list[str] = []  # config fields ignored as unusable (1e308, Infinity, negative)
@@ -355,16 +355,6 @@ def build_row(
             "exclude": list(options.exclude),
             "verification": (verification or {}).get("summary") or "not verified: read from local files",
         },
-        "hyperparameters": lambda_axis.resolve(
-            plan.model_id,
-            plan.revision,
-            lr=options.lr,
-            weight_decay=options.weight_decay,
-            steps=options.steps,
-            preset=options.preset,
-        ).to_json(),
-        "kinds": kind_summaries(matrices, options.trim),
-        "part_kinds": kind_summaries(matrices, options.trim, parts=True),
         "matrices": matrices,
         "vectors": vectors,
         "skipped": skipped,
@@ -372,11 +362,3 @@ def build_row(
         "notes": list(plan.notes),
     }
     return row
-
-
-def fit_path(spec: str, options: FitOptions, progress: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
-    """Fit a model given as a local path (Hub ids are handled by fit_model in api.py)."""
-    from .source.local import open_local
-
-    plan, reader = open_local(spec, options.model_id)
-    return fit_plan(plan, reader, options, progress)

@@ -7,22 +7,19 @@ here from reductions; nothing in this module reads files.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from statistics import median  # np.median would import numpy.ma: 20-30 ms of a fit's start-up
 from typing import Any
 
 import numpy as np
 
-from .diagnose.classes import NON_WEIBULL_R2, kind_k_fields
 from .engine.fit import TRIMS, gamma_closure
 from .engine.reduce import Reduction
 from .engine.stats import MagnitudeDistribution, Summary
-from .layout import TensorRole, kind_class
+from .layout import TensorRole
 
 SCHEMA = "weightdiag.row/1"
 
 
-def _num(value: float | None, digits: int = 10) -> float | None:
+def json_float(value: float | None, digits: int = 10) -> float | None:
     """JSON-safe float: NaN/Inf become null; rounding keeps rows readable and diff-stable."""
     if value is None or not math.isfinite(value):
         return None
@@ -40,10 +37,10 @@ def heaviness(dist: MagnitudeDistribution) -> dict[str, float | None]:
     cum_n = np.concatenate([[0.0], np.cumsum(nz.counts) / nz.total])
     gini = 1.0 - float(np.sum(np.diff(cum_n) * (cum_w[1:] + cum_w[:-1])))
     return {
-        "q90_q10": _num(q[0.90] / q[0.10]),
-        "q99_q50": _num(q[0.99] / q[0.50]),
-        "p999_p50": _num(q[0.999] / q[0.50]),
-        "gini": _num(gini),
+        "q90_q10": json_float(q[0.90] / q[0.10]),
+        "q99_q50": json_float(q[0.99] / q[0.50]),
+        "p999_p50": json_float(q[0.999] / q[0.50]),
+        "gini": json_float(gini),
     }
 
 
@@ -55,16 +52,16 @@ def reduction_record(red: Reduction, shape: tuple[int, ...], protocol: str, cent
     fits = {trim: summary.fit(protocol, trim) for trim in TRIMS}
     record: dict[str, Any] = {
         "numel": red.numel,
-        "stats": {k: (_num(v) if isinstance(v, float) else v) for k, v in stats.to_json().items()},
+        "stats": {k: (json_float(v) if isinstance(v, float) else v) for k, v in stats.to_json().items()},
         "argmax": [int(i) for i in np.unravel_index(red.argmax, shape)] if red.argmax >= 0 else None,
         "fits": {
-            trim: {k: (_num(v) if isinstance(v, float) else v) for k, v in f.to_json().items()}
+            trim: {k: (json_float(v) if isinstance(v, float) else v) for k, v in f.to_json().items()}
             for trim, f in fits.items()
         },
         "heaviness": heaviness(summary.magnitudes),
     }
     main = fits["mid80"]
-    record["gamma_closure"] = _num(gamma_closure(main.k, main.lam, stats.std_abs)) if main.ok else None
+    record["gamma_closure"] = json_float(gamma_closure(main.k, main.lam, stats.std_abs)) if main.ok else None
     return record
 
 
@@ -151,73 +148,13 @@ def vector_record(
         std = float(v.std()) if v.size else None
     record.update(
         {
-            "l2": _num(l2),
-            "mean": _num(mean),
-            "std": _num(std),
-            "min": _num(float(v.min())) if v.size else None,
-            "max": _num(float(v.max())) if v.size else None,
+            "l2": json_float(l2),
+            "mean": json_float(mean),
+            "std": json_float(std),
+            "min": json_float(float(v.min())) if v.size else None,
+            "max": json_float(float(v.max())) if v.size else None,
         }
     )
     if role.kind == "norm" and role.param == "weight":
-        record["l2_over_sqrt_d"] = _num(l2 / math.sqrt(values.size)) if values.size else None
+        record["l2_over_sqrt_d"] = json_float(l2 / math.sqrt(values.size)) if values.size else None
     return record
-
-
-def kind_summaries(matrices: list[dict[str, Any]], trim: str = "mid80", parts: bool = False) -> dict[str, Any]:
-    """Per-kind medians over blocks (and experts), as in the cohort database's columns."""
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for m in matrices:
-        if parts:
-            for p in m.get("parts", []):
-                groups[p["kind"]].append(p)
-        else:
-            groups[m["kind"]].append(m)
-    out: dict[str, Any] = {}
-    for kind, records in groups.items():
-        fits = [r["fits"][trim] for r in records if r["fits"][trim]["ok"]]
-        ks = [f["k"] for f in fits]
-        lams = [f["lambda"] for f in fits]
-        r2s = [f["r2"] for f in fits if f["r2"] is not None]
-        k_med = float(median(ks)) if ks else None
-        r2_med = float(median(r2s)) if r2s else None
-        low = sum(1 for r in r2s if r < NON_WEIBULL_R2)
-        out[kind] = {
-            "class": kind_class(kind),
-            "count": len(records),
-            "fitted": len(fits),
-            "k_median": _num(k_med),
-            "lambda_median": _num(float(median(lams))) if lams else None,
-            "r2_median": _num(r2_med),
-            "r2_below_95": f"{low}/{len(fits)}",
-            "k_min": _num(min(ks)) if ks else None,
-            "k_max": _num(max(ks)) if ks else None,
-            # The k axis is defined for the attention and FFN matrices only (paper Sec. 2.2); quantized
-            # matrices get no class (k_class_withheld says why), flags need a departure beyond noise.
-            **kind_k_fields(records, k_med, r2_med, kind_class(kind) in _K_AXIS, trim),
-        }
-    return dict(sorted(out.items(), key=lambda item: _KIND_ORDER.get(item[0], 99)))
-
-
-_K_AXIS = ("selection", "transmission")
-_KIND_ORDER = {
-    k: i
-    for i, k in enumerate(
-        ("qkv", "q", "k", "v", "o", "ffn_in", "ffn_out", "gate", "up", "down", "embed", "unembed", "other")
-    )
-}
-
-
-def at_trim(row: dict[str, Any], trim: str = "mid80") -> dict[str, Any]:
-    """The row with its per-kind summaries taken at `trim` (the cohort's is mid80).
-
-    Every matrix record keeps its fits at all trims, so a row fitted with --trim mid90 still compares
-    like for like with the cohort: its summaries are rebuilt here rather than mixed across trims.
-    """
-    if row["protocol"].get("trim", "mid80") == trim or not row.get("matrices"):
-        return row
-    return {
-        **row,
-        "protocol": {**row["protocol"], "trim": trim},
-        "kinds": kind_summaries(row["matrices"], trim),
-        "part_kinds": kind_summaries(row["matrices"], trim, parts=True),
-    }

@@ -185,9 +185,9 @@ def row_path(db: Path, model_id: str, revision: str, protocol: str) -> Path:
 
 def fit_revision(task: dict[str, Any]) -> dict[str, Any]:
     """Fit one revision and write its row (runs in worker processes and Ray tasks: plain dicts in and out)."""
-    from .api import open_model, save_row
+    from .api import fit_plan, open_model, save_row
     from .diagnose.functions import ffn_median_k
-    from .pipeline import FitOptions, fit_plan
+    from .pipeline import FitOptions
 
     started = time.perf_counter()
     try:

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from ..row import at_trim
 from .classes import (
     BAND,
     INIT_ANCHOR_K,
@@ -34,6 +33,7 @@ from .classes import (
 )
 from .cohort import ATTRIBUTION, GROUP_EXPECTATION, architecture_group, cohort_caveat, load_cohort
 from .functions import FFN_KINDS, attention_arch, cross_family_band, ffn_median_k, lambda_scaling, transmission_lambda
+from .kinds import at_trim
 
 K_UNIT = 0.02
 LOG_LAMBDA_UNIT = math.log(2.0)

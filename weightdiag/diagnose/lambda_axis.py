@@ -94,6 +94,14 @@ class Hyperparameters:
         return out
 
 
+def check_preset(preset: str | None) -> None:
+    """An unknown --preset is the user's input (exit 2)."""
+    if preset and preset not in PRESETS:
+        from ..errors import BadInputError
+
+        raise BadInputError(f"--preset {preset!r}: unknown; choose one of {', '.join(PRESETS)}")
+
+
 def resolve(
     model_id: str,
     revision: str | None = None,
@@ -106,10 +114,7 @@ def resolve(
     """Explicit values win; then a preset (named, or recognised from the model id); the step of a
     `step*` revision replaces the preset's final step count."""
     name = preset or preset_for(model_id)
-    if preset and preset not in PRESETS:
-        from ..errors import BadInputError
-
-        raise BadInputError(f"--preset {preset!r}: unknown; choose one of {', '.join(PRESETS)}")
+    check_preset(preset)
     base = PRESETS.get(name or "", {})
     step = step_from_revision(revision)
     hp = Hyperparameters(

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from ..row import at_trim
 from ..sources import LAYERWISE_STD_SHORT
 from .classes import BAND, INIT_ANCHOR_K, fitted_values, k_sigma
 from .functions import lambda_paired_correlation
+from .kinds import at_trim
 from .lambda_axis import state_of
 
 WEIGHT_KINDS = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "ffn_in", "ffn_out")
