@@ -84,19 +84,13 @@ def test_every_command_answers_h_and_help_alike():
         assert short.output.startswith(f"Usage: weightdiag {' '.join(path)}".rstrip()), short.output
 
 
-# Owned elsewhere, still with typer's `<str>` placeholders: weightdiag/cli_report.py (report) and the db
-# engineer's db export. Remove them from here once their options have a metavar.
-NOT_YET_READABLE = {"report", "db export"}
-
-
 def test_help_shows_readable_placeholders_and_whole_descriptions():
     runner = CliRunner()
     for path in _commands():
         text = runner.invoke(cli.app, [*path, "-h"], prog_name="weightdiag", env={"COLUMNS": "80"}).output
         cut = [line for line in text.splitlines() if re.search(r"\w\.\.\.$", line)]
         assert not cut, (path, cut)  # no description cut short with "..." (click does it to long ones)
-        if " ".join(path) not in NOT_YET_READABLE:
-            assert not re.search(r"<[a-z_\[\]]+>", text), (path, text)  # MODEL, DIR, N: never <str>, <path>
+        assert not re.search(r"<[a-z_\[\]]+>", text), (path, text)  # MODEL, DIR, N: never <str>, <path>
     fit_help = runner.invoke(cli.app, ["fit", "-h"], env={"COLUMNS": "100"}).output
     assert "MODEL" in fit_help
     assert "--db DIR" in fit_help

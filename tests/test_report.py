@@ -253,9 +253,9 @@ def test_missing_matplotlib_is_one_clear_error(monkeypatch):
 def test_cli_plots_and_html(planted_dir, tmp_path):
     plots, page = tmp_path / "plots", tmp_path / "report.html"
     out = run_cli(
-        "report", str(planted_dir), "--db", str(tmp_path / "db"), "--plot", str(plots), "--html", str(page), "-q",
+        "report", str(planted_dir), "--db", str(tmp_path / "db"), "--plot", str(plots), "--html", str(page),
         "--hist", SUPER,
-    )  # fmt: skip
+    )  # fmt: skip (no -q: it would silence the "plots written" line)
     assert out.returncode == 0, out.stderr
     assert "Findings (5)" in out.stdout and f"plots written to {plots}" in out.stderr
     pngs = sorted(plots.glob("*.png"))

@@ -1,165 +1,410 @@
-"""The Python API behind every CLI command.
+"""The Python API: one function per CLI command, each returning what the command renders.
 
     from weightdiag import api
     row = api.fit_model("path/to/model")                 # or "EleutherAI/pythia-70m@step3000"
     path = api.save_row(row)                             # DATABASE/rows/<model>@<rev>.json
+    fitted = api.fit("path/to/model")                    # fit and save: fitted.row, fitted.path
+    reports = api.compare(["path/to/model", "pythia-410m"])
+    result = api.check("path/to/model", "baseline.json")
+    report = api.report("path/to/model")                 # report.result, .how, .notes
+    run = api.sweep("EleutherAI/pythia-70m", steps="log:6")
+    summary = api.trajectory("EleutherAI/pythia-70m")
+    records = api.list_rows(); row = api.show_row("qwen3-8b"); text = api.export_rows("csv")
 
-`fit_model` returns the row (a plain dict, schema in docs/row-schema.md); nothing is written
-unless you call `save_row`.
+Rows are plain dicts typed by weightdiag.records (schema in docs/row-schema.md). Errors are
+weightdiag.errors types (each with its exit code); the CLI only parses, calls these and renders.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .db import default_db_dir, write_row
-from .diagnose import lambda_axis
-from .diagnose.kinds import interpret
+from .db import default_db_dir
 from .errors import BadInputError
-from .pipeline import FitOptions, measure
-from .source.plan import ModelPlan, TensorReader
+from .fitting import check_options, fit_model, fit_path, fit_plan, resolve_row, save_row
+from .pipeline import FitOptions
+from .source.open import is_hub_id, open_model, split_revision
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?(@[^\s]+)?$")
+# The building blocks, for scripts: fitting.* and source.open.* under one name.
+__all__ = [
+    "EXPORT_FORMATS",
+    "SCHEDULES",
+    "FitOptions",
+    "Fitted",
+    "Report",
+    "SweepRun",
+    "check",
+    "check_options",
+    "compare",
+    "export_rows",
+    "fit",
+    "fit_model",
+    "fit_path",
+    "fit_plan",
+    "is_hub_id",
+    "list_rows",
+    "open_model",
+    "report",
+    "resolve_row",
+    "save_row",
+    "show_row",
+    "split_revision",
+    "sweep",
+    "trajectory",
+]
 
+# ---------------------------------------------------------------------------------------------
+# One function per command.
 
-def is_hub_id(spec: str) -> bool:
-    """ORG/NAME[@REV] (or NAME[@REV]) that is not an existing local path."""
-    return bool(_HUB_ID.match(spec)) and not Path(spec).exists() and not spec.startswith((".", "/", "~"))
-
-
-def split_revision(spec: str) -> tuple[str, str | None]:
-    if "@" in spec:
-        repo, rev = spec.rsplit("@", 1)
-        return repo, rev or None
-    return spec, None
-
-
-def open_model(
-    spec: str,
-    *,
-    model_id: str | None = None,
-    revision: str | None = None,
-    token: str | None = None,
-    download: bool = False,
-):
-    """Resolve a model spec to (plan, reader): local path first, else a Hub repo id."""
-    if not spec.strip():  # Path("") is the current folder: an empty argument must not fit it
-        raise BadInputError("empty model: give a .safetensors file, a model folder or a Hub id ORG/NAME[@REVISION]")
-    path = Path(spec).expanduser()
-    if path.exists():
-        from .source.local import open_local
-
-        if revision:
-            raise BadInputError(f"--revision applies to Hub repos; {spec} is a local path")
-        return open_local(path, model_id)
-    if is_hub_id(spec):
-        from .source.hub import open_hub
-
-        repo, rev = split_revision(spec)
-        return open_hub(repo, revision or rev, token=token, download=download, model_id=model_id)
-    raise BadInputError(f"{spec}: no such file or folder, and not a Hub id (ORG/NAME[@REVISION])")
+Progress = Callable[[str, Any], None]
+RowNote = Callable[[str, dict[str, Any], str], None]  # (spec, row, how) after each row is resolved
 
 
-def check_options(options: FitOptions) -> None:
-    """Refuse unusable options (BadInputError, exit 2) before anything is read."""
-    options.validate()
-    lambda_axis.check_preset(options.preset)
+@dataclass
+class Fitted:
+    row: dict[str, Any]
+    path: Path | None  # where the row was written; None with save=False
 
 
-def fit_plan(
-    plan: ModelPlan,
-    reader: TensorReader,
-    options: FitOptions,
-    progress: Callable[[str, Any], None] | None = None,
-) -> dict[str, Any]:
-    """Measure every selected tensor of an opened model and interpret the measurements: the row."""
-    row = measure(plan, reader, options, progress)
-    return interpret(
-        row, lr=options.lr, weight_decay=options.weight_decay, steps=options.steps, preset=options.preset
-    )
-
-
-def fit_path(spec: str, options: FitOptions, progress: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
-    """Fit a model given as a local path (fit_model also takes Hub ids)."""
-    from .source.local import open_local
-
-    check_options(options)
-    plan, reader = open_local(spec, options.model_id)
-    return fit_plan(plan, reader, options, progress)
-
-
-def fit_model(
+def fit(
     spec: str,
     options: FitOptions | None = None,
-    progress: Callable[[str, Any], None] | None = None,
+    progress: Progress | None = None,
     *,
-    revision: str | None = None,
-    token: str | None = None,
-    download: bool = False,
-) -> dict[str, Any]:
-    """Fit every weight matrix of a model (local path or Hub id) and return its row."""
-    options = options or FitOptions()
-    check_options(options)
-    plan, reader = open_model(spec, model_id=options.model_id, revision=revision, token=token, download=download)
-    return fit_plan(plan, reader, options, progress)
-
-
-def save_row(row: dict[str, Any], db_dir: str | Path | None = None) -> Path:
-    """Write a row atomically into the database folder; returns its path."""
-    return write_row(row, Path(db_dir) if db_dir else default_db_dir())
-
-
-def resolve_row(
-    spec: str,
     db_dir: str | Path | None = None,
-    options: FitOptions | None = None,
-    progress: Callable[[str, Any], None] | None = None,
-    *,
+    save: bool = True,
+    revision: str | None = None,
     token: str | None = None,
     download: bool = False,
-    save: bool = True,
-    reuse: bool = True,
-) -> tuple[dict[str, Any], str]:
-    """A row for `spec`, and where it came from.
-
-    A `.json` file is read as a row; a cohort entry id gives the shipped row. A local model is
-    always fitted (its files may have changed since any earlier row). A Hub id reuses a row of the
-    database fitted on the same commit with the same --include/--exclude when `reuse` is set, else
-    it is fitted. Fresh fits are saved unless save=False.
-    """
-    from .db import check_writable, find_rows, load_row
-    from .diagnose.cohort import cohort_row
+) -> Fitted:
+    """`weightdiag fit`: fit a model and (with save) write its row; the database is checked before the fit."""
+    from .db import check_writable
 
     options = options or FitOptions()
     check_options(options)
     db = Path(db_dir) if db_dir else default_db_dir()
-    path = Path(spec).expanduser()
-    if path.is_file() and path.suffix == ".json":
-        return load_row(path), "row file"
-    if not path.exists():
-        entry = cohort_row(spec)
-        if entry is not None:
-            return entry, "cohort"
-    plan, reader = open_model(spec, model_id=options.model_id, token=token, download=download)
-    if reuse and plan.source == "hub" and plan.commit:
-        for row in reversed(find_rows(plan.model_id, db, protocol=options.protocol)):
-            run = row.get("run") or {}
-            same_selection = run.get("include", []) == list(options.include) and run.get("exclude", []) == list(
-                options.exclude
-            )
-            if row["model"].get("commit") == plan.commit and same_selection:
-                reader.close()
-                return row, "database"
     if save:
+        check_writable(db)
+    row = fit_model(spec, options, progress, revision=revision, token=token, download=download)
+    return Fitted(row, save_row(row, db) if save else None)
+
+
+def compare(
+    specs: Sequence[str] = (),
+    *,
+    db_dir: str | Path | None = None,
+    options: FitOptions | None = None,
+    progress: Progress | None = None,
+    token: str | None = None,
+    on_row: RowNote | None = None,
+) -> list[dict[str, Any]]:
+    """`weightdiag compare`: a comparison with the cohort per model (default: every fitted row)."""
+    from .db import iter_rows
+    from .diagnose.compare import compare as compare_row
+
+    options = options or FitOptions()
+    check_options(options)
+    if specs:
+        rows = []
+        for spec in specs:
+            row, how = resolve_row(spec, db_dir, options, progress, token=token)
+            if on_row:
+                on_row(spec, row, how)
+            rows.append(row)
+    else:
+        rows = [row for _, row in iter_rows(Path(db_dir) if db_dir else None)]
+        if not rows:
+            raise BadInputError("no fitted rows in the database; give a model to compare (weightdiag compare PATH)")
+    return [compare_row(row) for row in rows]
+
+
+def check(
+    spec: str,
+    baseline: str | Path,
+    *,
+    tol_k: float = 0.002,
+    tol_lambda: float = 0.01,
+    junit: str | Path | None = None,
+    db_dir: str | Path | None = None,
+    device: str = "auto",
+    connections: int = 8,
+    progress: Progress | None = None,
+    token: str | None = None,
+    save: bool = False,
+    on_row: RowNote | None = None,
+) -> dict[str, Any]:
+    """`weightdiag check`: compare a model's fits with a baseline row; result["passed"] says whether every
+    matrix stayed within |dk| <= tol_k and |dlambda/lambda| <= tol_lambda (the fit uses the baseline's protocol)."""
+    from .db import load_row, write_text_atomic
+    from .diagnose.check import check as check_rows
+    from .diagnose.check import junit_xml
+
+    for flag, tol in (("--tol-k", tol_k), ("--tol-lambda", tol_lambda)):
+        if not (math.isfinite(tol) and tol >= 0):
+            raise BadInputError(f"{flag} {tol}: give a finite tolerance >= 0")
+    check_options(FitOptions(connections=connections))  # before reading anything, even a row file
+    junit_path = Path(junit) if junit is not None else None
+    if junit_path is not None and junit_path.is_dir():  # before the fit: a folder cannot take the report
+        raise BadInputError(
+            f"--junit {junit_path}: is a folder; give a file path such as {junit_path / 'weightdiag.xml'}"
+        )
+    base = load_row(baseline)
+    options = FitOptions(protocol=base["protocol"]["name"], device=device, connections=connections)
+    row, how = resolve_row(spec, db_dir, options, progress, token=token, save=save, reuse=False)
+    if on_row:
+        on_row(spec, row, how)
+    result = check_rows(row, base, tol_k, tol_lambda)
+    if junit_path is not None:
         try:
-            check_writable(db)
-        except BaseException:
-            reader.close()
-            raise
-    row = fit_plan(plan, reader, options, progress)
-    if save:
-        save_row(row, db)
-    return row, "fitted"
+            junit_path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(junit_path, junit_xml(result))
+        except OSError as exc:  # exit 2, not 1: 1 means the check found a regression
+            raise BadInputError(
+                f"--junit {junit_path}: cannot write it ({exc.strerror or type(exc).__name__}); "
+                "give a writable file path"
+            ) from None
+    return result
+
+
+@dataclass
+class Report:
+    result: dict[str, Any]  # diagnose.health.health_report's document (plots and html added when written)
+    how: str  # where the row came from: fitted, database, row file, cohort
+    notes: list[str] = field(default_factory=list)  # what could not be drawn, and why
+
+
+def report(
+    spec: str,
+    *,
+    db_dir: str | Path | None = None,
+    options: FitOptions | None = None,
+    progress: Progress | None = None,
+    top: int = 10,
+    plot: str | Path | None = None,
+    html: str | Path | None = None,
+    hist: Sequence[str] = (),
+    token: str | None = None,
+    save: bool = True,
+) -> Report:
+    """`weightdiag report`: the health report of a model; with plot (a folder) and/or html (a file) also
+    its figures, re-reading the few matrices whose |w| histogram is drawn."""
+    from .diagnose.health import health_report
+
+    plot_dir = Path(plot) if plot is not None else None
+    html_file = Path(html) if html is not None else None
+    if plot_dir or html_file:
+        from .render.plots import require_matplotlib
+
+        require_matplotlib()  # fail before a long fit, not after it
+    if hist and not (plot_dir or html_file):
+        raise BadInputError("--hist draws into --plot DIR or --html FILE; add one of them")
+    options = options or FitOptions()
+    row, how = resolve_row(spec, db_dir, options, progress, token=token, save=save)
+    result = health_report(row, top=top)
+    result["model"]["how"] = how
+    out = Report(result, how)
+    if plot_dir or html_file:
+        import tempfile  # here, not at start-up: only plots need a scratch folder
+
+        from .histograms import histogram_choice, read_histograms
+        from .render.plots import write_plots
+
+        names = histogram_choice(result, row, list(hist))
+        data, why = read_histograms(row, names, spec if how == "fitted" else None, token)
+        if why:
+            out.notes.append(why)
+        with tempfile.TemporaryDirectory(prefix="weightdiag-plots-") as scratch:
+            files = write_plots(result, data, plot_dir or Path(scratch))
+            result["plots"] = [{"file": str(f.path), "title": f.title, "caption": f.caption} for f in files]
+            if html_file:
+                from .render.html import write_html
+
+                write_html(result, files, html_file)
+                result["html"] = str(html_file)
+    return out
+
+
+@dataclass
+class SweepRun:
+    model_id: str
+    revisions: list[str]  # the selected revisions, in order
+    outcomes: list[Any]  # sweep.Outcome per revision
+
+    @property
+    def failed(self) -> bool:
+        return any(o.status == "failed" for o in self.outcomes)
+
+
+def sweep(
+    target: str,
+    *,
+    db_dir: str | Path | None = None,
+    options: FitOptions | None = None,
+    revisions: Sequence[str] | None = None,
+    steps: str | None = None,
+    everything: bool = False,
+    glob: str | None = None,
+    jobs: int = 1,
+    executor: str = "local",
+    ray_address: str | None = None,
+    model_id: str | None = None,
+    token: str | None = None,
+    download: bool = False,
+    on_plan: Callable[[str, list[str]], None] | None = None,
+    on_outcome: Callable[[Any], None] | None = None,
+) -> SweepRun:
+    """`weightdiag sweep`: fit the selected checkpoints of a training run (Hub revisions or a folder of
+    checkpoint folders) into the database; resumable (rows already there are kept), in parallel."""
+    from . import sweep as sw
+
+    options = options or FitOptions()
+    check_options(options)
+    if jobs < 1:
+        raise BadInputError("--jobs must be at least 1")
+    if executor not in ("local", "ray"):
+        raise BadInputError(f"--executor {executor!r}: choose local or ray")
+    plan = sw.plan_sweep(
+        target,
+        model_id=model_id,
+        names=list(revisions) if revisions else None,
+        steps=steps,
+        everything=everything,
+        glob=glob,
+        token=token,
+    )
+    if executor == "ray":
+        runner = sw.ray_runner(ray_address)
+    else:
+        runner = sw.process_runner(jobs) if jobs > 1 else sw.serial_runner
+    names = [r.name for r in plan.revisions]
+    if on_plan:
+        on_plan(plan.model_id, names)
+    fields = ("protocol", "device", "lr", "weight_decay", "preset", "connections")
+    option_dict = {f: getattr(options, f) for f in fields}
+    db = Path(db_dir) if db_dir else default_db_dir()
+    outcomes = sw.run_sweep(plan, db, option_dict, runner, token=token, download=download, on_outcome=on_outcome)
+    return SweepRun(plan.model_id, names, outcomes)
+
+
+SCHEDULES = ("constant", "cosine")
+
+
+def trajectory(
+    model: str,
+    *,
+    db_dir: str | Path | None = None,
+    schedule: str = "constant",
+    total: float | None = None,
+    warmup: float = 0.0,
+    min_lr_ratio: float = 0.1,
+    protocol: str | None = None,
+    plot: str | Path | None = None,
+) -> dict[str, Any]:
+    """`weightdiag trajectory`: a swept run read from its rows (k and lambda over steps, drift, the lambda
+    peak, step-0 checks, std patterns); with plot (a folder), its PNG figures too."""
+    from .db import find_rows
+    from .diagnose import trajectory as tr
+
+    rows = [r for r in find_rows(model, Path(db_dir) if db_dir else None) if r["model"]["id"] == model]
+    if not rows:
+        raise BadInputError(f"{model}: no rows in the database; run `weightdiag sweep {model}` first")
+    # One protocol per trajectory: hist1024 and exact differ by more than a step's change late in a run.
+    fitted = Counter(r["protocol"]["name"] for r in rows)
+    chosen = protocol or ("hist1024" if "hist1024" in fitted else fitted.most_common(1)[0][0])
+    rows = [r for r in rows if r["protocol"]["name"] == chosen]
+    if not rows:
+        found = ", ".join(sorted(fitted))
+        raise BadInputError(f"{model}: no rows fitted with --protocol {chosen} (found: {found})")
+    if schedule not in SCHEDULES:
+        raise BadInputError(f"--schedule {schedule!r}: choose constant or cosine")
+    spec = None
+    if schedule == "cosine":
+        if not total:
+            raise BadInputError("--schedule cosine needs --total (the run's total steps)")
+        spec = {"kind": "cosine", "total": total, "warmup": warmup, "min_ratio": min_lr_ratio}
+    result = tr.trajectory(rows, spec)
+    result["protocol"] = chosen
+    if plot is not None:
+        from .render.trajectory_plots import k_lambda_plot, std_heatmap
+
+        folder = Path(plot)
+        folder.mkdir(parents=True, exist_ok=True)
+        points = [(s, r) for s, r in tr.ordered(rows) if r["matrices"]]
+        files = [str(k_lambda_plot(result, folder / "k_lambda_vs_step.png"))]
+        if points:
+            steps_, blocks, table = tr.block_std(points)
+            files.append(str(std_heatmap(steps_, blocks, table, model, folder / "std_heatmap.png")))
+        result["plots"] = files
+    return result
+
+
+SkipNote = Callable[[Any], None]  # records.RowError of a file in rows/ that is not a readable row
+
+
+def list_rows(
+    db_dir: str | Path | None = None, *, fitted_only: bool = False, on_skip: SkipNote | None = None
+) -> list[dict[str, Any]]:
+    """`weightdiag db list`: one flat record per cohort entry and fitted row (db.flat_record)."""
+    from .db import all_rows, flat_record
+
+    db = Path(db_dir) if db_dir else None
+    return [flat_record(r) for r in all_rows(db, cohorts=not fitted_only, on_skip=on_skip)]
+
+
+def show_row(row_id: str, db_dir: str | Path | None = None) -> dict[str, Any]:
+    """`weightdiag db show`: one row by the id `db list` prints, a row file's name, or its path."""
+    from .db import row_by_id
+
+    return row_by_id(row_id, Path(db_dir) if db_dir else None)
+
+
+EXPORT_FORMATS = ("csv", "jsonl")
+
+
+def export_rows(
+    fmt: str = "csv",
+    *,
+    output: str | Path | None = None,
+    db_dir: str | Path | None = None,
+    fitted_only: bool = False,
+    on_skip: SkipNote | None = None,
+) -> tuple[str, int]:
+    """`weightdiag db export`: (the CSV or JSONL text, how many rows); with output, also written there atomically."""
+    import csv
+    import io
+    import json
+
+    from .db import write_text_atomic
+
+    if fmt not in EXPORT_FORMATS:
+        raise BadInputError(f"--format {fmt!r}: choose csv or jsonl")
+    out_path = Path(output) if output is not None else None
+    if out_path is not None and out_path.is_dir():
+        raise BadInputError(f"--output {out_path}: is a folder; give a file path such as {out_path / ('rows.' + fmt)}")
+    records = list_rows(db_dir, fitted_only=fitted_only, on_skip=on_skip)
+    buffer = io.StringIO()
+    if fmt == "jsonl":
+        for record in records:
+            buffer.write(json.dumps(record) + "\n")
+    else:
+        columns: list[str] = []
+        for record in records:
+            columns += [c for c in record if c not in columns]
+        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
+    text = buffer.getvalue()
+    if out_path is not None:
+        try:
+            write_text_atomic(out_path, text)
+        except OSError as exc:  # a folder, /proc, a read-only place: the user's path (exit 2), not a bug
+            raise BadInputError(
+                f"--output {out_path}: cannot write it ({exc.strerror or type(exc).__name__}); "
+                "give a writable file path"
+            ) from None
+    return text, len(records)

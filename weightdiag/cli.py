@@ -9,9 +9,7 @@ Errors print one line on stderr, never a traceback (set WEIGHTDIAG_DEBUG=1 to se
 # annotations from strings at each start-up (~15 ms for all commands); real objects cost nothing.
 
 import json
-import math
 import sys
-from collections import Counter
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -202,8 +200,7 @@ def fit(
     quiet: QuietOption = False,
 ) -> None:
     """Fit a Weibull to |w| of every weight matrix and write one row to the database."""
-    from .api import fit_model, save_row
-    from .db import check_writable
+    from .api import fit as fit_api
     from .pipeline import FitOptions
     from .render.tables import counted, kinds_table
 
@@ -221,15 +218,14 @@ def fit(
         preset=preset,
         connections=connections,
     )
-    options.validate()
-    if save:
-        check_writable(db)
     progress = _progress(quiet)
     try:
-        row = fit_model(model, options, progress, revision=revision, token=token, download=download)
+        fitted = fit_api(
+            model, options, progress, db_dir=db, save=save, revision=revision, token=token, download=download
+        )
     finally:
         progress.close()
-    path = save_row(row, db) if save else None
+    row = fitted.row
     if as_json:
         _print_json(row)
         if not quiet:
@@ -241,8 +237,8 @@ def fit(
     if others:
         shown = ", ".join(others[:5]) + (f" and {counted(len(others) - 5, 'more')}" if len(others) > 5 else "")
         _say(f"{counted(len(others), 'matrix', 'matrices')} of unknown role fitted as 'other': {shown}", quiet)
-    if path:
-        _say(f"row written to {path}", quiet)
+    if fitted.path:
+        _say(f"row written to {fitted.path}", quiet)
 
 
 ProtocolOption = Annotated[
@@ -256,18 +252,15 @@ TokenOption = Annotated[
 ]
 
 
-def _row_for(spec: str, db: Path | None, options, token: str | None = None, quiet: bool = False):
-    from .api import resolve_row
+def _row_note(quiet: bool):
+    """What to say on stderr once a model's row is at hand: its fallbacks, and that it was fitted."""
 
-    progress = _progress(quiet)
-    try:
-        row, how = resolve_row(spec, db, options, progress, token=token)
-    finally:
-        progress.close()
-    if how == "fitted":
+    def note(spec: str, row: dict[str, Any], how: str) -> None:
         _say_fallbacks(row, quiet)
-        _say(f"{spec}: fitted and saved", quiet)
-    return row
+        if how == "fitted":
+            _say(f"{spec}: fitted and saved", quiet)
+
+    return note
 
 
 @app.command()
@@ -293,9 +286,7 @@ def compare(
     quiet: QuietOption = False,
 ) -> None:
     """Compare models with the paper's 12-entry cohort: kinds, band, Selection severity, neighbours."""
-    from .db import iter_rows
-    from .diagnose.compare import compare as compare_row
-    from .errors import BadInputError
+    from .api import compare as compare_api
     from .pipeline import FitOptions
     from .render.reports import compare_view
 
@@ -308,14 +299,13 @@ def compare(
         preset=preset,
         connections=connections,
     )
-    options.validate()
-    if models:
-        rows = [_row_for(spec, db, options, token, quiet) for spec in models]
-    else:
-        rows = [row for _, row in iter_rows(db)]
-        if not rows:
-            raise BadInputError("no fitted rows in the database; give a model to compare (weightdiag compare PATH)")
-    reports = [compare_row(row) for row in rows]
+    progress = _progress(quiet)
+    try:
+        reports = compare_api(
+            models or (), db_dir=db, options=options, progress=progress, token=token, on_row=_row_note(quiet)
+        )
+    finally:
+        progress.close()
     if as_json:
         _print_json(reports if len(reports) > 1 or not models else reports[0])
         return
@@ -348,40 +338,28 @@ def check(
     quiet: QuietOption = False,
 ) -> None:
     """Regression check: exit 0 if every matrix stays within tolerance of the baseline, 1 if any moved."""
-    from .api import resolve_row
-    from .db import load_row
-    from .diagnose.check import check as check_rows
-    from .diagnose.check import junit_xml
-    from .errors import BadInputError
-    from .pipeline import FitOptions
+    from .api import check as check_api
     from .render.reports import check_view
     from .render.tables import counted
 
-    for flag, tol in (("--tol-k", tol_k), ("--tol-lambda", tol_lambda)):
-        if not (math.isfinite(tol) and tol >= 0):
-            raise BadInputError(f"{flag} {tol}: give a finite tolerance >= 0")
-    # Check --connections up front (the model may be a row file, never fitted); the protocol comes from
-    # the baseline row and is checked only when a fit needs it, as before.
-    FitOptions(connections=connections).validate()
-    if junit is not None and junit.is_dir():  # before the fit: a folder cannot take the report
-        raise BadInputError(f"--junit {junit}: is a folder; give a file path such as {junit / 'weightdiag.xml'}")
-    base = load_row(baseline)
-    options = FitOptions(protocol=base["protocol"]["name"], device=device, connections=connections)
     progress = _progress(quiet)
     try:
-        row, _ = resolve_row(model, db, options, progress, token=token, save=save, reuse=False)
+        result = check_api(
+            model,
+            baseline,
+            tol_k=tol_k,
+            tol_lambda=tol_lambda,
+            junit=junit,
+            db_dir=db,
+            device=device,
+            connections=connections,
+            progress=progress,
+            token=token,
+            save=save,
+            on_row=lambda spec, row, how: _say_fallbacks(row, quiet),
+        )
     finally:
         progress.close()
-    _say_fallbacks(row, quiet)
-    result = check_rows(row, base, tol_k, tol_lambda)
-    if junit:
-        try:
-            junit.parent.mkdir(parents=True, exist_ok=True)
-            junit.write_text(junit_xml(result))
-        except OSError as exc:  # exit 2, not 1: 1 means the check found a regression
-            raise BadInputError(
-                f"--junit {junit}: cannot write it ({exc.strerror or type(exc).__name__}); give a writable file path"
-            ) from None
     if as_json:
         _print_json(result)
     elif result["passed"] and not show_all:
@@ -409,21 +387,21 @@ def db_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ) -> None:
     """List cohort entries and fitted rows (a file in rows/ that is not a readable row is skipped, with a warning)."""
-    from .db import all_rows, flat_record
-    from .records import RowError
+    from .api import list_rows
     from .render.reports import db_list_view
 
-    def skipped(exc: RowError) -> None:
-        line = f"warning: {exc.summary}; skipped ({exc.advice})"
-        _stderr().print(line, markup=False, highlight=False, soft_wrap=True)
-
-    records = [flat_record(r) for r in all_rows(db, cohorts=not fitted_only, on_skip=skipped)]
+    records = list_rows(db, fitted_only=fitted_only, on_skip=_skipped_row)
     if as_json:
         _print_json(records)
     else:
         table = db_list_view(records)
         table.columns[0].no_wrap = True  # ids whole, never cut with '…': `db show` takes them as printed
         _stdout().print(table)
+
+
+def _skipped_row(exc: Any) -> None:
+    """A file in rows/ that is not a readable row (records.RowError): one warning line, then go on."""
+    _stderr().print(f"warning: {exc.summary}; skipped ({exc.advice})", markup=False, highlight=False, soft_wrap=True)
 
 
 @db_app.command("show")
@@ -443,10 +421,10 @@ def db_show(
     An exact id wins; otherwise an id that differs only in case, when it names one entry (`db show QWEN3-8B`
     names two, qwen3-8b and Qwen3-8B, and is refused with both listed).
     """
-    from .db import row_by_id
+    from .api import show_row
     from .render.tables import kinds_table
 
-    row = row_by_id(row_id, db)
+    row = show_row(row_id, db)
     if as_json:
         _print_json(row)
         return
@@ -460,50 +438,21 @@ def db_show(
 
 @db_app.command("export")
 def db_export(
-    fmt: Annotated[str, typer.Option("--format", help="csv or jsonl.")] = "csv",
-    output: Annotated[Path | None, typer.Option(help="Write here instead of stdout.")] = None,
+    fmt: Annotated[str, typer.Option("--format", metavar="FORMAT", help="csv or jsonl.")] = "csv",
+    output: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Write here (atomically) instead of stdout.")
+    ] = None,
     db: DbOption = None,
     fitted_only: Annotated[bool, typer.Option("--fitted", help="Only fitted rows (no cohort entries).")] = False,
 ) -> None:
     """Export one flat record per row (identity, T/tau, per-kind median k and λ) as CSV or JSONL."""
-    import csv
-    import io
+    from .api import export_rows
 
-    from .db import all_rows, flat_record, write_text_atomic
-    from .errors import BadInputError
-    from .records import RowError
-
-    if fmt not in ("csv", "jsonl"):
-        raise BadInputError(f"--format {fmt!r}: choose csv or jsonl")
-    if output is not None and output.is_dir():
-        raise BadInputError(f"--output {output}: is a folder; give a file path such as {output / ('rows.' + fmt)}")
-
-    def skipped(exc: RowError) -> None:
-        line = f"warning: {exc.summary}; skipped ({exc.advice})"
-        _stderr().print(line, markup=False, highlight=False, soft_wrap=True)
-
-    records = [flat_record(r) for r in all_rows(db, cohorts=not fitted_only, on_skip=skipped)]
-    buffer = io.StringIO()
-    if fmt == "jsonl":
-        for record in records:
-            buffer.write(json.dumps(record) + "\n")
-    else:
-        columns: list[str] = []
-        for record in records:
-            columns += [c for c in record if c not in columns]
-        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(records)
+    text, count = export_rows(fmt, output=output, db_dir=db, fitted_only=fitted_only, on_skip=_skipped_row)
     if output:
-        try:
-            write_text_atomic(output, buffer.getvalue())
-        except OSError as exc:  # a folder, /proc, a read-only place: the user's path (exit 2), not a bug
-            raise BadInputError(
-                f"--output {output}: cannot write it ({exc.strerror or type(exc).__name__}); give a writable file path"
-            ) from None
-        _stderr().print(f"{len(records)} rows written to {output}", markup=False)
+        _stderr().print(f"{count} rows written to {output}", markup=False)
     else:
-        sys.stdout.write(buffer.getvalue())
+        sys.stdout.write(text)
 
 
 @app.command()
@@ -554,50 +503,44 @@ def sweep(
     from rich.markup import escape
     from rich.table import Table
 
-    from . import sweep as sw
-    from .db import default_db_dir
-    from .errors import BadInputError
+    from .api import sweep as sweep_api
     from .pipeline import FitOptions
     from .render.tables import FitWidth, counted
 
     options = FitOptions(
         protocol=protocol, device=device, lr=lr, weight_decay=weight_decay, preset=preset, connections=connections
     )
-    options.validate()
-    if jobs < 1:
-        raise BadInputError("--jobs must be at least 1")
-    plan = sw.plan_sweep(
-        target,
-        model_id=name,
-        names=revisions.split(",") if revisions else None,
-        steps=steps,
-        everything=every,
-        glob=glob,
-        token=token,
-    )
-    if executor == "ray":
-        runner = sw.ray_runner(ray_address)
-    elif executor == "local":
-        runner = sw.process_runner(jobs) if jobs > 1 else sw.serial_runner
-    else:
-        raise BadInputError(f"--executor {executor!r}: choose local or ray")
-    fields = ("protocol", "device", "lr", "weight_decay", "preset", "connections")
-    option_dict = {f: getattr(options, f) for f in fields}
-    revision_list = ", ".join(r.name for r in plan.revisions)
-    _say(f"{plan.model_id}: {counted(len(plan.revisions), 'revision')}: {revision_list}", quiet)
 
-    def show(outcome: sw.Outcome) -> None:
+    def planned(model_id: str, names: list[str]) -> None:
+        _say(f"{model_id}: {counted(len(names), 'revision')}: {', '.join(names)}", quiet)
+
+    def show(outcome: Any) -> None:
         if not as_json:
             _say(f"  {outcome.revision}: {outcome.status} {outcome.detail}".rstrip(), quiet)
 
-    outcomes = sw.run_sweep(
-        plan, db or default_db_dir(), option_dict, runner, token=token, download=download, on_outcome=show
+    run = sweep_api(
+        target,
+        db_dir=db,
+        options=options,
+        revisions=revisions.split(",") if revisions else None,
+        steps=steps,
+        everything=every,
+        glob=glob,
+        jobs=jobs,
+        executor=executor,
+        ray_address=ray_address,
+        model_id=name,
+        token=token,
+        download=download,
+        on_plan=planned,
+        on_outcome=show,
     )
+    outcomes = run.outcomes
     if as_json:
         _print_json([asdict(o) for o in outcomes])
     else:
         counts = {s: sum(o.status == s for o in outcomes) for s in ("fitted", "reused", "existing", "failed")}
-        table = Table(title=f"sweep {escape(plan.model_id)}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        table = Table(title=f"sweep {escape(run.model_id)}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
         for col in ("revision", "status", "seconds", "FFN median k", "detail"):
             table.add_column(col, no_wrap=col != "detail")  # revisions whole, to copy; the detail folds
         for o in outcomes:
@@ -609,7 +552,7 @@ def sweep(
                 escape(o.detail),
             )
         _stdout().print(FitWidth(table, optional=("seconds", "FFN median k")))
-    if any(o.status == "failed" for o in outcomes):  # the other checkpoints' rows are written: exit 4, not 5
+    if run.failed:  # the other checkpoints' rows are written: exit 4, not 5
         raise typer.Exit(ExitCode.PARTIAL)
 
 
@@ -636,53 +579,88 @@ def trajectory(
     as_json: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
 ) -> None:
     """Read a swept run from its rows: k and λ over steps, drift, λ peak, step-0 checks, std patterns."""
-    from .db import find_rows
-    from .diagnose import trajectory as tr
-    from .errors import BadInputError
+    from .api import trajectory as trajectory_api
     from .render.reports import trajectory_view
 
-    rows = [r for r in find_rows(model, db) if r["model"]["id"] == model]
-    if not rows:
-        raise BadInputError(f"{model}: no rows in the database; run `weightdiag sweep {model}` first")
-    # One protocol per trajectory: hist1024 and exact differ by more than a step's change late in a run.
-    fitted = Counter(r["protocol"]["name"] for r in rows)
-    chosen = protocol or ("hist1024" if "hist1024" in fitted else fitted.most_common(1)[0][0])
-    rows = [r for r in rows if r["protocol"]["name"] == chosen]
-    if not rows:
-        found = ", ".join(sorted(fitted))
-        raise BadInputError(f"{model}: no rows fitted with --protocol {chosen} (found: {found})")
-    if schedule not in ("constant", "cosine"):
-        raise BadInputError(f"--schedule {schedule!r}: choose constant or cosine")
-    spec = None
-    if schedule == "cosine":
-        if not total:
-            raise BadInputError("--schedule cosine needs --total (the run's total steps)")
-        spec = {"kind": "cosine", "total": total, "warmup": warmup, "min_ratio": min_lr_ratio}
-    result = tr.trajectory(rows, spec)
-    result["protocol"] = chosen
-    if plot:
-        from .render.trajectory_plots import k_lambda_plot, std_heatmap
-
-        plot.mkdir(parents=True, exist_ok=True)
-        points = [(s, r) for s, r in tr.ordered(rows) if r["matrices"]]
-        files = [str(k_lambda_plot(result, plot / "k_lambda_vs_step.png"))]
-        if points:
-            steps_, blocks, table = tr.block_std(points)
-            files.append(str(std_heatmap(steps_, blocks, table, model, plot / "std_heatmap.png")))
-        result["plots"] = files
+    result = trajectory_api(
+        model,
+        db_dir=db,
+        schedule=schedule,
+        total=total,
+        warmup=warmup,
+        min_lr_ratio=min_lr_ratio,
+        protocol=protocol,
+        plot=plot,
+    )
     if as_json:
         _print_json(result)
     else:
         _stdout().print(trajectory_view(result))
 
 
-def _register_extra_commands() -> None:
-    from .cli_report import register
+@app.command()
+def report(
+    model: Annotated[
+        str,
+        typer.Argument(metavar="MODEL", help="A model folder or file, a Hub id ORG/NAME[@REV], or a row file (.json)."),
+    ],
+    db: DbOption = None,
+    device: DeviceOption = "auto",
+    protocol: ProtocolOption = "hist1024",
+    top: Annotated[
+        int, typer.Option("--top", min=1, metavar="N", help="How many super-weight candidates to list.")
+    ] = 10,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", metavar="DIR", help="Write PNG plots into this folder.")
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option("--html", metavar="FILE", help="Write a self-contained HTML report here.")
+    ] = None,
+    hist: Annotated[
+        list[str] | None,
+        typer.Option("--hist", metavar="GLOB", help="Tensor name or glob to draw a |w| histogram of (repeatable)."),
+    ] = None,
+    token: TokenOption = None,
+    connections: ConnectionsOption = 8,
+    save: Annotated[bool, typer.Option(help="Save a freshly fitted row in the database.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Health report: per-block table and findings (why a block is unusual), norms, super weights, depth."""
+    from .api import report as report_api
+    from .pipeline import FitOptions
+    from .render.health_view import report_view
 
-    register(app)
-
-
-_register_extra_commands()
+    options = FitOptions(protocol=protocol, device=device, connections=connections)
+    progress = _progress(quiet)
+    try:
+        done = report_api(
+            model,
+            db_dir=db,
+            options=options,
+            progress=progress,
+            top=top,
+            plot=plot,
+            html=html,
+            hist=hist or (),
+            token=token,
+            save=save,
+        )
+    finally:
+        progress.close()
+    result = done.result
+    if as_json:
+        _print_json(result)
+    else:
+        _stdout().print(report_view(result))
+    for line in done.notes:  # what could not be drawn: said even with -q, the output is incomplete
+        _stderr().print(line, markup=False, highlight=False, soft_wrap=True)
+    if plot:
+        _say(f"{len(result['plots'])} plots written to {plot}", quiet)
+    if html:
+        _say(f"HTML report written to {html}", quiet)
+    if done.how == "fitted" and not as_json:
+        _say(f"{model}: fitted" + (" and saved" if save else ""), quiet)
 
 
 @app.command()

@@ -55,9 +55,9 @@ def read_histograms(
     """
     import numpy as np
 
-    from .api import open_model
     from .engine.reduce import reduce_array
     from .engine.stats import Summary
+    from .source.open import open_model
     from .source.plan import storage_view
 
     model = row["model"]

@@ -185,8 +185,8 @@ def row_path(db: Path, model_id: str, revision: str, protocol: str) -> Path:
 
 def fit_revision(task: dict[str, Any]) -> dict[str, Any]:
     """Fit one revision and write its row (runs in worker processes and Ray tasks: plain dicts in and out)."""
-    from .api import fit_plan, open_model, save_row
     from .diagnose.functions import ffn_median_k
+    from .fitting import fit_plan, open_model, save_row
     from .pipeline import FitOptions
 
     started = time.perf_counter()
@@ -305,7 +305,7 @@ def plan_sweep(
     glob: str | None = None,
     token: str | None = None,
 ) -> SweepPlan:
-    from .api import is_hub_id, split_revision
+    from .source.open import is_hub_id, split_revision
 
     path = Path(target).expanduser()
     if path.exists():

@@ -1,6 +1,6 @@
 """The paper's eight diagnostic functions (Table 6 of arXiv:2605.18898), on weightdiag rows.
 
-F1 extract weights      -> weightdiag.api.fit_model (the streaming reader; one pass per tensor)
+F1 extract weights      -> weightdiag.fitting.fit_model (the streaming reader; one pass per tensor)
 F2 Weibull fit          -> weightdiag.engine.fit.fit_hist1024 / fit_exact (per matrix, in every row)
 F3 Gamma closure        -> weightdiag.engine.fit.gamma_closure (per matrix: `gamma_closure` in rows)
 F4 cross_family_band    per-entry median FFN k -> band and CV over entries, user models placed in it

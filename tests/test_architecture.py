@@ -1,0 +1,147 @@
+"""The shape of the code: imports follow the data flow downward, with no cycles, and only
+weightdiag/settings.py reads the environment.
+
+The stages, lowest first (a module may import its own stage and the ones before it):
+
+  base      errors, settings, vocabulary, sources, dtypes, records, chunks, segments, synthetic
+  source    where bytes come from (files, safetensors, GGUF, .bin, the Hub)
+  layout    tensor names and config.json -> roles, fused parts
+  engine    exact per-tensor summaries and fits (numeric core), the chunk engine, read-ahead
+  measure   row records from summaries (row), the fit of a whole model (pipeline)
+  diagnose  rows -> verdicts (pure)
+  db        the database folder
+  fitting   a model into a row (fitting), a run's revisions (sweep), matrices re-read for plots (histograms)
+  render    tables, plots, HTML
+  api       the Python API: one function per command
+  cli       the command line
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "weightdiag"
+
+STAGES = {
+    "base": ["errors", "settings", "vocabulary", "sources", "dtypes", "records", "chunks", "segments", "synthetic"],
+    "source": ["source"],
+    "layout": ["layout"],
+    "engine": ["engine", "prefetch"],
+    "measure": ["row", "pipeline"],
+    "diagnose": ["diagnose"],
+    "db": ["db"],
+    "fitting": ["fitting", "sweep", "histograms"],
+    "render": ["render"],
+    "api": ["api"],
+    "cli": ["cli", "__main__"],
+}
+RANK = {top: rank for rank, tops in enumerate(STAGES.values()) for top in tops}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports() -> dict[str, set[str]]:
+    """weightdiag module -> the weightdiag modules it imports (at any depth of its code)."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                for alias in node.names:
+                    full = f"{target}.{alias.name}"
+                    found.add(full if full in modules else target)
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+        edges[name] = {m for m in found if m in modules and m != name and m != "weightdiag"}
+    return edges
+
+
+def _top(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_module_has_a_stage():
+    missing = sorted({_top(m) for m in _imports() if m != "weightdiag" and _top(m) not in RANK})
+    assert not missing, f"add these to STAGES: {missing}"
+
+
+def test_imports_go_downward():
+    upward = [
+        f"{m} ({_stage(m)}) imports {t} ({_stage(t)})"
+        for m, targets in _imports().items()
+        for t in sorted(targets)
+        if m != "weightdiag" and RANK[_top(t)] > RANK[_top(m)]
+    ]
+    assert not upward, "\n".join(upward)
+
+
+def _stage(module: str) -> str:
+    return next(stage for stage, tops in STAGES.items() if _top(module) in tops)
+
+
+def test_no_import_cycles():
+    edges = _imports()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    assert not cycles, cycles
+
+
+def test_only_settings_reads_the_environment():
+    readers = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "settings.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv"):
+                line = path.read_text().splitlines()[node.lineno - 1]
+                if "setdefault" not in line:  # sweep hands a thread count to its worker processes
+                    readers.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert not readers, readers
+
+
+@pytest.mark.parametrize("module", ["weightdiag.cli", "weightdiag.api", "weightdiag.engine.stream"])
+def test_modules_import_on_their_own(module):
+    """Each entry point imports in a fresh interpreter (an import cycle would show as an ImportError)."""
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True, timeout=120)

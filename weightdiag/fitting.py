@@ -1,0 +1,120 @@
+"""Fit a model into a row: check the options, open the model, measure it, interpret the measurements,
+and find or write rows in the database (reusing a Hub fit of the same commit).
+
+The building blocks of `api` (fit, compare, check, report) and of `sweep` (one revision per task).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .db import default_db_dir, write_row
+from .diagnose import lambda_axis
+from .diagnose.kinds import interpret
+from .pipeline import FitOptions, measure
+from .source.open import open_model
+from .source.plan import ModelPlan, TensorReader
+
+
+def check_options(options: FitOptions) -> None:
+    """Refuse unusable options (BadInputError, exit 2) before anything is read."""
+    options.validate()
+    lambda_axis.check_preset(options.preset)
+
+
+def fit_plan(
+    plan: ModelPlan,
+    reader: TensorReader,
+    options: FitOptions,
+    progress: Callable[[str, Any], None] | None = None,
+) -> dict[str, Any]:
+    """Measure every selected tensor of an opened model and interpret the measurements: the row."""
+    row = measure(plan, reader, options, progress)
+    return interpret(
+        row, lr=options.lr, weight_decay=options.weight_decay, steps=options.steps, preset=options.preset
+    )
+
+
+def fit_path(spec: str, options: FitOptions, progress: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+    """Fit a model given as a local path (fit_model also takes Hub ids)."""
+    from .source.local import open_local
+
+    check_options(options)
+    plan, reader = open_local(spec, options.model_id)
+    return fit_plan(plan, reader, options, progress)
+
+
+def fit_model(
+    spec: str,
+    options: FitOptions | None = None,
+    progress: Callable[[str, Any], None] | None = None,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    download: bool = False,
+) -> dict[str, Any]:
+    """Fit every weight matrix of a model (local path or Hub id) and return its row."""
+    options = options or FitOptions()
+    check_options(options)
+    plan, reader = open_model(spec, model_id=options.model_id, revision=revision, token=token, download=download)
+    return fit_plan(plan, reader, options, progress)
+
+
+def save_row(row: dict[str, Any], db_dir: str | Path | None = None) -> Path:
+    """Write a row atomically into the database folder; returns its path."""
+    return write_row(row, Path(db_dir) if db_dir else default_db_dir())
+
+
+def resolve_row(
+    spec: str,
+    db_dir: str | Path | None = None,
+    options: FitOptions | None = None,
+    progress: Callable[[str, Any], None] | None = None,
+    *,
+    token: str | None = None,
+    download: bool = False,
+    save: bool = True,
+    reuse: bool = True,
+) -> tuple[dict[str, Any], str]:
+    """A row for `spec`, and where it came from.
+
+    A `.json` file is read as a row; a cohort entry id gives the shipped row. A local model is
+    always fitted (its files may have changed since any earlier row). A Hub id reuses a row of the
+    database fitted on the same commit with the same --include/--exclude when `reuse` is set, else
+    it is fitted. Fresh fits are saved unless save=False.
+    """
+    from .db import check_writable, find_rows, load_row
+    from .diagnose.cohort import cohort_row
+
+    options = options or FitOptions()
+    check_options(options)
+    db = Path(db_dir) if db_dir else default_db_dir()
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".json":
+        return load_row(path), "row file"
+    if not path.exists():
+        entry = cohort_row(spec)
+        if entry is not None:
+            return entry, "cohort"
+    plan, reader = open_model(spec, model_id=options.model_id, token=token, download=download)
+    if reuse and plan.source == "hub" and plan.commit:
+        for row in reversed(find_rows(plan.model_id, db, protocol=options.protocol)):
+            run = row.get("run") or {}
+            same_selection = run.get("include", []) == list(options.include) and run.get("exclude", []) == list(
+                options.exclude
+            )
+            if row["model"].get("commit") == plan.commit and same_selection:
+                reader.close()
+                return row, "database"
+    if save:
+        try:
+            check_writable(db)
+        except BaseException:
+            reader.close()
+            raise
+    row = fit_plan(plan, reader, options, progress)
+    if save:
+        save_row(row, db)
+    return row, "fitted"

@@ -1,0 +1,48 @@
+"""Which source a model spec names: a local path first, else a Hub repo id ORG/NAME[@REVISION]."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import BadInputError
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?(@[^\s]+)?$")
+
+
+def is_hub_id(spec: str) -> bool:
+    """ORG/NAME[@REV] (or NAME[@REV]) that is not an existing local path."""
+    return bool(_HUB_ID.match(spec)) and not Path(spec).exists() and not spec.startswith((".", "/", "~"))
+
+
+def split_revision(spec: str) -> tuple[str, str | None]:
+    if "@" in spec:
+        repo, rev = spec.rsplit("@", 1)
+        return repo, rev or None
+    return spec, None
+
+
+def open_model(
+    spec: str,
+    *,
+    model_id: str | None = None,
+    revision: str | None = None,
+    token: str | None = None,
+    download: bool = False,
+):
+    """Resolve a model spec to (plan, reader): local path first, else a Hub repo id."""
+    if not spec.strip():  # Path("") is the current folder: an empty argument must not fit it
+        raise BadInputError("empty model: give a .safetensors file, a model folder or a Hub id ORG/NAME[@REVISION]")
+    path = Path(spec).expanduser()
+    if path.exists():
+        from .local import open_local
+
+        if revision:
+            raise BadInputError(f"--revision applies to Hub repos; {spec} is a local path")
+        return open_local(path, model_id)
+    if is_hub_id(spec):
+        from .hub import open_hub
+
+        repo, rev = split_revision(spec)
+        return open_hub(repo, revision or rev, token=token, download=download, model_id=model_id)
+    raise BadInputError(f"{spec}: no such file or folder, and not a Hub id (ORG/NAME[@REVISION])")
