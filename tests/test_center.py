@@ -70,3 +70,12 @@ def test_fit_center_flag_reaches_the_row(minilm_dir, capsys):
     assert done.value.code in (0, None)
     row = json.loads(capsys.readouterr().out)
     assert row["protocol"]["centered"] is True
+
+
+def test_compare_says_a_centered_row_compares_only_approximately(minilm_dir):
+    from weightdiag.diagnose.compare import compare
+
+    plain = compare(fit_path(str(minilm_dir), FitOptions(device="cpu", include=["*layer.0.*"])))
+    centered = compare(fit_path(str(minilm_dir), FitOptions(device="cpu", include=["*layer.0.*"], center=True)))
+    assert not any("--center" in f for f in plain["findings"])
+    assert any("fitted with --center" in f for f in centered["findings"])

@@ -127,8 +127,8 @@ class RunInfo(TypedDict, total=False):
     verification: str
 
 
-KindSummary = TypedDict(
-    "KindSummary",
+_KindSummaryRequired = TypedDict(
+    "_KindSummaryRequired",
     {
         "class": str | None,  # selection, transmission, embedding, other
         "count": int | None,
@@ -143,7 +143,12 @@ KindSummary = TypedDict(
         "flags": list[str],
     },
 )
-"""`kinds.<kind>` and `part_kinds.<kind>`: medians over blocks (and experts) at `protocol.trim`."""
+
+
+class KindSummary(_KindSummaryRequired, total=False):
+    """`kinds.<kind>` and `part_kinds.<kind>`: medians over blocks (and experts) at `protocol.trim`."""
+
+    k_class_withheld: str | None  # why k_class is None: the kind's matrices are quantized
 
 FitRecord = TypedDict(
     "FitRecord",
@@ -427,7 +432,7 @@ KIND_SUMMARY = _record(
         "k_class": OPT_STR,
         "flags": _STRS,
     },
-    {},
+    {"k_class_withheld": OPT_STR},
 )
 FIT = _record(
     {"k": OPT_NUM, "lambda": OPT_NUM, "r2": OPT_NUM, "ks": OPT_NUM, "points": INT, "ok": BOOL, "reason": OPT_STR},

@@ -145,6 +145,11 @@ def compare(row: dict[str, Any]) -> dict[str, Any]:
             f"fitted with the {row['protocol']['name']} protocol; the cohort used hist1024, so k and lambda "
             "compare only approximately (refit with --protocol hist1024)"
         )
+    if row["protocol"].get("centered"):
+        out["findings"].append(
+            "fitted with --center (|w - mean| per matrix); the cohort's fits are of |w|, so k and lambda compare "
+            "only approximately (refit without --center)"
+        )
 
     caveat = cohort_caveat(arch) if row["model"].get("source") != "cohort" else None
     out["caveat"] = caveat
