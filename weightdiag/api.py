@@ -28,6 +28,7 @@ from .db import default_db_dir
 from .errors import BadInputError
 from .fitting import check_options, fit_model, fit_path, fit_plan, resolve_row, save_row
 from .pipeline import FitOptions
+from .records import Row
 from .source.open import is_hub_id, open_model, split_revision
 
 # The building blocks, for scripts: fitting.* and source.open.* under one name.
@@ -62,12 +63,12 @@ __all__ = [
 # One function per command.
 
 Progress = Callable[[str, Any], None]
-RowNote = Callable[[str, dict[str, Any], str], None]  # (spec, row, how) after each row is resolved
+RowNote = Callable[[str, Row, str], None]  # (spec, row, how) after each row is resolved
 
 
 @dataclass
 class Fitted:
-    row: dict[str, Any]
+    row: Row
     path: Path | None  # where the row was written; None with save=False
 
 
@@ -356,7 +357,7 @@ def list_rows(
     return [flat_record(r) for r in all_rows(db, cohorts=not fitted_only, on_skip=on_skip)]
 
 
-def show_row(row_id: str, db_dir: str | Path | None = None) -> dict[str, Any]:
+def show_row(row_id: str, db_dir: str | Path | None = None) -> Row:
     """`weightdiag db show`: one row by the id `db list` prints, a row file's name, or its path."""
     from .db import row_by_id
 

@@ -14,6 +14,7 @@ from .db import default_db_dir, write_row
 from .diagnose import lambda_axis
 from .diagnose.kinds import interpret
 from .pipeline import FitOptions, measure
+from .records import Row
 from .source.open import open_model
 from .source.plan import ModelPlan, TensorReader
 
@@ -29,7 +30,7 @@ def fit_plan(
     reader: TensorReader,
     options: FitOptions,
     progress: Callable[[str, Any], None] | None = None,
-) -> dict[str, Any]:
+) -> Row:
     """Measure every selected tensor of an opened model and interpret the measurements: the row."""
     row = measure(plan, reader, options, progress)
     return interpret(
@@ -37,7 +38,7 @@ def fit_plan(
     )
 
 
-def fit_path(spec: str, options: FitOptions, progress: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+def fit_path(spec: str, options: FitOptions, progress: Callable[[str, Any], None] | None = None) -> Row:
     """Fit a model given as a local path (fit_model also takes Hub ids)."""
     from .source.local import open_local
 
@@ -54,7 +55,7 @@ def fit_model(
     revision: str | None = None,
     token: str | None = None,
     download: bool = False,
-) -> dict[str, Any]:
+) -> Row:
     """Fit every weight matrix of a model (local path or Hub id) and return its row."""
     options = options or FitOptions()
     check_options(options)
@@ -62,7 +63,7 @@ def fit_model(
     return fit_plan(plan, reader, options, progress)
 
 
-def save_row(row: dict[str, Any], db_dir: str | Path | None = None) -> Path:
+def save_row(row: Row, db_dir: str | Path | None = None) -> Path:
     """Write a row atomically into the database folder; returns its path."""
     return write_row(row, Path(db_dir) if db_dir else default_db_dir())
 
@@ -77,7 +78,7 @@ def resolve_row(
     download: bool = False,
     save: bool = True,
     reuse: bool = True,
-) -> tuple[dict[str, Any], str]:
+) -> tuple[Row, str]:
     """A row for `spec`, and where it came from.
 
     A `.json` file is read as a row; a cohort entry id gives the shipped row. A local model is
