@@ -26,7 +26,7 @@ from typing import Any
 
 from .db import default_db_dir
 from .errors import BadInputError
-from .fitting import check_options, fit_model, fit_path, fit_plan, resolve_row, save_row
+from .fitting import check_options, fit_and_save, fit_model, fit_path, fit_plan, resolve_row, save_row
 from .pipeline import FitOptions
 from .records import Row
 from .source.open import is_hub_id, open_model, split_revision
@@ -89,10 +89,11 @@ def fit(
     options = options or FitOptions()
     check_options(options)
     db = Path(db_dir) if db_dir else default_db_dir()
-    if save:
+    if save:  # first of all, even before the model is looked for: the user's --db is what is wrong
         check_writable(db)
-    row = fit_model(spec, options, progress, revision=revision, token=token, download=download)
-    return Fitted(row, save_row(row, db) if save else None)
+    plan, reader = open_model(spec, model_id=options.model_id, revision=revision, token=token, download=download)
+    row, path = fit_and_save(plan, reader, options, progress, db if save else None)
+    return Fitted(row, path)
 
 
 def compare(

@@ -68,6 +68,27 @@ def save_row(row: Row, db_dir: str | Path | None = None) -> Path:
     return write_row(row, Path(db_dir) if db_dir else default_db_dir())
 
 
+def fit_and_save(
+    plan: ModelPlan,
+    reader: TensorReader,
+    options: FitOptions,
+    progress: Callable[[str, Any], None] | None,
+    db: Path | None,
+) -> tuple[Row, Path | None]:
+    """Fit an opened model and write its row into `db` (None: do not save). The folder is checked
+    before the fit, so a long fit never ends in a database that cannot take its row."""
+    from .db import check_writable
+
+    if db is not None:
+        try:
+            check_writable(db)
+        except BaseException:
+            reader.close()
+            raise
+    row = fit_plan(plan, reader, options, progress)
+    return row, save_row(row, db) if db is not None else None
+
+
 def resolve_row(
     spec: str,
     db_dir: str | Path | None = None,
@@ -86,7 +107,7 @@ def resolve_row(
     database fitted on the same commit with the same --include/--exclude when `reuse` is set, else
     it is fitted. Fresh fits are saved unless save=False.
     """
-    from .db import check_writable, find_rows, load_row
+    from .db import find_rows, load_row
     from .diagnose.cohort import cohort_row
 
     options = options or FitOptions()
@@ -109,13 +130,5 @@ def resolve_row(
             if row["model"].get("commit") == plan.commit and same_selection:
                 reader.close()
                 return row, "database"
-    if save:
-        try:
-            check_writable(db)
-        except BaseException:
-            reader.close()
-            raise
-    row = fit_plan(plan, reader, options, progress)
-    if save:
-        save_row(row, db)
+    row, _ = fit_and_save(plan, reader, options, progress, db if save else None)
     return row, "fitted"
