@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from weightdiag import synthetic  # noqa: E402
+from weightdiag.vocabulary import COHORT_TRIM  # noqa: E402
 
 D_MODEL, N_HEADS, N_KV, FFN, VOCAB = 2048, 16, 4, 5632, 32000
 
@@ -196,7 +197,7 @@ def measure(folder: Path, repeat: int, reference: bool) -> dict[str, object]:
         worst = 0.0
         for m in row["matrices"]:
             k, lam = ref_fits[m["name"]]
-            ours = m["fits"]["mid80"]
+            ours = m["fits"][COHORT_TRIM]
             worst = max(worst, abs(ours["k"] / k - 1), abs(ours["lambda"] / lam - 1))
         result["max_rel_diff_vs_reference"] = worst
     return result

@@ -24,9 +24,10 @@ sys.path.insert(0, str(REPO))
 
 from weightdiag.diagnose.classes import k_class, k_flags  # noqa: E402
 from weightdiag.diagnose.lambda_axis import Hyperparameters  # noqa: E402
-from weightdiag.layout import kind_class  # noqa: E402
+from weightdiag.vocabulary import kind_class  # noqa: E402
 
 OUT = REPO / "weightdiag" / "data" / "cohort"
+# The kinds read from DATABASE_v9_1.csv, in the order the shipped cohort JSON lists them.
 KINDS = ("qkv", "o", "ffn_in", "ffn_out", "q", "k", "v", "gate", "up", "down")
 
 ATTRIBUTION = {

@@ -18,6 +18,7 @@ import typer
 
 from . import __version__, settings
 from .errors import ExitCode, WeightdiagError
+from .vocabulary import COHORT_TRIM
 
 # -h beside --help on every command (click passes help_option_names down to subcommands), and typer's
 # --install-completion / --show-completion on the root command.
@@ -161,7 +162,7 @@ def fit(
     ] = "hist1024",
     trim: Annotated[
         str, typer.Option(metavar="TRIM", help="Trim for per-kind medians: mid80 (paper), mid90 or full.")
-    ] = "mid80",
+    ] = COHORT_TRIM,
     center: Annotated[
         bool,
         typer.Option(

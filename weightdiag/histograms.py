@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BadInputError, WeightdiagError
+from .vocabulary import COHORT_TRIM, FFN_KEYS
 
 DEFAULT_HISTOGRAMS = 3
 
 
 def histogram_choice(result: dict[str, Any], row: dict[str, Any], asked: list[str]) -> list[str]:
     """--hist names/globs, else the most extreme max/q99, the lowest k and a typical FFN matrix."""
-    from .diagnose.health import FFN_KEYS
-
     names = [m["name"] for m in row["matrices"]]
     if asked:
         chosen: list[str] = []
@@ -31,16 +30,16 @@ def histogram_choice(result: dict[str, Any], row: dict[str, Any], asked: list[st
                 )
             chosen += [h for h in hits if h not in chosen]
         return chosen
-    in_blocks = [m for m in row["matrices"] if m["block"] is not None and m["fits"]["mid80"]["ok"]]
+    in_blocks = [m for m in row["matrices"] if m["block"] is not None and m["fits"][COHORT_TRIM]["ok"]]
     if not in_blocks:
         return names[:1]
     # A super weight the report found, else the most extreme max/q99; the heaviest body; a typical FFN matrix.
     found = [f["tensor"] for f in result["findings"] if f["category"] == "super-weight"]
     extreme = found[0] if found else max(in_blocks, key=lambda m: m["stats"].get("max_over_q99") or 0)["name"]
-    lowest = min(in_blocks, key=lambda m: m["fits"]["mid80"]["k"])["name"]
+    lowest = min(in_blocks, key=lambda m: m["fits"][COHORT_TRIM]["k"])["name"]
     ffn = [m for m in in_blocks if m["kind"] in FFN_KEYS] or in_blocks
-    median_k = sorted(m["fits"]["mid80"]["k"] for m in ffn)[len(ffn) // 2]
-    typical = min(ffn, key=lambda m: (abs(m["fits"]["mid80"]["k"] - median_k), m["stats"]["max_over_q99"]))["name"]
+    median_k = sorted(m["fits"][COHORT_TRIM]["k"] for m in ffn)[len(ffn) // 2]
+    typical = min(ffn, key=lambda m: (abs(m["fits"][COHORT_TRIM]["k"] - median_k), m["stats"]["max_over_q99"]))["name"]
     return list(dict.fromkeys([extreme, lowest, typical]))[:DEFAULT_HISTOGRAMS]
 
 
@@ -106,7 +105,7 @@ def read_histograms(
                 "q99": m["stats"]["q99_abs"],
                 "max_abs": m["stats"]["max_abs"],
                 "argmax": m.get("argmax"),
-                "fit": m["fits"]["mid80"],
+                "fit": m["fits"][COHORT_TRIM],
                 "note": m.get("note"),
             }
     finally:

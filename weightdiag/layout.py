@@ -18,35 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .segments import Segments
-
-MATRIX_KINDS = (
-    "q",
-    "k",
-    "v",
-    "o",
-    "qkv",
-    "gate",
-    "up",
-    "down",
-    "ffn_in",
-    "ffn_out",
-    "embed",
-    "unembed",
-    "other",
-)
-KINDS = (*MATRIX_KINDS[:-1], "norm", "bias", "other")
-SELECTION_KINDS = frozenset({"q", "k", "qkv"})
-TRANSMISSION_KINDS = frozenset({"v", "o", "gate", "up", "down", "ffn_in", "ffn_out"})
-
-
-def kind_class(kind: str) -> str:
-    if kind in SELECTION_KINDS:
-        return "selection"
-    if kind in TRANSMISSION_KINDS:
-        return "transmission"
-    if kind in ("embed", "unembed"):
-        return "embedding"
-    return "other"
+from .vocabulary import FFN_KINDS, kind_class
 
 
 @dataclass(frozen=True)
@@ -401,7 +373,7 @@ def complete_arch(info: ArchInfo, tensors: Iterable[tuple[str, tuple[int, ...]]]
                 break
     info.qk_norm = any(r.kind == "norm" and r.site in ("q_norm", "k_norm") for _, _, r in roles)
     info.fused_qkv = "qkv" in kinds
-    if info.ffn_type is None and kinds & {"gate", "up", "down", "ffn_in", "ffn_out"}:
+    if info.ffn_type is None and kinds & set(FFN_KINDS):
         gated = bool(kinds & {"gate", "up"}) or info.swiglu_fused_order is not None
         info.ffn_type = "gated" if gated else "plain"
     if info.tied_embeddings is None or ("unembed" in kinds and info.tied_embeddings):

@@ -39,6 +39,7 @@ from .prefetch import Prefetcher
 from .row import SCHEMA, matrix_record, vector_record
 from .segments import Segments
 from .source.plan import ModelPlan, TensorReader, TensorRef, storage_view
+from .vocabulary import COHORT_TRIM
 
 ProgressFn = Callable[[TensorRef, int], None]
 
@@ -46,7 +47,7 @@ ProgressFn = Callable[[TensorRef, int], None]
 @dataclass
 class FitOptions:
     protocol: str = "hist1024"
-    trim: str = "mid80"  # the trim used for per-kind medians and classes; all three are stored
+    trim: str = COHORT_TRIM  # the trim used for per-kind medians and classes; all three are stored
     # Fit |w - mean| as the Weibull paper's App. A.1 text says, instead of |w| as its library and the
     # cohort do (--center).
     center: bool = False

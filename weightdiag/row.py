@@ -15,6 +15,7 @@ from .engine.fit import TRIMS, gamma_closure
 from .engine.reduce import Reduction
 from .engine.stats import MagnitudeDistribution, Summary
 from .layout import TensorRole
+from .vocabulary import COHORT_TRIM
 
 SCHEMA = "weightdiag.row/1"
 
@@ -60,7 +61,7 @@ def reduction_record(red: Reduction, shape: tuple[int, ...], protocol: str, cent
         },
         "heaviness": heaviness(summary.magnitudes),
     }
-    main = fits["mid80"]
+    main = fits[COHORT_TRIM]
     record["gamma_closure"] = json_float(gamma_closure(main.k, main.lam, stats.std_abs)) if main.ok else None
     return record
 

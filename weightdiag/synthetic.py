@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .vocabulary import PYTHIA_LAMBDA_KINDS
+
 ELEMENT_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "U8": 1}
 
 
@@ -391,7 +393,7 @@ def write_training_run(root: str | Path, run: RunSpec) -> dict[int, Path]:
             if t.kind == "qkv":
                 spread = run.tail(step)
                 return x * np.exp(spread * rng.standard_normal(x.shape) - spread**2).astype(np.float32)
-            if t.kind in ("o", "ffn_in", "ffn_out"):
+            if t.kind in PYTHIA_LAMBDA_KINDS:  # the Transmission matrices whose lambda grows
                 return x * np.float32(run.scale(step))
             return x
 

@@ -16,8 +16,10 @@ TRANSMISSION_KINDS = frozenset({"v", "o", "gate", "up", "down", "ffn_in", "ffn_o
 FFN_KINDS = ("gate", "up", "down", "ffn_in", "ffn_out")
 WEIGHT_KINDS = ("q", "k", "v", "o", "qkv", *FFN_KINDS)  # the block matrices k is read on
 
-# Display order of kinds and of fused parts: attention first, then the FFN, then the rest.
-KIND_ORDER = (
+# Display order of kinds and of fused parts: attention first, then the FFN, then the rest. A model has
+# either ffn_in/ffn_out or gate/up/down (Phi-3: fused ffn_in with down), never both, so the order
+# of the two FFN groups never meets. BLOCK_KEYS are the matrices the block-by-block health check reads.
+BLOCK_KEYS = (
     "qkv",
     "qkv[q]",
     "qkv[k]",
@@ -33,12 +35,20 @@ KIND_ORDER = (
     "gate",
     "up",
     "down",
-    "embed",
-    "unembed",
-    "other",
 )
+KIND_ORDER = (*BLOCK_KEYS, "embed", "unembed", "other")
 SELECTION_KEYS = frozenset({*SELECTION_KINDS, "qkv[q]", "qkv[k]"})  # kinds and fused parts
 FFN_KEYS = frozenset({*FFN_KINDS, "ffn_in[gate]", "ffn_in[up]"})
+
+# The two sides of the FFN: its inputs read the residual stream, its outputs (and W_o) write to it;
+# every other matrix (q/k/v, embeddings) reads from it.
+FFN_INPUT_KINDS = ("gate", "up", "ffn_in")
+FFN_OUTPUT_KINDS = ("down", "ffn_out")
+RESIDUAL_WRITERS = frozenset({"o", *FFN_OUTPUT_KINDS})
+# The Transmission kinds whose lambda the paper averages for its scaling fit (Sec. 5.4): Pythia's
+# GELU FFN, and the SwiGLU one.
+PYTHIA_LAMBDA_KINDS = ("o", "ffn_in", "ffn_out")
+SWIGLU_LAMBDA_KINDS = ("o", "gate", "up", "down")
 
 # The trim of the cohort database (DATABASE_v9_1) and of every comparison with it: the middle 80%
 # of the probability plot (the paper's protocol, App. A.1).

@@ -12,6 +12,7 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from ..errors import BadInputError
+from ..vocabulary import COHORT_TRIM
 
 DEFAULT_TOL_K = 0.002
 DEFAULT_TOL_LAMBDA = 0.01
@@ -31,7 +32,7 @@ def check(
     baseline: dict[str, Any],
     tol_k: float = DEFAULT_TOL_K,
     tol_lambda: float = DEFAULT_TOL_LAMBDA,
-    trim: str = "mid80",
+    trim: str = COHORT_TRIM,
 ) -> dict[str, Any]:
     if row["protocol"]["name"] != baseline["protocol"]["name"]:
         raise BadInputError(

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
+from ..vocabulary import COHORT_TRIM
+
 TRANSMISSION_MIN_K = 1.18
 ABOVE_BAND_K = 1.22
 SELECTION_DEEP_BELOW_K = 1.045
@@ -94,7 +96,7 @@ def fitted_values(record: dict[str, Any]) -> int | None:
     return round(finite * (1.0 - float(stats.get("zero_fraction") or 0.0))) or None
 
 
-def median_k_sigma(records: list[dict[str, Any]], trim: str = "mid80") -> float:
+def median_k_sigma(records: list[dict[str, Any]], trim: str = COHORT_TRIM) -> float:
     """Standard error of the median k over `records` (one kind's blocks); the floor alone without records."""
     parts = [
         (r["fits"][trim]["k"], fitted_values(r))
@@ -165,7 +167,7 @@ def kind_withheld(records: list[dict[str, Any]]) -> str | None:
 
 
 def kind_k_fields(
-    records: list[dict[str, Any]], k_med: float | None, r2_med: float | None, on_k_axis: bool, trim: str = "mid80"
+    records: list[dict[str, Any]], k_med: float | None, r2_med: float | None, on_k_axis: bool, trim: str = COHORT_TRIM
 ) -> dict[str, Any]:
     """`k_class`, `k_class_withheld` and `flags` of one kind's summary in a row."""
     if k_med is None or not on_k_axis:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..vocabulary import COHORT_TRIM, FFN_KINDS, SELECTION_KINDS, kind_order
 from .classes import (
     BAND,
     INIT_ANCHOR_K,
@@ -32,7 +33,7 @@ from .classes import (
     summary_withheld,
 )
 from .cohort import ATTRIBUTION, GROUP_EXPECTATION, architecture_group, cohort_caveat, load_cohort
-from .functions import FFN_KINDS, attention_arch, cross_family_band, ffn_median_k, lambda_scaling, transmission_lambda
+from .functions import attention_arch, cross_family_band, ffn_median_k, lambda_scaling, transmission_lambda
 from .kinds import at_trim
 
 K_UNIT = 0.02
@@ -81,14 +82,12 @@ def distance(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, list[s
     return math.sqrt(sum(terms) / len(terms)), shared
 
 
-def shallow_ffn_regime(row: dict[str, Any], trim: str = "mid80") -> dict[str, Any] | None:
+def shallow_ffn_regime(row: dict[str, Any], trim: str = COHORT_TRIM) -> dict[str, Any] | None:
     """The Qwen companion's test: min block k over gate/up/down in blocks 0-5 (A >= 1.0, B <= 0.7)."""
     ks = [
         m["fits"][trim]["k"]
         for m in row.get("matrices", [])
-        if m["kind"] in ("gate", "up", "down", "ffn_in", "ffn_out")
-        and m["block"] in SHALLOW_BLOCKS
-        and m["fits"][trim]["ok"]
+        if m["kind"] in FFN_KINDS and m["block"] in SHALLOW_BLOCKS and m["fits"][trim]["ok"]
     ]
     gates = [
         m["fits"][trim]["k"]
@@ -125,7 +124,7 @@ def _same_entry(entry: str, model_id: str) -> bool:
 
 def compare(row: dict[str, Any]) -> dict[str, Any]:
     """Everything `weightdiag compare` prints for one row (its summaries at the cohort's mid80 trim)."""
-    row = at_trim(row, "mid80")
+    row = at_trim(row, COHORT_TRIM)
     cohort = load_cohort("v9_1")
     qwen = load_cohort("qwen")
     me = row["model"]["id"]
@@ -195,7 +194,9 @@ def compare(row: dict[str, Any]) -> dict[str, Any]:
         out["findings"].append(out["transmission"]["text"])
 
     # Selection: Q/K (or fused qkv) severity against what the architecture predicts.
-    sel_kinds = [k for k in ("q", "k", "qkv") if k in row["kinds"] and row["kinds"][k].get("k_median")]
+    sel_kinds = [
+        k for k in sorted(SELECTION_KINDS, key=kind_order) if k in row["kinds"] and row["kinds"][k].get("k_median")
+    ]
     expected, evidence = GROUP_EXPECTATION.get(group, (None, "no cohort group"))
     selection = {"kinds": {}, "expected": expected, "evidence": evidence, "departs": False}
     for kind in sel_kinds:
@@ -250,7 +251,7 @@ def compare(row: dict[str, Any]) -> dict[str, Any]:
         out["lambda"] = {
             "transmission_lambda": lam,
             "state": "unknown",
-            "note": "training hyperparameters unknown: pass --lr --weight-decay --steps or --preset",
+            "note": "training hyperparameters unknown: pass --lr --weight-decay --train-steps or --preset",
         }
 
     # The Qwen companion's shallow-FFN regime A/B test.

@@ -21,12 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from ..vocabulary import COHORT_TRIM, FFN_KINDS, FFN_OUTPUT_KINDS, PYTHIA_LAMBDA_KINDS, SWIGLU_LAMBDA_KINDS
 from .classes import BAND, INIT_ANCHOR_K
-
-FFN_KINDS = ("gate", "up", "down", "ffn_in", "ffn_out")
-# Transmission kinds whose lambda the paper averages for Pythia's scaling fit (Sec. 5.4).
-PYTHIA_LAMBDA_KINDS = ("o", "ffn_in", "ffn_out")
-SWIGLU_LAMBDA_KINDS = ("o", "gate", "up", "down")
 
 
 def _entry(row: dict[str, Any]) -> str:
@@ -168,7 +164,7 @@ def lambda_paired_correlation(lambda_o: Sequence[float], lambda_ffn_out: Sequenc
     return {"n": int(a.size), "pearson_r_loglog": r}
 
 
-def paired_lambdas_by_block(row: dict[str, Any], trim: str = "mid80") -> tuple[list[float], list[float]]:
+def paired_lambdas_by_block(row: dict[str, Any], trim: str = COHORT_TRIM) -> tuple[list[float], list[float]]:
     """(lambda_O, lambda_FFN_out) per block of one fitted row (down_proj serves as FFN_out)."""
     o: dict[int, float] = {}
     out: dict[int, float] = {}
@@ -178,7 +174,7 @@ def paired_lambdas_by_block(row: dict[str, Any], trim: str = "mid80") -> tuple[l
             continue
         if m["kind"] == "o":
             o[m["block"]] = fit["lambda"]
-        elif m["kind"] in ("ffn_out", "down"):
+        elif m["kind"] in FFN_OUTPUT_KINDS:
             out[m["block"]] = fit["lambda"]
     blocks = sorted(set(o) & set(out))
     return [o[b] for b in blocks], [out[b] for b in blocks]

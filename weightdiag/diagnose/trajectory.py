@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 
 from ..sources import LAYERWISE_STD_SHORT
+from ..vocabulary import COHORT_TRIM, FFN_OUTPUT_KINDS, SELECTION_KINDS, WEIGHT_KINDS
 from .classes import BAND, INIT_ANCHOR_K, fitted_values, k_sigma
 from .functions import lambda_paired_correlation
 from .kinds import at_trim
 from .lambda_axis import state_of
 
-WEIGHT_KINDS = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "ffn_in", "ffn_out")
 INPUT_SIDE = {"qkv": "o", "ffn_in": "ffn_out", "up": "down", "gate": "down"}  # in/out pairs of App. A.3
 STEP0_Z = 4.0  # standard errors of k allowed between a step-0 matrix and the anchor
 
@@ -137,7 +137,7 @@ def step0_checks(row: dict[str, Any]) -> dict[str, Any]:
     """At initialisation: k of every block at the anchor, in/out lambda ratios of App. A.3, norms at sqrt(d)."""
     k_off = []
     for m in row["matrices"]:
-        fit = m["fits"]["mid80"]
+        fit = m["fits"][COHORT_TRIM]
         if m["kind"] not in WEIGHT_KINDS or not fit["ok"]:
             continue
         # k's standard error (classes.k_sigma: sampling plus hist1024's bin phase), at 4 rather than 3
@@ -148,8 +148,8 @@ def step0_checks(row: dict[str, Any]) -> dict[str, Any]:
     ratios = []
     by_block: dict[int, dict[str, float]] = {}
     for m in row["matrices"]:
-        if m["block"] is not None and m["fits"]["mid80"]["ok"]:
-            by_block.setdefault(m["block"], {})[m["kind"]] = m["fits"]["mid80"]["lambda"]
+        if m["block"] is not None and m["fits"][COHORT_TRIM]["ok"]:
+            by_block.setdefault(m["block"], {})[m["kind"]] = m["fits"][COHORT_TRIM]["lambda"]
     for kinds in by_block.values():
         for inner, outer in INPUT_SIDE.items():
             if inner in kinds and outer in kinds:
@@ -280,7 +280,7 @@ def std_pattern(points: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
 
 def trajectory(rows: Sequence[dict[str, Any]], schedule: dict[str, Any] | None = None) -> dict[str, Any]:
     """The whole reading of a run; `schedule` = {"kind": "cosine", "total": T, "warmup": W, "min_ratio": r}."""
-    points = [(step, at_trim(row, "mid80")) for step, row in ordered(rows)]
+    points = [(step, at_trim(row, COHORT_TRIM)) for step, row in ordered(rows)]
     if not points:
         return {"steps": [], "findings": ["no rows with a step number (revisions named step*, checkpoint-*)"]}
     series = _kind_series(points)
@@ -296,7 +296,7 @@ def trajectory(rows: Sequence[dict[str, Any]], schedule: dict[str, Any] | None =
         "findings": [],
     }
     o_kind = "o" if "o" in series else None
-    out_kind = next((k for k in ("ffn_out", "down") if k in series), None)
+    out_kind = next((k for k in FFN_OUTPUT_KINDS if k in series), None)
     if o_kind and out_kind:
         out["paired_lambda"] = lambda_paired_correlation(series[o_kind]["lambda"], series[out_kind]["lambda"])
     if o_kind:
@@ -318,7 +318,7 @@ def trajectory(rows: Sequence[dict[str, Any]], schedule: dict[str, Any] | None =
 def _findings(t: dict[str, Any]) -> list[str]:
     lines = []
     for kind, d in t["drift"].items():
-        if kind in ("q", "k", "qkv") and "delta_from_step0" in d:
+        if kind in SELECTION_KINDS and "delta_from_step0" in d:
             lines.append(
                 f"{kind}: k went from {d['k_step0']:.4f} at step 0 to {d['k_final']:.4f} "
                 f"(Δk {d['delta_from_step0']:+.4f}; {d['delta_from_anchor']:+.4f} from the anchor 1.2054)"

@@ -29,6 +29,7 @@ from functools import cache
 
 import numpy as np
 
+from ..vocabulary import COHORT_TRIM
 from .codes import BIN_EDGES
 
 TRIMS: dict[str, float] = {"mid80": 0.80, "mid90": 0.90, "full": 1.00}
@@ -109,7 +110,7 @@ class Hist1024Plot:
         self.f_hi = cum / total
         self.f_mid = (self.f_hi + (cum - hist) / total) / 2.0
 
-    def fit(self, trim: str = "mid80") -> WeibullFit:
+    def fit(self, trim: str = COHORT_TRIM) -> WeibullFit:
         if self.total < MIN_VALUES:
             return _not_fitted(f"fewer than {MIN_VALUES} values in the histogram range")
         hist, f_mid = self.hist, self.f_mid
@@ -131,12 +132,12 @@ class Hist1024Plot:
         return _line_to_fit(slope, intercept, r2, ks, points)
 
 
-def fit_hist1024(hist: np.ndarray, trim: str = "mid80") -> WeibullFit:
+def fit_hist1024(hist: np.ndarray, trim: str = COHORT_TRIM) -> WeibullFit:
     """Cohort protocol on a 1024-bin log10|w| histogram (bit-compatible with npm-weibull-py 0.4.0)."""
     return Hist1024Plot(hist).fit(trim)
 
 
-def fit_exact(values: np.ndarray, counts: np.ndarray, trim: str = "mid80") -> WeibullFit:
+def fit_exact(values: np.ndarray, counts: np.ndarray, trim: str = COHORT_TRIM) -> WeibullFit:
     """Order-statistic protocol on the distribution of |w|: distinct positive `values`, ascending."""
     values = np.asarray(values, dtype=np.float64)
     counts = np.asarray(counts, dtype=np.int64)
@@ -226,7 +227,7 @@ def _mean_plot_y(first: np.ndarray, last: np.ndarray, n: int) -> np.ndarray:
 
 
 @cache
-def half_normal_anchor(trim: str = "mid80") -> tuple[float, float]:
+def half_normal_anchor(trim: str = COHORT_TRIM) -> tuple[float, float]:
     """(k0, lambda0 / sigma) for |w| of i.i.d. N(0, sigma^2) weights, by numerical integration."""
     from scipy import integrate, special  # imported here: scipy costs ~0.3 s at start-up
 

@@ -9,9 +9,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..diagnose.health import KIND_ORDER, SELECTION_KEYS, fmt
+from ..diagnose.health import fmt
 from ..diagnose.health.cells import elide
 from ..sources import NORM_ARTICLE
+from ..vocabulary import KIND_ORDER, SELECTION_KEYS
 
 _CLASS_STYLE = {"selection-deep": "bold red", "selection-mild": "yellow", "non-weibull": "magenta"}
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..db import write_text_atomic
 from ..sources import NORM_ARTICLE, NORM_ARTICLE_SHORT
+from ..vocabulary import KIND_ORDER
 from .plots import PlotFile
 
 _STYLE = """
@@ -55,8 +56,6 @@ def _k_cell(cell: dict[str, Any] | None) -> str:
 
 
 def _blocks(result: dict[str, Any]) -> str:
-    from ..diagnose.health import KIND_ORDER
-
     blocks = result["blocks"]
     kinds = [k for k in KIND_ORDER if any(k in b["kinds"] for b in blocks)]
     sites = sorted({s for b in blocks for s in b["norms"]})

@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 
 from ..diagnose.classes import INIT_ANCHOR_K, SELECTION_DEEP_BELOW_K, TRANSMISSION_MIN_K
-from ..diagnose.health import KIND_ORDER, NORM_COLLAPSE, NORM_EXPLOSION, TABLE2, short_name
+from ..diagnose.health import NORM_COLLAPSE, NORM_EXPLOSION, TABLE2, short_name
 from ..engine.codes import BIN_EDGES
 from ..errors import BadInputError
 from ..sources import NORM_ARTICLE_SHORT
+from ..vocabulary import KIND_ORDER
 
 DPI = 110
 REBIN = 4  # 1024 cohort bins of 0.0137 decades -> 256 bins for the body panel

@@ -17,7 +17,7 @@ practical size (cuts.STATS). Hard cuts apply only to norm regimes (“Why √d_m
 comparison with the paper's Table 2.
 
 The package, each module one job (imports only go down this list):
-- cuts: every threshold and constant with its evidence (Stat, STATS, norm regimes, Table 2, kinds);
+- cuts: every threshold and constant with its evidence (Stat, STATS, norm regimes, Table 2);
 - cells: a row's records gathered into per-(block, kind) cells, quantization_of, text helpers;
 - robust: points and series over depth, robust_scale, theil_sen, analyse, spots and bands (numerics);
 - findings: hits, their evidence, category and reason, matrix findings, numbering and text;
@@ -33,12 +33,10 @@ from __future__ import annotations
 from .cells import fmt, quantization_of, short_name, span
 from .cuts import (
     FEW_DISTINCT,
-    FFN_KEYS,
     HALF_NORMAL_Q90_Q10,
     INIT_K_TOL,
     INIT_KURTOSIS,
     INIT_MAX_Q99,
-    KIND_ORDER,
     MAD_SIGMA,
     MIN_BLOCKS,
     MODEL_WIDE,
@@ -48,7 +46,6 @@ from .cuts import (
     NORM_EXPLOSION,
     NORM_STAT,
     QUANT_K_SHIFT,
-    SELECTION_KEYS,
     STATS,
     TABLE2,
     Z_CUT,
@@ -62,12 +59,10 @@ from .superweights import hidden_index, pooled_kurtosis, pooled_q99
 
 __all__ = [
     "FEW_DISTINCT",
-    "FFN_KEYS",
     "HALF_NORMAL_Q90_Q10",
     "INIT_KURTOSIS",
     "INIT_K_TOL",
     "INIT_MAX_Q99",
-    "KIND_ORDER",
     "MAD_SIGMA",
     "MIN_BLOCKS",
     "MODEL_WIDE",
@@ -77,7 +72,6 @@ __all__ = [
     "NORM_EXPLOSION",
     "NORM_STAT",
     "QUANT_K_SHIFT",
-    "SELECTION_KEYS",
     "STATS",
     "TABLE2",
     "Z_CUT",

@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from ...vocabulary import BLOCK_KEYS, FFN_KEYS
 from ..classes import k_class
 from ..cohort import architecture_group, load_cohort
 from ..compare import REGIME_B_MAX_K, SHALLOW_BLOCKS, shallow_ffn_regime
 from ..functions import attention_arch
 from .cells import Cell, quantization_of
-from .cuts import FFN_KEYS, HALF_NORMAL_Q90_Q10, KIND_ORDER, QUANT_K_SHIFT
+from .cuts import HALF_NORMAL_Q90_Q10, QUANT_K_SHIFT
 from .depth import placement_of
 
 
@@ -101,7 +102,7 @@ def block_table(
     out = []
     for b in sorted(params):
         kinds = {}
-        for key in KIND_ORDER:
+        for key in BLOCK_KEYS:
             c = cells.get((b, key))
             if c is None:
                 continue
@@ -123,7 +124,7 @@ def block_table(
                 "mtp": n_layers is not None and b >= n_layers,
                 "params": params[b],
                 "qk_norm": qk_norm[b],
-                "biases": [k for k in (*KIND_ORDER, "other") if k in biases[b]],
+                "biases": [k for k in (*BLOCK_KEYS, "other") if k in biases[b]],
                 "kinds": kinds,
                 "norms": {r["site"]: r["ratio"] for r in norm_recs if r["block"] == b},
             }

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from ...vocabulary import BLOCK_KEYS, COHORT_TRIM
 from ..classes import NON_WEIBULL_R2, k_class_withheld
-from .cuts import KIND_ORDER, QUANT_K_SHIFT
+from .cuts import QUANT_K_SHIFT
 
 _BITS = re.compile(r"^(?:I?Q)(\d)|^MXFP(\d)")
 
@@ -66,7 +67,7 @@ def quantization_of(rec: dict[str, Any]) -> dict[str, Any] | None:
     qtype = held.quantization
     bits_match = _BITS.match(qtype or "")
     bits = int(next(g for g in bits_match.groups() if g)) if bits_match else None
-    r2 = rec["fits"]["mid80"].get("r2")
+    r2 = rec["fits"][COHORT_TRIM].get("r2")
     reasons = []
     if qtype:
         shift = QUANT_K_SHIFT.get(qtype)
@@ -87,7 +88,7 @@ def gather_cells(row: dict[str, Any]) -> dict[tuple[int, str], Cell]:
     """Every (block, kind) cell; fused matrices add their parts as 'qkv[q]' etc."""
     grouped: dict[tuple[int, str], list[tuple[str, dict[str, Any], dict[str, Any]]]] = defaultdict(list)
     for m in row["matrices"]:
-        if m["block"] is None or m["kind"] not in KIND_ORDER:
+        if m["block"] is None or m["kind"] not in BLOCK_KEYS:
             continue
         grouped[(m["block"], m["kind"])].append((m["name"], m, m))
         for part in m.get("parts", []):

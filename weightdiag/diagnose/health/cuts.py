@@ -1,7 +1,7 @@
 """Every cut and constant of the health report, each with the evidence behind it: the robust rule's
 thresholds, the per-statistic `Stat` definitions, the norm regimes of “Why √d_model Is Your North
 Star”, the paper's Table 2, the
-init-like and quantization limits, and the matrix kinds in report order."""
+init-like and quantization limits (the matrix kinds and their order: weightdiag.vocabulary)."""
 
 from __future__ import annotations
 
@@ -85,24 +85,3 @@ QUANT_K_SHIFT = {
     "Q4_0": (0.34, 0.64),
 }
 FEW_DISTINCT = 256  # at most this many distinct values: a quantization grid (an 8-bit code or less)
-
-
-KIND_ORDER = (
-    "qkv",
-    "qkv[q]",
-    "qkv[k]",
-    "qkv[v]",
-    "q",
-    "k",
-    "v",
-    "o",
-    "ffn_in",
-    "ffn_in[gate]",
-    "ffn_in[up]",
-    "gate",
-    "up",
-    "down",
-    "ffn_out",
-)
-SELECTION_KEYS = frozenset({"q", "k", "qkv", "qkv[q]", "qkv[k]"})
-FFN_KEYS = frozenset({"gate", "up", "down", "ffn_in", "ffn_out", "ffn_in[gate]", "ffn_in[up]"})

@@ -8,10 +8,11 @@ from collections import defaultdict
 from itertools import pairwise
 from typing import Any
 
+from ...vocabulary import BLOCK_KEYS, SELECTION_KEYS
 from ..classes import INIT_ANCHOR_K, SELECTION_DEEP, k_class
 from ..cohort import GROUP_EXPECTATION, architecture_group
 from .cells import Cell
-from .cuts import INIT_K_TOL, INIT_KURTOSIS, INIT_MAX_Q99, KIND_ORDER, SELECTION_KEYS
+from .cuts import INIT_K_TOL, INIT_KURTOSIS, INIT_MAX_Q99
 
 
 def _tolerances(a: Cell, b: Cell, trim: str) -> dict[str, float]:
@@ -38,7 +39,7 @@ def _adjacent_change(
         if b != prev + 1:
             continue
         worst = 0.0
-        for key in KIND_ORDER:
+        for key in BLOCK_KEYS:
             ca, cb = cells.get((prev, key)), cells.get((b, key))
             if not ca or not cb:
                 continue
@@ -146,7 +147,7 @@ def depth_profile(
 ) -> dict[str, Any]:
     blocks = sorted({b for b, _ in cells})
     n_layers = row["architecture"].get("n_layers") or (blocks[-1] + 1 if blocks else 0)
-    keys = [k for k in KIND_ORDER if any((b, k) in cells for b in blocks)]
+    keys = [k for k in BLOCK_KEYS if any((b, k) in cells for b in blocks)]
     series = {
         key: {
             "blocks": [b for b in blocks if (b, key) in cells],

@@ -10,11 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from ...vocabulary import FFN_KEYS, SELECTION_KEYS
 from ..classes import INIT_ANCHOR_K, k_class
 from ..cohort import load_cohort
 from ..compare import COMPARISON_KEY, REGIME_B_MAX_K, SHALLOW_BLOCKS
 from .cells import Cell, fmt, q99_exact, ratio_text, short_name, span
-from .cuts import FFN_KEYS, HALF_NORMAL_Q90_Q10, NORM_STAT, SELECTION_KEYS, STATS, Stat
+from .cuts import HALF_NORMAL_Q90_Q10, NORM_STAT, STATS, Stat
 from .robust import Point, Series, spot
 
 

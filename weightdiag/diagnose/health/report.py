@@ -7,11 +7,12 @@ import math
 from typing import Any
 
 from ...errors import BadInputError
+from ...vocabulary import BLOCK_KEYS
 from ..classes import INIT_ANCHOR_K
 from ..compare import REGIME_B_MAX_K
 from .blocks import architecture_summary, block_table, quantization_summary, shallow_ffn
 from .cells import gather_cells, q99_exact, short_name
-from .cuts import INIT_K_TOL, INIT_MAX_Q99, KIND_ORDER, MIN_BLOCKS, NEIGHBOURS, NORM_STAT, STATS, Z_CUT
+from .cuts import INIT_K_TOL, INIT_MAX_Q99, MIN_BLOCKS, NEIGHBOURS, NORM_STAT, STATS, Z_CUT
 from .depth import PLACEMENT_NAME, depth_profile, selection_text
 from .findings import category_of, finding, finish, matrix_findings
 from .nonfinite import nonfinite_findings
@@ -38,7 +39,7 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
     cells = {bk: c for bk, c in all_cells.items() if n_layers is None or bk[0] < n_layers}
     blocks_present = sorted({b for b, _ in cells})
     matrix_series = []
-    for key in KIND_ORDER:
+    for key in BLOCK_KEYS:
         for stat in STATS.values():
             pts = []
             for b in blocks_present:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ...vocabulary import FFN_INPUT_KINDS, FFN_OUTPUT_KINDS, MATRIX_KINDS, RESIDUAL_WRITERS
 from ..classes import INIT_ANCHOR_K
 from .cells import fmt, short_name
 from .cuts import TABLE2
@@ -132,7 +133,7 @@ def super_weights(row: dict[str, Any], trim: str, top: int) -> dict[str, Any]:
     return out
 
 
-_READS_HIDDEN = {"q", "k", "v", "qkv", "gate", "up", "ffn_in", "embed", "unembed", "other"}
+_READS_HIDDEN = frozenset(MATRIX_KINDS) - RESIDUAL_WRITERS  # q/k/v, FFN inputs, embeddings, other
 
 
 def hidden_index(m: dict[str, Any], d_model: int | None) -> int | None:
@@ -183,16 +184,16 @@ def _ffn_neurons(row: dict[str, Any]) -> list[dict[str, Any]]:
         if m["block"] is None or m.get("expert") is not None or not arg or len(arg) != 2:
             continue
         swap = "Conv1D" in (m.get("note") or "")  # GPT-2 stores (in, out)
-        if m["kind"] in ("gate", "up", "ffn_in"):
+        if m["kind"] in FFN_INPUT_KINDS:
             found[m["block"]][m["kind"]] = (arg[1] if swap else arg[0], m["name"])
-        elif m["kind"] in ("down", "ffn_out"):
+        elif m["kind"] in FFN_OUTPUT_KINDS:
             found[m["block"]]["out"] = (arg[0] if swap else arg[1], arg[1] if swap else arg[0], m["name"])
     out = []
     for block, d in sorted(found.items()):
         if "out" not in d:
             continue
         neuron, hidden, name = d["out"]
-        inputs = [d[k][1] for k in ("gate", "up", "ffn_in") if k in d and d[k][0] == neuron]
+        inputs = [d[k][1] for k in FFN_INPUT_KINDS if k in d and d[k][0] == neuron]
         if inputs:
             out.append({"block": block, "neuron": neuron, "hidden_index": hidden, "tensors": [*inputs, name]})
     return out
@@ -240,7 +241,7 @@ def super_weight_text(sw: dict[str, Any], n_layers: int | None) -> list[str]:
             "intermediate neuron (chance: 1 in the FFN width per block), so one neuron builds the outlier"
         )
     top = sw["top"][0] if sw["top"] else None
-    early = top and top["kind"] in ("down", "ffn_out") and top["block"] is not None and n_layers
+    early = top and top["kind"] in FFN_OUTPUT_KINDS and top["block"] is not None and n_layers
     if early and top["block"] < max(1, n_layers // 4):
         lines.append(
             f"the most extreme weight sits in the down-projection of early block {top['block']}: where Yu et al. "
