@@ -761,9 +761,16 @@ _set_short_help()
 
 
 def _error_line(exc: Exception) -> tuple[str, int]:
-    """The one line on stderr for an exception that ends the command, and its exit code."""
+    """The one line on stderr for an exception that ends the command, and its exit code.
+
+    The only place where errors are formatted for the terminal. A WeightdiagError's class names the cause
+    and fixes the exit code (weightdiag.errors: BadInputError and its subclasses 2, HubError and its
+    subclasses 3); its message says what is wrong and what to do; its fields (repo, revision, file, status,
+    ...) are for programs (`exc.fields`), the line shows the message alone.
+    """
     if isinstance(exc, WeightdiagError):
-        return f"error: {exc.message}", exc.exit_code
+        message = " ".join(exc.message.split()) or type(exc).__name__  # one line, whatever a subclass did
+        return f"error: {message}", ExitCode(exc.exit_code)
     if isinstance(exc, PermissionError):  # a file or folder the user may not read or write: their input
         where = exc.filename or "a file"
         return (

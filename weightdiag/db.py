@@ -407,6 +407,8 @@ def flat_record(row: Row) -> dict[str, Any]:
 class RowNotFoundError(BadInputError):
     """No row answers to the name given (exit code 2)."""
 
+    field_names = ("spec",)
+
     def __init__(self, spec: str) -> None:
         self.spec = spec
         super().__init__(
@@ -416,6 +418,8 @@ class RowNotFoundError(BadInputError):
 
 class AmbiguousRowError(BadInputError):
     """A name that matches several rows only when case is ignored (exit code 2); `candidates` are their ids."""
+
+    field_names = ("spec", "candidates")
 
     def __init__(self, spec: str, candidates: Iterable[str]) -> None:
         self.spec = spec

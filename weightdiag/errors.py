@@ -3,11 +3,23 @@
 The exit codes let CI tell a finding from a crash (the convention of pytest: 1 is a finding, higher codes
 are trouble). Anything that escapes without being a WeightdiagError is a bug: exit 5 (internal error).
 Every message is one line: what is wrong, then what to do about it.
+
+The classes name the cause and carry its fields (exit code in brackets):
+
+    WeightdiagError [5]
+      BadInputError [2]
+        OptionError(option)  ModelPathError(path)  CheckpointFormatError(file)
+        records.RowError(file, field)  db.RowNotFoundError(spec)  db.AmbiguousRowError(spec, candidates)
+      HubError(repo, revision, file, status) [3]
+        RepoNotFoundError  RevisionNotFoundError  GatedRepoError  HubUnreachableError(+endpoint)
+        NotCachedError  HubResponseError  TransferError  VerificationError(+expected, got)
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
+from os import PathLike
+from typing import Any, ClassVar
 
 
 class ExitCode(IntEnum):
@@ -23,9 +35,15 @@ class ExitCode(IntEnum):
 
 
 class WeightdiagError(Exception):
-    """Base of every error weightdiag raises deliberately."""
+    """Base of every error weightdiag raises deliberately.
 
-    exit_code: ExitCode = ExitCode.INTERNAL
+    Each subclass names one cause and carries what it is about as attributes (`repo`, `revision`, `file`,
+    `status`, ...; None where the raise site does not know it), listed in `field_names` and returned by
+    `fields`. The message is written at the raise site, one line; weightdiag.cli._error_line prints it.
+    """
+
+    exit_code: ClassVar[ExitCode] = ExitCode.INTERNAL
+    field_names: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, message: str) -> None:
         # Keep messages to one line so the CLI can print them without a traceback.
@@ -35,6 +53,26 @@ class WeightdiagError(Exception):
     def message(self) -> str:
         return str(self)
 
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The cause's fields by name, e.g. {'repo': 'acme/tiny', 'revision': 'step9'}."""
+        return {name: getattr(self, name, None) for name in self.field_names}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses take their fields as keyword arguments, which Exception's pickling (cls(*args)) would
+        # drop: rebuild from the message and the attributes (errors cross process pools in `sweep`).
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(cls: type[WeightdiagError], args: tuple[Any, ...], state: dict[str, Any]) -> WeightdiagError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
+# --- the user's input: exit 2 ---------------------------------------------------------------------------
+
 
 class BadInputError(WeightdiagError):
     """The model path, file contents or an option cannot be used."""
@@ -42,15 +80,123 @@ class BadInputError(WeightdiagError):
     exit_code = ExitCode.BAD_INPUT
 
 
+class OptionError(BadInputError):
+    """An option or environment variable has an unusable value; `option` names it (`--trim`, `HF_ENDPOINT`)."""
+
+    field_names = ("option",)
+
+    def __init__(self, message: str, *, option: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+class ModelPathError(BadInputError):
+    """The MODEL argument names nothing usable: a missing path, a file or folder without weights (or without
+    a shard it names), an unusable HF cache folder, or a string that is no valid Hub id; `path` is it."""
+
+    field_names = ("path",)
+
+    def __init__(self, message: str, *, path: str | PathLike[str]) -> None:
+        super().__init__(message)
+        self.path = str(path)
+
+
 class CheckpointFormatError(BadInputError):
-    """A checkpoint file violates its format (safetensors header, index, GGUF, pickle)."""
+    """A checkpoint file violates its format (safetensors header, index, config, GGUF, pickle); `file` is its
+    path (or `ORG/NAME/FILE` for a Hub file read by streaming), None where no single file is to blame."""
+
+    field_names = ("file",)
+
+    def __init__(self, message: str, *, file: str | PathLike[str] | None = None) -> None:
+        super().__init__(message)
+        self.file = str(file) if file is not None else None
+
+
+# --- the Hub and the network: exit 3 --------------------------------------------------------------------
 
 
 class HubError(WeightdiagError):
-    """The Hub or the network refused or failed (auth, missing repo or revision, offline)."""
+    """The Hub or the network refused or failed. Raised as such where no subclass fits (a revision without
+    weights, pickles that need --download); `repo`, `revision`, `file` (a path in the repo) and `status` (an
+    HTTP status) are None where unknown."""
 
     exit_code = ExitCode.HUB
+    field_names = ("repo", "revision", "file", "status")
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        repo: str | None = None,
+        revision: str | None = None,
+        file: str | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.repo = repo
+        self.revision = revision
+        self.file = file
+        self.status = status
+
+
+class RepoNotFoundError(HubError):
+    """No such model repository (or a private one without a token)."""
+
+    def __init__(self, message: str, *, repo: str) -> None:
+        super().__init__(message, repo=repo, status=404)
+
+
+class RevisionNotFoundError(HubError):
+    """The repository exists, the branch, tag or commit `revision` does not."""
+
+    def __init__(self, message: str, *, repo: str, revision: str | None) -> None:
+        super().__init__(message, repo=repo, revision=revision, status=404)
+
+
+class GatedRepoError(HubError):
+    """Access refused: `status` 401 (not logged in) or 403 (a token without access yet); None when the Hub's
+    error did not say. `file` is set when the refusal came on reading that file."""
+
+    def __init__(self, message: str, *, repo: str | None, status: int | None, file: str | None = None) -> None:
+        super().__init__(message, repo=repo, file=file, status=status)
+
+
+class HubUnreachableError(HubError):
+    """No connection to the Hub at `endpoint` (refused, reset, DNS, TLS); models in the local cache are
+    read from there instead."""
+
+    field_names = (*HubError.field_names, "endpoint")
+
+    def __init__(self, message: str, *, endpoint: str, repo: str | None = None) -> None:
+        super().__init__(message, repo=repo)
+        self.endpoint = endpoint
+
+
+class NotCachedError(HubError):
+    """Offline (HF_HUB_OFFLINE, or the Hub unreachable) and the local cache lacks the revision or some of
+    its files."""
+
+    def __init__(self, message: str, *, repo: str, revision: str | None) -> None:
+        super().__init__(message, repo=repo, revision=revision)
+
+
+class HubResponseError(HubError):
+    """The Hub answered, but not as it should: a malformed model info or listing, an unexpected HTTP `status`,
+    a wrong byte range, a redirect loop, an index naming a file the repo lacks."""
+
+
+class TransferError(HubError):
+    """Bytes did not arrive: a server that stopped sending or never answered in time, retries used up, a
+    download that failed. Running the command again may succeed."""
 
 
 class VerificationError(HubError):
-    """Bytes read from the Hub do not match the file's published sha256 (nothing is written)."""
+    """Bytes read from the Hub do not match the file's published sha256 (nothing is written); `expected` and
+    `got` are the two sha256 digests."""
+
+    field_names = (*HubError.field_names, "expected", "got")
+
+    def __init__(self, message: str, *, repo: str | None, file: str, expected: str | None, got: str) -> None:
+        super().__init__(message, repo=repo, file=file)
+        self.expected = expected
+        self.got = got

@@ -25,7 +25,7 @@ from .engine.codes import BIN_EDGES, HIST_BINS
 from .engine.device import resolve_device
 from .engine.fit import PROTOCOLS, TRIMS
 from .engine.reduce import Reduction, reduce_array
-from .errors import BadInputError
+from .errors import BadInputError, OptionError
 from .layout import (
     ArchInfo,
     TensorRole,
@@ -66,15 +66,20 @@ class FitOptions:
 
     def validate(self) -> None:
         if self.protocol not in PROTOCOLS:
-            raise BadInputError(f"--protocol {self.protocol!r}: choose one of {', '.join(PROTOCOLS)}")
+            raise OptionError(
+                f"--protocol {self.protocol!r}: choose one of {', '.join(PROTOCOLS)}", option="--protocol"
+            )
         if self.trim not in TRIMS:
-            raise BadInputError(f"--trim {self.trim!r}: choose one of {', '.join(TRIMS)}")
+            raise OptionError(f"--trim {self.trim!r}: choose one of {', '.join(TRIMS)}", option="--trim")
         if not (isinstance(self.connections, int) and 1 <= self.connections <= 64):
-            raise BadInputError(f"--connections {self.connections}: choose a whole number from 1 to 64")
+            raise OptionError(
+                f"--connections {self.connections}: choose a whole number from 1 to 64", option="--connections"
+            )
         for name in ("lr", "weight_decay", "steps"):
             value = getattr(self, name)
             if value is not None and not (value > 0 and math.isfinite(value)):
-                raise BadInputError(f"--{name.replace('_', '-')} must be a positive finite number, not {value}")
+                option = f"--{name.replace('_', '-')}"
+                raise OptionError(f"{option} must be a positive finite number, not {value}", option=option)
 
 
 def selected(name: str, include: Sequence[str], exclude: Sequence[str]) -> bool:

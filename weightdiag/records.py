@@ -42,6 +42,8 @@ class RowError(BadInputError):
     could be read (so a damaged row named by its id can be refused rather than reported missing).
     """
 
+    field_names = ("file", "field", "problem", "model_id")
+
     def __init__(
         self,
         file: str | None,

@@ -1,6 +1,6 @@
 """Every environment setting weightdiag reads, read at call time (so tests and long-lived processes see changes).
 
-A value that cannot be used is the user's input: BadInputError (exit 2) with one line naming the variable.
+A value that cannot be used is the user's input: OptionError (exit 2) with one line naming the variable.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 
-from .errors import BadInputError
+from .errors import OptionError
 
 
 def _positive_float(name: str, default: float) -> float:
@@ -20,7 +20,7 @@ def _positive_float(name: str, default: float) -> float:
     except ValueError:
         value = math.nan
     if not (value > 0 and math.isfinite(value)):
-        raise BadInputError(f"{name}={raw!r}: expected a positive number of seconds")
+        raise OptionError(f"{name}={raw!r}: expected a positive number of seconds", option=name)
     return value
 
 
@@ -46,8 +46,9 @@ def threads() -> int:
     except ValueError:
         value = 0
     if not 1 <= value <= MAX_THREADS:
-        raise BadInputError(
-            f"WEIGHTDIAG_THREADS={raw[:40]!r}: expected a whole number of threads from 1 to {MAX_THREADS}"
+        raise OptionError(
+            f"WEIGHTDIAG_THREADS={raw[:40]!r}: expected a whole number of threads from 1 to {MAX_THREADS}",
+            option="WEIGHTDIAG_THREADS",
         )
     return value
 
@@ -102,6 +103,14 @@ def hf_token_present() -> bool:
     return bool(get_token())
 
 
+def _is_int(raw: str) -> bool:
+    try:
+        int(raw)
+    except ValueError:
+        return False
+    return True
+
+
 def http_retries() -> tuple[int, float]:
     """WEIGHTDIAG_HTTP_ATTEMPTS (default 6) and WEIGHTDIAG_HTTP_BACKOFF (seconds, default 0.5): how often a
     failed ranged read is tried and the first wait between tries (doubled each time)."""
@@ -111,9 +120,12 @@ def http_retries() -> tuple[int, float]:
         attempts = max(1, int(attempts_raw)) if attempts_raw else 6
         backoff = max(0.0, float(backoff_raw)) if backoff_raw else 0.5
     except ValueError:
-        raise BadInputError(
+        raise OptionError(
             f"WEIGHTDIAG_HTTP_ATTEMPTS={attempts_raw[:20]!r} / WEIGHTDIAG_HTTP_BACKOFF={backoff_raw[:20]!r}: "
-            "expected a whole number of attempts and a number of seconds"
+            "expected a whole number of attempts and a number of seconds",
+            option="WEIGHTDIAG_HTTP_BACKOFF"
+            if not attempts_raw or _is_int(attempts_raw)
+            else "WEIGHTDIAG_HTTP_ATTEMPTS",
         ) from None
     return attempts, backoff
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from ..errors import BadInputError
+from ..errors import OptionError
 
 
 def nvidia_present() -> bool:
@@ -27,6 +27,8 @@ def resolve_device(spec: str) -> str:
         import torch
 
         if not torch.cuda.is_available():
-            raise BadInputError(f"--device {spec}: torch sees no CUDA GPU here; use --device cpu or auto")
+            raise OptionError(
+                f"--device {spec}: torch sees no CUDA GPU here; use --device cpu or auto", option="--device"
+            )
         return spec
-    raise BadInputError(f"--device {spec!r}: choose auto, cpu, cuda or cuda:N")
+    raise OptionError(f"--device {spec!r}: choose auto, cpu, cuda or cuda:N", option="--device")

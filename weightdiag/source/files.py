@@ -13,7 +13,7 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..errors import BadInputError, CheckpointFormatError
+from ..errors import CheckpointFormatError, ModelPathError
 
 _GENERIC_DIR_NAMES = {"model", "models", "weights", "checkpoint", "final", "hf", "huggingface", "snapshot"}
 _CHECKPOINT_DIR = re.compile(r"^(?:step|checkpoint|ckpt|iter|global_step)[-_]?\d+$", re.IGNORECASE)
@@ -41,7 +41,8 @@ def check_inside(name: str, index_path: Path) -> None:
     if textual or not parent.is_relative_to(root):
         raise CheckpointFormatError(
             f"{index_path}: shard path {name!r} leaves the model folder; refusing to read it "
-            "(the index is damaged or malicious)"
+            "(the index is damaged or malicious)",
+            file=index_path,
         )
 
 
@@ -61,7 +62,7 @@ def load_weight_map(index_path: Path) -> dict[str, str]:
     """A local index's weight_map, validated, its shard paths inside the model folder."""
     weight_map = weight_map_of(load_json(index_path))
     if weight_map is None:
-        raise CheckpointFormatError(f"{index_path}: no valid weight_map (tensor name -> shard file)")
+        raise CheckpointFormatError(f"{index_path}: no valid weight_map (tensor name -> shard file)", file=index_path)
     for shard in set(weight_map.values()):
         check_inside(shard, index_path)
     return weight_map
@@ -72,7 +73,7 @@ def load_config(folder: Path) -> dict[str, Any] | None:
     config_path = folder / "config.json"
     config = load_json(config_path) if config_path.is_file() else None
     if config is not None and not isinstance(config, dict):
-        raise CheckpointFormatError(f"{config_path}: expected a JSON object; fix or remove it")
+        raise CheckpointFormatError(f"{config_path}: expected a JSON object; fix or remove it", file=config_path)
     return config
 
 
@@ -81,9 +82,13 @@ def load_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except RecursionError:
         # json's C scanner recurses per nesting level: [[[[...]]]] 100k deep is hostile, not a config.
-        raise CheckpointFormatError(f"{path}: not valid JSON (nested too deeply); fix or remove it") from None
+        raise CheckpointFormatError(
+            f"{path}: not valid JSON (nested too deeply); fix or remove it", file=path
+        ) from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise CheckpointFormatError(f"{path}: not valid JSON ({exc.__class__.__name__}); fix or remove it") from None
+        raise CheckpointFormatError(
+            f"{path}: not valid JSON ({exc.__class__.__name__}); fix or remove it", file=path
+        ) from None
 
 
 def _read_ref(ref: Path) -> str:
@@ -92,11 +97,12 @@ def _read_ref(ref: Path) -> str:
         with open(ref, "rb") as f:
             return f.read(4096).decode("ascii").strip()  # a ref is 40 bytes: never read a huge file whole
     except UnicodeDecodeError:
-        raise BadInputError(
-            f"{ref}: not a commit id (not ASCII text); pass one snapshot folder, or download the model again"
+        raise ModelPathError(
+            f"{ref}: not a commit id (not ASCII text); pass one snapshot folder, or download the model again",
+            path=ref,
         ) from None
     except OSError as exc:
-        raise BadInputError(f"{ref}: cannot read it ({exc.strerror}); check the permissions") from None
+        raise ModelPathError(f"{ref}: cannot read it ({exc.strerror}); check the permissions", path=ref) from None
 
 
 def resolve_hf_cache(path: Path) -> tuple[Path, str | None, str | None, str | None]:
@@ -108,16 +114,18 @@ def resolve_hf_cache(path: Path) -> tuple[Path, str | None, str | None, str | No
         if ref.is_file():
             commit = _read_ref(ref)
             if not _HEX40.match(commit) or not (path / "snapshots" / commit).is_dir():
-                raise BadInputError(
+                raise ModelPathError(
                     f"{ref}: does not name a snapshot of this cache folder ({commit[:48]!r}); "
-                    "pass one snapshot folder, or download the model again"
+                    "pass one snapshot folder, or download the model again",
+                    path=ref,
                 )
             return path / "snapshots" / commit, repo_id, "main", commit
         if len(snapshots) == 1:
             return snapshots[0], repo_id, None, snapshots[0].name
-        raise BadInputError(
+        raise ModelPathError(
             f"{path}: several snapshots and no refs/main; pass one snapshot folder "
-            f"({', '.join(s.name[:12] for s in snapshots[:4])}...)"
+            f"({', '.join(s.name[:12] for s in snapshots[:4])}...)",
+            path=path,
         )
     if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
         repo_root = path.parent.parent

@@ -9,7 +9,7 @@ first, u32 ggml type, u64 offset relative to the data section), padding to `gene
 capped and bounded by the file size, every tensor's byte size follows from its type and dims,
 offsets are aligned, inside the file and do not overlap. Every violation raises
 CheckpointFormatError with one line; no other exception escapes `parse_gguf`, and `open_gguf` adds
-only BadInputError for paths it cannot open.
+only ModelPathError for paths it cannot open.
 
 What the pipeline sees (TensorRef): HF shapes (GGUF dims reversed) and the bytes the reader
 *delivers*, not the stored ones:
@@ -45,7 +45,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ..dtypes import DTYPES, DType
-from ..errors import BadInputError, CheckpointFormatError
+from ..errors import CheckpointFormatError, ModelPathError
 from .files import blob_sha256
 from .plan import ModelPlan, ShardInfo, TensorRef
 
@@ -68,7 +68,7 @@ _TODO = "the file is damaged or not a GGUF file; re-download it"
 
 
 def _fail(where: str, what: str, todo: str = _TODO) -> NoReturn:
-    raise CheckpointFormatError(f"{where}: {what}; {todo}")
+    raise CheckpointFormatError(f"{where}: {what}; {todo}", file=where)
 
 
 # --- ggml types ---------------------------------------------------------------------------------
@@ -684,7 +684,8 @@ class GGUFReader:
             if got == 0:
                 raise CheckpointFormatError(
                     f"{self.path}: file ended while reading tensor {name!r} (truncated or changed while "
-                    "reading); re-download it"
+                    "reading); re-download it",
+                    file=self.path,
                 )
             done += got
 
@@ -709,9 +710,10 @@ class GGUFReader:
             if s.norm_shift:
                 values -= 1
         else:
-            raise BadInputError(
+            raise CheckpointFormatError(
                 f"{self.path}: tensor {ref.name!r} is {s.type.name}, which weightdiag cannot dequantize; "
-                "exclude it (--exclude)"
+                "exclude it (--exclude)",
+                file=self.path,
             )
         if s.heads:
             _unpermute_rows(out, ref.shape, s.heads)
@@ -774,12 +776,12 @@ def open_gguf(path: str | os.PathLike[str], model_id: str | None = None) -> tupl
     """Plan a .gguf file: validate its header, build a config, describe the delivered tensors."""
     p = Path(path).expanduser()
     if not p.is_file():
-        raise BadInputError(f"{p}: no such file; give a .gguf file")
+        raise ModelPathError(f"{p}: no such file; give a .gguf file", path=p)
     try:
         file_size = p.stat().st_size
         fd = os.open(p, os.O_RDONLY)
     except OSError as exc:
-        raise BadInputError(f"{p}: cannot open it ({exc.strerror}); check the path and permissions") from None
+        raise ModelPathError(f"{p}: cannot open it ({exc.strerror}); check the path and permissions", path=p) from None
     try:
         header = parse_gguf(lambda off, size: os.pread(fd, size, off), file_size, str(p))
         digest = hashlib.sha256()

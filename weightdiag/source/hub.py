@@ -32,7 +32,19 @@ from urllib.parse import quote, urlsplit
 import numpy as np
 
 from .. import settings
-from ..errors import BadInputError, HubError, WeightdiagError
+from ..errors import (
+    GatedRepoError,
+    HubError,
+    HubResponseError,
+    HubUnreachableError,
+    ModelPathError,
+    NotCachedError,
+    OptionError,
+    RepoNotFoundError,
+    RevisionNotFoundError,
+    TransferError,
+    WeightdiagError,
+)
 from ..settings import http_timeout
 from .hub_stream import HubReader, StreamedShard
 from .plan import ModelPlan, ShardInfo, TensorRef
@@ -91,13 +103,11 @@ def open_hub(
         return _from_cache_only(repo, revision, model_id, reason="HF_HUB_OFFLINE is set")
     try:
         info = model_info(repo, revision, token)
-    except HubError as exc:
-        if "cannot reach" in str(exc):
-            try:
-                return _from_cache_only(repo, revision, model_id, reason="the Hub is unreachable")
-            except HubError:
-                raise exc from None
-        raise
+    except HubUnreachableError as exc:
+        try:
+            return _from_cache_only(repo, revision, model_id, reason="the Hub is unreachable")
+        except HubError:
+            raise exc from None
     commit = info.sha
     files = _files_of(repo, info)
     weights, fmt = _choose_weights(repo, revision, files)
@@ -107,7 +117,9 @@ def open_hub(
         if fmt == "bin" and not download:
             raise HubError(
                 f"{repo}@{revision or 'main'} has only pytorch_model*.bin shards (pickles), which cannot be "
-                "streamed; rerun with --download (they are then read with torch.load(weights_only=True))"
+                "streamed; rerun with --download (they are then read with torch.load(weights_only=True))",
+                repo=repo,
+                revision=revision or "main",
             )
         # Download by the revision's name, so the cache also records refs/<name> (offline use later).
         snapshot = _download(repo, revision or "main", wanted, token)
@@ -139,24 +151,34 @@ T = TypeVar("T")
 
 
 class _Malformed(Exception):
-    """An answer the Hub should never give (raised where it is parsed, turned into a HubError by hub_errors)."""
+    """An answer the Hub should never give (raised where it is parsed, turned into a HubResponseError by
+    hub_errors)."""
 
 
-def _malformed(repo: str, what: str) -> HubError:
-    return HubError(f"the Hub's answer for {repo} is malformed: {what}; try again later or use --download")
-
-
-def _too_slow(repo: str) -> HubError:
-    return HubError(
-        f"{repo}: the Hub did not answer within {http_timeout():g} s; check the network or raise "
-        "WEIGHTDIAG_HTTP_TIMEOUT"
+def _malformed(repo: str, what: str, revision: str | None = None, file: str | None = None) -> HubResponseError:
+    return HubResponseError(
+        f"the Hub's answer for {repo} is malformed: {what}; try again later or use --download",
+        repo=repo,
+        revision=revision,
+        file=file,
     )
 
 
-def _unreachable(exc: BaseException) -> HubError:
-    return HubError(
+def _too_slow(repo: str, revision: str | None = None) -> TransferError:
+    return TransferError(
+        f"{repo}: the Hub did not answer within {http_timeout():g} s; check the network or raise "
+        "WEIGHTDIAG_HTTP_TIMEOUT",
+        repo=repo,
+        revision=revision,
+    )
+
+
+def _unreachable(exc: BaseException, repo: str | None = None) -> HubUnreachableError:
+    return HubUnreachableError(
         f"cannot reach the Hub at {settings.hf_endpoint()} ({type(exc).__name__}); check the network, or set "
-        "HF_HUB_OFFLINE=1 to use models already in the local cache"
+        "HF_HUB_OFFLINE=1 to use models already in the local cache",
+        endpoint=settings.hf_endpoint(),
+        repo=repo,
     )
 
 
@@ -279,40 +301,44 @@ def _files_of(repo: str, info: ModelInfo) -> dict[str, RepoFile]:
             continue
         size = sibling.size
         if size is None:
-            raise _malformed(repo, f"{name} is listed without a size")
+            raise _malformed(repo, f"{name} is listed without a size", file=name)
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise _malformed(repo, f"{name} is listed with size {size!r}")
+            raise _malformed(repo, f"{name} is listed with size {size!r}", file=name)
         if is_json and size > MAX_JSON_BYTES:
-            raise _malformed(repo, f"{name} is listed with {size} bytes (a JSON file of at most 64 MiB is expected)")
+            raise _malformed(
+                repo, f"{name} is listed with {size} bytes (a JSON file of at most 64 MiB is expected)", file=name
+            )
         lfs = sibling.lfs
         if lfs is not None and not (isinstance(lfs.sha256, str) and _HEX64.fullmatch(lfs.sha256)):
-            raise _malformed(repo, f"{name} is listed with an LFS sha256 that is not 64 hex digits")
+            raise _malformed(repo, f"{name} is listed with an LFS sha256 that is not 64 hex digits", file=name)
         if lfs is not None and lfs.size != size:
-            raise _malformed(repo, f"{name} is listed with two sizes ({size} and LFS {lfs.size!r})")
+            raise _malformed(repo, f"{name} is listed with two sizes ({size} and LFS {lfs.size!r})", file=name)
     return files
 
 
-def _network_error(repo: str, exc: BaseException) -> WeightdiagError | None:
-    """The HubError for a transport failure (or a BadInputError for an unusable HF_ENDPOINT); None if `exc`
+def _network_error(repo: str, exc: BaseException, revision: str | None = None) -> WeightdiagError | None:
+    """The HubError for a transport failure (or an OptionError for an unusable HF_ENDPOINT); None if `exc`
     is not one."""
     names = {cls.__name__ for cls in type(exc).__mro__}
     if "FileMetadataError" in names:  # a /resolve answer without X-Repo-Commit or ETag
-        return _malformed(repo, f"a file's answer lacks the Hub's headers ({str(exc).split('.')[0][:120]})")
+        return _malformed(repo, f"a file's answer lacks the Hub's headers ({str(exc).split('.')[0][:120]})", revision)
     if "TooManyRedirects" in names:
-        return _malformed(repo, "it redirects in a loop")
+        return _malformed(repo, "it redirects in a loop", revision)
     if names & {"UnsupportedProtocol", "InvalidURL"} or (type(exc) is ValueError and "URL" in str(exc)):
         if urlsplit(settings.hf_endpoint()).scheme not in ("http", "https"):
-            return BadInputError(f"HF_ENDPOINT={settings.hf_endpoint()!r} is not an http(s) URL; fix or unset it")
-        return _malformed(repo, f"it redirects to an unusable location ({str(exc)[:120]})")
+            return OptionError(
+                f"HF_ENDPOINT={settings.hf_endpoint()!r} is not an http(s) URL; fix or unset it", option="HF_ENDPOINT"
+            )
+        return _malformed(repo, f"it redirects to an unusable location ({str(exc)[:120]})", revision)
     if names & {"ConnectTimeout", "ConnectError"}:
-        return _unreachable(exc)
+        return _unreachable(exc, repo)
     if isinstance(exc, TimeoutError) or "TimeoutException" in names:
-        return _too_slow(repo)
+        return _too_slow(repo, revision)
     module = type(exc).__module__.split(".")[0]
     if module in ("httpx2", "httpx", "httpcore2", "httpcore", "requests", "urllib3"):
-        return _unreachable(exc)  # refused, reset, DNS, TLS, a cut connection
+        return _unreachable(exc, repo)  # refused, reset, DNS, TLS, a cut connection
     if isinstance(exc, (ConnectionError, socket.gaierror, socket.herror, ssl.SSLError)):
-        return _unreachable(exc)  # not other OSErrors: a full disk or an unwritable cache is no network failure
+        return _unreachable(exc, repo)  # not other OSErrors: a full disk or an unwritable cache is no network failure
     return None
 
 
@@ -324,43 +350,64 @@ def hub_errors(repo: str, revision: str | None, token: str | None) -> Iterator[N
     try:
         yield
     except _Malformed as exc:
-        raise _malformed(repo, str(exc)) from None
+        raise _malformed(repo, str(exc), revision) from None
     except hf.GatedRepoError as exc:
-        status = getattr(getattr(exc, "response", None), "status_code", None)
+        status = _status_of(exc)
         if status == 403 or token or settings.hf_token_env():
-            raise HubError(
+            raise GatedRepoError(
                 f"{repo} is gated and this token has no access yet: request access at {settings.hf_endpoint()}/{repo} "
-                "and wait for approval"
+                "and wait for approval",
+                repo=repo,
+                status=status,
             ) from None
-        raise HubError(
+        raise GatedRepoError(
             f"{repo} is gated: request access at {settings.hf_endpoint()}/{repo}, then log in with `hf auth login` "
-            "or set HF_TOKEN (or pass --token)"
+            "or set HF_TOKEN (or pass --token)",
+            repo=repo,
+            status=status,
         ) from None
     except hf.RevisionNotFoundError:
-        raise HubError(f"{repo}: revision {revision!r} not found{_nearest_steps(repo, revision, token)}") from None
+        raise RevisionNotFoundError(
+            f"{repo}: revision {revision!r} not found{_nearest_steps(repo, revision, token)}",
+            repo=repo,
+            revision=revision,
+        ) from None
     except hf.RepositoryNotFoundError:
-        raise HubError(
+        raise RepoNotFoundError(
             f"{repo}: no such model repository on {settings.hf_endpoint()} "
-            "(or it is private: set HF_TOKEN or pass --token)"
+            "(or it is private: set HF_TOKEN or pass --token)",
+            repo=repo,
         ) from None
     except hf.HfHubHTTPError as exc:
-        status = getattr(getattr(exc, "response", None), "status_code", "?")
-        raise HubError(f"{repo}: the Hub answered HTTP {status}; try again later") from None
+        status = _status_of(exc)
+        raise HubResponseError(
+            f"{repo}: the Hub answered HTTP {status if status is not None else '?'}; try again later",
+            repo=repo,
+            revision=revision,
+            status=status,
+        ) from None
     except hf.HFValidationError as exc:  # the id breaks the Hub's naming rules: the user's input
         raise _invalid_id(repo, exc) from None
     except hf.LocalEntryNotFoundError as exc:  # hf_hub_download: the Hub failed and the cache has no copy
-        raise (_network_error(repo, exc.__cause__) if exc.__cause__ else None) or _unreachable(exc) from None
+        cause = _network_error(repo, exc.__cause__, revision) if exc.__cause__ else None
+        raise cause or _unreachable(exc, repo) from None
     except WeightdiagError:
         raise
     except Exception as exc:
-        if (error := _network_error(repo, exc)) is None:
+        if (error := _network_error(repo, exc, revision)) is None:
             raise
         raise error from None
 
 
-def _invalid_id(repo: str, exc: Exception) -> BadInputError:
+def _status_of(exc: BaseException) -> int | None:
+    """The HTTP status of a huggingface_hub error's response, None without one."""
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _invalid_id(repo: str, exc: Exception) -> ModelPathError:
     reason = str(exc).splitlines()[0].rsplit(": ", 1)[0].rstrip(".")[:200] if str(exc) else type(exc).__name__
-    return BadInputError(f"{repo}: not a valid Hub repo id ({reason}); use ORG/NAME[@REVISION]")
+    return ModelPathError(f"{repo}: not a valid Hub repo id ({reason}); use ORG/NAME[@REVISION]", path=repo)
 
 
 def _nearest_steps(repo: str, revision: str | None, token: str | None) -> str:
@@ -393,7 +440,9 @@ def _choose_weights(repo: str, revision: str | None, files: dict[str, Any]) -> t
         return bins, "bin"
     raise HubError(
         f"{repo}@{revision or 'main'}: no weights in this revision (no *.safetensors or pytorch_model*.bin "
-        "at the top level); pick another revision"
+        "at the top level); pick another revision",
+        repo=repo,
+        revision=revision or "main",
     )
 
 
@@ -434,9 +483,13 @@ def _from_cache_only(repo: str, revision: str | None, model_id: str | None, reas
     except hf.HFValidationError as exc:  # the user's input (exit 2), offline as online
         raise _invalid_id(repo, exc) from None
     except (hf.LocalEntryNotFoundError, OSError, ValueError):
-        raise HubError(f"{where} is not in the local cache ({_cache_dir()}) and {reason}; {advice}") from None
+        raise NotCachedError(
+            f"{where} is not in the local cache ({_cache_dir()}) and {reason}; {advice}", repo=repo, revision=revision
+        ) from None
     if not _snapshot_complete(folder):  # a cached config.json or index without its weights
-        raise HubError(f"{where} is only partly in the local cache ({folder}) and {reason}; {advice}")
+        raise NotCachedError(
+            f"{where} is only partly in the local cache ({folder}) and {reason}; {advice}", repo=repo, revision=revision
+        )
     plan, reader = _open_snapshot(folder, repo, model_id)
     plan.source = "hub"
     plan.revision = revision or "main"
@@ -482,7 +535,7 @@ def _download_timeouts() -> Iterator[float]:
             setattr(module, name, value)
 
 
-def _watched(call: Callable[[], T], blobs: Path, limit: float, what: str) -> T:
+def _watched(call: Callable[[], T], blobs: Path, limit: float, repo: str, name: str) -> T:
     """`call()` (one hf_hub_download) in a daemon thread, watched by the growth of its partial file.
 
     huggingface_hub's read timeout ends a download that stalls, but not one that trickles a few bytes now and
@@ -498,6 +551,7 @@ def _watched(call: Callable[[], T], blobs: Path, limit: float, what: str) -> T:
         except OSError:
             return 0
 
+    what = f"{repo}/{name}"
     job = _Daemon(call, "weightdiag-download")
     thread = job.thread
     window = 2 * limit
@@ -514,14 +568,18 @@ def _watched(call: Callable[[], T], blobs: Path, limit: float, what: str) -> T:
         if not thread.is_alive() or now - marked_at < window:
             continue
         if 0 < size - mark < MIN_PROGRESS:  # bytes keep coming, too slowly for a read timeout to fire
-            raise HubError(
+            raise TransferError(
                 f"{what}: the server stopped sending (less than {MIN_PROGRESS >> 10} KiB in {window:g} s); check "
-                "your connection, or raise WEIGHTDIAG_HTTP_TIMEOUT for a very slow link"
+                "your connection, or raise WEIGHTDIAG_HTTP_TIMEOUT for a very slow link",
+                repo=repo,
+                file=name,
             )
         if now - grew_at > 4 * limit + 10:  # silent for longer than huggingface_hub's timeouts and retries take
-            raise HubError(
+            raise TransferError(
                 f"{what}: the server stopped sending (nothing for {now - grew_at:.0f} s); check your connection, "
-                "or raise WEIGHTDIAG_HTTP_TIMEOUT for a very slow link"
+                "or raise WEIGHTDIAG_HTTP_TIMEOUT for a very slow link",
+                repo=repo,
+                file=name,
             )
         mark, marked_at = size, now
     return job.result()
@@ -552,17 +610,24 @@ def _download(repo: str, revision: str, names: list[str], token: str | None) -> 
                             ),
                             _cache_dir() / f"models--{repo.replace('/', '--')}" / "blobs",
                             limit,
-                            f"{repo}/{name}",
+                            repo,
+                            name,
                         )
                     except hf.RemoteEntryNotFoundError:  # listed in the model info, yet /resolve says 404
-                        raise HubError(
-                            f"{repo}: {name} is listed but the Hub does not serve it at {revision}; try again later"
+                        raise HubResponseError(
+                            f"{repo}: {name} is listed but the Hub does not serve it at {revision}; try again later",
+                            repo=repo,
+                            revision=revision,
+                            file=name,
+                            status=404,
                         ) from None
             except (WeightdiagError, PermissionError):  # an unwritable cache is the user's to fix (exit 2)
                 raise
             except Exception as exc:  # a damaged download, a full disk: name the file
                 what = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}" if str(exc) else type(exc).__name__
-                raise HubError(f"{repo}: downloading {name} failed ({what})") from None
+                raise TransferError(
+                    f"{repo}: downloading {name} failed ({what})", repo=repo, revision=revision, file=name
+                ) from None
             folder = Path(path)
             for _ in PurePosixPath(name).parts:  # the snapshot root, also for shards in sub-folders
                 folder = folder.parent
@@ -595,20 +660,35 @@ def _remote(repo: str, commit: str, name: str, size: int, session, headers: dict
 
     url = hf_hub_url(repo, name, revision=commit, endpoint=settings.hf_endpoint())
     signed_in = "authorization" in {k.lower() for k in headers}
-    return RangedFile(url, size, session, headers, f"{repo}/{name}", lambda status: _denied(repo, status, signed_in))
+    return RangedFile(
+        url,
+        size,
+        session,
+        headers,
+        f"{repo}/{name}",
+        lambda status: _denied(repo, name, status, signed_in),
+        repo=repo,
+        file=name,
+    )
 
 
-def _denied(repo: str, status: int, signed_in: bool) -> HubError:
+def _denied(repo: str, name: str, status: int, signed_in: bool) -> GatedRepoError:
     """A file read refused by the Hub itself: gated repos serve their metadata to anyone and refuse only
     file reads, with 401 to anonymous users and 403 to tokens without access."""
     if status == 403 or signed_in:
-        return HubError(
+        return GatedRepoError(
             f"{repo} is gated and this token has no access yet: request access at {settings.hf_endpoint()}/{repo} "
-            "and wait for approval"
+            "and wait for approval",
+            repo=repo,
+            status=status,
+            file=name,
         )
-    return HubError(
+    return GatedRepoError(
         f"{repo} is gated (or private): request access at {settings.hf_endpoint()}/{repo}, then log in with "
-        "`hf auth login` or set HF_TOKEN (or pass --token)"
+        "`hf auth login` or set HF_TOKEN (or pass --token)",
+        repo=repo,
+        status=status,
+        file=name,
     )
 
 
@@ -644,11 +724,18 @@ def _stream(
         except (ValueError, RecursionError):
             weight_map = None
         if weight_map is None:
-            raise HubError(f"{repo}/{ST_INDEX}: not a valid safetensors index")
+            raise HubResponseError(
+                f"{repo}/{ST_INDEX}: not a valid safetensors index", repo=repo, revision=commit, file=ST_INDEX
+            )
         weights = sorted(set(weight_map.values()))
         missing = [w for w in weights if w not in files]
         if missing:
-            raise HubError(f"{repo}: the index names {missing[0]!r}, which is not in the repo at {commit[:12]}")
+            raise HubResponseError(
+                f"{repo}: the index names {missing[0]!r}, which is not in the repo at {commit[:12]}",
+                repo=repo,
+                revision=commit,
+                file=ST_INDEX,
+            )
     remotes = [remote(name) for name in weights]
     with ThreadPoolExecutor(min(8, len(remotes)), thread_name_prefix="weightdiag-header") as pool:
         heads = list(pool.map(lambda r: _read_head(r, policy), remotes))  # latency-bound: all at once
@@ -665,7 +752,9 @@ def _stream(
         streamed.append(StreamedShard(shard, name, head, first, lfs_sha256))
         for entry in header.tensors:
             if entry.name in seen:
-                raise HubError(f"{repo}: tensor {entry.name!r} appears in two shards")
+                raise HubResponseError(
+                    f"{repo}: tensor {entry.name!r} appears in two shards", repo=repo, revision=commit, file=name
+                )
             seen.add(entry.name)
             tensors.append(TensorRef(entry.name, entry.dtype, entry.shape, i, entry.start, entry.end))
     plan = ModelPlan(

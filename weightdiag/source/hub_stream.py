@@ -151,7 +151,11 @@ class HubReader:
                 raise VerificationError(
                     f"{shard.remote.where}: the bytes read do not match the Hub's sha256 (got {digest[:12]}..., "
                     f"expected {(shard.sha256 or '')[:12]}...): the transfer was corrupted or the file changed "
-                    "meanwhile; nothing was written, run the command again"
+                    "meanwhile; nothing was written, run the command again",
+                    repo=shard.remote.repo,
+                    file=shard.name,
+                    expected=shard.sha256,
+                    got=digest,
                 )
         return {"summary": "sha256 of every shard verified against the Hub", "shards": [True] * len(self._shards)}
 

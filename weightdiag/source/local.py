@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..chunks import Chunk
-from ..errors import BadInputError, CheckpointFormatError
+from ..errors import CheckpointFormatError, ModelPathError
 from .files import (
     blob_sha256,
     default_model_id,
@@ -56,7 +56,8 @@ class LocalReader:
     def _truncated(self, ref: TensorRef, how: str) -> CheckpointFormatError:
         return CheckpointFormatError(
             f"{self._paths[ref.shard]}: {how} tensor {ref.name!r}; the file is truncated or changed while "
-            "reading; re-download it"
+            "reading; re-download it",
+            file=self._paths[ref.shard],
         )
 
     def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
@@ -86,7 +87,8 @@ class LocalReader:
         if os.fstat(fd).st_size < chunk.end:  # touching mapped pages past the end would be SIGBUS
             raise CheckpointFormatError(
                 f"{self._paths[chunk.shard]}: the file ends before byte {chunk.end}; it is truncated or changed "
-                "while reading; re-download it"
+                "while reading; re-download it",
+                file=self._paths[chunk.shard],
             )
         start = chunk.start - chunk.start % mmap.ALLOCATIONGRANULARITY
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
@@ -94,7 +96,7 @@ class LocalReader:
             mapping = mmap.mmap(fd, chunk.end - start, flags=flags, prot=mmap.PROT_READ, offset=start)
         except (ValueError, OSError) as exc:
             where = self._paths[chunk.shard]
-            raise CheckpointFormatError(f"{where}: cannot map bytes ({exc}); re-download it") from None
+            raise CheckpointFormatError(f"{where}: cannot map bytes ({exc}); re-download it", file=where) from None
         yield np.frombuffer(mapping, dtype=np.uint8, count=chunk.nbytes, offset=chunk.start - start)
 
     def cancel(self) -> None:
@@ -135,7 +137,9 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
     """
     p = Path(path).expanduser()
     if not p.exists():
-        raise BadInputError(f"{p}: no such file or folder; give a .safetensors file, a model folder or ORG/NAME")
+        raise ModelPathError(
+            f"{p}: no such file or folder; give a .safetensors file, a model folder or ORG/NAME", path=p
+        )
     revision = commit = None
     if p.is_file():
         if p.suffix == ".gguf":
@@ -147,8 +151,8 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
 
             return open_torch_bin(p.parent, [p.name], model_id=model_id or default_model_id(p.parent.resolve()))
         if p.suffix != ".safetensors":
-            raise BadInputError(
-                f"{p}: not a weights file; give a .safetensors, .gguf or pytorch .bin file, or a model folder"
+            raise ModelPathError(
+                f"{p}: not a weights file; give a .safetensors, .gguf or pytorch .bin file, or a model folder", path=p
             )
         root, files, index, weight_map = p.parent, [p.name], None, None
         guessed_id = p.stem if p.stem != "model" else default_model_id(p.resolve().parent)
@@ -170,7 +174,9 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
         file_path = root / name
         if not file_path.is_file():
             where = index if index else root
-            raise BadInputError(f"{where}: shard {name!r} is missing from {root}; download the missing file")
+            raise ModelPathError(
+                f"{where}: shard {name!r} is missing from {root}; download the missing file", path=file_path
+            )
         header, header_digest = read_file_header(file_path, str(file_path))
         headers.append(header)
         shards.append(ShardInfo(name, header.file_size, blob_sha256(file_path), header_digest))
@@ -201,7 +207,9 @@ def _find_index(folder: Path) -> Path | None:
     if len(indexes) > 1:
         preferred = folder / "model.safetensors.index.json"
         if preferred not in indexes:
-            raise BadInputError(f"{folder}: several safetensors index files; pass the model folder of one model")
+            raise ModelPathError(
+                f"{folder}: several safetensors index files; pass the model folder of one model", path=folder
+            )
         return preferred
     return indexes[0] if indexes else None
 
@@ -216,9 +224,10 @@ def _open_other_formats(folder: Path, model_id: str, revision: str | None, commi
         ggufs = sorted(folder.glob("*.gguf"))
         if len(ggufs) != 1:
             found = f" (found {len(ggufs)} .gguf files: pass one of them)" if ggufs else ""
-            raise BadInputError(
+            raise ModelPathError(
                 f"{folder}: no .safetensors, pytorch_model*.bin or single .gguf weights found{found}; "
-                "point at a model folder or file"
+                "point at a model folder or file",
+                path=folder,
             )
         from .gguf import open_gguf
 
@@ -235,7 +244,8 @@ def _tensor_refs(headers: list[SafetensorsHeader], shards: list[ShardInfo]) -> l
             if entry.name in seen:
                 raise CheckpointFormatError(
                     f"tensor {entry.name!r} appears in both {seen[entry.name]} and {shards[i].name}; "
-                    "the folder mixes two checkpoints"
+                    "the folder mixes two checkpoints",
+                    file=header.where,
                 )
             seen[entry.name] = shards[i].name
             refs.append(TensorRef(entry.name, entry.dtype, entry.shape, i, entry.start, entry.end))
@@ -250,7 +260,8 @@ def _check_index_map(
         if where.get(tensor) != shard:
             found = f"it is in {where[tensor]}" if tensor in where else "no shard holds it"
             raise CheckpointFormatError(
-                f"{index}: maps tensor {tensor!r} to {shard} but {found}; the index and shards do not match"
+                f"{index}: maps tensor {tensor!r} to {shard} but {found}; the index and shards do not match",
+                file=index,
             )
 
 

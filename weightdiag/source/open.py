@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import BadInputError
+from ..errors import ModelPathError, OptionError
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?(@[^\s]+)?$")
 
@@ -32,17 +32,19 @@ def open_model(
 ):
     """Resolve a model spec to (plan, reader): local path first, else a Hub repo id."""
     if not spec.strip():  # Path("") is the current folder: an empty argument must not fit it
-        raise BadInputError("empty model: give a .safetensors file, a model folder or a Hub id ORG/NAME[@REVISION]")
+        raise ModelPathError(
+            "empty model: give a .safetensors file, a model folder or a Hub id ORG/NAME[@REVISION]", path=spec
+        )
     path = Path(spec).expanduser()
     if path.exists():
         from .local import open_local
 
         if revision:
-            raise BadInputError(f"--revision applies to Hub repos; {spec} is a local path")
+            raise OptionError(f"--revision applies to Hub repos; {spec} is a local path", option="--revision")
         return open_local(path, model_id)
     if is_hub_id(spec):
         from .hub import open_hub
 
         repo, rev = split_revision(spec)
         return open_hub(repo, revision or rev, token=token, download=download, model_id=model_id)
-    raise BadInputError(f"{spec}: no such file or folder, and not a Hub id (ORG/NAME[@REVISION])")
+    raise ModelPathError(f"{spec}: no such file or folder, and not a Hub id (ORG/NAME[@REVISION])", path=spec)

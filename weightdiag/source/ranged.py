@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import HubError
+from ..errors import GatedRepoError, HubError, HubResponseError, TransferError
 
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 MIN_PROGRESS = 256 << 10  # bytes a body must deliver per half timeout (a 8.7 KB/s floor at the 30 s default)
@@ -112,7 +112,8 @@ class _Failed(Exception):
 class RangedFile:
     """One remote file: resolve URL, expected size, and the HTTP session/headers to use.
 
-    `denied(status)` builds the error for a 401/403 from the Hub itself (gated or private repos).
+    `denied(status)` builds the error for a 401/403 from the Hub itself (gated or private repos). `repo` and
+    `file` (the path in the repo; `where` when not given) fill the fields of the errors raised.
     """
 
     def __init__(
@@ -123,10 +124,15 @@ class RangedFile:
         headers: dict[str, str],
         where: str,
         denied: Callable[[int], HubError] | None = None,
+        *,
+        repo: str | None = None,
+        file: str | None = None,
     ) -> None:
         self.resolve_url = resolve_url
         self.size = size
         self.where = where
+        self.repo = repo
+        self.file = file if file is not None else where
         self._session = session
         # huggingface_hub's session is an httpx (1.x) or httpx2 (2.x) client; both name these alike.
         self._httpx = importlib.import_module(type(session).__module__.split(".")[0])
@@ -136,6 +142,12 @@ class RangedFile:
         self._cdn_url: str | None = None
         self._lock = threading.Lock()
         self._open: set = set()  # responses being read, closed by cancel()
+
+    def _transfer_error(self, message: str) -> TransferError:
+        return TransferError(message, repo=self.repo, file=self.file)
+
+    def _response_error(self, message: str, status: int | None = None) -> HubResponseError:
+        return HubResponseError(message, repo=self.repo, file=self.file, status=status)
 
     def _url(self) -> str:
         with self._lock:
@@ -177,13 +189,13 @@ class RangedFile:
             if concurrency.cancelled.is_set():
                 raise Cancelled
             if stalls >= STALLS_ALLOWED:
-                raise HubError(
+                raise self._transfer_error(
                     f"{self.where}: the server stopped sending while bytes {start}-{start + total - 1} were read "
                     f"({last_error}); check your connection, or raise WEIGHTDIAG_HTTP_TIMEOUT (now "
                     f"{policy.timeout:g} s) for a very slow link"
                 )
             if failures >= policy.attempts:
-                raise HubError(
+                raise self._transfer_error(
                     f"{self.where}: reading bytes {start}-{start + total - 1} failed {failures} times "
                     f"(last: {last_error}); check your connection and try again, or use --download"
                 )
@@ -206,10 +218,14 @@ class RangedFile:
                 if isinstance(exc, _Resume):
                     done = exc.done
             except httpx.TooManyRedirects:
-                raise HubError(f"{self.where}: the Hub's redirects go round in a loop; try again later") from None
+                raise self._response_error(
+                    f"{self.where}: the Hub's redirects go round in a loop; try again later"
+                ) from None
             except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
                 reason = f"{type(exc).__name__}: {exc}"[:160]
-                raise HubError(f"{self.where}: the Hub redirected to an unusable location ({reason})") from None
+                raise self._response_error(
+                    f"{self.where}: the Hub redirected to an unusable location ({reason})"
+                ) from None
             except (httpx.TimeoutException, httpx.TransportError) as exc:
                 if concurrency.cancelled.is_set():
                     raise Cancelled from None
@@ -219,7 +235,7 @@ class RangedFile:
             if retry_after is not None:  # 429: fewer requests at once, then wait as asked
                 throttles += 1
                 if throttles > THROTTLES_ALLOWED * policy.attempts:
-                    raise HubError(
+                    raise self._transfer_error(
                         f"{self.where}: the Hub kept answering 429 (too many requests) {throttles} times; wait a "
                         "while, or use fewer --connections"
                     )
@@ -250,9 +266,10 @@ class RangedFile:
             if status == 429:
                 return done, _retry_after(response.headers.get("retry-after"), policy.backoff)
             if status == 200:
-                raise HubError(
+                raise self._response_error(
                     f"{self.where}: the server ignored the byte range and sent the whole file "
-                    "(HTTP 200, not 206); streaming needs ranged reads: rerun with --download"
+                    "(HTTP 200, not 206); streaming needs ranged reads: rerun with --download",
+                    status,
                 )
             if status in (401, 403):
                 if str(response.url) != self.resolve_url or url != self.resolve_url:
@@ -260,13 +277,22 @@ class RangedFile:
                     raise _Failed(f"expired signed URL (HTTP {status})")
                 if self._denied is not None:
                     raise self._denied(status)
-                raise HubError(f"{self.where}: access denied (HTTP {status}); check your token")
+                raise GatedRepoError(
+                    f"{self.where}: access denied (HTTP {status}); check your token",
+                    repo=self.repo,
+                    status=status,
+                    file=self.file,
+                )
             if status != 206:
                 if status >= 500 or status == 408:
                     raise _Failed(f"HTTP {status}")
                 if status == 416:
-                    raise HubError(f"{self.where}: the file is shorter than the {self.size} bytes the Hub lists")
-                raise HubError(f"{self.where}: HTTP {status} while reading a byte range; try again later")
+                    raise self._response_error(
+                        f"{self.where}: the file is shorter than the {self.size} bytes the Hub lists", status
+                    )
+                raise self._response_error(
+                    f"{self.where}: HTTP {status} while reading a byte range; try again later", status
+                )
             self._check_reply(response.headers, first, last)
             self._remember(str(response.url))
             with self._lock:
@@ -311,12 +337,15 @@ class RangedFile:
         header = headers.get("content-range")
         match = _CONTENT_RANGE.match((header or "").strip())
         if not match:
-            raise HubError(f"{self.where}: a 206 reply without a valid Content-Range ({header!r}); try --download")
+            raise self._response_error(
+                f"{self.where}: a 206 reply without a valid Content-Range ({header!r}); try --download", 206
+            )
         got_first, got_last, size = int(match.group(1)), int(match.group(2)), match.group(3)
         if (got_first, got_last) != (first, last) or (size != "*" and int(size) != self.size):
-            raise HubError(
+            raise self._response_error(
                 f"{self.where}: asked for bytes {first}-{last} of {self.size}, the server sent {header!r}; "
-                "refusing a wrong range: try --download"
+                "refusing a wrong range: try --download",
+                206,
             )
         encoding = (headers.get("content-encoding") or "identity").strip().lower()
         if encoding != "identity":

@@ -57,7 +57,7 @@ class SafetensorsHeader:
 
 
 def _fail(where: str, what: str, todo: str = "the file is damaged or not a safetensors file; re-download it"):
-    raise CheckpointFormatError(f"{where}: {what}; {todo}")
+    raise CheckpointFormatError(f"{where}: {what}; {todo}", file=where)
 
 
 def header_length(prefix: bytes, file_size: int, where: str) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DTYPES, DType
-from ..errors import BadInputError, CheckpointFormatError
+from ..errors import CheckpointFormatError, ModelPathError
 from .files import default_model_id, file_header_digest, load_config, load_weight_map
 from .plan import ModelPlan, ShardInfo, TensorRef
 
@@ -76,18 +76,19 @@ def _legacy_load(torch: Any, path: Path) -> Any:
     def persistent_load(pid: Any) -> Any:
         nonlocal claimed
         if not (isinstance(pid, tuple) and len(pid) == 6):
-            raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (bad storage reference)")
+            raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (bad storage reference)", file=path)
         _, storage_type, key, _location, numel, view = pid
         # Untyped storages (dtypes without a typed storage class) are saved in bytes.
         dtype = getattr(storage_type, "dtype", torch.uint8)
         if not isinstance(dtype, torch.dtype) or not isinstance(key, str) or type(numel) is not int or numel < 0:
-            raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (bad storage reference)")
+            raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (bad storage reference)", file=path)
         if key not in storages:
             nbytes = numel * dtype.itemsize
             claimed += nbytes
             if claimed > file_size:
                 raise CheckpointFormatError(
-                    f"{path}: its storages claim more bytes than the file holds ({file_size}); the file is corrupt"
+                    f"{path}: its storages claim more bytes than the file holds ({file_size}); the file is corrupt",
+                    file=path,
                 )
             # Backed by numpy, the storage is not resizable: a tensor claiming more than its storage makes
             # set_() fail instead of silently growing the allocation.
@@ -97,34 +98,40 @@ def _legacy_load(torch: Any, path: Path) -> Any:
         if view is None:
             return storage
         if not (isinstance(view, tuple) and len(view) == 3 and all(type(v) is int and v >= 0 for v in view[1:])):
-            raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (bad storage view)")
+            raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (bad storage view)", file=path)
         start, size = view[1] * storage.element_size(), view[2] * storage.element_size()
         if start + size > storage.nbytes():
-            raise CheckpointFormatError(f"{path}: a storage view reaches past its storage; the file is corrupt")
+            raise CheckpointFormatError(
+                f"{path}: a storage view reaches past its storage; the file is corrupt", file=path
+            )
         return torch.storage.TypedStorage(
             wrap_storage=storage._untyped_storage[start : start + size], dtype=storage.dtype, _internal=True
         )
 
     with open(path, "rb") as f:
         if restricted.load(f, encoding="utf-8") != _LEGACY_MAGIC:
-            raise CheckpointFormatError(f"{path}: not a torch checkpoint (no zip archive, no legacy magic number)")
+            raise CheckpointFormatError(
+                f"{path}: not a torch checkpoint (no zip archive, no legacy magic number)", file=path
+            )
         if restricted.load(f, encoding="utf-8") != _LEGACY_PROTOCOL:
-            raise CheckpointFormatError(f"{path}: unknown legacy torch serialization protocol")
+            raise CheckpointFormatError(f"{path}: unknown legacy torch serialization protocol", file=path)
         restricted.load(f, encoding="utf-8")  # sys info (endianness, type sizes): written by every torch the same
         unpickler = restricted.Unpickler(f, encoding="utf-8")
         unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
         result = unpickler.load()
         keys = restricted.load(f, encoding="utf-8")
         if not isinstance(keys, list) or set(keys) != set(storages) or len(keys) != len(storages):
-            raise CheckpointFormatError(f"{path}: its storage list does not match its tensors; the file is corrupt")
+            raise CheckpointFormatError(
+                f"{path}: its storage list does not match its tensors; the file is corrupt", file=path
+            )
         for key in keys:
             storage = storages[key]
             count = int.from_bytes(f.read(8), "little", signed=True)
             if count * storage.element_size() != storage.nbytes():
-                raise CheckpointFormatError(f"{path}: a storage has the wrong size; the file is corrupt")
+                raise CheckpointFormatError(f"{path}: a storage has the wrong size; the file is corrupt", file=path)
             data = torch.empty(0, dtype=torch.uint8).set_(storage._untyped_storage).numpy()
             if f.readinto(memoryview(data)) != data.nbytes:
-                raise CheckpointFormatError(f"{path}: truncated (a storage ends past the end of the file)")
+                raise CheckpointFormatError(f"{path}: truncated (a storage ends past the end of the file)", file=path)
     return result
 
 
@@ -151,28 +158,32 @@ def _load(path: Path) -> dict[str, Any]:
         if "unsupported global" in str(exc).lower() or "not an allowed global" in str(exc).lower():
             raise CheckpointFormatError(
                 f"{path}: refused by the restricted unpickler (it would build objects other than tensors); "
-                "only plain tensor checkpoints are read: convert it to safetensors"
+                "only plain tensor checkpoints are read: convert it to safetensors",
+                file=path,
             ) from None
-        raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (corrupt pickle)") from None
+        raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (corrupt pickle)", file=path) from None
     except RuntimeError as exc:
         if "not resizable" in str(exc) or "out of bounds for storage" in str(exc):
             raise CheckpointFormatError(
                 f"{path}: a tensor reaches past the end of its storage (shape x stride larger than the data); "
-                "the file is corrupt"
+                "the file is corrupt",
+                file=path,
             ) from None
-        raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (RuntimeError)") from None
+        raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (RuntimeError)", file=path) from None
     except Exception as exc:
         # The unpickler and torch's rebuild functions run on untrusted bytes: a malformed file surfaces as
         # any exception (IndexError, KeyError, struct.error, AssertionError, MemoryError...), never as code run.
-        raise CheckpointFormatError(f"{path}: not a readable torch checkpoint ({exc.__class__.__name__})") from None
+        raise CheckpointFormatError(
+            f"{path}: not a readable torch checkpoint ({exc.__class__.__name__})", file=path
+        ) from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict):
-        raise CheckpointFormatError(f"{path}: holds a {type(state).__name__}, not a state dict of tensors")
+        raise CheckpointFormatError(f"{path}: holds a {type(state).__name__}, not a state dict of tensors", file=path)
     tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
     for key, tensor in tensors.items():
         if not isinstance(key, str):
-            raise CheckpointFormatError(f"{path}: a tensor is named by a {type(key).__name__}, not a string")
+            raise CheckpointFormatError(f"{path}: a tensor is named by a {type(key).__name__}, not a string", file=path)
         _check_strides(path, key, tensor)
     return tensors
 
@@ -189,17 +200,22 @@ def _check_strides(path: Path, key: str, t: Any) -> None:
         return  # not read: skipped by dtype, or empty
     size, stride, offset = t.shape, t.stride(), t.storage_offset()
     if offset < 0 or any(s < 0 for s in stride):
-        raise CheckpointFormatError(f"{path}: tensor {key!r} has a negative offset or stride; the file is corrupt")
+        raise CheckpointFormatError(
+            f"{path}: tensor {key!r} has a negative offset or stride; the file is corrupt", file=path
+        )
     last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
     if (last + 1) * t.element_size() > t.untyped_storage().nbytes():
-        raise CheckpointFormatError(f"{path}: tensor {key!r} reaches past the end of its storage; the file is corrupt")
+        raise CheckpointFormatError(
+            f"{path}: tensor {key!r} reaches past the end of its storage; the file is corrupt", file=path
+        )
     extent = 0  # elements spanned by the dimensions taken so far, smallest stride first
     for n, s in sorted((d for d in zip(size, stride, strict=True) if d[0] > 1), key=lambda d: d[1]):
         if s <= extent:
             raise CheckpointFormatError(
                 f"{path}: tensor {key!r} (shape {list(size)}, stride {list(stride)}) is a broadcast or overlapping "
                 "view that shares storage between its own elements; weightdiag does not expand it: save the "
-                "tensor with .contiguous() (or .clone()) or convert the checkpoint to safetensors"
+                "tensor with .contiguous() (or .clone()) or convert the checkpoint to safetensors",
+                file=path,
             )
         extent += (n - 1) * s
     return
@@ -239,19 +255,21 @@ def open_torch_bin(
     folder: Path, files: list[str], *, model_id: str | None = None, sha256: dict[str, str] | None = None
 ) -> tuple[ModelPlan, TorchBinReader]:
     if not files:
-        raise BadInputError(f"{folder}: no pytorch_model*.bin weights found")
+        raise ModelPathError(f"{folder}: no pytorch_model*.bin weights found", path=folder)
     states, shards, refs = [], [], []
     seen: set[str] = set()
     for i, name in enumerate(files):
         path = folder / name
         if not path.is_file():
-            raise BadInputError(f"{folder}: shard {name!r} is missing; download the missing file")
+            raise ModelPathError(f"{folder}: shard {name!r} is missing; download the missing file", path=path)
         state = _load(path)
         states.append(state)
         shards.append(ShardInfo(name, path.stat().st_size, (sha256 or {}).get(name), file_header_digest(path)))
         for key, tensor in state.items():
             if key in seen:
-                raise CheckpointFormatError(f"tensor {key!r} appears in two shards; the folder mixes checkpoints")
+                raise CheckpointFormatError(
+                    f"tensor {key!r} appears in two shards; the folder mixes checkpoints", file=path
+                )
             seen.add(key)
             dtype = _dtype_of(tensor)
             shape = () if tensor.is_nested else tuple(tensor.shape)  # nested: no single shape (skipped)
