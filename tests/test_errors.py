@@ -1,0 +1,300 @@
+"""The error hierarchy (weightdiag/errors.py): each class's exit code and fields, the types that real situations
+raise (on the loopback Hub of tests/hub_server.py and on local files), and one line through the CLI."""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from pathlib import Path
+
+import pytest
+
+from weightdiag import api, cli
+from weightdiag.db import AmbiguousRowError, RowNotFoundError
+from weightdiag.errors import (
+    BadInputError,
+    CheckpointFormatError,
+    ExitCode,
+    GatedRepoError,
+    HubError,
+    HubResponseError,
+    HubUnreachableError,
+    ModelPathError,
+    NotCachedError,
+    OptionError,
+    RepoNotFoundError,
+    RevisionNotFoundError,
+    TransferError,
+    VerificationError,
+    WeightdiagError,
+)
+from weightdiag.pipeline import FitOptions
+from weightdiag.records import RowError
+
+from .hub_server import FakeHub, write_small_model
+
+HUB_FIELDS = {"repo": None, "revision": None, "file": None, "status": None}
+
+# One instance of every class: (error, exit code, fields).
+EXAMPLES: list[tuple[WeightdiagError, ExitCode, dict[str, object]]] = [
+    (WeightdiagError("boom"), ExitCode.INTERNAL, {}),
+    (BadInputError("bad"), ExitCode.BAD_INPUT, {}),
+    (OptionError("--trim 'x': choose one of mid80", option="--trim"), ExitCode.BAD_INPUT, {"option": "--trim"}),
+    (ModelPathError("/nope: no such file or folder", path=Path("/nope")), ExitCode.BAD_INPUT, {"path": "/nope"}),
+    (
+        CheckpointFormatError("/m/a.safetensors: bad", file=Path("/m/a.safetensors")),
+        ExitCode.BAD_INPUT,
+        {"file": "/m/a.safetensors"},
+    ),
+    (CheckpointFormatError("tensors in two shards"), ExitCode.BAD_INPUT, {"file": None}),
+    (
+        RowError("rows/x.json", "is missing", field="model.source"),
+        ExitCode.BAD_INPUT,
+        {"file": "rows/x.json", "field": "model.source", "problem": "is missing", "model_id": None},
+    ),
+    (RowNotFoundError("x"), ExitCode.BAD_INPUT, {"spec": "x"}),
+    (AmbiguousRowError("q", ["Q", "q2"]), ExitCode.BAD_INPUT, {"spec": "q", "candidates": ["Q", "q2"]}),
+    (
+        HubError("acme/x@main: no weights", repo="acme/x", revision="main"),
+        ExitCode.HUB,
+        HUB_FIELDS | {"repo": "acme/x", "revision": "main"},
+    ),
+    (
+        RepoNotFoundError("acme/x: no such model repository", repo="acme/x"),
+        ExitCode.HUB,
+        HUB_FIELDS | {"repo": "acme/x", "status": 404},
+    ),
+    (
+        RevisionNotFoundError("acme/x: revision 'step9' not found", repo="acme/x", revision="step9"),
+        ExitCode.HUB,
+        HUB_FIELDS | {"repo": "acme/x", "revision": "step9", "status": 404},
+    ),
+    (
+        GatedRepoError("acme/x is gated", repo="acme/x", status=401, file="model.safetensors"),
+        ExitCode.HUB,
+        HUB_FIELDS | {"repo": "acme/x", "file": "model.safetensors", "status": 401},
+    ),
+    (
+        HubUnreachableError("cannot reach the Hub", endpoint="https://hf.example", repo="acme/x"),
+        ExitCode.HUB,
+        HUB_FIELDS | {"repo": "acme/x", "endpoint": "https://hf.example"},
+    ),
+    (
+        NotCachedError("acme/x@v1 is not in the local cache", repo="acme/x", revision="v1"),
+        ExitCode.HUB,
+        HUB_FIELDS | {"repo": "acme/x", "revision": "v1"},
+    ),
+    (
+        HubResponseError("acme/x: HTTP 502", repo="acme/x", file="a.safetensors", status=502),
+        ExitCode.HUB,
+        HUB_FIELDS | {"repo": "acme/x", "file": "a.safetensors", "status": 502},
+    ),
+    (
+        TransferError("acme/x/a.safetensors: stopped", repo="acme/x", file="a.safetensors"),
+        ExitCode.HUB,
+        HUB_FIELDS | {"repo": "acme/x", "file": "a.safetensors"},
+    ),
+    (
+        VerificationError(
+            "acme/x/a.safetensors: sha256 mismatch",
+            repo="acme/x",
+            file="a.safetensors",
+            expected="ab" * 32,
+            got="cd" * 32,
+        ),
+        ExitCode.HUB,
+        HUB_FIELDS | {"repo": "acme/x", "file": "a.safetensors", "expected": "ab" * 32, "got": "cd" * 32},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "fields"), EXAMPLES, ids=lambda v: type(v).__name__ if isinstance(v, Exception) else ""
+)
+def test_each_class_has_its_exit_code_and_fields(
+    error: WeightdiagError, code: ExitCode, fields: dict[str, object]
+) -> None:
+    assert error.exit_code == code
+    assert error.fields == fields
+    for name, value in fields.items():
+        assert getattr(error, name) == value
+    copy = pickle.loads(pickle.dumps(error))  # errors cross process pools (`sweep --jobs`)
+    assert type(copy) is type(error)
+    assert copy.message == error.message
+    assert copy.fields == fields
+
+
+def test_the_hierarchy_keeps_the_exit_codes_of_the_causes() -> None:
+    for cls in (OptionError, ModelPathError, CheckpointFormatError, RowError, RowNotFoundError, AmbiguousRowError):
+        assert issubclass(cls, BadInputError)
+    hub = (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError, NotCachedError)
+    for cls in (*hub, HubResponseError, TransferError, VerificationError):
+        assert issubclass(cls, HubError)
+        assert cls.exit_code == ExitCode.HUB
+    assert not issubclass(HubUnreachableError, TransferError)  # only an unreachable Hub falls back to the cache
+
+
+def test_messages_stay_one_line() -> None:
+    error = HubResponseError("acme/x:\n  the Hub answered\tHTTP 502", repo="acme/x", status=502)
+    assert error.message == "acme/x: the Hub answered HTTP 502"
+    with pytest.raises(TypeError):
+        OptionError("no option named")  # type: ignore[call-arg]  # fields are required where the cause has them
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "fields"), EXAMPLES, ids=lambda v: type(v).__name__ if isinstance(v, Exception) else ""
+)
+def test_every_error_is_one_line_with_its_code_through_the_cli(
+    error: WeightdiagError, code: ExitCode, fields: dict[str, object], monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    def app(**_: object) -> None:
+        raise error
+
+    monkeypatch.delenv("WEIGHTDIAG_DEBUG", raising=False)
+    monkeypatch.setattr(cli, "app", app)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["fit", "whatever"])
+    assert exit_info.value.code == code
+    err = capsys.readouterr().err
+    assert err == f"error: {error.message}\n"
+    assert "Traceback" not in err
+
+
+# --- real situations on the loopback Hub ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_small_model(tmp_path_factory.mktemp("small"), shard_bytes=120_000)
+
+
+def _fit(spec: str, **kw: object) -> dict:
+    return api.fit_model(spec, FitOptions(device="cpu"), **kw)  # type: ignore[arg-type]
+
+
+def test_missing_repo_and_revision(fake_hub: FakeHub, small_model: Path) -> None:
+    fake_hub.add_folder("acme/run", small_model, branch="step1000")
+    with pytest.raises(RepoNotFoundError) as missing:
+        _fit("nobody/nothing")
+    assert missing.value.repo == "nobody/nothing"
+    assert missing.value.status == 404
+    assert missing.value.exit_code == ExitCode.HUB
+    assert "no such model repository" in missing.value.message
+    with pytest.raises(RevisionNotFoundError) as revision:
+        _fit("acme/run@step2500")
+    assert revision.value.repo == "acme/run"
+    assert revision.value.revision == "step2500"
+    assert "nearest existing: step1000" in revision.value.message
+
+
+@pytest.mark.parametrize(("token", "status"), [(None, 401), ("hf_not_approved", 403)])
+@pytest.mark.parametrize("gate_api", [False, True], ids=["files-gated", "metadata-gated"])
+def test_gated_repo_401_and_403(
+    fake_hub: FakeHub, small_model: Path, token: str | None, status: int, gate_api: bool
+) -> None:
+    fake_hub.gate_api = gate_api
+    fake_hub.add_folder("acme/gated", small_model, gated="manual")
+    with pytest.raises(GatedRepoError) as err:
+        _fit("acme/gated", token=token)
+    assert err.value.repo == "acme/gated"
+    assert err.value.status == status
+    assert err.value.exit_code == ExitCode.HUB
+    if gate_api:
+        assert err.value.file is None  # refused at the model info
+    else:
+        assert err.value.file in {"config.json", "model.safetensors.index.json"} or err.value.file.endswith(
+            ".safetensors"
+        )
+    assert ("no access yet" if token else "log in") in err.value.message
+
+
+def test_corrupted_bytes_name_the_file(fake_hub: FakeHub, small_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEIGHTDIAG_HTTP_BACKOFF", "0")
+    monkeypatch.setattr("weightdiag.source.hub.HEAD_GUESS", 4096)  # the flipped byte lands in the tensor data
+    fake_hub.add_folder("acme/tiny", small_model)
+    shard = sorted(p.name for p in small_model.glob("*.safetensors"))[1]
+    fake_hub.fail("corrupt", shard, times=1, method="GET")
+    with pytest.raises(VerificationError) as err:
+        _fit("acme/tiny")
+    assert err.value.repo == "acme/tiny"
+    assert err.value.file == shard
+    assert err.value.expected == fake_hub.blob("acme/tiny", shard).sha256
+    assert err.value.got != err.value.expected
+    assert len(err.value.got) == 64
+    assert err.value.exit_code == ExitCode.HUB
+
+
+def test_a_byte_range_the_server_ignores(fake_hub: FakeHub, small_model: Path) -> None:
+    fake_hub.add_folder("acme/tiny", small_model)
+    fake_hub.ignore_range = True
+    with pytest.raises(HubResponseError) as err:
+        _fit("acme/tiny")
+    assert err.value.repo == "acme/tiny"
+    assert err.value.status == 200
+    assert err.value.file in {"config.json", "model.safetensors.index.json"} or err.value.file.endswith(".safetensors")
+
+
+def test_unreachable_hub_and_offline_without_a_cached_copy(
+    fake_hub: FakeHub, small_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_hub.add_folder("acme/tiny", small_model)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(NotCachedError) as offline:
+        _fit("acme/tiny@v2")
+    assert offline.value.repo == "acme/tiny"
+    assert offline.value.revision == "v2"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    endpoint = fake_hub.url
+    fake_hub.stop()
+    with pytest.raises(HubUnreachableError) as unreachable:
+        _fit("acme/tiny")
+    assert unreachable.value.endpoint == endpoint
+    assert unreachable.value.repo == "acme/tiny"
+    assert "cannot reach the Hub" in unreachable.value.message
+
+
+# --- local situations ----------------------------------------------------------------------------------------
+
+
+def test_missing_model_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nothing-here"
+    with pytest.raises(ModelPathError) as err:
+        _fit(str(missing))
+    assert err.value.path == str(missing)
+    assert err.value.exit_code == ExitCode.BAD_INPUT
+    assert "no such file or folder" in err.value.message
+
+
+def test_truncated_safetensors_header_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(struct.pack("<Q", 1000) + b'{"w": {"dtype": "F32"')  # the header claims more than is there
+    with pytest.raises(CheckpointFormatError) as err:
+        _fit(str(path))
+    assert err.value.file == str(path)
+    assert err.value.exit_code == ExitCode.BAD_INPUT
+
+
+def test_revision_on_a_local_path_is_an_option_error(tmp_path: Path) -> None:
+    with pytest.raises(OptionError) as err:
+        api.fit_model(str(tmp_path), FitOptions(device="cpu"), revision="main")
+    assert err.value.option == "--revision"
+
+
+def test_options_and_environment_variables_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from weightdiag import settings
+
+    with pytest.raises(OptionError) as trim:
+        FitOptions(trim="mid99").validate()
+    assert trim.value.option == "--trim"
+    with pytest.raises(OptionError) as lr:
+        FitOptions(lr=-1.0).validate()
+    assert lr.value.option == "--lr"
+    monkeypatch.setenv("WEIGHTDIAG_THREADS", "many")
+    with pytest.raises(OptionError) as threads:
+        settings.threads()
+    assert threads.value.option == "WEIGHTDIAG_THREADS"
+    assert threads.value.exit_code == ExitCode.BAD_INPUT
+    monkeypatch.setenv("WEIGHTDIAG_HTTP_BACKOFF", "soon")
+    with pytest.raises(OptionError) as backoff:
+        settings.http_retries()
+    assert backoff.value.option == "WEIGHTDIAG_HTTP_BACKOFF"
