@@ -323,3 +323,103 @@ def test_rows_are_written_with_the_usual_file_permissions(tmp_path):
     target = tmp_path / "rows" / "x.json"
     write_text_atomic(target, "{}")
     assert target.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+# --- the terminal: a broken pipe, a real 80-column terminal (tmux) ----------------------------------------
+
+LONG_ID = "an-organisation/a-rather-long-model-name-v2"
+
+
+def _tiny_model(folder: Path) -> Path:
+    from weightdiag import synthetic
+
+    spec = synthetic.ModelSpec(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, ffn_size=128, vocab=128, seed=5)
+    return synthetic.write_model(folder, spec)
+
+
+def _cli_env(**extra: str) -> dict[str, str]:
+    """The environment of a real run: no COLUMNS (a terminal gives its own width), no network."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "WEIGHTDIAG_DB")}
+    return {**env, "HF_HUB_OFFLINE": "1", **extra}
+
+
+@pytest.mark.parametrize("args", [("db", "list"), ("db", "export"), ("db", "list", "--json")])
+def test_a_closed_pipe_ends_quietly_with_exit_0(args, tmp_path):
+    """`weightdiag db list | head -1`: the reader goes away; exit 0 (1 means a regression), no traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # closed before weightdiag writes a byte: its first write meets EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-W", "error::RuntimeWarning", "-m", "weightdiag", *args, "--db", str(tmp_path)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_cli_env(),
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+
+
+def _wrapped_table_lines(text: str) -> list[str]:
+    """Table lines the terminal wrapped (a border line that does not end with its border)."""
+    ends = {"┏": "┓", "┃": "┃", "┡": "┩", "│": "│", "└": "┘"}
+    return [line for line in text.splitlines() if line[:1] in ends and not line.rstrip().endswith(ends[line[0]])]
+
+
+def test_a_tmux_capture_at_80_columns(tmp_path):
+    """The terminal look, in a real 80x40 terminal: `fit` and `db list` as a user sees them."""
+    import time
+
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux is not installed")
+    model = _tiny_model(tmp_path / "model")
+    db = tmp_path / "db"
+    seeded = run_cli("fit", str(model), "--name", LONG_ID, "--db", str(db), "--device", "cpu", "-q")
+    assert seeded.returncode == 0, seeded.stderr  # a row with a long id for `db list`
+    done = tmp_path / "done"
+    weightdiag = f"{sys.executable} -W error::RuntimeWarning -m weightdiag"
+    script = tmp_path / "session.sh"
+    script.write_text(
+        f"{weightdiag} fit '{model}' --no-save --name '{LONG_ID}' --device cpu\n"
+        f"{weightdiag} db list\n"
+        f"touch '{done}'\n"
+        "sleep 120\n"
+    )
+    socket = tmp_path / "tmux.sock"
+    base = [tmux, "-S", str(socket), "-f", os.devnull]
+    env = _cli_env(WEIGHTDIAG_DB=str(db))
+    subprocess.run([*base, "new-session", "-d", "-x", "80", "-y", "40", f"sh '{script}'"], env=env, check=True)
+    try:
+        for _ in range(1200):  # at most a minute: a safety net, not a timing assertion
+            if done.exists():
+                break
+            time.sleep(0.05)
+        assert done.exists(), "the tmux session did not finish"
+        captured = subprocess.run(
+            [*base, "capture-pane", "-p", "-S", "-"], env=env, check=True, capture_output=True, text=True
+        ).stdout
+    finally:
+        subprocess.run([*base, "kill-server"], env=env, capture_output=True)
+    assert "Traceback" not in captured, captured
+    assert "…" not in captured, captured
+    assert max(len(line) for line in captured.splitlines()) <= 80, captured
+    assert not _wrapped_table_lines(captured), captured  # no table line wider than the terminal
+    assert f"│ {LONG_ID} │" in captured, captured  # the id whole in its cell, as `db show` takes it
+    assert "median" in captured  # the fit's table
+    assert "llama-3-8b" in captured
+
+
+def test_the_readme_compare_example_is_a_real_run(minilm_dir, tmp_path):
+    """README's `compare` example is what `weightdiag compare` prints on MiniLM (to a file: full width)."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Comparing with the paper's cohort: `compare`") :]
+    start = section.index("```\n") + 4
+    example = section[start : section.index("\n```", start)]
+    out = run_cli("compare", str(minilm_dir), "--db", str(tmp_path / "db"), "-q", env={"COLUMNS": "100000"})
+    assert out.returncode == 0, out.stderr
+    printed = "\n".join(line.rstrip() for line in out.stdout.strip("\n").splitlines())
+    assert printed == example.strip("\n"), printed

@@ -5,6 +5,7 @@ columns, notes on fallbacks, readable help. In process (weightdiag.cli.main or t
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,22 @@ def test_every_command_answers_h_and_help_alike():
         assert short.output.startswith(f"Usage: weightdiag {' '.join(path)}".rstrip()), short.output
 
 
+def test_usage_lines_name_arguments_as_placeholders():
+    """`Usage: weightdiag fit [OPTIONS] MODEL`, not typer's `{MODEL}`."""
+    runner = CliRunner()
+    usages = {}
+    for path in _commands():
+        text = runner.invoke(cli.app, [*path, "-h"], prog_name="weightdiag", env={"COLUMNS": "200"}).output
+        usages[" ".join(path)] = text.splitlines()[0]
+    assert usages["fit"] == "Usage: weightdiag fit [OPTIONS] MODEL"
+    assert usages["db show"] == "Usage: weightdiag db show [OPTIONS] ID"
+    assert usages["compare"] == "Usage: weightdiag compare [OPTIONS] [MODEL]..."
+    assert not [u for u in usages.values() if "{" in u or "}" in u], usages
+    missing = runner.invoke(cli.app, ["fit"], prog_name="weightdiag")
+    assert missing.exit_code == 2
+    assert "Usage: weightdiag fit [OPTIONS] MODEL" in missing.output
+
+
 def test_help_shows_readable_placeholders_and_whole_descriptions():
     runner = CliRunner()
     for path in _commands():
@@ -110,6 +127,11 @@ def test_one_name_per_option_across_commands():
                     meanings.setdefault(opt, set()).add(param.name or "")
     assert meanings["--steps"] == {"steps"}
     assert meanings["--train-steps"] == {"train_steps"}
+    # --all is "every revision" (sweep); check lists its passing matrices with --show-passing.
+    assert meanings["--all"] == {"every"}
+    assert meanings["--show-passing"] == {"show_passing"}
+    clashes = {opt: names for opt, names in meanings.items() if len(names) > 1}
+    assert not clashes, clashes  # one option, one parameter (one meaning) on every command
     fit = typer.main.get_command(cli.app).commands["fit"]  # type: ignore[attr-defined]
     assert "--steps" not in {o for p in fit.params for o in getattr(p, "opts", [])}
 
@@ -182,7 +204,7 @@ def test_exit_5_internal_error_is_one_line(tmp_path, monkeypatch, capsys):
     def bug(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(api, "fit_model", bug)
+    monkeypatch.setattr(api, "fit", bug)
     code, _, err = run(capsys, "fit", str(_model(tmp_path)), "--no-save", "-q")
     assert code == ExitCode.INTERNAL == 5
     assert err.startswith("internal error: ZeroDivisionError: a bug"), err
@@ -195,7 +217,7 @@ def test_exit_130_interrupted(tmp_path, monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(api, "fit_model", interrupted)
+    monkeypatch.setattr(api, "fit", interrupted)
     code, _, _ = run(capsys, "fit", str(_model(tmp_path)), "--no-save", "-q")
     assert code == ExitCode.INTERRUPTED == 130
 
@@ -321,7 +343,111 @@ def test_tables_fit_80_and_100_columns_without_ellipses(columns, tmp_path, monke
         assert "…" not in text, text
         assert max(len(line) for line in text.splitlines()) <= columns, text
     assert LONG_ID in outputs[0]
-    assert re.search(r"median k\s*┃\s*median λ", outputs[0])  # the numbers stay; optional columns go first
+    # The numbers stay (median k and λ beside the kind); headers fold and optional columns go first.
+    assert re.search(r"│ up +│ transmission +│ 1 │ +\d\.\d{4} │ +\d\.\d+ │", outputs[0]), outputs[0]
+
+
+def _table_ids(text: str) -> list[str]:
+    """The first cell of each body row of the tables in `text` (the ids of `db list`)."""
+    cells = [line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│")]
+    return [cell for cell in cells if cell]
+
+
+def _readable(text: str, columns: int) -> None:
+    assert "…" not in text, text
+    assert max(len(line) for line in text.splitlines()) <= columns, text
+
+
+@pytest.fixture(scope="module")
+def _tiny_run(tmp_path_factory) -> Path:
+    """Two checkpoints of a tiny Llama-shaped run (3 blocks, q/k/v/o/gate/up/down), as a sweep finds them."""
+    from weightdiag import synthetic
+
+    run_folder = tmp_path_factory.mktemp("tiny-run")
+    for step, seed in ((0, 1), (1000, 2)):
+        spec = synthetic.ModelSpec(n_layers=3, d_model=64, n_heads=4, n_kv_heads=2, ffn_size=128, vocab=128, seed=seed)
+        synthetic.write_model(run_folder / f"step_{step}", spec)
+    return run_folder
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_every_command_reads_at_80_and_100_columns(columns, _tiny_run, tmp_path, monkeypatch, capsys):
+    """compare, check, report, sweep, trajectory and db list: no cell cut with '…', no line wider than the
+    terminal, ids whole (every id `db list` prints opens with `db show`), matrix names whole."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    db = str(tmp_path / "db")
+    model = _tiny_run / "step_1000"
+
+    def ok(*args: str, expect: int = 0) -> str:
+        code, out, err = run(capsys, *args)
+        assert code == expect, (args, out, err)
+        if "--json" not in args:
+            _readable(out, columns)
+        return out
+
+    fitted = ok("fit", str(model), "--name", LONG_ID, "--db", db, "--device", "cpu", "-q")
+    assert LONG_ID in fitted
+    compared = ok("compare", "--db", db, "-q")  # every fitted row: the one just written
+    assert f"{LONG_ID} vs the 12-entry cohort" in compared
+    assert re.search(r"│ q +│ +\d\.\d{4} │", compared), compared  # kind and k whole on one line
+    (row_file,) = (tmp_path / "db" / "rows").glob("*.json")
+    reported = ok("report", str(row_file), "--db", db, "-q")
+    assert LONG_ID in reported
+    assert re.search(r"│ +0 │ +\d\.\d{3} │", reported), reported  # block 0's k q: numbers whole
+
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(ok("fit", str(_tiny_run / "step_0"), "--no-save", "--json", "-q"))
+    failed = ok("check", str(model), "--baseline", str(baseline), "-q", expect=ExitCode.REGRESSION)
+    passing = ok("check", str(baseline), "--baseline", str(baseline), "--show-passing", "-q")
+    for text in (failed, passing):
+        assert "model.layers.2.self_attn.q_proj.weight" in text, text  # matrix names whole
+        assert re.search(r"│ +[+-]\d\.\d{5} │", text), text  # Δk stays
+
+    swept = ok("sweep", str(_tiny_run), "--all", "--name", LONG_ID, "--db", db, "--device", "cpu", "-q")
+    assert "step_1000" in swept
+    trajectory = ok("trajectory", LONG_ID, "--db", db)
+    assert LONG_ID in trajectory
+    assert re.search(r"│ +1000 │", trajectory), trajectory
+
+    listed = ok("db", "list", "--db", db)
+    ids = _table_ids(listed)
+    assert "llama-3-8b" in ids
+    assert LONG_ID in ids, listed
+    revisions = [line.split("│")[2].strip() for line in listed.splitlines() if line.startswith("│ " + LONG_ID)]
+    assert "step_1000" in revisions, listed
+    for row_id, revision in [(i, "-") for i in ids] + [(LONG_ID, r) for r in revisions]:
+        shown = row_id if revision == "-" else f"{row_id}@{revision}"
+        code, out, err = run(capsys, "db", "show", shown, "--db", db)
+        assert code == 0, (shown, err)  # the id as printed names its row
+        _readable(out, columns)
+
+
+def test_fit_width_never_cuts_a_cell():
+    """FitWidth directly, on narrow consoles: optional columns go, headers fold, whole columns stay whole."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from weightdiag.render.tables import FitWidth
+
+    table = Table(title="a title with " + LONG_ID)
+    for name in ("id", "a long header", "number", "notes"):
+        table.add_column(name, no_wrap=name != "notes")
+    table.add_row(LONG_ID, "1.2345", "0.071264", "some words that can fold")
+
+    def draw(width: int) -> str:
+        with open(os.devnull, "w") as nowhere:
+            console = Console(width=width, record=True, file=nowhere)
+            console.print(FitWidth(table, optional=("number",)))
+        return console.export_text()
+
+    for width in (40, 60, 80, 100, 140):
+        text = draw(width)
+        _readable(text, width)
+        if width >= len(LONG_ID) + 4:
+            assert LONG_ID in text, (width, text)
+            assert "0.071264" in text or "number" not in text.splitlines()[1], text
+    assert re.search(r"a long header\s*┃\s*number", draw(140))  # wide enough: nothing goes, nothing folds
+    assert re.search(r"┃ +┃ a long +┃", draw(100))  # 1 column short: the header folds, every cell stays
 
 
 def test_output_to_a_file_is_not_hard_wrapped(tmp_path, capsys):

@@ -8,13 +8,16 @@ Errors print one line on stderr, never a traceback (set WEIGHTDIAG_DEBUG=1 to se
 # No `from __future__ import annotations` in this module: Typer would then eval every command's
 # annotations from strings at each start-up (~15 ms for all commands); real objects cost nothing.
 
+import contextlib
 import json
+import os
 import sys
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+import typer.core
 
 from . import __version__, settings
 from .errors import ExitCode, WeightdiagError
@@ -36,6 +39,44 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+class _Command(typer.core.TyperCommand):
+    """Every weightdiag command: a plain usage line, and a quiet end when the reader of stdout goes away."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        # typer writes a required argument as `{MODEL}` in the usage line; MODEL is what a user reads
+        # (click's and argparse's convention; optional ones stay `[MODEL]...`).
+        pieces = super().collect_usage_pieces(ctx)
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
+
+    def invoke(self, ctx: Any) -> Any:
+        # `weightdiag db list | head -1`: the reader closed the pipe. Stop quietly with exit 0, as other
+        # command-line tools do, not click's exit 1 (which means "check found a regression").
+        try:
+            outcome = super().invoke(ctx)
+        except BrokenPipeError:
+            _stdout_gone()
+            raise typer.Exit(ExitCode.OK) from None
+        except typer.Exit:
+            _flush_stdout()  # a pipe closed at the end keeps the command's own exit code
+            raise
+        _flush_stdout()
+        return outcome
+
+
+def _flush_stdout() -> None:
+    """Flush stdout now (not at interpreter exit, where a closed pipe prints 'Exception ignored')."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_gone()
+
+
+def _stdout_gone() -> None:
+    """Send what is still buffered for stdout nowhere: its reader is gone."""
+    with contextlib.suppress(OSError, ValueError):  # no file descriptor (a test's captured stdout): nothing to do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 @cache
 def _console(err: bool) -> "Console":
     # Built on first use: rich.console costs ~20 ms at start-up and --json or --version never print with it.
@@ -46,7 +87,16 @@ def _console(err: bool) -> "Console":
     # wrap at 80), so tables keep their natural width and long lines stay whole.
     width = None if stream.isatty() else settings.columns() or UNLIMITED_WIDTH
     # emoji=False: paths and model ids are printed as given (`/tmp/p:fire:q` is no emoji code).
-    return Console(stderr=err, width=width, emoji=False)
+    console = Console(stderr=err, width=width, emoji=False)
+    if not err:
+        console.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]
+    return console
+
+
+def _broken_pipe() -> None:
+    """rich's own Console.on_broken_pipe exits 1, which means "check found a regression": raise instead, and
+    _Command ends the command with 0."""
+    raise BrokenPipeError
 
 
 UNLIMITED_WIDTH = 100_000  # wider than any line weightdiag prints: output to a file is never hard-wrapped
@@ -334,7 +384,8 @@ def check(
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
     save: Annotated[bool, typer.Option(help="Save the fitted row in the database.")] = False,
-    show_all: Annotated[bool, typer.Option("--all", help="List passing matrices too.")] = False,
+    # Not --all: on `sweep`, --all means every revision.
+    show_passing: Annotated[bool, typer.Option("--show-passing", help="List passing matrices too.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -363,7 +414,7 @@ def check(
         progress.close()
     if as_json:
         _print_json(result)
-    elif result["passed"] and not show_all:
+    elif result["passed"] and not show_passing:
         _stdout().print(
             f"PASS: {counted(result['checked'], 'matrix', 'matrices', every=True)} of {result['model']} within "
             f"|Δk| <= {tol_k} and "
@@ -371,7 +422,7 @@ def check(
             markup=False,
         )
     else:
-        _stdout().print(check_view(result, show_all))
+        _stdout().print(check_view(result, show_passing))
     raise typer.Exit(ExitCode.OK if result["passed"] else ExitCode.REGRESSION)
 
 
@@ -395,9 +446,7 @@ def db_list(
     if as_json:
         _print_json(records)
     else:
-        table = db_list_view(records)
-        table.columns[0].no_wrap = True  # ids whole, never cut with '…': `db show` takes them as printed
-        _stdout().print(table)
+        _stdout().print(db_list_view(records))  # ids whole, never cut with '…': `db show` takes them as printed
 
 
 def _skipped_row(exc: Any) -> None:
@@ -758,6 +807,16 @@ def _set_short_help() -> None:
 
 
 _set_short_help()
+
+
+def _set_command_class() -> None:
+    for typer_app in (app, db_app):
+        for info in typer_app.registered_commands:
+            if info.cls in (None, typer.core.TyperCommand):  # typer fills in its default class
+                info.cls = _Command
+
+
+_set_command_class()
 
 
 def _error_line(exc: Exception) -> tuple[str, int]:

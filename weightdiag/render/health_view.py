@@ -13,6 +13,7 @@ from ..diagnose.health import fmt
 from ..diagnose.health.cells import elide
 from ..sources import NORM_ARTICLE
 from ..vocabulary import KIND_ORDER, SELECTION_KEYS
+from .tables import FitWidth
 
 _CLASS_STYLE = {"selection-deep": "bold red", "selection-mild": "yellow", "non-weibull": "magenta"}
 
@@ -38,19 +39,19 @@ def _plain(*cells: str | Text) -> list[Text]:
     return [c if isinstance(c, Text) else Text(c) for c in cells]
 
 
-def block_tables(result: dict[str, Any]) -> list[Table]:
+def block_tables(result: dict[str, Any]) -> list[FitWidth]:
     kinds, sites = _kinds(result), _sites(result)
     scale = Table(title="blocks: structure and scale (std per projection, norm weight ‖γ‖/√d)", title_justify="left")
     for col in ("block", "params", "QK-norm", "biases", *(f"std {k}" for k in kinds), *(f"γ {s}" for s in sites)):
-        scale.add_column(col, justify="left" if col in ("QK-norm", "biases") else "right")
-    scale.add_column("findings")
+        scale.add_column(col, justify="left" if col in ("QK-norm", "biases") else "right", no_wrap=True)
+    scale.add_column("findings")  # finding ids: they fold at their commas
     shape = Table(
         title="blocks: shape and tails (k per projection; block max/q99 and kurtosis)",
         title_justify="left",
         caption="k colours: red selection-deep, yellow selection-mild; k in italics: quantized (class withheld)",
     )
     for col in ("block", *(f"k {k}" for k in kinds), "max/q99", "kurtosis"):
-        shape.add_column(col, justify="right")
+        shape.add_column(col, justify="right", no_wrap=col != "block")  # "3 (mtp)" may fold
     shape.add_column("findings")
     for b in result["blocks"]:
         marks = ", ".join(b["findings"])
@@ -77,7 +78,12 @@ def block_tables(result: dict[str, Any]) -> list[Table]:
             style = "italic dim" if cell["quant"] else _CLASS_STYLE.get(cell["class"] or "", "")
             ks.append(Text(f"{cell['k']:.3f}", style=style))
         shape.add_row(*_plain(label, *ks, fmt(b.get("max_over_q99"), 3), fmt(b.get("kurtosis"), 3), marks))
-    return [scale, shape]
+    # 80 columns: the numbers per projection stay whole; the parameter counts, biases, QK-norm and norm
+    # weights (scale), the kurtosis and max/q99 (shape) give way first.
+    return [
+        FitWidth(scale, optional=("params", "biases", "QK-norm", *(f"γ {s}" for s in reversed(sites)))),
+        FitWidth(shape, optional=("kurtosis", "max/q99")),
+    ]
 
 
 def findings_view(result: dict[str, Any]) -> Text:
@@ -94,13 +100,13 @@ def findings_view(result: dict[str, Any]) -> Text:
     return text
 
 
-def super_weight_table(result: dict[str, Any]) -> Table:
+def super_weight_table(result: dict[str, Any]) -> FitWidth:
     sw = result["super_weights"]
     table = Table(
         title=f"super-weight candidates: the {len(sw['top'])} largest |w| (one per matrix)", title_justify="left"
     )
     for col in ("tensor", "block", "(row, col)", "|w|", "max/q99", "|w|/std", "kurtosis"):
-        table.add_column(col, justify="left" if col == "tensor" else "right")
+        table.add_column(col, justify="left" if col == "tensor" else "right", no_wrap=True)
     for t in sw["top"]:
         table.add_row(
             *_plain(
@@ -113,10 +119,11 @@ def super_weight_table(result: dict[str, Any]) -> Table:
                 fmt(t["kurtosis"], 3),
             )
         )
-    return table
+    # Tensor names whole; a narrow terminal loses the kurtosis, |w|/std and the position before |w| or max/q99.
+    return FitWidth(table, optional=("kurtosis", "|w|/std", "(row, col)"))
 
 
-def shallow_table(result: dict[str, Any]) -> Table | None:
+def shallow_table(result: dict[str, Any]) -> FitWidth | None:
     sh = result.get("shallow_ffn")
     if not sh or not sh["matrices"]:
         return None
@@ -137,7 +144,7 @@ def shallow_table(result: dict[str, Any]) -> Table | None:
                 "yes" if m["second_population"] else "no",
             )
         )
-    return table
+    return FitWidth(table)
 
 
 def report_view(result: dict[str, Any]) -> Group:

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .tables import fmt
+from .tables import FirstFit, FitWidth, fmt
 
 
 def compare_view(report: dict[str, Any]) -> Group:
@@ -19,7 +19,8 @@ def compare_view(report: dict[str, Any]) -> Group:
         caption=f"attention {report['attention']}; group {report['group']}",
     )
     for col in ("kind", "k", "λ", "class", "cohort k range", "same-group k range", "nearest by k"):
-        table.add_column(col, justify="right" if col in ("k", "λ") else "left")
+        # Numbers, ranges and entry ids stay whole; a narrow terminal loses the group range, then λ.
+        table.add_column(col, justify="right" if col in ("k", "λ") else "left", no_wrap=col != "class")
     for kind, s in report["kinds"].items():
         rng = s["cohort_k_range"]
         grp = s["group_k_range"]
@@ -32,14 +33,14 @@ def compare_view(report: dict[str, Any]) -> Group:
             f"{grp[0]:.4f}-{grp[1]:.4f}" if grp else "-",
             s["nearest_by_k"] or "-",
         )
-    parts: list[Any] = [table]
+    parts: list[Any] = [FitWidth(table, optional=("same-group k range", "λ"))]
     if report["nearest"]:
         near = Table(title="nearest cohort entries (distance over shared kinds)")
         for col in ("entry", "distance", "group", "kinds"):
-            near.add_column(col)
+            near.add_column(col, no_wrap=col in ("entry", "distance"))  # the group and kinds fold at spaces
         for n in report["nearest"]:
             near.add_row(n["entry"], f"{n['distance']:.2f}", n["group"], ", ".join(n["kinds"]))
-        parts.append(near)
+        parts.append(FitWidth(near))
     findings = Text("Findings\n", style="bold")
     for line in report["findings"]:
         findings.append(f"  - {line}\n", style="")
@@ -48,7 +49,7 @@ def compare_view(report: dict[str, Any]) -> Group:
     return Group(*parts)
 
 
-def check_view(result: dict[str, Any], show_all: bool = False) -> Table:
+def check_view(result: dict[str, Any], show_passing: bool = False) -> FitWidth:
     status = "PASS" if result["passed"] else "FAIL"
     table = Table(
         title=f"check {escape(result['model'])} against {escape(str(result['baseline']))}: {status} "
@@ -56,9 +57,11 @@ def check_view(result: dict[str, Any], show_all: bool = False) -> Table:
         caption=f"tolerances: |Δk| <= {result['tol_k']}, |Δλ/λ| <= {result['tol_lambda'] * 100:g}% ({result['trim']})",
     )
     for col in ("matrix", "status", "k", "baseline k", "Δk", "λ", "baseline λ", "Δλ/λ"):
-        table.add_column(col, justify="left" if col in ("matrix", "status") else "right")
+        # Matrix names and numbers stay whole (a failure's detail, in the last column, folds); a narrow
+        # terminal loses the baselines first (k and Δk give them back), then λ and k: the changes stay.
+        table.add_column(col, justify="left" if col in ("matrix", "status") else "right", no_wrap=col != "Δλ/λ")
     for r in result["results"]:
-        if r["status"] == "ok" and not show_all:
+        if r["status"] == "ok" and not show_passing:
             continue
         if "k" in r:
             table.add_row(
@@ -73,13 +76,17 @@ def check_view(result: dict[str, Any], show_all: bool = False) -> Table:
             )
         else:
             table.add_row(escape(r["name"]), r["status"], "-", "-", "-", "-", "-", escape(r.get("detail", "")))
-    return table
+    return FitWidth(table, optional=("baseline k", "baseline λ", "λ", "k"))
 
 
-def db_list_view(rows: list[dict[str, Any]]) -> Table:
+def db_list_view(rows: list[dict[str, Any]]) -> FitWidth:
     table = Table(title=f"{len(rows)} rows")
     for col in ("id", "revision", "source", "protocol", "matrices", "FFN median k", "attention", "created"):
-        table.add_column(col)
+        # Ids and revisions whole, never cut: `db show ID@REVISION` takes them as printed. The attention
+        # layout folds at spaces; a narrow terminal loses the source, creation time and protocol first (and
+        # with ids as long as "an-organisation/a-rather-long-model-name-v2", the attention and matrix count).
+        justify = "right" if col in ("matrices", "FFN median k") else "left"
+        table.add_column(col, justify=justify, no_wrap=col != "attention")
     for r in rows:
         table.add_row(
             escape(r["id"]),
@@ -91,7 +98,7 @@ def db_list_view(rows: list[dict[str, Any]]) -> Table:
             r["attention"] or "-",
             r["created"] or "-",
         )
-    return table
+    return FitWidth(table, optional=("source", "created", "protocol", "attention", "matrices"))
 
 
 def trajectory_view(t: dict[str, Any]) -> Group:
@@ -100,26 +107,52 @@ def trajectory_view(t: dict[str, Any]) -> Group:
         return Group(Text("\n".join(t["findings"])))
     kinds = list(t["kinds"])
     protocol = f", {t['protocol']}" if t.get("protocol") else ""
-    table = Table(title=f"{escape(t['model'])}: per-kind median k (λ) over {len(t['steps'])} checkpoints{protocol}")
-    table.add_column("step", justify="right")
-    table.add_column("T/τ state")
+    over = f"over {len(t['steps'])} checkpoints{protocol}"
+    model = escape(t["model"])
+    # Where there is room, one table of "k (λ)" per kind; on a narrow terminal (80 columns, 7 kinds) one of
+    # k, one of λ and one of T/τ, rather than numbers folded across lines. The embeddings and matrices of
+    # unknown role go first.
+    extra = [k for k in ("other", "unembed", "embed") if k in kinds]
+    both = Table(title=f"{model}: per-kind median k (λ) {over}")
+    k_only = Table(title=f"{model}: per-kind median k {over}")
+    lambda_only = Table(title="per-kind median λ")
+    tau = Table(title="T/τ (T x η x λ_wd) and its state")
+    both.add_column("step", justify="right", no_wrap=True)
+    both.add_column("T/τ state")
+    for table in (k_only, lambda_only, tau):
+        table.add_column("step", justify="right", no_wrap=True)
+    tau.add_column("T/τ", justify="right", no_wrap=True)
+    tau.add_column("state", no_wrap=True)
     for kind in kinds:
-        table.add_column(kind, justify="right")
+        both.add_column(kind, justify="right")  # "1.1906 (0.0712)" may fold at its space: k above, (λ) below
+        k_only.add_column(kind, justify="right", no_wrap=True)
+        lambda_only.add_column(kind, justify="right", no_wrap=True)
     states = {s["step"]: s for s in t["states"]}
     for step, revision in zip(t["steps"], t["revisions"], strict=True):
-        cells = []
+        ks, lambdas = [], []
         for kind in kinds:
             s = t["kinds"][kind]
-            if step in s["steps"]:
-                i = s["steps"].index(step)
-                cells.append(f"{s['k'][i]:.4f} ({s['lambda'][i]:.3g})")
-            else:
-                cells.append("-")
+            i = s["steps"].index(step) if step in s["steps"] else None
+            ks.append("-" if i is None else f"{s['k'][i]:.4f}")
+            lambdas.append("-" if i is None else f"{s['lambda'][i]:.3g}")
         state = states.get(step, {})
-        label = f"{state['t_over_tau']:.3g} {state['state']}" if state.get("t_over_tau") is not None else "unknown"
+        known = state.get("t_over_tau") is not None
         original = t["duplicates"].get(revision)
-        table.add_row(str(step) + (f" (= {escape(original)})" if original else ""), label, *cells)
-    parts.append(table)
+        label = str(step) + (f" (= {escape(original)})" if original else "")
+        both.add_row(
+            label,
+            f"{state['t_over_tau']:.3g} {state['state']}" if known else "unknown",
+            *(k if k == "-" else f"{k} ({lam})" for k, lam in zip(ks, lambdas, strict=True)),
+        )
+        k_only.add_row(label, *ks)
+        lambda_only.add_row(label, *lambdas)
+        tau.add_row(label, f"{state['t_over_tau']:.3g}" if known else "-", state["state"] if known else "unknown")
+    parts.append(
+        FirstFit(
+            [FitWidth(both, optional=extra)],
+            [FitWidth(k_only, optional=extra), FitWidth(lambda_only, optional=extra), FitWidth(tau)],
+        )
+    )
     findings = Text("Findings\n", style="bold")
     for line in t["findings"]:
         findings.append(f"  - {line}\n", style="")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.measure import Measurement
-from rich.table import Table
+from rich.table import Column, Table
 
 from ..diagnose.classes import k_class_label, kind_records
 
@@ -34,9 +34,12 @@ def counted(n: int, singular: str, plural: str | None = None, *, every: bool = F
 class FitWidth:
     """A table that drops columns to fit the width it is given, instead of cutting cells with "…".
 
-    Empty columns go first, then the `optional` ones in order; what is left still folds (never an
-    ellipsis) if the console is narrower than that. Cells of `no_wrap` columns (numbers, ids) are never
-    squeezed while a wrappable column can give way.
+    Each variant of the table is tried in turn: the whole table, then without its empty columns, then without
+    each of the `optional` columns in order. The first whose cells fit whole is drawn, its headers folded at
+    spaces where that is what it takes ("same-group k range" on two lines). When even the narrowest does not
+    fit, the `no_wrap` columns (numbers, ids) stay whole while the others fold at spaces; only if that is still
+    too wide do they give way too, from the right (the first column, usually an id, last). Nothing is ever cut
+    with an ellipsis, and a title or caption word (a model id) is never split while the width allows it.
     """
 
     def __init__(self, table: Table, optional: Iterable[str] = ()) -> None:
@@ -59,22 +62,130 @@ class FitWidth:
         narrower.columns = [c for c in self.table.columns if str(c.header) not in names]
         return narrower
 
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+    @staticmethod
+    def _headers(console: Console, options: ConsoleOptions, table: Table) -> list[Measurement]:
+        """Each header's (longest word, whole width): a header may fold at its spaces."""
+        if not table.show_header:
+            return [Measurement(0, 0) for _ in table.columns]
+        return [Measurement.get(console, options, column.header) for column in table.columns]
+
+    @staticmethod
+    def _cells(console: Console, options: ConsoleOptions, table: Table) -> Measurement:
+        """The table's (minimum, maximum) width from its cells alone, padding and borders included."""
+        headless = copy.copy(table)
+        headless.show_header = False
+        return Measurement.get(console, options, headless)
+
+    @staticmethod
+    def _columns(console: Console, options: ConsoleOptions, column: Column) -> Measurement:
+        """One column's cells: (longest word, widest line), no padding."""
+        widths = [Measurement.get(console, options, cell) for cell in column.cells]
+        if not widths:
+            return Measurement(0, 0)
+        return Measurement(max(w.minimum for w in widths), max(w.maximum for w in widths))
+
+    def fitting(self, console: Console, options: ConsoleOptions) -> Table | None:
+        """The first variant whose cells all fit `options.max_width` whole (headers folded at spaces where
+        needed), sized to it; None when even the narrowest does not fit."""
+        width = options.max_width
         unbounded = options.update_width(1 << 20)  # Measurement.get clamps to the width it is given
-        table = self.table
         for table in self._variants():
-            if Measurement.get(console, unbounded, table).maximum <= options.max_width:
-                yield table
-                return
-        # Narrower than the narrowest variant: every column folds its share, so none collapses to nothing.
-        table = copy.copy(table)
-        table.columns = [copy.copy(c) for c in table.columns]
-        for column in table.columns:
-            column.no_wrap = False
+            if not table.row_count or Measurement.get(console, unbounded, table).maximum <= width:
+                return self._whole_words(console, unbounded, table, width)
+            sized = self._sized(console, unbounded, table, width, whole=[True] * len(table.columns))
+            if sized is not None:
+                return self._whole_words(console, unbounded, sized, width)
+        return None
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        table = self.fitting(console, options)
+        if table is None:
+            table = self._fold(console, options.update_width(1 << 20), self._narrowest(), options.max_width)
         yield table
+
+    def _narrowest(self) -> Table:
+        *_, table = self._variants()
+        return table
+
+    def _sized(
+        self, console: Console, options: ConsoleOptions, table: Table, width: int, whole: list[bool]
+    ) -> Table | None:
+        """`table` with a fixed width per column, or None if it does not fit: the `whole` columns at their
+        widest cell, the others at least at their longest word, every header at least at its longest word;
+        what is left goes to the columns that need the least to be whole (their cells, then their header)."""
+        headers = self._headers(console, options, table)
+        cells = [self._columns(console, options, c) for c in table.columns]
+        overhead = self._cells(console, options, table).maximum - sum(c.maximum for c in cells)  # padding, borders
+        room = width - overhead
+        widths = [
+            max(c.maximum if keep else c.minimum, h.minimum) for c, h, keep in zip(cells, headers, whole, strict=True)
+        ]
+        if sum(widths) > room:
+            return None
+        slack = room - sum(widths)
+        whole_cells = [c.maximum for c in cells]
+        whole_headers = [max(c.maximum, h.maximum) for c, h in zip(cells, headers, strict=True)]
+        for wanted in (whole_cells, whole_headers):
+            needs = [max(0, want - have) for want, have in zip(wanted, widths, strict=True)]
+            for i in sorted(range(len(widths)), key=needs.__getitem__):
+                grow = min(slack, needs[i])
+                widths[i] += grow
+                slack -= grow
+        sized = copy.copy(table)
+        sized.columns = [copy.copy(c) for c in table.columns]
+        for column, column_width in zip(sized.columns, widths, strict=True):
+            column.no_wrap = False  # a whole column's cells fit its width anyway; its header may fold
+            column.width = column_width
+        return sized
+
+    def _fold(self, console: Console, options: ConsoleOptions, table: Table, width: int) -> Table:
+        """Narrower than the narrowest variant: the other columns fold at spaces while the `no_wrap` ones
+        stay whole; those give way from the right only when that is still too wide (the first, usually an
+        id, last); and if even that does not fit, every column folds its share, words included."""
+        whole = [bool(c.no_wrap) for c in table.columns]
+        while True:
+            sized = self._sized(console, options, table, width, whole)
+            if sized is not None:
+                return self._whole_words(console, options, sized, width)
+            if not any(whole):
+                break
+            whole[max(i for i, keep in enumerate(whole) if keep)] = False
+        folded = copy.copy(table)
+        folded.columns = [copy.copy(c) for c in table.columns]
+        for column in folded.columns:
+            column.no_wrap = False
+        return folded
+
+    @staticmethod
+    def _whole_words(console: Console, options: ConsoleOptions, table: Table, width: int) -> Table:
+        """A table at least as wide as the longest word of its title and caption (a model id, a path), so
+        that the word is not split across lines, as long as the console is that wide."""
+        words = [Measurement.get(console, options, t).minimum for t in (table.title, table.caption) if t]
+        if words and max(words) > (table.min_width or 0):
+            table = copy.copy(table)
+            table.min_width = min(width, max(words))
+        return table
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         return Measurement.get(console, options, self.table)
+
+
+class FirstFit:
+    """The first of several renderings whose tables (FitWidth) all fit the width whole; else the last one.
+
+    For a view with a compact form: `trajectory` shows "k (λ)" per cell where there is room, and separate
+    k, λ and T/τ tables where there is not, rather than numbers folded across lines.
+    """
+
+    def __init__(self, *choices: Sequence[Any]) -> None:
+        self.choices = choices
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for choice in self.choices:
+            if all(part.fitting(console, options) is not None for part in choice if isinstance(part, FitWidth)):
+                yield from choice
+                return
+        yield from self.choices[-1]
 
 
 def kinds_table(row: dict[str, Any], title: str | None = None) -> FitWidth:
