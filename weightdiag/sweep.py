@@ -269,7 +269,9 @@ def ray_runner(address: str | None) -> Runner:
         try:
             import ray
         except ImportError:
-            raise BadInputError("--executor ray needs Ray: pip install 'weightdiag[ray]'") from None
+            raise BadInputError(
+                "--executor ray needs Ray: pip install ray (or, in the weightdiag repository, pip install '.[ray]')"
+            ) from None
         target = address or settings.ray_address()
         if not target:
             raise BadInputError("--executor ray: give --ray-address HOST:PORT or set RAY_ADDRESS (an existing cluster)")

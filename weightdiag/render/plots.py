@@ -38,7 +38,10 @@ class PlotFile:
 
 def require_matplotlib() -> None:
     if importlib.util.find_spec("matplotlib") is None:
-        raise BadInputError("plots need matplotlib, which is not installed: pip install 'weightdiag[plot]'")
+        raise BadInputError(
+            "plots need matplotlib, which is not installed: pip install matplotlib "
+            "(or, in the weightdiag repository, pip install '.[plot]')"
+        )
 
 
 def pyplot():
