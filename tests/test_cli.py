@@ -1,4 +1,8 @@
-"""The command line end to end, in a subprocess: output, rows, exit codes, one-line errors."""
+"""The command line end to end: output, rows, exit codes, one-line errors.
+
+Most runs are in process (conftest.run_cli); the first fit and the start-up checks (--version, what a CPU fit
+imports) run in a real interpreter.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +19,12 @@ import pytest
 
 from .conftest import row_files, run_cli, write_safetensors
 
+pytestmark = pytest.mark.e2e
+
 
 def test_fit_minilm_writes_one_row_and_prints_the_table(minilm_dir, tmp_path):
     db = tmp_path / "db"
-    out = run_cli("fit", str(minilm_dir), "--db", str(db))
+    out = run_cli("fit", str(minilm_dir), "--db", str(db), real=True)  # the console entry point in its own process
     assert out.returncode == 0, out.stderr
     assert "median k" in out.stdout and "ffn_out" in out.stdout
     rows = row_files(db)

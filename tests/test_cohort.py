@@ -185,6 +185,7 @@ def test_shipped_cohort_rows_are_regenerated_identically(tmp_path):
 BASELINE = REPO / "DATABASE" / "baselines" / "all-MiniLM-L6-v2.json"
 
 
+@pytest.mark.e2e
 def test_compare_cli_on_minilm_runs_end_to_end(minilm_dir, tmp_path):
     out = run_cli("compare", str(minilm_dir), "--db", str(tmp_path), "-q", "--device", "cpu")
     assert out.returncode == 0, out.stderr
@@ -196,6 +197,7 @@ def test_compare_cli_on_minilm_runs_end_to_end(minilm_dir, tmp_path):
     assert report["shallow_ffn"]["regime"] == "A"
 
 
+@pytest.mark.e2e
 def test_compare_cli_on_cohort_entries(tmp_path):
     out = run_cli("compare", "olmo-1-7b", "--json", "--db", str(tmp_path))
     report = json.loads(out.stdout)
@@ -204,6 +206,7 @@ def test_compare_cli_on_cohort_entries(tmp_path):
     assert run_cli("compare", "--db", str(tmp_path)).returncode == 2  # empty database: one-line error
 
 
+@pytest.mark.e2e
 def test_check_passes_on_the_shipped_minilm_baseline(minilm_dir, tmp_path):
     junit = tmp_path / "junit.xml"
     out = run_cli(
@@ -225,6 +228,7 @@ def test_check_passes_on_the_shipped_minilm_baseline(minilm_dir, tmp_path):
     assert not (tmp_path / "db").exists()  # check does not write rows unless --save
 
 
+@pytest.mark.e2e
 def test_check_fails_when_one_matrix_is_scaled(minilm_dir, tmp_path):
     copy = Path(shutil.copytree(minilm_dir, tmp_path / "minilm"))
     st = copy / "model.safetensors"
@@ -247,12 +251,14 @@ def test_check_fails_when_one_matrix_is_scaled(minilm_dir, tmp_path):
     assert 'failures="1"' in xml and name in xml
 
 
+@pytest.mark.e2e
 def test_check_refuses_a_summary_baseline(minilm_dir):
     cohort_file = REPO / "DATABASE" / "cohort" / "v9_1" / "pythia-70m.json"
     out = run_cli("check", str(minilm_dir), "--baseline", str(cohort_file), "-q", "--device", "cpu")
     assert out.returncode == 2 and "no per-matrix fits" in out.stderr
 
 
+@pytest.mark.e2e
 def test_db_list_show_export(minilm_dir, tmp_path):
     db = tmp_path / "db"
     assert run_cli("fit", str(minilm_dir), "--db", str(db), "-q", "--device", "cpu").returncode == 0
@@ -288,6 +294,7 @@ def test_compare_reads_a_row_fitted_at_another_trim_at_the_cohorts_mid80():
     assert compare(mid90)["kinds"] == compare(row)["kinds"]
 
 
+@pytest.mark.e2e
 def test_check_refuses_bad_tolerances(minilm_dir):
     for flag, value in (("--tol-k", "nan"), ("--tol-lambda", "-0.1"), ("--tol-k", "inf")):
         out = run_cli("check", str(minilm_dir), "--baseline", str(BASELINE), flag, value, "-q")

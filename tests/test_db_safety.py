@@ -134,6 +134,7 @@ def test_our_row_under_its_old_name_is_found_and_then_replaced(tmp_path):
     assert sorted(r["created"] for r in db.find_rows("мадель", tmp_path)) == ["new", "old"]
 
 
+@pytest.mark.e2e
 def test_fit_keeps_team_slash_llama_and_team_dash_dash_llama_apart(tiny_model, tmp_path):
     for name in ("team/llama", "team--llama", "team/llama"):
         assert run_cli("fit", str(tiny_model), "--db", str(tmp_path), "--name", name, "-q").returncode == 0
@@ -214,6 +215,7 @@ def one_line_exit_2(result: subprocess.CompletedProcess, *words: str) -> None:
         assert word in result.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("target", ["dangling", "loop"])
 def test_a_broken_symlink_db_is_refused_before_the_fit(tmp_path, target):
     link = tmp_path / "db"
@@ -231,6 +233,7 @@ def test_a_dangling_rows_link_inside_the_db_is_refused(tmp_path):
         db.check_writable(tmp_path / "db")
 
 
+@pytest.mark.e2e
 def test_a_db_path_too_long_to_create_is_refused_before_the_fit(tmp_path):
     too_long = tmp_path / ("d" * 300)
     one_line_exit_2(run_cli("fit", str(tmp_path / "no-model"), "--db", str(too_long)), "database folder")
@@ -239,6 +242,7 @@ def test_a_db_path_too_long_to_create_is_refused_before_the_fit(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.e2e
 def test_a_300_character_name_is_written(tiny_model, tmp_path):
     result = run_cli("fit", str(tiny_model), "--db", str(tmp_path), "--name", "n" * 300, "-q")
     assert result.returncode == 0, result.stderr
@@ -246,6 +250,7 @@ def test_a_300_character_name_is_written(tiny_model, tmp_path):
     assert db.load_row(row)["model"]["id"] == "n" * 300
 
 
+@pytest.mark.e2e
 def test_a_model_named_with_60k_characters_is_written(tmp_path):
     import numpy as np
 
@@ -265,6 +270,7 @@ def test_a_model_named_with_60k_characters_is_written(tmp_path):
     assert len(row.name.encode()) <= db.MAX_ROW_NAME
 
 
+@pytest.mark.e2e
 def test_empty_model_and_empty_db_are_bad_input(tiny_model, tmp_path):
     work = tmp_path / "work"
     synthetic.write_model(work, TINY)  # the current folder is a model: '' must not fit it
@@ -278,6 +284,7 @@ def test_empty_model_and_empty_db_are_bad_input(tiny_model, tmp_path):
 # --- acceptance 2: concurrent fits killed at random ---------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_eight_concurrent_fits_killed_at_random_lose_nothing(tiny_model, tmp_path):
     rng = random.Random(13)
     dbdir, rows = tmp_path / "db", tmp_path / "db" / "rows"

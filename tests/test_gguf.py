@@ -442,9 +442,8 @@ def test_smollm_values_match_the_gguf_package(smollm, smollm_gguf):
     assert types == {"Q8_0", "Q4_1", "F32"}
 
 
-def test_smollm_fits_end_to_end(smollm_gguf):
-    plan, reader = open_gguf(smollm_gguf)
-    row = fit_plan(plan, reader, FitOptions(device="cpu"))
+def test_smollm_fits_end_to_end(smollm_gguf, cpu_fit):
+    row = cpu_fit(smollm_gguf)  # api.fit_model: open_gguf then fit_plan, fitted once for the report tests too
     assert row["architecture"]["attention"] == "GQA 3:1"
     assert {"q", "k", "v", "o", "gate", "up", "down", "embed"} <= set(row["kinds"])
     assert not row["skipped"] and not row["unclassified"]

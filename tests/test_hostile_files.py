@@ -61,6 +61,7 @@ def _copy(src: Path, dst: Path) -> Path:
 # --- 1. deeply nested JSON ----------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_deeply_nested_json_is_bad_input(tmp_path: Path, small_llama: Path, tiny: Path) -> None:
     index = _copy(small_llama, tmp_path / "index")
     (index / "model.safetensors.index.json").write_bytes(DEEP)
@@ -98,6 +99,7 @@ def test_absurd_mlp_ratio_is_ignored_with_a_note(ratio: float) -> None:
     assert arch_from_config({"hidden_size": 64, "mlp_ratio": 4}).ffn_size == 256  # sane ratios still count
 
 
+@pytest.mark.e2e
 def test_config_with_infinity_and_1e308_fits_and_says_what_it_ignored(tmp_path: Path, tiny: Path) -> None:
     folder = _copy(tiny, tmp_path / "m")
     config = json.loads((folder / "config.json").read_text())
@@ -130,6 +132,7 @@ def _hf_cache(tmp_path: Path, model: Path) -> tuple[Path, Path]:
     return repo, snap
 
 
+@pytest.mark.e2e
 def test_non_utf8_refs_are_bad_input(tmp_path: Path, tiny: Path) -> None:
     repo, snap = _hf_cache(tmp_path, tiny)
     (repo / "refs" / "main").write_bytes(b"\xff\xfe\x80" + b"c" * 40)
@@ -148,6 +151,7 @@ def test_non_utf8_refs_are_bad_input(tmp_path: Path, tiny: Path) -> None:
 SECRET = b"TOPSECRET-password=hunter2-" * 40
 
 
+@pytest.mark.e2e
 def test_linked_secret_is_not_a_safetensors_file_and_is_not_quoted(tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_bytes(SECRET)
@@ -186,6 +190,7 @@ def fitted(tmp_path_factory: pytest.TempPathFactory, tiny: Path) -> tuple[Path, 
     return db, row
 
 
+@pytest.mark.e2e
 def test_unwritable_outputs_are_bad_input(tmp_path: Path, tiny: Path, fitted: tuple[Path, Path]) -> None:
     db, row = fitted
     assert "is a folder" in _one_error_line(run_cli("db", "export", "--output", str(tmp_path), "--db", str(db)))
@@ -196,6 +201,7 @@ def test_unwritable_outputs_are_bad_input(tmp_path: Path, tiny: Path, fitted: tu
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("value", ["abc", "0", "-3", "1e3", "100000"])
 def test_bad_weightdiag_threads_is_bad_input(tmp_path: Path, tiny: Path, value: str) -> None:
     db = tmp_path / "db"
@@ -217,6 +223,7 @@ def test_weightdiag_threads_is_read_at_call_time(monkeypatch: pytest.MonkeyPatch
 # --- 6. rich emoji codes in paths and names are printed literally -------------------------------------
 
 
+@pytest.mark.e2e
 def test_emoji_codes_in_paths_and_names_are_printed_literally(tmp_path: Path, tiny: Path) -> None:
     folder = _copy(tiny, tmp_path / "p:fire:q")
     db = tmp_path / "db:smile:"
@@ -439,6 +446,7 @@ def _cli_base() -> bytes:
     return synthetic.header_bytes(entries) + b"".join(synthetic.encode(a, d) for d, a in tensors.values())
 
 
+@pytest.mark.e2e
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(["safetensors", "gguf"]), st.data())
 def test_fuzz_cli_sample(kind: str, data: st.DataObject) -> None:

@@ -18,6 +18,8 @@ from weightdiag.pipeline import FitOptions
 from .conftest import run_cli
 from .hub_server import write_small_model
 
+pytestmark = pytest.mark.e2e  # the loopback Hub, and the CLI against it
+
 # Fields that say where and when a row was made; everything else must be identical.
 _CONTEXT = ("model", "files", "created", "run", "notes")
 
@@ -202,7 +204,7 @@ def test_gated_repo_not_logged_in_and_not_approved(fake_hub, small_model, tmp_pa
         "no access yet",
     )
     fake_hub.approved_tokens.add("hf_good")
-    ok = run_cli(
+    ok = run_cli(  # a Hub fit in its own process: huggingface_hub reads HF_* and the token from a fresh start
         "fit",
         "meta-llama/Meta-Llama-3-8B",
         "--db",
@@ -211,6 +213,7 @@ def test_gated_repo_not_logged_in_and_not_approved(fake_hub, small_model, tmp_pa
         "--device",
         "cpu",
         env={**env, "HF_TOKEN": "hf_good"},
+        real=True,
     )
     assert ok.returncode == 0, ok.stderr
 
@@ -241,17 +244,18 @@ def test_missing_repo_revision_and_weights(fake_hub, small_model, tmp_path):
 
 
 def test_network_unreachable_and_offline_with_nothing_cached(tmp_path):
+    # Real processes: without the fake_hub fixture, huggingface_hub in this process still points at the user's
+    # HF home and hf.co (it read them at import); a fresh interpreter reads this environment.
     env = {
         "HF_ENDPOINT": "http://127.0.0.1:9",
         "HF_HOME": str(tmp_path / "home"),
         "HF_HUB_OFFLINE": "0",
         "HF_HUB_DISABLE_TELEMETRY": "1",
     }
-    _expect_exit3(run_cli("fit", "acme/tiny", "--db", str(tmp_path), env=env), "cannot reach the Hub")
-    _expect_exit3(
-        run_cli("fit", "acme/tiny", "--db", str(tmp_path), env={**env, "HF_HUB_OFFLINE": "1"}), "not in the local cache"
-    )
-    bad = run_cli("fit", "acme/ti..ny", "--db", str(tmp_path), env=env)  # the Hub's naming rules: input, not network
+    _expect_exit3(run_cli("fit", "acme/tiny", "--db", str(tmp_path), env=env, real=True), "cannot reach the Hub")
+    offline = {**env, "HF_HUB_OFFLINE": "1"}
+    _expect_exit3(run_cli("fit", "acme/tiny", "--db", str(tmp_path), env=offline, real=True), "not in the local cache")
+    bad = run_cli("fit", "acme/ti..ny", "--db", str(tmp_path), env=env, real=True)  # naming rules: input, not network
     assert bad.returncode == 2 and "not a valid Hub repo id" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -259,9 +263,8 @@ def test_offline_mode_and_unreachable_hub_use_the_cache(fake_hub, small_model, t
     fake_hub.add_folder("acme/tiny", small_model)
     api.fit_model("acme/tiny", FitOptions(device="cpu"), download=True)
     env = _cli_env(fake_hub)
-    out = run_cli(
-        "fit", "acme/tiny", "--json", "--no-save", "-q", "--device", "cpu", env={**env, "HF_HUB_OFFLINE": "1"}
-    )
+    offline = {**env, "HF_HUB_OFFLINE": "1"}  # in its own process, where huggingface_hub itself starts offline
+    out = run_cli("fit", "acme/tiny", "--json", "--no-save", "-q", "--device", "cpu", env=offline, real=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["model"]["source"] == "hub"
     fake_hub.stop()

@@ -23,6 +23,8 @@ from weightdiag.source import hub
 from .conftest import run_cli
 from .hub_server import MISSING, FakeHub, write_small_model
 
+pytestmark = pytest.mark.e2e  # the loopback Hub, and the CLI against it
+
 REPO = "acme/tiny"
 SHARD = "model-00001-of-00004.safetensors"
 INDEX = "model.safetensors.index.json"

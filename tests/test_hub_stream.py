@@ -23,6 +23,8 @@ from weightdiag.source import hub_stream
 from .conftest import run_cli
 from .hub_server import write_small_model
 
+pytestmark = pytest.mark.e2e  # the loopback Hub, and the CLI against it
+
 _CONTEXT = ("model", "files", "created", "run", "notes")
 CHUNK = 16 << 10
 

@@ -67,6 +67,7 @@ def test_cohort_bins_of_non_finite_values_raise_no_warning() -> None:
     assert list(bins[:4]) == [1024] * 4 and bins[4] == bins[5] == -1
 
 
+@pytest.mark.e2e
 def test_f32_fit_prints_no_runtime_warning(minilm_dir: Path, tmp_path: Path) -> None:
     out = subprocess.run(
         [

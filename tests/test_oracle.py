@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import zlib
 
 import numpy as np
@@ -115,14 +116,13 @@ def test_f32_matrices_with_values_on_bin_edges_match_the_oracle():
     assert np.array_equal(cohort_histogram(red), npm.extract_to_histogram(x)["hist"])
 
 
-def test_f32_exact_protocol_stays_within_its_measured_bound(minilm_dir):
-    """F32 `exact` fits bucket values 2^-7 wide (codes.py): documented bound on MiniLM's matrices
-    (benchmarks/f32_exact_accuracy.py measures 3.1e-5 on k and 3.6e-4 on lambda at worst)."""
+def _f32_exact_within_bound(minilm_dir, chosen) -> int:
     from weightdiag.engine.fit import fit_exact
     from weightdiag.engine.stats import Summary
 
+    checked = 0
     for ref, raw in _read_all(minilm_dir):
-        if len(ref.shape) != 2 or ref.dtype.name != "F32":
+        if len(ref.shape) != 2 or ref.dtype.name != "F32" or not chosen(ref.name):
             continue
         x = raw.view(np.float32)
         values, counts = np.unique(np.abs(x[x != 0]), return_counts=True)
@@ -130,3 +130,23 @@ def test_f32_exact_protocol_stays_within_its_measured_bound(minilm_dir):
         ours = Summary(reduce_array(x, "F32")).fit("exact", "mid80")
         assert ours.k == pytest.approx(truth.k, rel=1e-4), ref.name
         assert ours.lam == pytest.approx(truth.lam, rel=1e-3), ref.name
+        checked += 1
+    return checked
+
+
+# The exact oracle fit costs ~0.3 s a million distinct values: the word embeddings (9.7 million) and the
+# middle blocks (alike to the first and last) are left to the slow test. The small matrices, where the
+# measured worst cases are, run in every suite.
+_SLOW_PART = re.compile(r"embeddings\.word_embeddings\.|encoder\.layer\.[1-4]\.")
+
+
+def test_f32_exact_protocol_stays_within_its_measured_bound(minilm_dir):
+    """F32 `exact` fits bucket values 2^-7 wide (codes.py): documented bound on MiniLM's matrices
+    (benchmarks/f32_exact_accuracy.py measures 3.1e-5 on k and 3.6e-4 on lambda at worst)."""
+    assert _f32_exact_within_bound(minilm_dir, lambda name: not _SLOW_PART.match(name)) == 15
+
+
+@pytest.mark.slow
+def test_f32_exact_protocol_stays_within_its_measured_bound_on_the_rest(minilm_dir):
+    """The same bound on the word embeddings and blocks 1 to 4."""
+    assert _f32_exact_within_bound(minilm_dir, lambda name: bool(_SLOW_PART.match(name))) == 25

@@ -341,6 +341,7 @@ def test_db_show_refuses_foreign_and_unparsable_files_by_name(damaged_db, name):
     assert name in out.stderr
 
 
+@pytest.mark.e2e
 def test_a_fifo_named_json_does_not_hang_db_list_or_db_show(fifo, fitted_row):
     dbdir = fifo.parent.parent
     put(dbdir, "good.json", variant(fitted_row, "team/good"))

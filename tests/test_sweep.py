@@ -40,6 +40,7 @@ def _rows(db: Path) -> dict[str, dict]:
     return {row["model"]["revision"]: row for _, row in iter_rows(db)}
 
 
+@pytest.mark.e2e
 def test_sweep_a_run_served_from_the_hub_and_read_its_trajectory(fake_hub, run_folder, tmp_path):
     for step in RUN.steps:
         fake_hub.add_folder("EleutherAI/pythia-70m", run_folder / f"step_{step}", branch=f"step{step}")
@@ -115,16 +116,18 @@ def test_cosine_schedule_integral():
 # --- the CLI: parallel workers, Ray, interruption ------------------------------------------------------
 
 
-def _sweep_cli(run_folder: Path, db: Path, *extra: str, env: dict | None = None):
-    return run_cli("sweep", str(run_folder), "--all", "--db", str(db), "--device", "cpu", *extra, env=env)
+def _sweep_cli(run_folder: Path, db: Path, *extra: str, env: dict | None = None, real: bool = False):
+    return run_cli("sweep", str(run_folder), "--all", "--db", str(db), "--device", "cpu", *extra, env=env, real=real)
 
 
+@pytest.mark.e2e
 def test_jobs_2_gives_the_same_rows_as_a_serial_sweep(run_folder, tmp_path):
     serial, parallel = tmp_path / "serial", tmp_path / "parallel"
     out = _sweep_cli(run_folder, serial)
     assert out.returncode == 0, out.stderr
     assert "14 fitted, 1 reused" in out.stdout
-    out = _sweep_cli(run_folder, parallel, "--jobs", "2")
+    # A real process: worker processes (spawn, a resource tracker) are process-wide state.
+    out = _sweep_cli(run_folder, parallel, "--jobs", "2", real=True)
     assert out.returncode == 0, out.stderr
     a, b = _rows(serial), _rows(parallel)
     assert set(a) == set(b) and len(a) == len(RUN.steps)
@@ -138,6 +141,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_ray_executor_gives_the_same_rows(run_folder, tmp_path):
     pytest.importorskip("ray")
@@ -171,6 +175,7 @@ def test_ray_executor_gives_the_same_rows(run_folder, tmp_path):
             "--ray-address",
             f"127.0.0.1:{port}",
             env={"RAY_AUTH_MODE": "disabled"},
+            real=True,  # ray.init connects the process to the cluster for good
         )
         assert out.returncode == 0, out.stdout + out.stderr
         a, b = _rows(serial), _rows(ray_db)
@@ -181,6 +186,7 @@ def test_ray_executor_gives_the_same_rows(run_folder, tmp_path):
         subprocess.run([str(ray_bin), "stop", "--force"], capture_output=True, env=env, timeout=120)
 
 
+@pytest.mark.e2e
 def test_kill_9_in_the_middle_then_rerun_leaves_exactly_one_valid_row_each(tmp_path):
     run = synthetic.RunSpec(
         steps=(0, 10, 20, 30, 40, 50, 60, 70), n_layers=8, d_model=256, ffn_size=1024, duplicate=None, peak_step=40
@@ -212,6 +218,7 @@ def test_kill_9_in_the_middle_then_rerun_leaves_exactly_one_valid_row_each(tmp_p
     assert sorted(revisions) == sorted(f"step_{s}" for s in run.steps)
 
 
+@pytest.mark.e2e
 def test_trajectory_cli_with_plots_and_json(run_folder, tmp_path):
     db = tmp_path / "db"
     assert _sweep_cli(run_folder, db, "--preset", "pythia-70m").returncode == 0
@@ -237,6 +244,7 @@ def test_trajectory_cli_with_plots_and_json(run_folder, tmp_path):
     assert missing.returncode == 2 and "sweep" in missing.stderr
 
 
+@pytest.mark.e2e
 def test_bad_sweep_targets(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

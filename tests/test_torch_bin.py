@@ -62,6 +62,7 @@ class _Evil:
         return (print, ("this must never run",))
 
 
+@pytest.mark.e2e
 def test_a_pickle_that_builds_objects_is_refused(tmp_path, capsys):
     with open(tmp_path / "pytorch_model.bin", "wb") as f:
         torch.save({"w": torch.zeros(4, 4), "evil": _Evil()}, f)
@@ -130,6 +131,7 @@ class _Payload:
 FORMATS = pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
 
 
+@pytest.mark.e2e
 @FORMATS
 def test_an_os_system_payload_never_runs(tmp_path, legacy):
     marker = tmp_path / "MARKER"
@@ -203,6 +205,7 @@ def test_broadcast_and_overlapping_views_are_refused_without_expanding(tmp_path,
         open_local(tmp_path)
 
 
+@pytest.mark.e2e
 def test_a_broadcast_view_is_one_line_exit_2(tmp_path):
     _save({"w": torch.zeros(1).expand(16384, 16384)}, tmp_path / "pytorch_model.bin", legacy=False)
     out = run_cli("fit", str(tmp_path), "--no-save")
@@ -304,6 +307,7 @@ def test_mutated_pickles_are_read_or_refused_as_bad_input(tmp_path):
     check()
 
 
+@pytest.mark.e2e
 def test_a_mutated_legacy_pickle_is_one_line_exit_2(tmp_path):
     data = _save({"w": torch.zeros(8, 8)}, tmp_path / "pytorch_model.bin", legacy=True).read_bytes()
     # Cut inside the main pickle: torch's own legacy loader raised struct.error/IndexError here (exit 1).

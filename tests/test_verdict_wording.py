@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from weightdiag import api
 from weightdiag.diagnose.classes import (
     BAND,
     INIT_ANCHOR_K,
@@ -36,7 +35,6 @@ from weightdiag.diagnose.health import health_report, quantization_of
 from weightdiag.diagnose.kinds import kind_summaries
 from weightdiag.engine.codes import BIN_EDGES
 from weightdiag.engine.fit import fit_hist1024, trim_window
-from weightdiag.pipeline import FitOptions
 
 from .conftest import run_cli
 
@@ -269,10 +267,11 @@ def test_above_band_flag_needs_a_departure_beyond_noise():
 
 
 @pytest.fixture(scope="module")
-def smollm_row(smollm_gguf) -> dict:
-    return api.fit_model(str(smollm_gguf), FitOptions(device="cpu"))
+def smollm_row(smollm_gguf, cpu_fit) -> dict:
+    return cpu_fit(smollm_gguf)
 
 
+@pytest.mark.e2e
 def test_smollm2_fit_compare_and_report_withhold_alike(smollm_row, smollm_gguf, tmp_path):
     # compare
     report = compare(smollm_row)
@@ -306,8 +305,8 @@ def test_smollm2_fit_compare_and_report_withhold_alike(smollm_row, smollm_gguf, 
 
 
 @pytest.fixture(scope="module")
-def minilm_row(minilm_dir) -> dict:
-    return api.fit_model(str(minilm_dir), FitOptions(device="cpu"))
+def minilm_row(minilm_dir, cpu_fit) -> dict:
+    return cpu_fit(minilm_dir)
 
 
 def test_encoder_gets_the_decoder_caveat_and_a_real_departure(minilm_row):
@@ -331,6 +330,7 @@ def test_caveat_for_other_families_and_none_for_cohort_ones():
         assert compare(row)["caveat"] is None
 
 
+@pytest.mark.e2e
 def test_minilm_compare_cli_prints_the_caveat(minilm_dir, tmp_path: Path):
     out = run_cli("compare", str(minilm_dir), "--db", str(tmp_path), "-q", "--device", "cpu")
     assert out.returncode == 0 and out.stderr == "", out.stderr
