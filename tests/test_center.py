@@ -50,7 +50,8 @@ def test_center_on_real_weights_is_recorded_and_small(minilm_dir):
     """MiniLM's matrices have means near zero: centring moves k a little, and the row says it was done."""
     plain = fit_path(str(minilm_dir), FitOptions(device="cpu"))
     centered = fit_path(str(minilm_dir), FitOptions(device="cpu", center=True))
-    assert plain["protocol"]["centered"] is False and centered["protocol"]["centered"] is True
+    assert plain["protocol"]["centered"] is False
+    assert centered["protocol"]["centered"] is True
     shifts = [
         abs(a["fits"]["mid80"]["k"] - b["fits"]["mid80"]["k"])
         for a, b in zip(plain["matrices"], centered["matrices"], strict=True)

@@ -45,12 +45,16 @@ def test_chunks_cover_every_selected_byte_once(layout, split_units, factor, gap,
     plan = plan_chunks(spans, split * factor, split_bytes=split, gap_bytes=gap, cover=regions if cover else None)
     seen: dict[int, list[tuple[int, int]]] = {}
     for i, chunk in enumerate(plan):
-        assert chunk.index == i and 0 < chunk.nbytes <= split * factor
+        assert chunk.index == i
+        assert 0 < chunk.nbytes <= split * factor
         for piece in chunk.pieces:
             span = spans[piece.item]
-            assert span.shard == chunk.shard and piece.lo % split == 0 and piece.hi - piece.lo <= split
+            assert span.shard == chunk.shard
+            assert piece.lo % split == 0
+            assert piece.hi - piece.lo <= split
             assert chunk.start + piece.offset == span.start + piece.lo  # the bytes are where the piece says
-            assert piece.offset >= 0 and piece.offset + piece.hi - piece.lo <= chunk.nbytes
+            assert piece.offset >= 0
+            assert piece.offset + piece.hi - piece.lo <= chunk.nbytes
             seen.setdefault(piece.item, []).append((piece.lo, piece.hi))
     for item, span in enumerate(spans):  # each tensor exactly once, in order, cut at multiples of split
         got = seen.get(item, [])
@@ -99,10 +103,12 @@ def test_partial_reductions_merge_to_the_whole(dtype):
         for lo in range(0, storage.size, 4099):
             parts += reduce_range(storage[lo : lo + 4099], dtype, seg, lo)
         merged = merge(parts)
-        assert merged.numel == whole.numel and np.array_equal(merged.counts, whole.counts)
+        assert merged.numel == whole.numel
+        assert np.array_equal(merged.counts, whole.counts)
         assert (merged.argmax, merged.max_abs) == (whole.argmax, whole.max_abs)
         if whole.power_sums is not None:
-            assert np.array_equal(merged.hist1024, whole.hist1024) and merged.shift == whole.shift
+            assert np.array_equal(merged.hist1024, whole.hist1024)
+            assert merged.shift == whole.shift
             scale = np.abs(whole.power_sums).max()
             assert np.all(np.abs(merged.power_sums - whole.power_sums) <= 1e-12 * scale)
 
@@ -128,7 +134,8 @@ def test_a_fit_does_not_depend_on_the_chunk_size(tmp_path, monkeypatch, family):
             assert _science(cut) == _science(whole)
         else:
             for a, b in zip(cut["matrices"], whole["matrices"], strict=True):
-                assert a["fits"] == b["fits"] and a["stats"]["max_abs"] == b["stats"]["max_abs"]
+                assert a["fits"] == b["fits"]
+                assert a["stats"]["max_abs"] == b["stats"]["max_abs"]
                 assert a["stats"]["std"] == pytest.approx(b["stats"]["std"], rel=1e-12)
         assert len(cut["matrices"]) == len(whole["matrices"]) > 0
 
@@ -155,4 +162,5 @@ def test_the_torch_path_gives_the_same_partial_reductions(dtype):
         for ours, theirs in zip(on_torch(piece, dtype, selections, lo), cpu(piece, dtype, selections, lo), strict=True):
             assert len(ours) == len(theirs)
             for a, b in zip(ours, theirs, strict=True):
-                assert np.array_equal(a.counts, b.counts) and (a.argmax, a.max_abs) == (b.argmax, b.max_abs)
+                assert np.array_equal(a.counts, b.counts)
+                assert (a.argmax, a.max_abs) == (b.argmax, b.max_abs)

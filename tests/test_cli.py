@@ -26,11 +26,14 @@ def test_fit_minilm_writes_one_row_and_prints_the_table(minilm_dir, tmp_path):
     db = tmp_path / "db"
     out = run_cli("fit", str(minilm_dir), "--db", str(db), real=True)  # the console entry point in its own process
     assert out.returncode == 0, out.stderr
-    assert "median k" in out.stdout and "ffn_out" in out.stdout
+    assert "median k" in out.stdout
+    assert "ffn_out" in out.stdout
     rows = row_files(db)
-    assert len(rows) == 1 and rows[0].name.startswith("all-MiniLM-L6-v2@local-")
+    assert len(rows) == 1
+    assert rows[0].name.startswith("all-MiniLM-L6-v2@local-")
     row = json.loads(rows[0].read_text())
-    assert row["schema"] == "weightdiag.row/1" and row["model"]["source"] == "local"
+    assert row["schema"] == "weightdiag.row/1"
+    assert row["model"]["source"] == "local"
     assert row["protocol"] == {
         "name": "hist1024",
         "trim": "mid80",
@@ -39,7 +42,8 @@ def test_fit_minilm_writes_one_row_and_prints_the_table(minilm_dir, tmp_path):
         "bins": 1024,
         "log10_range": [-12.0, 2.0],
     }
-    assert row["tool"]["name"] == "weightdiag" and row["files"][0]["size"] == 90868376
+    assert row["tool"]["name"] == "weightdiag"
+    assert row["files"][0]["size"] == 90868376
     # Refitting the same model replaces its row instead of adding one.
     assert run_cli("fit", str(minilm_dir), "--db", str(db), "-q").returncode == 0
     assert len(row_files(db)) == 1
@@ -65,7 +69,8 @@ def test_json_output_and_env_database(minilm_dir, tmp_path):
 
 def test_no_save(minilm_dir, tmp_path):
     out = run_cli("fit", str(minilm_dir), "--no-save", "-q", cwd=tmp_path)
-    assert out.returncode == 0 and not (tmp_path / "DATABASE").exists()
+    assert out.returncode == 0
+    assert not (tmp_path / "DATABASE").exists()
 
 
 def _valid(tmp_path: Path) -> Path:
@@ -192,7 +197,8 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path, smal
     out = run_cli("fit", str(target), "--db", str(db))
     assert out.returncode == 2, (out.stdout, out.stderr)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("error: "), out.stderr
     assert expected in lines[0]
     assert "Traceback" not in out.stderr + out.stdout
     assert not db.exists() or not any(db.rglob("*")), "nothing may be written for bad input"
@@ -207,7 +213,8 @@ def test_usage_errors_exit_2(tmp_path):
 
 def test_version():
     out = run_cli("version")
-    assert out.returncode == 0 and out.stdout.startswith("weightdiag ")
+    assert out.returncode == 0
+    assert out.stdout.startswith("weightdiag ")
 
 
 def test_version_flag_via_the_console_script_the_module_and_the_app():
@@ -222,7 +229,8 @@ def test_version_flag_via_the_console_script_the_module_and_the_app():
         assert (out.returncode, out.stdout, out.stderr) == (0, expected, ""), command
     # The Typer app's eager option (reached when weightdiag.cli.main is called directly) says the same.
     out = run_cli("--help")
-    assert out.returncode == 0 and "--version" in out.stdout
+    assert out.returncode == 0
+    assert "--version" in out.stdout
     code = "from weightdiag.cli import main\nmain(['--version'])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (out.returncode, out.stdout) == (0, expected), out.stderr
@@ -234,7 +242,8 @@ def test_version_flag_imports_nothing_heavy():
         "print(sorted(m for m in ('typer', 'rich', 'numpy', 'pydantic') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and out.stdout.splitlines()[-1] == "[]", out.stdout + out.stderr
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines()[-1] == "[]", out.stdout + out.stderr
 
 
 def test_a_cpu_fit_of_safetensors_imports_neither_torch_nor_scipy(tmp_path):
@@ -257,7 +266,9 @@ def test_connections_is_range_checked_and_passed_on(tmp_path):
     for command in ("fit", "report"):
         out = run_cli(command, str(model), "--no-save", "-q", "--connections", "0")
         lines = [line for line in out.stderr.splitlines() if line.strip()]
-        assert out.returncode == 2 and len(lines) == 1 and "--connections 0" in lines[0], out.stderr
+        assert out.returncode == 2, out.stderr
+        assert len(lines) == 1, out.stderr
+        assert "--connections 0" in lines[0], out.stderr
     out = run_cli("fit", str(model), "--no-save", "-q", "--json", "--connections", "3")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["schema"] == "weightdiag.row/1"
@@ -268,7 +279,9 @@ def test_an_unwritable_database_fails_before_fitting(tmp_path):
     blocker = tmp_path / "db-is-a-file"
     blocker.write_text("")
     out = run_cli("fit", str(model), "--db", str(blocker))
-    assert out.returncode == 2 and "is not a folder" in out.stderr and "--no-save" in out.stderr
+    assert out.returncode == 2
+    assert "is not a folder" in out.stderr
+    assert "--no-save" in out.stderr
 
 
 def test_a_read_only_database_folder_fails_before_fitting(tmp_path):
@@ -280,7 +293,8 @@ def test_a_read_only_database_folder_fails_before_fitting(tmp_path):
         if os.access(locked, os.W_OK):
             pytest.skip("running as root: permissions are not enforced")
         out = run_cli("fit", str(model), "--db", str(locked / "db"))
-        assert out.returncode == 2 and "is not writable" in out.stderr
+        assert out.returncode == 2
+        assert "is not writable" in out.stderr
         assert run_cli("fit", str(model), "--db", str(locked / "db"), "--no-save").returncode == 0
     finally:
         locked.chmod(0o700)
@@ -292,9 +306,11 @@ def test_a_damaged_row_is_skipped_by_listing_and_refused_when_named(minilm_dir, 
     bad = db / "rows" / "broken.json"
     bad.write_text(json.dumps({"schema": "weightdiag.row/1", "model": {"id": 3}}))
     listing = run_cli("db", "list", "--db", str(db))
-    assert listing.returncode == 0 and "Traceback" not in listing.stderr
+    assert listing.returncode == 0
+    assert "Traceback" not in listing.stderr
     out = run_cli("compare", str(bad), "--db", str(db))
-    assert out.returncode == 2 and "damaged" in out.stderr
+    assert out.returncode == 2
+    assert "damaged" in out.stderr
 
 
 def test_model_names_that_look_like_markup_are_printed_as_they_are(tmp_path):
@@ -318,7 +334,9 @@ def test_permission_denied_is_bad_input_not_a_bug(tmp_path, monkeypatch, capsys)
         cli.main(["fit", str(model), "--no-save", "-q"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "permission denied" in err and str(model) in err and "Traceback" not in err
+    assert "permission denied" in err
+    assert str(model) in err
+    assert "Traceback" not in err
 
 
 def test_rows_are_written_with_the_usual_file_permissions(tmp_path):

@@ -42,10 +42,13 @@ def _pythia():
 
 
 def test_the_cohort_is_complete_and_attributed():
-    assert len(load_cohort("v9_1")) == 12 and len(load_cohort("qwen")) == 11
+    assert len(load_cohort("v9_1")) == 12
+    assert len(load_cohort("qwen")) == 11
     for row in load_cohort("v9_1") + load_cohort("qwen"):
-        assert row["schema"] == "weightdiag.row/1" and row["model"]["source"] == "cohort"
-        assert row["provenance"]["license"] == "CC BY 4.0" and "Tiexin Ding" in row["provenance"]["copyright"]
+        assert row["schema"] == "weightdiag.row/1"
+        assert row["model"]["source"] == "cohort"
+        assert row["provenance"]["license"] == "CC BY 4.0"
+        assert "Tiexin Ding" in row["provenance"]["copyright"]
 
 
 def test_f4_every_entry_in_the_band_with_the_papers_cv():
@@ -56,7 +59,8 @@ def test_f4_every_entry_in_the_band_with_the_papers_cv():
     assert band["cv_percent"] < 0.6
     assert band["cv_percent"] == pytest.approx(0.461, abs=0.002)  # population std / mean
     assert band["cv_percent_sample"] == pytest.approx(0.482, abs=0.002)
-    assert band["band"][0] == pytest.approx(1.1872, abs=1e-4) and band["band"][1] == pytest.approx(1.2039, abs=1e-4)
+    assert band["band"][0] == pytest.approx(1.1872, abs=1e-4)
+    assert band["band"][1] == pytest.approx(1.2039, abs=1e-4)
 
 
 def test_f5_lambda_scaling_from_the_csv_and_from_table4():
@@ -106,7 +110,8 @@ def test_ffn_kinds_of_every_entry_are_transmission():
 
 def test_f7_and_groups():
     groups = {r["model"]["id"]: architecture_group(r["architecture"]) for r in load_cohort("v9_1")}
-    assert groups["pythia-410m"] == "MHA (fused qkv)" and groups["olmo-2-7b"] == "MHA (separate Q/K)"
+    assert groups["pythia-410m"] == "MHA (fused qkv)"
+    assert groups["olmo-2-7b"] == "MHA (separate Q/K)"
     assert groups["qwen2.5-7b"] == "GQA"
     smol = attention_arch({"n_heads": 9, "n_kv_heads": 3})
     assert (smol["label"], smol["heads"], smol["ratio"]) == ("GQA 3:1", "9:3", 3)
@@ -142,7 +147,8 @@ def test_compare_on_a_cohort_entry_names_the_others_nearest(entry):
     row = next(r for r in load_cohort("v9_1") if r["model"]["id"] == entry)
     assert distance(row, row)[0] == 0  # itself would be nearest, at 0: issue 11 asks for the others
     report = compare(row)
-    assert report["nearest"] and all(n["entry"] != entry and n["distance"] > 0 for n in report["nearest"])
+    assert report["nearest"]
+    assert all(n["entry"] != entry and n["distance"] > 0 for n in report["nearest"])
 
 
 def test_qwen_regime_test_on_fitted_matrices():
@@ -193,7 +199,8 @@ def test_compare_cli_on_minilm_runs_end_to_end(minilm_dir, tmp_path):
         assert text in out.stdout
     out = run_cli("compare", str(minilm_dir), "--db", str(tmp_path), "--json", "-q", "--device", "cpu")
     report = json.loads(out.stdout)
-    assert report["transmission"]["position"] == "below" and report["group"] == "MHA (separate Q/K)"
+    assert report["transmission"]["position"] == "below"
+    assert report["group"] == "MHA (separate Q/K)"
     assert report["shallow_ffn"]["regime"] == "A"
 
 
@@ -201,7 +208,8 @@ def test_compare_cli_on_minilm_runs_end_to_end(minilm_dir, tmp_path):
 def test_compare_cli_on_cohort_entries(tmp_path):
     out = run_cli("compare", "olmo-1-7b", "--json", "--db", str(tmp_path))
     report = json.loads(out.stdout)
-    assert report["model"] == "olmo-1-7b" and report["nearest"]  # the others, never itself at distance 0
+    assert report["model"] == "olmo-1-7b"
+    assert report["nearest"]  # the others, never itself at distance 0
     assert all(n["entry"] != "olmo-1-7b" and n["distance"] > 0 for n in report["nearest"])
     assert run_cli("compare", "--db", str(tmp_path)).returncode == 2  # empty database: one-line error
 
@@ -224,7 +232,8 @@ def test_check_passes_on_the_shipped_minilm_baseline(minilm_dir, tmp_path):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.startswith("PASS: all 40 matrices")
-    assert 'failures="0"' in junit.read_text() and junit.read_text().count("<testcase") == 40
+    assert 'failures="0"' in junit.read_text()
+    assert junit.read_text().count("<testcase") == 40
     assert not (tmp_path / "db").exists()  # check does not write rows unless --save
 
 
@@ -243,19 +252,23 @@ def test_check_fails_when_one_matrix_is_scaled(minilm_dir, tmp_path):
     junit = tmp_path / "junit.xml"
     out = run_cli("check", str(copy), "--baseline", str(BASELINE), "--junit", str(junit), "-q", "--device", "cpu")
     assert out.returncode == 1, out.stdout + out.stderr
-    assert name in out.stdout and "moved" in out.stdout
+    assert name in out.stdout
+    assert "moved" in out.stdout
     # The README quotes this run's lambda change; it must be what `check` prints (issue 11: +4.951%).
     claimed = re.search(r"matrix \(λ ([+-][\d.]+%)[:)]", (REPO / "README.md").read_text())
-    assert claimed and claimed.group(1) in out.stdout, out.stdout
+    assert claimed, out.stdout
+    assert claimed.group(1) in out.stdout, out.stdout
     xml = junit.read_text()
-    assert 'failures="1"' in xml and name in xml
+    assert 'failures="1"' in xml
+    assert name in xml
 
 
 @pytest.mark.e2e
 def test_check_refuses_a_summary_baseline(minilm_dir):
     cohort_file = REPO / "DATABASE" / "cohort" / "v9_1" / "pythia-70m.json"
     out = run_cli("check", str(minilm_dir), "--baseline", str(cohort_file), "-q", "--device", "cpu")
-    assert out.returncode == 2 and "no per-matrix fits" in out.stderr
+    assert out.returncode == 2
+    assert "no per-matrix fits" in out.stderr
 
 
 @pytest.mark.e2e
@@ -266,7 +279,9 @@ def test_db_list_show_export(minilm_dir, tmp_path):
     assert len(listing) == 12 + 11 + 1
     assert json.loads(run_cli("db", "list", "--db", str(db), "--json", "--fitted").stdout)[0]["matrices"] == 40
     shown = run_cli("db", "show", "pythia-160m", "--db", str(db))
-    assert shown.returncode == 0 and "qkv" in shown.stdout and "CC BY 4.0" in shown.stdout
+    assert shown.returncode == 0
+    assert "qkv" in shown.stdout
+    assert "CC BY 4.0" in shown.stdout
     assert (
         json.loads(run_cli("db", "show", "all-MiniLM-L6-v2", "--db", str(db), "--json").stdout)["model"][
             "source"
@@ -274,7 +289,8 @@ def test_db_list_show_export(minilm_dir, tmp_path):
         == "local"
     )
     csv_text = run_cli("db", "export", "--format", "csv", "--db", str(db)).stdout
-    assert csv_text.splitlines()[0].startswith("id,revision,source") and len(csv_text.splitlines()) == 25
+    assert csv_text.splitlines()[0].startswith("id,revision,source")
+    assert len(csv_text.splitlines()) == 25
     out_file = tmp_path / "rows.jsonl"
     assert run_cli("db", "export", "--format", "jsonl", "--output", str(out_file), "--db", str(db)).returncode == 0
     assert len(out_file.read_text().splitlines()) == 24
@@ -298,4 +314,5 @@ def test_compare_reads_a_row_fitted_at_another_trim_at_the_cohorts_mid80():
 def test_check_refuses_bad_tolerances(minilm_dir):
     for flag, value in (("--tol-k", "nan"), ("--tol-lambda", "-0.1"), ("--tol-k", "inf")):
         out = run_cli("check", str(minilm_dir), "--baseline", str(BASELINE), flag, value, "-q")
-        assert out.returncode == 2 and flag in out.stderr, out.stderr
+        assert out.returncode == 2, out.stderr
+        assert flag in out.stderr, out.stderr

@@ -59,10 +59,13 @@ def test_the_issues_colliding_ids_get_distinct_bounded_names():
     names = [db.row_filename(stub(i)) for i in [*ISSUE_IDS, "y" * 100_000]]
     assert len(set(names)) == len(names), names
     for name in names:
-        assert len(name.encode()) <= db.MAX_ROW_NAME and "/" not in name and not name.startswith(".")
+        assert len(name.encode()) <= db.MAX_ROW_NAME
+        assert "/" not in name
+        assert not name.startswith(".")
     assert names[0] == "team--llama@main.json"  # plain ids keep the name they always had
     assert names[1].startswith("team--llama~")
-    assert names[2] == "модель@main.json" and names[3] == "мадель@main.json"  # readable, no hash needed
+    assert names[2] == "модель@main.json"
+    assert names[3] == "мадель@main.json"  # readable, no hash needed
 
 
 def test_plain_names_are_unchanged_so_existing_rows_keep_their_file():
@@ -80,7 +83,8 @@ def test_a_revision_that_looks_like_a_protocol_suffix_does_not_collide():
 def test_non_utf8_file_systems_get_ascii_stems(monkeypatch):
     monkeypatch.setattr(db, "_unicode_names", lambda: False)
     names = {db.row_filename(stub(i)) for i in ("модель", "мадель")}
-    assert len(names) == 2 and all(n.isascii() for n in names)
+    assert len(names) == 2
+    assert all(n.isascii() for n in names)
 
 
 ids = st.text(st.sampled_from("ab/-._~ @éé\u0301ß\ud800Я\x00"), max_size=12) | st.text(max_size=400)
@@ -91,7 +95,9 @@ ids = st.text(st.sampled_from("ab/-._~ @éé\u0301ß\ud800Я\x00"), max_size=12)
 def test_names_are_injective_and_bounded(a: str, b: str, rev: str, protocol: str):
     name_a = db.row_filename(stub(a, rev or None, protocol))
     assert len(name_a.encode("utf-8", "surrogatepass")) <= db.MAX_ROW_NAME
-    assert "/" not in name_a and "\x00" not in name_a and not name_a.startswith(".")
+    assert "/" not in name_a
+    assert "\x00" not in name_a
+    assert not name_a.startswith(".")
     if a != b:
         assert name_a != db.row_filename(stub(b, rev or None, protocol))
     assert name_a != db.row_filename(stub(a, "other", protocol))
@@ -103,7 +109,8 @@ def test_every_issue_id_is_written_and_read_back(tmp_path):
         assert db.load_row(path)["model"]["id"] == i
     assert len(row_files(tmp_path)) == len(ISSUE_IDS) + 2
     assert {r["model"]["id"] for _, r in db.iter_rows(tmp_path)} == {*ISSUE_IDS, "y" * 100_000, "bad\ud800surrogate"}
-    assert len(db.find_rows("team--llama", tmp_path)) == 1 and len(db.find_rows("team/llama", tmp_path)) == 1
+    assert len(db.find_rows("team--llama", tmp_path)) == 1
+    assert len(db.find_rows("team/llama", tmp_path)) == 1
 
 
 # --- rows under the old names -------------------------------------------------------------------------
@@ -210,7 +217,8 @@ def test_temporary_names_of_the_longest_rows_stay_below_name_max(tmp_path):
 
 def one_line_exit_2(result: subprocess.CompletedProcess, *words: str) -> None:
     assert result.returncode == 2, result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
     for word in words:
         assert word in result.stderr
 
@@ -278,7 +286,8 @@ def test_empty_model_and_empty_db_are_bad_input(tiny_model, tmp_path):
     one_line_exit_2(run_cli("fit", "", "--db", str(tmp_path / "db"), cwd=work), "empty model")
     one_line_exit_2(run_cli("fit", str(tiny_model), "--db", "", cwd=work), "--db")
     one_line_exit_2(run_cli("fit", str(tiny_model), "--db", " ", cwd=work), "--db")
-    assert sorted(p.name for p in work.iterdir()) == before and not (tmp_path / "db").exists()
+    assert sorted(p.name for p in work.iterdir()) == before
+    assert not (tmp_path / "db").exists()
 
 
 # --- acceptance 2: concurrent fits killed at random ---------------------------------------------------
@@ -331,7 +340,8 @@ def test_eight_concurrent_fits_killed_at_random_lose_nothing(tiny_model, tmp_pat
     codes = [proc.wait(timeout=15) for proc in procs]  # reaped: a zombie's pid still looks alive
     assert all(code in (0, -signal.SIGKILL) for code in codes), [p.stderr.read() for p in procs]
     assert all(codes[i] == 0 for i, plan in enumerate(plans) if plan is None), codes
-    assert len(left_behind) == 3 and set(left_behind) <= set(temp_files(rows)), (left_behind, codes)
+    assert len(left_behind) == 3, (left_behind, codes)
+    assert set(left_behind) <= set(temp_files(rows)), (left_behind, codes)
 
     completed = {names[i] for i, code in enumerate(codes) if code == 0}
     found = {}

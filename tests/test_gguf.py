@@ -172,14 +172,18 @@ def test_float_and_quantized_round_trip(tmp_path, monkeypatch):
     finally:
         reader.close()
     refs = {t.name: t for t in plan.tensors}
-    assert refs["b.f16"].dtype.name == "F16" and refs["b.f16"].note is None  # F16 delivered as stored
+    assert refs["b.f16"].dtype.name == "F16"
+    assert refs["b.f16"].note is None  # F16 delivered as stored
     for name in QUANTIZERS:
         ref = refs[f"m.{name}"]
-        assert ref.dtype.name == "F32" and ref.shape == (3, 128) and ref.nbytes == 3 * 128 * 4
+        assert ref.dtype.name == "F32"
+        assert ref.shape == (3, 128)
+        assert ref.nbytes == 3 * 128 * 4
         assert ref.note == f"GGUF {name}, dequantized"
     assert plan.file_format == "gguf"
     assert plan.model_id == "model"  # the file name, not general.name ("tiny test model", with spaces)
-    assert [s.name for s in plan.shards] == ["model.gguf"] and plan.shards[0].size == path.stat().st_size
+    assert [s.name for s in plan.shards] == ["model.gguf"]
+    assert plan.shards[0].size == path.stat().st_size
 
 
 @pytest.mark.parametrize("k_type", ["F32", "Q8_0"])
@@ -213,7 +217,8 @@ def test_llama_qk_rows_are_unpermuted(tmp_path, k_type):
     finally:
         reader.close()
     notes = {t.name: t.note for t in plan.tensors}
-    assert "un-permuted" in notes["blk.0.attn_q.weight"] and "un-permuted" in notes["blk.0.attn_k.weight"]
+    assert "un-permuted" in notes["blk.0.attn_q.weight"]
+    assert "un-permuted" in notes["blk.0.attn_k.weight"]
 
 
 def test_qwen2_rows_are_left_alone_and_gemma_norms_shifted(tmp_path):
@@ -240,9 +245,12 @@ def test_config_from_metadata_for_each_family(tmp_path, arch):
     plan, reader = open_gguf(write(tmp_path, gguf_file(kv, tensors)))
     reader.close()
     info = arch_from_config(plan.config)
-    assert info.family == arch and info.n_layers == 1 and info.d_model == 64
+    assert info.family == arch
+    assert info.n_layers == 1
+    assert info.d_model == 64
     assert (info.n_heads, info.n_kv_heads, info.ffn_size, info.vocab_size) == (4, 2, 96, 100)
-    assert info.norm_type == "rmsnorm" and plan.config["rms_norm_eps"] == 1e-6
+    assert info.norm_type == "rmsnorm"
+    assert plan.config["rms_norm_eps"] == 1e-6
     assert info.tied_embeddings is False  # output.weight is present
     assert plan.metadata[f"{arch}.attention.head_count"] == "4"
     assert plan.metadata["tokenizer.ggml.tokens"] == "[100 x STRING]"
@@ -257,10 +265,12 @@ def test_unsupported_type_is_skipped_with_a_reason(tmp_path):
     ]
     plan, reader = open_gguf(write(tmp_path, gguf_file(llama_kv(), tensors)))
     ref = next(t for t in plan.tensors if t.name == "blk.0.ffn_up.weight")
-    assert ref.dtype.name == "GGUF_IQ2_XS" and not ref.dtype.fittable
+    assert ref.dtype.name == "GGUF_IQ2_XS"
+    assert not ref.dtype.fittable
     row = fit_plan(plan, reader, FitOptions(device="cpu"))
     (skipped,) = row["skipped"]
-    assert skipped["name"] == "blk.0.ffn_up.weight" and "GGUF_IQ2_XS" in skipped["reason"]
+    assert skipped["name"] == "blk.0.ffn_up.weight"
+    assert "GGUF_IQ2_XS" in skipped["reason"]
     assert [m["name"] for m in row["matrices"]] == ["blk.0.ffn_down.weight"]
     assert row["model"]["format"] == "gguf"
 
@@ -314,7 +324,9 @@ def test_malformed_files_raise_one_line_format_errors(tmp_path, blob, message):
     with pytest.raises(CheckpointFormatError, match=message) as err:
         parse_gguf_bytes(blob, "bad.gguf")
     text = str(err.value)
-    assert "\n" not in text and text.startswith("bad.gguf: ") and "; " in text
+    assert "\n" not in text
+    assert text.startswith("bad.gguf: ")
+    assert "; " in text
     with pytest.raises(CheckpointFormatError):  # the same through open_gguf on a real file
         open_gguf(write(tmp_path, blob))
 
@@ -322,10 +334,13 @@ def test_malformed_files_raise_one_line_format_errors(tmp_path, blob, message):
 @pytest.mark.parametrize("version", [2, 3])
 def test_valid_minimal_file_parses(version):
     header = parse_gguf_bytes(gguf_file(llama_kv(), TWO, version=version))
-    assert [t.name for t in header.tensors] == ["a", "b"] and header.alignment == 32
-    assert header.version == version and header.metadata["llama.attention.head_count"] == 4
+    assert [t.name for t in header.tensors] == ["a", "b"]
+    assert header.alignment == 32
+    assert header.version == version
+    assert header.metadata["llama.attention.head_count"] == 4
     a, b = header.tensors
-    assert a.shape == (2, 32) and (a.offset, b.offset) == (header.data_start, header.data_start + 256)
+    assert a.shape == (2, 32)
+    assert (a.offset, b.offset) == (header.data_start, header.data_start + 256)
 
 
 # --- fuzzing: nothing but CheckpointFormatError escapes ---------------------------------------
@@ -401,17 +416,21 @@ def smollm(smollm_gguf):
 
 def test_smollm_plan_and_config(smollm):
     plan, _ = smollm
-    assert len(plan.tensors) == 272 and plan.file_format == "gguf"
+    assert len(plan.tensors) == 272
+    assert plan.file_format == "gguf"
     info = arch_from_config(plan.config)
     assert (info.family, info.n_layers, info.d_model) == ("llama", 30, 576)
     assert (info.n_heads, info.n_kv_heads, info.ffn_size, info.vocab_size) == (9, 3, 1536, 49152)
-    assert info.tied_embeddings is True and info.norm_type == "rmsnorm"
+    assert info.tied_embeddings is True
+    assert info.norm_type == "rmsnorm"
     assert plan.model_id == "SmolLM2-135M-Instruct.Q4_1"  # the file name, not general.name (free text)
     assert plan.metadata["llama.attention.layer_norm_rms_epsilon"] == "1e-05"
     assert plan.metadata["gguf.tensor_types"] == "210 Q4_1, 61 F32, 1 Q8_0"
     assert len(plan.shards[0].header_sha256) == 64
     embed = plan.tensors[0]
-    assert embed.name == "token_embd.weight" and embed.shape == (49152, 576) and "Q8_0" in embed.note
+    assert embed.name == "token_embd.weight"
+    assert embed.shape == (49152, 576)
+    assert "Q8_0" in embed.note
 
 
 def test_smollm_values_match_the_gguf_package(smollm, smollm_gguf):
@@ -421,7 +440,8 @@ def test_smollm_values_match_the_gguf_package(smollm, smollm_gguf):
     assert {t.name for t in plan.tensors} == set(oracle)
     for ref in plan.tensors:  # placement and shapes of every tensor
         o = oracle[ref.name]
-        assert ref.start == o.data_offset and ref.shape == tuple(int(d) for d in reversed(o.shape))
+        assert ref.start == o.data_offset
+        assert ref.shape == tuple(int(d) for d in reversed(o.shape))
         assert reader.stored[ref.name].nbytes == o.n_bytes
     sample = {
         "token_embd.weight": None,  # Q8_0
@@ -446,11 +466,14 @@ def test_smollm_fits_end_to_end(smollm_gguf, cpu_fit):
     row = cpu_fit(smollm_gguf)  # api.fit_model: open_gguf then fit_plan, fitted once for the report tests too
     assert row["architecture"]["attention"] == "GQA 3:1"
     assert {"q", "k", "v", "o", "gate", "up", "down", "embed"} <= set(row["kinds"])
-    assert not row["skipped"] and not row["unclassified"]
+    assert not row["skipped"]
+    assert not row["unclassified"]
     matrices = row["matrices"]
-    assert len(matrices) == 211 and len(row["vectors"]) == 61
+    assert len(matrices) == 211
+    assert len(row["vectors"]) == 61
     assert all("Q4_1" in m["note"] for m in matrices if m["kind"] != "embed")
-    assert row["model"]["format"] == "gguf" and row["files"][0]["name"] == smollm_gguf.name
+    assert row["model"]["format"] == "gguf"
+    assert row["files"][0]["name"] == smollm_gguf.name
 
 
 def test_smollm_rows_name_the_stored_type_and_the_metadata_source(smollm_gguf):
@@ -460,7 +483,7 @@ def test_smollm_rows_name_the_stored_type_and_the_metadata_source(smollm_gguf):
     assert row["architecture"]["sources"][0] == "GGUF metadata"
     assert "config.json" not in row["architecture"]["sources"]
     quantized = [m for m in row["matrices"] if "Q4_1" in m.get("note", "")]
-    assert quantized and all(
-        m["dtype"] == "Q4_1" and m["quantization"] == "Q4_1" and m["fitted_dtype"] == "F32" for m in quantized
-    )
-    assert row["vectors"] and all(v["dtype"] in G.RAW_TYPES and "quantization" not in v for v in row["vectors"])
+    assert quantized
+    assert all(m["dtype"] == "Q4_1" and m["quantization"] == "Q4_1" and m["fitted_dtype"] == "F32" for m in quantized)
+    assert row["vectors"]
+    assert all(v["dtype"] in G.RAW_TYPES and "quantization" not in v for v in row["vectors"])

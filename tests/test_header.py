@@ -29,7 +29,8 @@ def test_valid_file_parses_with_metadata_and_offsets():
     a, b = h.tensors
     assert (a.start, a.end) == (h.data_start, h.data_start + 24)
     assert (b.start, b.end) == (h.data_start + 24, h.data_start + 32)
-    assert a.numel == 6 and b.dtype.name == "BF16"
+    assert a.numel == 6
+    assert b.dtype.name == "BF16"
 
 
 @pytest.mark.parametrize(
@@ -80,7 +81,8 @@ def test_malformed_headers_are_refused(blob, message):
         parse_file_bytes(blob, "x.safetensors")
     text = str(info.value)
     assert message in text
-    assert "\n" not in text and text.startswith("x.safetensors: ")
+    assert "\n" not in text
+    assert text.startswith("x.safetensors: ")
 
 
 def _check_invariants(blob: bytes) -> None:
@@ -90,7 +92,8 @@ def _check_invariants(blob: bytes) -> None:
         return
     cursor = h.data_start
     for t in h.tensors:  # accepted headers tile the data region exactly
-        assert t.start == cursor and t.end <= len(blob)
+        assert t.start == cursor
+        assert t.end <= len(blob)
         cursor = t.end
     assert cursor == len(blob)
 

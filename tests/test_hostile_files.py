@@ -40,7 +40,8 @@ def _one_error_line(out: Any) -> str:
     assert out.returncode == 2, (out.returncode, out.stdout[-2000:], out.stderr[-2000:])
     assert "Traceback" not in out.stdout + out.stderr
     lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("error: "), out.stderr
     return lines[0]
 
 
@@ -85,8 +86,11 @@ def test_deeply_nested_json_is_bad_input(tmp_path: Path, small_llama: Path, tiny
 def test_absurd_config_counts_are_ignored_with_a_note(value: float) -> None:
     notes: list[str] = []
     info = arch_from_config({"hidden_size": value, "num_attention_heads": 4, "model_type": "llama"}, notes)
-    assert info.d_model is None and info.head_dim is None
-    assert len(notes) == 1 and notes[0].startswith("config hidden_size=") and "ignored" in notes[0]
+    assert info.d_model is None
+    assert info.head_dim is None
+    assert len(notes) == 1
+    assert notes[0].startswith("config hidden_size=")
+    assert "ignored" in notes[0]
     assert len(notes[0]) < 120  # 10**30 or 1e308 are abbreviated, not spelled out
 
 
@@ -94,7 +98,8 @@ def test_absurd_config_counts_are_ignored_with_a_note(value: float) -> None:
 def test_absurd_mlp_ratio_is_ignored_with_a_note(ratio: float) -> None:
     notes: list[str] = []
     info = arch_from_config({"hidden_size": 64, "mlp_ratio": ratio}, notes)  # 1e308 * 64 = inf: int() overflowed
-    assert info.ffn_size is None and info.d_model == 64
+    assert info.ffn_size is None
+    assert info.d_model == 64
     assert notes == [f"config mlp_ratio={ratio:.6g} ignored: not a ratio between 0 and 1000"]
     assert arch_from_config({"hidden_size": 64, "mlp_ratio": 4}).ffn_size == 256  # sane ratios still count
 
@@ -161,21 +166,25 @@ def test_linked_secret_is_not_a_safetensors_file_and_is_not_quoted(tmp_path: Pat
     line = _one_error_line(run_cli("fit", str(folder), "--db", str(tmp_path / "db")))
     assert "not a safetensors file" in line
     n = struct.unpack("<Q", SECRET[:8])[0]
-    assert "TOPS" not in line and str(n) not in line and "hunter" not in line
+    assert "TOPS" not in line
+    assert str(n) not in line
+    assert "hunter" not in line
     # The same bytes as a short file (N fits the cap but not the file), and as a GGUF file.
     for blob in (struct.pack("<Q", 5000) + b"TOPSECRET", SECRET):
         with pytest.raises(CheckpointFormatError) as err:
             parse_file_bytes(blob)
-        assert (
-            "not a safetensors file" in str(err.value) and "TOPS" not in str(err.value) and "5000" not in str(err.value)
-        )
+        assert "not a safetensors file" in str(err.value)
+        assert "TOPS" not in str(err.value)
+        assert "5000" not in str(err.value)
     with pytest.raises(CheckpointFormatError) as err:
         parse_gguf_bytes(SECRET)
-    assert "TOPS" not in str(err.value) and "not a GGUF file" in str(err.value)
+    assert "TOPS" not in str(err.value)
+    assert "not a GGUF file" in str(err.value)
     # A header that is not UTF-8: say where, not which byte.
     with pytest.raises(CheckpointFormatError) as err:
         parse_file_bytes(struct.pack("<Q", 8) + b'{"\xa7\xa7": 1}')
-    assert "xa7" not in str(err.value) and "header byte 2" in str(err.value)
+    assert "xa7" not in str(err.value)
+    assert "header byte 2" in str(err.value)
 
 
 # --- 5. outputs that cannot be written, a bad WEIGHTDIAG_THREADS --------------------------------------
@@ -243,7 +252,8 @@ def test_emoji_codes_in_paths_and_names_are_printed_literally(tmp_path: Path, ti
     missing = run_cli("fit", str(tmp_path / "no:thumbs_up:such"), "--db", str(db))
     assert "no:thumbs_up:such" in _one_error_line(missing)
     for out in (*outputs, missing):
-        assert "\N{FIRE}" not in out.stdout + out.stderr and "\N{SMILING FACE WITH OPEN MOUTH}" not in out.stderr
+        assert "\N{FIRE}" not in out.stdout + out.stderr
+        assert "\N{SMILING FACE WITH OPEN MOUTH}" not in out.stderr
         assert "\N{THUMBS UP SIGN}" not in out.stderr
 
 
@@ -258,14 +268,16 @@ def test_progress_bar_prints_the_model_id_literally() -> None:
     progress("start", {"model": "org/a:fire:[red]b", "bytes": 10, "tensors": 1})
     progress.close()
     text = buffer.getvalue()
-    assert "a:fire:[red]b" in text and "\N{FIRE}" not in text
+    assert "a:fire:[red]b" in text
+    assert "\N{FIRE}" not in text
 
 
 # --- 7. property-based fuzzing -------------------------------------------------------------------
 
 
 def _no_leak(message: str) -> None:
-    assert "\n" not in message and "Traceback" not in message
+    assert "\n" not in message
+    assert "Traceback" not in message
 
 
 def _parse_header_ok(blob: bytes) -> None:

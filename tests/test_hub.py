@@ -48,8 +48,10 @@ def test_streamed_fit_equals_the_local_fit_and_transfers_no_extra_bytes(fake_hub
     row = _fit_hub("acme/tiny")
     local = fit_path(str(small_model), FitOptions(device="cpu"))
     assert _science(row) == _science(local)
-    assert row["model"]["source"] == "hub" and row["model"]["commit"] == commit
-    assert row["model"]["revision"] == "main" and "ranged reads" in row["notes"][0]
+    assert row["model"]["source"] == "hub"
+    assert row["model"]["commit"] == commit
+    assert row["model"]["revision"] == "main"
+    assert "ranged reads" in row["notes"][0]
     assert all(len(f["sha256"]) == 64 for f in row["files"])  # the LFS object ids
     weights = _tensor_bytes(small_model)
     assert (
@@ -83,7 +85,8 @@ def test_revisions_branches_tags_and_commits(fake_hub, small_model, tmp_path):
     assert _fit_hub("acme/run@v1")["model"]["commit"] == main
     assert _fit_hub(f"acme/run@{main}")["model"]["commit"] == main
     hp = _fit_hub("acme/run@step1000")["hyperparameters"]
-    assert hp["steps"] == 1000 and hp["source"] == "step 1000 from the revision"
+    assert hp["steps"] == 1000
+    assert hp["source"] == "step 1000 from the revision"
 
 
 def test_download_mode_fills_the_cache_and_later_runs_read_it(fake_hub, small_model):
@@ -136,7 +139,9 @@ def test_expired_cdn_urls_are_resolved_again(fake_hub, small_model):
     remote.read(5000, again, RetryPolicy())
     assert again.tobytes() == data[5000:5064]
     statuses = [(r.path.split("/")[1], r.status) for r in fake_hub.requests]
-    assert statuses[0] == ("cdn", 403) and ("acme", 302) in statuses and statuses[-1] == ("cdn", 206)
+    assert statuses[0] == ("cdn", 403)
+    assert ("acme", 302) in statuses
+    assert statuses[-1] == ("cdn", 206)
 
 
 def test_a_server_ignoring_range_fails_clearly_never_wrongly(fake_hub, small_model):
@@ -167,7 +172,8 @@ def test_bin_only_revisions(fake_hub, tmp_path):
     with pytest.raises(HubError, match="--download"):
         _fit_hub("EleutherAI/pythia-12b@step3000")
     row = api.fit_model("EleutherAI/pythia-12b@step3000", FitOptions(device="cpu"), download=True)
-    assert row["model"]["format"] == "torch" and "weights_only=True" in " ".join(row["notes"])
+    assert row["model"]["format"] == "torch"
+    assert "weights_only=True" in " ".join(row["notes"])
     assert row["kinds"]["o"]["count"] == 1
     assert row["hyperparameters"]["state"] == "Transition"  # preset pythia-12b at step 3000
 
@@ -183,7 +189,8 @@ def _cli_env(hub) -> dict[str, str]:
 def _expect_exit3(out, *needles: str) -> None:
     assert out.returncode == 3, (out.stdout, out.stderr)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("error: "), out.stderr
     assert "Traceback" not in out.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
@@ -256,7 +263,9 @@ def test_network_unreachable_and_offline_with_nothing_cached(tmp_path):
     offline = {**env, "HF_HUB_OFFLINE": "1"}
     _expect_exit3(run_cli("fit", "acme/tiny", "--db", str(tmp_path), env=offline, real=True), "not in the local cache")
     bad = run_cli("fit", "acme/ti..ny", "--db", str(tmp_path), env=env, real=True)  # naming rules: input, not network
-    assert bad.returncode == 2 and "not a valid Hub repo id" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2
+    assert "not a valid Hub repo id" in bad.stderr
+    assert "Traceback" not in bad.stderr
 
 
 def test_offline_mode_and_unreachable_hub_use_the_cache(fake_hub, small_model, tmp_path):
@@ -278,7 +287,8 @@ def test_hf_cache_folder_from_a_download_is_a_local_model_too(fake_hub, small_mo
     api.fit_model("acme/tiny", FitOptions(device="cpu"), download=True)
     repo_cache = Path(os.environ["HF_HUB_CACHE"]) / "models--acme--tiny"
     row = fit_path(str(repo_cache), FitOptions(device="cpu"))
-    assert row["model"]["id"] == "acme/tiny" and row["model"]["revision"] == "main"
+    assert row["model"]["id"] == "acme/tiny"
+    assert row["model"]["revision"] == "main"
     assert all(f["sha256"] for f in row["files"])
 
 
@@ -287,8 +297,10 @@ def test_token_goes_to_the_hub_and_never_to_the_cdn(fake_hub, small_model):
     api.fit_model("acme/tiny", FitOptions(device="cpu"), token="hf_secret")
     cdn = [r for r in fake_hub.requests if r.path.startswith("/cdn/")]
     hub = [r for r in fake_hub.requests if "/resolve/" in r.path]
-    assert cdn and hub
-    assert all(r.authorized for r in hub) and not any(r.authorized for r in cdn)
+    assert cdn
+    assert hub
+    assert all(r.authorized for r in hub)
+    assert not any(r.authorized for r in cdn)
     # After the first redirect per file, tensors go straight to the remembered CDN location.
     shards = len(list(small_model.glob("*.safetensors")))
     assert len([r for r in hub if r.path.endswith(".safetensors")]) <= 2 * shards

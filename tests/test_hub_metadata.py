@@ -34,7 +34,8 @@ MALFORMED = f"the Hub's answer for {REPO} is malformed"
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = write_small_model(tmp_path_factory.mktemp("tiny"))
-    assert (folder / SHARD).exists() and (folder / INDEX).exists()
+    assert (folder / SHARD).exists()
+    assert (folder / INDEX).exists()
     return folder
 
 
@@ -56,7 +57,8 @@ def _cli_env(**extra: str) -> dict[str, str]:
 def _expect_line(out: Any, code: int, *needles: str) -> str:
     assert out.returncode == code, (out.returncode, out.stdout, out.stderr)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("error: "), out.stderr
     assert "Traceback" not in out.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
@@ -92,7 +94,8 @@ def test_malformed_model_info_is_a_hub_error(hub_repo: FakeHub, params: dict[str
     hub_repo.fail("api_body", REPO, times=None, **params)
     with pytest.raises(HubError) as err:
         _fit()
-    assert str(err.value).startswith(MALFORMED) and expected in str(err.value), str(err.value)
+    assert str(err.value).startswith(MALFORMED), str(err.value)
+    assert expected in str(err.value), str(err.value)
     assert str(err.value).endswith("; try again later or use --download")
     _no_weights_read(hub_repo)
 
@@ -116,7 +119,8 @@ def test_file_sizes_and_hashes_are_checked(hub_repo: FakeHub, name: str, fields:
     for download in (False, True):  # before anything is read or written, in both modes
         with pytest.raises(HubError) as err:
             _fit(download=download)
-        assert str(err.value).startswith(MALFORMED) and expected in str(err.value), str(err.value)
+        assert str(err.value).startswith(MALFORMED), str(err.value)
+        assert expected in str(err.value), str(err.value)
     _no_weights_read(hub_repo)
     assert not hub_repo.requests_to("/resolve/")
     assert not list(Path(os.environ["HF_HUB_CACHE"]).rglob("*.json"))
@@ -228,7 +232,8 @@ def test_redirect_faults_on_a_download(hub_repo: FakeHub, kind: str, params: dic
     hub_repo.fail(kind, "config.json", times=None, **params)
     with pytest.raises(HubError) as err:
         _fit(download=True)
-    assert str(err.value).startswith(MALFORMED) and expected in str(err.value), str(err.value)
+    assert str(err.value).startswith(MALFORMED), str(err.value)
+    assert expected in str(err.value), str(err.value)
 
 
 def test_redirect_loop_through_the_cli(hub_repo: FakeHub, tmp_path: Path) -> None:
@@ -262,7 +267,8 @@ def test_fields_weightdiag_does_not_read_may_be_anything(hub_repo: FakeHub) -> N
 
 def test_gated_metadata_is_public(gated: FakeHub) -> None:
     info = hub.model_info(REPO, None, None)
-    assert len(info.sha or "") == 40 and SHARD in hub._files_of(REPO, info)
+    assert len(info.sha or "") == 40
+    assert SHARD in hub._files_of(REPO, info)
     assert [(r.status, r.authorized) for r in gated.requests_to(f"/api/models/{REPO}")] == [(200, False)]
 
 

@@ -46,7 +46,8 @@ SHARD = "model-00001-of-00004.safetensors"
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = write_small_model(tmp_path_factory.mktemp("tiny"))
-    assert (folder / SHARD).exists() and (folder / "model.safetensors.index.json").exists()
+    assert (folder / SHARD).exists()
+    assert (folder / "model.safetensors.index.json").exists()
     return folder
 
 
@@ -67,10 +68,12 @@ def test_fixture_points_the_client_and_subprocesses_at_the_hub(fake_hub: FakeHub
 
 def test_model_info_with_files_metadata(fake_hub: FakeHub, model_dir: Path) -> None:
     sha = fake_hub.add_folder(REPO, model_dir)
-    assert len(sha) == 40 and sha == fake_hub.add_folder(REPO, model_dir)  # deterministic
+    assert len(sha) == 40
+    assert sha == fake_hub.add_folder(REPO, model_dir)  # deterministic
     info = HfApi().model_info(REPO, files_metadata=True)
     assert (info.id, info.sha, info.private, info.gated, info.disabled) == (REPO, sha, False, False, False)
-    assert info.last_modified is not None and info.config == {
+    assert info.last_modified is not None
+    assert info.config == {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
     }
@@ -78,14 +81,17 @@ def test_model_info_with_files_metadata(fake_hub: FakeHub, model_dir: Path) -> N
     assert set(siblings) == {p.name for p in model_dir.iterdir()}
     shard = (model_dir / SHARD).read_bytes()
     lfs = siblings[SHARD].lfs
-    assert lfs is not None and (lfs.sha256, lfs.size, siblings[SHARD].size) == (_sha256(shard), len(shard), len(shard))
+    assert lfs is not None
+    assert (lfs.sha256, lfs.size, siblings[SHARD].size) == (_sha256(shard), len(shard), len(shard))
     config = (model_dir / "config.json").read_bytes()
     assert siblings["config.json"].lfs is None  # small JSON: a git file, oid = git's blob sha1
     assert siblings["config.json"].blob_id == hashlib.sha1(b"blob %d\0" % len(config) + config).hexdigest()
     header_params = json.loads((model_dir / "model.safetensors.index.json").read_text())["metadata"]["total_size"]
-    assert info.safetensors is not None and info.safetensors.total * 2 == header_params  # BF16: 2 bytes each
+    assert info.safetensors is not None
+    assert info.safetensors.total * 2 == header_params  # BF16: 2 bytes each
     plain = HfApi().model_info(REPO)  # without files_metadata only the names come back
-    assert plain.siblings and all(s.size is None and s.lfs is None for s in plain.siblings)
+    assert plain.siblings
+    assert all(s.size is None and s.lfs is None for s in plain.siblings)
 
 
 def test_branches_tags_and_commits(fake_hub: FakeHub, model_dir: Path) -> None:
@@ -105,10 +111,12 @@ def test_branches_tags_and_commits(fake_hub: FakeHub, model_dir: Path) -> None:
     for rev, expected in [("main", main), ("step1000", step), ("v1.0", step), (first, first), (None, main)]:
         assert api.model_info(REPO, revision=rev).sha == expected
     path = hf_hub_download(REPO, "config.json", revision="step1000")
-    assert Path(path).read_bytes() == b'{"step": 1000}' and step in path
+    assert Path(path).read_bytes() == b'{"step": 1000}'
+    assert step in path
     # Pythia-like: identical weights in two branches share their LFS oid, not their commit.
     trees = {rev: {f.path: f for f in api.list_repo_tree(REPO, revision=rev)} for rev in ("main", "step1000")}
-    assert trees["main"][SHARD].lfs == trees["step1000"][SHARD].lfs and main != step
+    assert trees["main"][SHARD].lfs == trees["step1000"][SHARD].lfs
+    assert main != step
 
 
 def test_list_repo_tree(fake_hub: FakeHub) -> None:
@@ -127,7 +135,8 @@ def test_list_repo_tree(fake_hub: FakeHub) -> None:
     ]
     by_path = {e.path: e for e in everything}
     a = by_path["weights/a.safetensors"]
-    assert a.lfs is not None and (a.lfs.sha256, a.lfs.size, a.size) == (_sha256(weights), len(weights), len(weights))
+    assert a.lfs is not None
+    assert (a.lfs.sha256, a.lfs.size, a.size) == (_sha256(weights), len(weights), len(weights))
     assert by_path["weights/sub/b.bin"].lfs is not None  # LFS by name, whatever the size
     assert by_path["README.md"].lfs is None
     assert [e.path for e in api.list_repo_tree(REPO)] == ["weights", "README.md", "config.json"]
@@ -166,7 +175,8 @@ def test_cdn_on_the_hub_origin_breaks_the_client(fake_hub: FakeHub, model_dir: P
     fake_hub.add_folder(REPO, model_dir)
     fake_hub.cdn_host = "127.0.0.1"
     meta = get_hf_file_metadata(hf_hub_url(REPO, SHARD))
-    assert meta.commit_hash is None and meta.location.startswith(f"{fake_hub.url}/cdn/")
+    assert meta.commit_hash is None
+    assert meta.location.startswith(f"{fake_hub.url}/cdn/")
     with pytest.raises(LocalEntryNotFoundError, match="X-Repo-Commit"):
         hf_hub_download(REPO, SHARD)
 
@@ -183,10 +193,12 @@ def test_hf_hub_download_sharded_model(fake_hub: FakeHub, model_dir: Path) -> No
         assert path.read_bytes() == (model_dir / name).read_bytes()
     names = [*shards, "model.safetensors.index.json"]
     assert fake_hub.file_bytes_sent == sum((model_dir / n).stat().st_size for n in names)
-    assert len(fake_hub.requests_to("/cdn/", "GET")) == 5 and not fake_hub.requests_to("/resolve/", "GET")
+    assert len(fake_hub.requests_to("/cdn/", "GET")) == 5
+    assert not fake_hub.requests_to("/resolve/", "GET")
     fake_hub.reset_counters()
     hf_hub_download(REPO, shards[0])  # cached: one HEAD, no body
-    assert [r.method for r in fake_hub.requests] == ["HEAD"] and fake_hub.file_bytes_sent == 0
+    assert [r.method for r in fake_hub.requests] == ["HEAD"]
+    assert fake_hub.file_bytes_sent == 0
 
 
 def test_snapshot_download_allow_patterns(fake_hub: FakeHub, model_dir: Path) -> None:
@@ -206,7 +218,8 @@ def test_error_mapping(fake_hub: FakeHub, model_dir: Path) -> None:
     api = HfApi()
     with pytest.raises(RepositoryNotFoundError) as err:
         api.model_info("org/missing")
-    assert err.value.response.status_code == 404 and err.value.server_message == "Repository not found"
+    assert err.value.response.status_code == 404
+    assert err.value.server_message == "Repository not found"
     with pytest.raises(RepositoryNotFoundError):
         hf_hub_download("org/missing", "config.json")
     with pytest.raises(RepositoryNotFoundError):
@@ -246,21 +259,27 @@ def test_ranged_get_through_the_redirect(fake_hub: FakeHub, model_dir: Path) -> 
     data = (model_dir / SHARD).read_bytes()
     size, url, session = len(data), hf_hub_url(REPO, SHARD), get_session()
     r = session.get(url, headers={"Range": "bytes=10-99"})
-    assert r.status_code == 206 and r.content == data[10:100]
-    assert r.headers["Content-Range"] == f"bytes 10-99/{size}" and r.headers["Content-Length"] == "90"
-    assert r.headers["ETag"] == f'"{_sha256(data)}"' and r.headers["Accept-Ranges"] == "bytes"
+    assert r.status_code == 206
+    assert r.content == data[10:100]
+    assert r.headers["Content-Range"] == f"bytes 10-99/{size}"
+    assert r.headers["Content-Length"] == "90"
+    assert r.headers["ETag"] == f'"{_sha256(data)}"'
+    assert r.headers["Accept-Ranges"] == "bytes"
     hop = r.history[0]
-    assert hop.status_code == 302 and hop.headers["X-Repo-Commit"] == sha
+    assert hop.status_code == 302
+    assert hop.headers["X-Repo-Commit"] == sha
     assert (hop.headers["X-Linked-Size"], hop.headers["X-Linked-Etag"]) == (str(size), f'"{_sha256(data)}"')
     for spec, expected in [("-16", data[-16:]), (f"{size - 5}-", data[-5:]), (f"0-{size + 100}", data)]:
         r = session.get(url, headers={"Range": f"bytes={spec}"})
         assert (r.status_code, r.content) == (206, expected)
     r = session.get(url, headers={"Range": f"bytes={size}-"})
-    assert r.status_code == 416 and r.headers["Content-Range"] == f"bytes */{size}"
+    assert r.status_code == 416
+    assert r.headers["Content-Range"] == f"bytes */{size}"
     config = (model_dir / "config.json").read_bytes()
     r = session.get(hf_hub_url(REPO, "config.json"), headers={"Range": "bytes=0-9"})
     assert (r.status_code, r.content, r.history) == (206, config[:10], [])  # a git file: no redirect
-    assert r.headers["X-Repo-Commit"] == sha and r.headers["Content-Range"] == f"bytes 0-9/{len(config)}"
+    assert r.headers["X-Repo-Commit"] == sha
+    assert r.headers["Content-Range"] == f"bytes 0-9/{len(config)}"
 
 
 def test_keep_alive_and_byte_counters(fake_hub: FakeHub, model_dir: Path) -> None:
@@ -271,8 +290,10 @@ def test_keep_alive_and_byte_counters(fake_hub: FakeHub, model_dir: Path) -> Non
             assert client.get(f"{fake_hub.url}/api/models/{REPO}").status_code == 200
         assert client.head(f"{fake_hub.url}/{REPO}/resolve/main/config.json").status_code == 200
         r = client.get(f"{fake_hub.url}/{REPO}/resolve/main/config.json", headers={"Range": "bytes=0-99"})
-    assert r.status_code == 206 and fake_hub.connections == 1  # Content-Length everywhere: one connection
-    assert fake_hub.file_bytes_sent == 100 and fake_hub.bytes_sent > 100  # JSON bodies count in bytes_sent
+    assert r.status_code == 206
+    assert fake_hub.connections == 1  # Content-Length everywhere: one connection
+    assert fake_hub.file_bytes_sent == 100
+    assert fake_hub.bytes_sent > 100  # JSON bodies count in bytes_sent
     assert fake_hub.requests[-1][:4] == ("GET", f"/{REPO}/resolve/main/config.json", "bytes=0-99", 206)
     fake_hub.reset_counters()
     assert (fake_hub.requests, fake_hub.bytes_sent, fake_hub.file_bytes_sent) == ([], 0, 0)
@@ -308,7 +329,8 @@ def test_429_with_retry_after(fake_hub: FakeHub, model_dir: Path) -> None:
     sha = fake_hub.add_folder(REPO, model_dir)
     fake_hub.fail_once("429", f"/api/models/{REPO}", retry_after=7)
     r = get_session().get(f"{fake_hub.url}/api/models/{REPO}")
-    assert r.status_code == 429 and r.headers["Retry-After"] == "7"
+    assert r.status_code == 429
+    assert r.headers["Retry-After"] == "7"
     fake_hub.fail_once("429", "/api/models/")
     with pytest.raises(HfHubHTTPError) as err:  # the API calls do not retry by themselves
         HfApi().model_info(REPO)
@@ -359,9 +381,12 @@ def test_expired_cdn_urls(fake_hub: FakeHub, model_dir: Path) -> None:
     assert session.get(old, headers={"Range": "bytes=0-7"}).content == data[:8]
     fake_hub.expire_cdn_urls()
     r = session.get(old, headers={"Range": "bytes=0-7"})
-    assert r.status_code == 403 and b"AccessDenied" in r.content and "X-Error-Code" not in r.headers
+    assert r.status_code == 403
+    assert b"AccessDenied" in r.content
+    assert "X-Error-Code" not in r.headers
     fresh = get_hf_file_metadata(url).location
-    assert fresh != old and session.get(fresh, headers={"Range": "bytes=0-7"}).content == data[:8]
+    assert fresh != old
+    assert session.get(fresh, headers={"Range": "bytes=0-7"}).content == data[:8]
     fake_hub.cdn_ttl = -10  # URLs that are already past their expiry
     assert session.get(get_hf_file_metadata(url).location).status_code == 403
 
@@ -436,7 +461,8 @@ def test_internal_errors_are_recorded(fake_hub: FakeHub, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(fake_hub, "_model_info", broken)
     r = get_session().get(f"{fake_hub.url}/api/models/{REPO}")
-    assert r.status_code == 500 and "bug in the fake" in fake_hub.errors[0]
+    assert r.status_code == 500
+    assert "bug in the fake" in fake_hub.errors[0]
     fake_hub.errors.clear()  # otherwise the fixture fails the test at teardown
 
 
@@ -491,7 +517,8 @@ def test_stall_holds_the_connection_without_blocking_stop(model_dir: Path) -> No
         got = bytearray()
         with httpx2.Client(follow_redirects=True, timeout=httpx2.Timeout(5, read=0.3)) as client:
             with pytest.raises(httpx2.ReadTimeout), client.stream("GET", url) as r:
-                assert r.status_code == 200 and r.headers["Content-Length"] == str(len(data))
+                assert r.status_code == 200
+                assert r.headers["Content-Length"] == str(len(data))
                 for chunk in r.iter_raw():
                     got += chunk
             assert bytes(got) == data[:100]
@@ -520,7 +547,8 @@ def test_trickle_outlives_read_timeouts(fake_hub: FakeHub, model_dir: Path) -> N
                 got += chunk
                 if time.monotonic() - start > 0.25:
                     break
-        assert 10 < len(got) < 10 + 2000 and bytes(got) == data[: len(got)]
+        assert 10 < len(got) < 10 + 2000
+        assert bytes(got) == data[: len(got)]
         assert client.get(hf_hub_url(REPO, SHARD)).content == data  # spent
     # Metadata too, with api=True: the model info JSON arrives byte by byte.
     fake_hub.fail("trickle", f"/api/models/{REPO}", rate=100, api=True)
@@ -532,7 +560,8 @@ def test_trickle_outlives_read_timeouts(fake_hub: FakeHub, model_dir: Path) -> N
                 body += chunk
                 if time.monotonic() - start > 0.2:
                     break
-        assert 0 < len(body) < 100 and int(r.headers["Content-Length"]) > 100
+        assert 0 < len(body) < 100
+        assert int(r.headers["Content-Length"]) > 100
         assert client.get(f"{fake_hub.url}/api/models/{REPO}").json()["id"] == REPO
     fake_hub.fail("stall", f"/api/models/{REPO}", api=True)
     with pytest.raises(httpx2.ReadTimeout):
@@ -556,17 +585,20 @@ def test_gzip_corrupt_and_short_bodies(fake_hub: FakeHub, model_dir: Path) -> No
             "gzip",
             f"bytes 10-1009/{size}",
         )
-        assert int(r.headers["Content-Length"]) == len(raw) != 1000 and gzip.decompress(raw) == data[10:1010]
+        assert int(r.headers["Content-Length"]) == len(raw) != 1000
+        assert gzip.decompress(raw) == data[10:1010]
         fake_hub.fail("gzip", SHARD)
         assert client.get(url, headers={"Range": "bytes=10-1009"}).content == data[10:1010]  # httpx decodes it
 
         fake_hub.fail("corrupt", SHARD)
         r = client.get(url, headers={"Range": "bytes=0-99"})
         assert (r.status_code, r.headers["Content-Length"], len(r.content)) == (206, "100", 100)
-        assert [i for i in range(100) if r.content[i] != data[i]] == [50] and r.content[50] == data[50] ^ 0xFF
+        assert [i for i in range(100) if r.content[i] != data[i]] == [50]
+        assert r.content[50] == data[50] ^ 0xFF
         fake_hub.fail("corrupt", SHARD, at=3)
         r = client.get(url)
-        assert r.status_code == 200 and [i for i in range(size) if r.content[i] != data[i]] == [3]
+        assert r.status_code == 200
+        assert [i for i in range(size) if r.content[i] != data[i]] == [3]
 
         fake_hub.reset_counters()
         fake_hub.fail("short", SHARD, missing=7)
@@ -603,7 +635,8 @@ def test_api_body_replaces_or_edits_model_info(fake_hub: FakeHub, model_dir: Pat
     fake_hub.fail("api_body", REPO, mutate=lambda info: info.pop("sha"), status=200)
     assert api.model_info(REPO).sha is None
     fake_hub.fail("api_body", f"{REPO}/revision/", doc={"id": REPO}, times=None)  # by path: only /revision/
-    assert api.model_info(REPO).sha == sha and api.model_info(REPO, revision="main").sha is None
+    assert api.model_info(REPO).sha == sha
+    assert api.model_info(REPO, revision="main").sha is None
     fake_hub.clear_faults()
     assert session.get(f"{fake_hub.url}/api/models/{REPO}/refs").status_code == 200  # other routes untouched
 
@@ -611,8 +644,10 @@ def test_api_body_replaces_or_edits_model_info(fake_hub: FakeHub, model_dir: Pat
     fake_hub.override_sibling(REPO, SHARD, size=MISSING, lfs=MISSING)
     fake_hub.override_sibling(REPO, "ghost.bin", size=-1)
     siblings = {s.rfilename: s for s in api.model_info(REPO, files_metadata=True).siblings or []}
-    assert siblings["config.json"].size == 2**45 and siblings["config.json"].blob_id  # other fields kept
-    assert (siblings[SHARD].size, siblings[SHARD].lfs) == (None, None) and siblings["ghost.bin"].size == -1
+    assert siblings["config.json"].size == 2**45
+    assert siblings["config.json"].blob_id  # other fields kept
+    assert (siblings[SHARD].size, siblings[SHARD].lfs) == (None, None)
+    assert siblings["ghost.bin"].size == -1
     assert {f.path: f.size for f in api.list_repo_tree(REPO)}["config.json"] < 2**20  # tree unchanged
     fake_hub.clear_faults()
     assert "ghost.bin" not in {s.rfilename for s in api.model_info(REPO).siblings or []}
@@ -626,7 +661,8 @@ def test_redirect_faults_on_resolve(fake_hub: FakeHub, model_dir: Path) -> None:
     with pytest.raises(httpx2.TooManyRedirects):
         hf_hub_download(REPO, "config.json")
     r = get_session().get(hf_hub_url(REPO, "config.json"), follow_redirects=False)
-    assert r.status_code == 302 and r.headers["Location"] == hf_hub_url(REPO, "config.json")
+    assert r.status_code == 302
+    assert r.headers["Location"] == hf_hub_url(REPO, "config.json")
     assert r.headers["X-Repo-Commit"] == sha
     assert Path(hf_hub_download(REPO, SHARD)).exists()  # other files resolve
     fake_hub.clear_faults()
@@ -649,24 +685,30 @@ def test_xet_bridge_is_a_second_origin(fake_hub: FakeHub, model_dir: Path) -> No
     session, url = get_session(), hf_hub_url(REPO, SHARD)
     hop = session.get(url, follow_redirects=False)
     location = hop.headers["Location"]
-    assert hop.status_code == 302 and location.startswith(f"http://localhost:{fake_hub.bridge_port}/xet/")
-    assert fake_hub.bridge_port != fake_hub.port and "X-Xet-Signature=" in location and "X-Xet-Expires=" in location
+    assert hop.status_code == 302
+    assert location.startswith(f"http://localhost:{fake_hub.bridge_port}/xet/")
+    assert fake_hub.bridge_port != fake_hub.port
+    assert "X-Xet-Signature=" in location
+    assert "X-Xet-Expires=" in location
     assert hop.headers["X-Xet-Hash"] == location.split("/xet/")[1].split("?")[0] != _sha256(data)
-    assert hop.headers["X-Linked-Size"] == str(len(data)) and hop.headers["X-Linked-Etag"] == f'"{_sha256(data)}"'
+    assert hop.headers["X-Linked-Size"] == str(len(data))
+    assert hop.headers["X-Linked-Etag"] == f'"{_sha256(data)}"'
     fake_hub.reset_counters()
     r = session.get(url, headers={"Range": "bytes=5-104"})
     assert (r.status_code, r.content, r.headers["Content-Range"]) == (206, data[5:105], f"bytes 5-104/{len(data)}")
     assert [(x.path.split("/")[1], x.status) for x in fake_hub.requests] == [("org", 302), ("xet", 206)]
     assert Path(hf_hub_download(REPO, SHARD, token="hf_secret")).read_bytes() == data  # plain HTTP, no CAS
     bridge = fake_hub.requests_to("/xet/", "GET")
-    assert bridge and not any(x.authorized for x in bridge)  # another origin: the token stays home
+    assert bridge
+    assert not any(x.authorized for x in bridge)  # another origin: the token stays home
     fake_hub.fail("corrupt", SHARD, at=0)  # faults match bridge requests by file name
     assert session.get(location, headers={"Range": "bytes=0-9"}).content[0] == data[0] ^ 0xFF
     fake_hub.fail("500", "/xet/")
     assert session.get(location).status_code == 500
     fake_hub.expire_cdn_urls()
     r = session.get(location, headers={"Range": "bytes=0-9"})
-    assert r.status_code == 403 and b"AccessDenied" in r.content
+    assert r.status_code == 403
+    assert b"AccessDenied" in r.content
     assert session.get(url, headers={"Range": "bytes=0-9"}).content == data[:10]  # re-resolved: a fresh URL
     assert session.get(f"http://127.0.0.1:{fake_hub.bridge_port}/cdn/x").status_code == 404  # the bridge only
     fake_hub.xet = False

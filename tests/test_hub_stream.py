@@ -60,7 +60,9 @@ def _cli_env() -> dict[str, str]:
 def _one_error_line(out, code: int, *needles: str) -> str:
     assert out.returncode == code, (out.returncode, out.stdout, out.stderr)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out.stderr, out.stderr
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("error: "), out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]
@@ -72,9 +74,11 @@ def test_parallel_chunks_equal_the_local_fit_and_every_shard_is_verified(fake_hu
     fake_hub.reset_counters()
     row = _fit("acme/tiny")
     assert _science(row) == _science(fit_path(str(model), FitOptions(device="cpu")))
-    assert all(f["verified"] for f in row["files"]) and row["run"]["verification"].startswith("sha256 of every")
+    assert all(f["verified"] for f in row["files"])
+    assert row["run"]["verification"].startswith("sha256 of every")
     gets = fake_hub.requests_to("/cdn/", method="GET")
-    assert len(gets) > 8 and all(r.range for r in gets)
+    assert len(gets) > 8
+    assert all(r.range for r in gets)
     assert fake_hub.connections >= 4  # reads really ran side by side
     # Each weight file was resolved through the Hub once; every later read went straight to the CDN.
     for shard in sorted(p.name for p in model.glob("*.safetensors")):
@@ -109,7 +113,9 @@ def test_a_429_storm_slows_down_and_still_gives_the_same_row(fake_hub, model, sm
     monkeypatch.setattr(hub_stream.Concurrency, "throttled", spy)
     fake_hub.fail("429", "/cdn/", times=12, retry_after=0)
     assert _science(_fit("acme/tiny")) == _science(clean)
-    assert not fake_hub._faults and limits and min(limits) < 8  # concurrency was lowered
+    assert not fake_hub._faults
+    assert limits
+    assert min(limits) < 8  # concurrency was lowered
 
 
 @pytest.mark.parametrize(
@@ -160,7 +166,8 @@ def test_a_302_to_a_second_origin_xet_bridge(fake_hub, model, small_chunks):
     row = _fit("acme/tiny-bridge", token="hf_secret")
     assert _science(row) == _science(fit_path(str(model), FitOptions(device="cpu")))
     bridge = fake_hub.requests_to("/xet/", method="GET")
-    assert bridge and all(r.status == 206 for r in bridge)
+    assert bridge
+    assert all(r.status == 206 for r in bridge)
     assert not any(r.authorized for r in bridge)  # the token stays with the Hub
     fake_hub.expire_cdn_urls()  # signed bridge URLs expire: resolved again, same row
     assert _science(_fit("acme/tiny-bridge")) == _science(row)
@@ -171,7 +178,8 @@ def test_gated_file_reads_give_the_gated_message_while_metadata_is_public(fake_h
     fake_hub.add_folder("acme/llama-weights", model, gated="manual")
     args = ["fit", "acme/llama-weights", "--db", str(tmp_path), "-q"] + (["--token", token] if token else [])
     line = _one_error_line(run_cli(*args, env=_cli_env()), 3, "acme/llama-weights", "request access")
-    assert ("no access yet" in line) == bool(token) and ("hf auth login" in line) != bool(token)
+    assert ("no access yet" in line) == bool(token)
+    assert ("hf auth login" in line) != bool(token)
     assert {r.status for r in fake_hub.requests_to("/api/models/")} == {200}
     assert {r.status for r in fake_hub.requests_to("/resolve/")} == {401 if token is None else 403}
 
@@ -211,7 +219,8 @@ def test_the_last_round_of_chunks_is_read_in_parts(fake_hub, model, small_chunks
     monkeypatch.setattr(hub_stream, "TAIL_PART_BYTES", 2048)
     fake_hub.reset_counters()
     parted = _fit("acme/tiny")
-    assert _science(parted) == _science(whole) and all(f["verified"] for f in parted["files"])
+    assert _science(parted) == _science(whole)
+    assert all(f["verified"] for f in parted["files"])
     assert len(fake_hub.requests_to("/cdn/")) >= requests_whole + 8  # the last chunks came in parts
 
 

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_compare_on_a_cohort_entry_names_the_others(entry: str) -> None:
     row = next(c for c in load_cohort("v9_1") if c["model"]["id"] == entry)
     out = compare(row)
-    assert out["nearest"] and all(n["entry"] != entry for n in out["nearest"])
+    assert out["nearest"]
+    assert all(n["entry"] != entry for n in out["nearest"])
     assert all(n["distance"] > 0 for n in out["nearest"])
     assert all(v["nearest_by_k"] != entry for v in out["kinds"].values())
     assert not any(f"nearest cohort entry: {entry} " in f for f in out["findings"])
@@ -48,15 +49,19 @@ def _step0_lines(row: dict[str, Any]) -> list[str]:
 def test_step0_recipe_match_needs_the_stated_tolerance() -> None:
     wang = 12 / math.sqrt(10)
     near = tr.step0_checks(_step0_row(12, wang * 1.01))["lambda_ratio"]
-    assert near["matches"] and near["tolerance_percent"] == tr.RECIPE_TOLERANCE_PERCENT
+    assert near["matches"]
+    assert near["tolerance_percent"] == tr.RECIPE_TOLERANCE_PERCENT
     (line,) = _step0_lines(_step0_row(12, wang * 1.01))
-    assert "matches small_init" in line and f"within ±{tr.RECIPE_TOLERANCE_PERCENT:g}%" in line
+    assert "matches small_init" in line
+    assert f"within ±{tr.RECIPE_TOLERANCE_PERCENT:g}%" in line
 
     # A -19% miss from the closest recipe (the same sigma for all, ratio 1) is no match.
     miss = tr.step0_checks(_step0_row(12, 0.81))["lambda_ratio"]
-    assert not miss["matches"] and miss["error_percent"] == pytest.approx(-19, abs=0.01)
+    assert not miss["matches"]
+    assert miss["error_percent"] == pytest.approx(-19, abs=0.01)
     (line,) = _step0_lines(_step0_row(12, 0.81))
-    assert "matches no known init recipe" in line and "-19.00%" in line
+    assert "matches no known init recipe" in line
+    assert "-19.00%" in line
 
 
 def test_cohort_bins_of_non_finite_values_raise_no_warning() -> None:
@@ -64,7 +69,8 @@ def test_cohort_bins_of_non_finite_values_raise_no_warning() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         bins = cohort_bins(values)
-    assert list(bins[:4]) == [1024] * 4 and bins[4] == bins[5] == -1
+    assert list(bins[:4]) == [1024] * 4
+    assert bins[4] == bins[5] == -1
 
 
 @pytest.mark.e2e

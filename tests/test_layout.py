@@ -141,7 +141,8 @@ def test_arch_from_configs():
     assert complete_arch(gpt2, [("transformer.h.0.attn.c_attn.weight", (768, 2304))]).conv1d
     assert not complete_arch(arch_from_config({"model_type": "gpt2"}), [("blk.0.attn_qkv.weight", (2304, 768))]).conv1d
     bert = arch_from_config({"model_type": "bert", "hidden_size": 384, "num_attention_heads": 12})
-    assert bert.norm_placement == "post" and attention_architecture(bert) == "MHA"
+    assert bert.norm_placement == "post"
+    assert attention_architecture(bert) == "MHA"
     gemma = arch_from_config({"model_type": "gemma2", "hidden_size": 8})
     assert gemma.norm_offset == 1.0
     falcon = arch_from_config(
@@ -160,7 +161,10 @@ def test_complete_arch_from_tensors_alone():
     ]
     info = complete_arch(ArchInfo(), tensors)
     assert (info.family, info.n_layers, info.d_model) == ("llama", 2, 16)
-    assert info.tied_embeddings and info.qk_norm and info.ffn_type == "gated" and info.norm_type == "rmsnorm"
+    assert info.tied_embeddings
+    assert info.qk_norm
+    assert info.ffn_type == "gated"
+    assert info.norm_type == "rmsnorm"
 
 
 def _parts(name, shape, arch):
@@ -176,7 +180,8 @@ def test_neox_fused_qkv_split_follows_heads():
     arch = ArchInfo(family="gpt_neox", n_heads=n_heads, n_kv_heads=n_heads, head_dim=hd, d_model=d)
     w = np.arange(3 * d * d).reshape(n_heads, 3, hd, d)  # rows grouped per head: q, k, v
     parts, reason = _parts("gpt_neox.layers.0.attention.query_key_value.weight", (3 * d, d), arch)
-    assert reason is None and [k for k, _ in parts] == ["q", "k", "v"]
+    assert reason is None
+    assert [k for k, _ in parts] == ["q", "k", "v"]
     for i, (_, seg) in enumerate(parts):
         assert np.array_equal(_gather(w.reshape(-1), seg), w[:, i].reshape(-1))
 
@@ -228,10 +233,12 @@ def test_olmo_native_ff_proj_is_up_then_gate():
 def test_ambiguous_splits_say_why():
     no_heads = ArchInfo(family="gpt_neox")
     parts, reason = _parts("gpt_neox.layers.0.attention.query_key_value.weight", (96, 32), no_heads)
-    assert parts == [] and "head counts" in reason
+    assert parts == []
+    assert "head counts" in reason
     wrong = ArchInfo(family="gpt_neox", n_heads=4, n_kv_heads=4, head_dim=8)
     parts, reason = _parts("gpt_neox.layers.0.attention.query_key_value.weight", (90, 32), wrong)
-    assert parts == [] and "rows" in reason
+    assert parts == []
+    assert "rows" in reason
 
 
 def test_internlm2_wqkv_split_follows_kv_groups():
@@ -239,7 +246,8 @@ def test_internlm2_wqkv_split_follows_kv_groups():
     arch = ArchInfo(family="internlm2", n_heads=n_q, n_kv_heads=n_kv, head_dim=hd, d_model=d)
     w = np.arange((n_q + 2 * n_kv) * hd * d).reshape(n_kv, n_q // n_kv + 2, hd, d)  # per group: q q k v
     parts, reason = _parts("model.layers.0.attention.wqkv.weight", ((n_q + 2 * n_kv) * hd, d), arch)
-    assert reason is None and [k for k, _ in parts] == ["q", "k", "v"]
+    assert reason is None
+    assert [k for k, _ in parts] == ["q", "k", "v"]
     flat = w.reshape(-1)
     assert np.array_equal(_gather(flat, parts[0][1]), w[:, :2].reshape(-1))
     assert np.array_equal(_gather(flat, parts[1][1]), w[:, 2].reshape(-1))
@@ -249,22 +257,26 @@ def test_internlm2_wqkv_split_follows_kv_groups():
 def test_fused_qkv_of_an_unknown_family_is_not_guessed():
     arch = ArchInfo(family="someformer", n_heads=4, n_kv_heads=4, head_dim=4, d_model=16)
     parts, reason = _parts("model.layers.0.self_attn.qkv_proj.weight", (48, 16), arch)
-    assert parts == [] and "someformer" in reason
+    assert parts == []
+    assert "someformer" in reason
     # GGUF attn_qkv is always [q | k | v] (llama.cpp's converter reorders it)
     parts, reason = _parts("blk.0.attn_qkv.weight", (48, 16), arch)
-    assert reason is None and [k for k, _ in parts] == ["q", "k", "v"]
+    assert reason is None
+    assert [k for k, _ in parts] == ["q", "k", "v"]
 
 
 def test_gpt_bigcode_c_attn_is_a_linear_not_conv1d():
     arch = arch_from_config({"model_type": "gpt_bigcode", "n_embd": 16, "n_layer": 1, "n_head": 4})
     role = classify_tensor("transformer.h.0.attn.c_attn.weight", (24, 16), family=arch.family)
-    assert role.kind == "qkv" and not (role.note and "Conv1D" in role.note)
+    assert role.kind == "qkv"
+    assert not (role.note and "Conv1D" in role.note)
     assert not complete_arch(arch, [("transformer.h.0.attn.c_attn.weight", (24, 16))]).conv1d
 
 
 def test_vision_tower_is_kept_apart_from_the_language_model():
     role = classify_tensor("vision_tower.vision_model.encoder.layers.0.self_attn.q_proj.weight", (64, 64), 2, "llava")
-    assert role.kind == "other" and "vision_tower" in role.note
+    assert role.kind == "other"
+    assert "vision_tower" in role.note
     role = classify_tensor("language_model.model.layers.0.self_attn.q_proj.weight", (64, 64), 2, "llava")
     assert role.kind == "q"
 
@@ -283,14 +295,21 @@ def test_arch_from_a_config_with_wrong_types_ignores_those_fields():
             "tie_word_embeddings": "false",
         }
     )
-    assert arch.family is None and arch.architectures == [] and arch.n_layers is None
-    assert arch.d_model == 4096 and arch.n_heads is None and arch.head_dim is None
-    assert arch.ffn_size is None and arch.vocab_size is None and arch.tied_embeddings is None
+    assert arch.family is None
+    assert arch.architectures == []
+    assert arch.n_layers is None
+    assert arch.d_model == 4096
+    assert arch.n_heads is None
+    assert arch.head_dim is None
+    assert arch.ffn_size is None
+    assert arch.vocab_size is None
+    assert arch.tied_embeddings is None
 
 
 def test_openai_gpt_is_conv1d_and_qwen1_mlp_is_gated():
     role = classify_tensor("h.0.attn.c_attn.weight", (16, 48), family="openai-gpt")
-    assert role.kind == "qkv" and "Conv1D" in role.note
+    assert role.kind == "qkv"
+    assert "Conv1D" in role.note
     kinds = {
         n: classify_tensor(f"transformer.h.0.mlp.{n}.weight", (8, 8), family="qwen").kind
         for n in ("w1", "w2", "c_proj")
@@ -302,4 +321,5 @@ def test_openai_gpt_is_conv1d_and_qwen1_mlp_is_gated():
 def test_chatglm_fused_qkv_is_not_split_as_contiguous():
     arch = ArchInfo(family="chatglm", n_heads=4, n_kv_heads=4, head_dim=4, d_model=16)
     parts, reason = _parts("transformer.layers.0.attention.query_key_value.weight", (48, 16), arch)
-    assert parts == [] and reason
+    assert parts == []
+    assert reason

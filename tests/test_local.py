@@ -38,7 +38,8 @@ def test_single_file_and_its_folder(tmp_path):
     plan_dir, r2 = open_local(tmp_path)
     r1.close(), r2.close()
     assert [t.name for t in plan_file.tensors] == [t.name for t in plan_dir.tensors]
-    assert plan_dir.shards[0].header_sha256 and plan_dir.model_id == tmp_path.name
+    assert plan_dir.shards[0].header_sha256
+    assert plan_dir.model_id == tmp_path.name
 
 
 def test_sharded_folder_reads_index_and_config(small_llama):
@@ -66,7 +67,9 @@ def test_hf_cache_snapshot_layout(tmp_path, small_llama):
     for spec in (repo, snap):
         plan, reader = open_local(spec)
         reader.close()
-        assert plan.model_id == "acme/tiny-llama" and plan.commit == commit and plan.revision == "main"
+        assert plan.model_id == "acme/tiny-llama"
+        assert plan.commit == commit
+        assert plan.revision == "main"
         assert all(s.sha256 and len(s.sha256) == 64 for s in plan.shards)
     for damaged in ("../../../etc", "b" * 40):  # a path, or a commit with no snapshot
         (repo / "refs" / "main").write_text(damaged)

@@ -28,11 +28,14 @@ def llama_row(small_llama):
 def test_row_has_every_matrix_with_kinds_and_blocks(llama_row):
     kinds = llama_row["kinds"]
     for kind in ("q", "k", "v", "o", "gate", "up", "down"):
-        assert kinds[kind]["count"] == 3 and kinds[kind]["fitted"] == 3
-    assert kinds["embed"]["count"] == 1 and kinds["unembed"]["count"] == 1
+        assert kinds[kind]["count"] == 3
+        assert kinds[kind]["fitted"] == 3
+    assert kinds["embed"]["count"] == 1
+    assert kinds["unembed"]["count"] == 1
     assert {m["block"] for m in llama_row["matrices"] if m["kind"] == "q"} == {0, 1, 2}
     assert llama_row["architecture"]["attention"] == "GQA 2:1"
-    assert llama_row["unclassified"] == [] and llama_row["skipped"] == []
+    assert llama_row["unclassified"] == []
+    assert llama_row["skipped"] == []
     json.dumps(llama_row, allow_nan=False)  # strict JSON
 
 
@@ -90,7 +93,8 @@ def test_fused_qkv_parts_equal_reductions_of_the_slices(small_neox):
 def test_include_and_exclude_globs(small_llama):
     row = fit_path(str(small_llama), FitOptions(device="cpu", include=["*.layers.1.*"], exclude=["*mlp*"]))
     names = [m["name"] for m in row["matrices"]] + [v["name"] for v in row["vectors"]]
-    assert names and all(".layers.1." in n and "mlp" not in n for n in names)
+    assert names
+    assert all(".layers.1." in n and "mlp" not in n for n in names)
 
 
 def test_non_float_empty_and_scalar_tensors_are_listed_as_skipped(tmp_path):
@@ -114,8 +118,10 @@ def test_non_float_empty_and_scalar_tensors_are_listed_as_skipped(tmp_path):
 
 def test_minilm_row_is_complete(minilm_dir):
     row = fit_path(str(minilm_dir), FitOptions(device="cpu"))
-    assert len(row["matrices"]) == 40 and len(row["vectors"]) == 63
-    assert row["skipped"][0]["name"] == "embeddings.position_ids" and "I64" in row["skipped"][0]["reason"]
+    assert len(row["matrices"]) == 40
+    assert len(row["vectors"]) == 63
+    assert row["skipped"][0]["name"] == "embeddings.position_ids"
+    assert "I64" in row["skipped"][0]["reason"]
     assert row["architecture"]["norm_placement"] == "post"
     ln = next(v for v in row["vectors"] if v["name"] == "encoder.layer.0.output.LayerNorm.weight")
     assert ln["l2"] == pytest.approx(ln["l2_over_sqrt_d"] * math.sqrt(384))
@@ -170,6 +176,8 @@ def test_f64_values_beyond_float32_count_as_infinite_without_warnings(tmp_path):
         warnings.simplefilter("error")
         row = fit_path(str(path), FitOptions(device="cpu"))
     (m,) = row["matrices"]
-    assert m["stats"]["n_finite"] == 64 * 64 - 2 and m["fits"]["mid80"]["ok"]
+    assert m["stats"]["n_finite"] == 64 * 64 - 2
+    assert m["fits"]["mid80"]["ok"]
     (norm,) = [v for v in row["vectors"] if v["kind"] == "norm"]
-    assert norm["l2"] is None and norm["mean"] == pytest.approx(1e200)  # sums past float64: null, not a warning
+    assert norm["l2"] is None
+    assert norm["mean"] == pytest.approx(1e200)  # sums past float64: null, not a warning

@@ -22,7 +22,9 @@ def _bf16(x):
 
 
 def _same(a: Reduction, b: Reduction):
-    assert a.dtype == b.dtype and a.numel == b.numel and a.exact == b.exact
+    assert a.dtype == b.dtype
+    assert a.numel == b.numel
+    assert a.exact == b.exact
     assert np.array_equal(a.counts, b.counts)
     assert a.argmax == b.argmax
     assert a.max_abs == b.max_abs or (np.isnan(a.max_abs) and np.isnan(b.max_abs))
@@ -180,14 +182,17 @@ def test_nan_inf_are_counted_and_excluded():
         red = reduce_array(raw, dtype)
         stats = matrix_stats(red)
         assert (stats.n_nan, stats.n_inf, stats.n_finite) == (3, 3, 9_994)
-        assert np.isfinite(stats.mean) and np.isfinite(stats.std)
-        assert red.argmax >= 6 and np.isfinite(red.max_abs)
+        assert np.isfinite(stats.mean)
+        assert np.isfinite(stats.std)
+        assert red.argmax >= 6
+        assert np.isfinite(red.max_abs)
         assert cohort_histogram(red).sum() <= 9_994
 
 
 def test_all_nonfinite_tensor_has_no_argmax():
     red = reduce_array(np.full(200, np.nan, dtype=np.float32), "F32")
-    assert red.argmax == -1 and np.isnan(red.max_abs)
+    assert red.argmax == -1
+    assert np.isnan(red.max_abs)
     assert matrix_stats(red).n_nan == 200
 
 

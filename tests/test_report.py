@@ -96,31 +96,45 @@ def test_planted_anomalies_are_found_and_nothing_else(planted):
         ("norm-explosion", (9,)),
     }
     collapse = found[("norm-collapse", (3,))]
-    assert collapse["tensor"] == COLLAPSED and collapse["value"] == pytest.approx(0.2, abs=1e-3)
-    assert "collapse below 0.4 √d" in collapse["text"] and collapse["deviation"] < -5
+    assert collapse["tensor"] == COLLAPSED
+    assert collapse["value"] == pytest.approx(0.2, abs=1e-3)
+    assert "collapse below 0.4 √d" in collapse["text"]
+    assert collapse["deviation"] < -5
     explosion = found[("norm-explosion", (9,))]
-    assert explosion["tensor"] == EXPLODED and explosion["value"] == pytest.approx(2.5, abs=1e-3)
+    assert explosion["tensor"] == EXPLODED
+    assert explosion["value"] == pytest.approx(2.5, abs=1e-3)
     sw = found[("super-weight", (2,))]
-    assert sw["tensor"] == SUPER and sw["statistic"] == "max_over_q99" and sw["deviation"] > 5
-    assert "at (17, 301)" in sw["text"] and "super-weight signature" in sw["text"]
+    assert sw["tensor"] == SUPER
+    assert sw["statistic"] == "max_over_q99"
+    assert sw["deviation"] > 5
+    assert "at (17, 301)" in sw["text"]
+    assert "super-weight signature" in sw["text"]
     band = found[("selection", BAND)]
-    assert sorted(band["kinds"]) == ["k", "q"] and band["statistic"] == "k"
+    assert sorted(band["kinds"]) == ["k", "q"]
+    assert band["statistic"] == "k"
     assert set(band["tensors"]) == {f"model.layers.{b}.self_attn.{p}_proj.weight" for b in BAND for p in "qk"}
-    assert band["value"] < 1.12 < 1.19 < band["expected"] and "Selection" in band["reason"]
+    assert band["value"] < 1.12 < 1.19 < band["expected"]
+    assert "Selection" in band["reason"]
     second = found[("second-population", (1,))]
-    assert second["tensor"] == SECOND_POPULATION and second["value"] < 0.7 and "regime B" in second["text"]
+    assert second["tensor"] == SECOND_POPULATION
+    assert second["value"] < 0.7
+    assert "regime B" in second["text"]
     # Each finding is a sentence with the value, the expectation and the robust deviation.
     for f in planted["findings"]:
-        assert f["text"].startswith("block") and "vs" in f["text"] and f["expected"] is not None
+        assert f["text"].startswith("block")
+        assert "vs" in f["text"]
+        assert f["expected"] is not None
 
 
 def test_planted_super_weight_and_shallow_sections(planted):
     top = {t["tensor"]: t for t in planted["super_weights"]["top"]}
-    assert top[SUPER]["index"] == list(SUPER_AT) and top[SUPER]["abs_value"] == pytest.approx(1.0)
+    assert top[SUPER]["index"] == list(SUPER_AT)
+    assert top[SUPER]["abs_value"] == pytest.approx(1.0)
     assert planted["shallow_ffn"]["regime"] == "B"
     assert [m["tensor"] for m in planted["shallow_ffn"]["matrices"] if m["second_population"]] == [SECOND_POPULATION]
     block3 = planted["blocks"][3]
-    assert block3["norms"]["ffn"] == pytest.approx(0.2, abs=1e-3) and block3["findings"]
+    assert block3["norms"]["ffn"] == pytest.approx(0.2, abs=1e-3)
+    assert block3["findings"]
     assert planted["depth"]["placement"] == "pre"
     assert any("untrained or synthetic" in line for line in planted["observations"])
 
@@ -137,7 +151,9 @@ def test_plain_gaussian_model_has_no_findings(tmp_path):
 
 def test_minilm_report_post_ln(minilm_report):
     arch = minilm_report["architecture"]
-    assert arch["family"] == "bert" and arch["norm_placement"] == "post" and arch["attention"] == "MHA"
+    assert arch["family"] == "bert"
+    assert arch["norm_placement"] == "post"
+    assert arch["attention"] == "MHA"
     assert arch["biases"] == ("q", "k", "v", "o", "ffn_in", "ffn_out")
     assert minilm_report["depth"]["reading"].startswith("Post-LN: the Curse of Depth is a Pre-LN effect")
     assert any(line.startswith("Post-LN") for line in minilm_report["observations"])
@@ -152,31 +168,40 @@ def test_minilm_report_post_ln(minilm_report):
     assert minilm_report["super_weights"]["table2"]["median_max_over_q99"]["position"] == "inside"
     assert any(f["category"] == "super-weight" and f["blocks"] == [0] for f in minilm_report["findings"])
     text = _render(minilm_report)
-    assert "blocks: shape and tails" in text and "Findings (" in text and "super-weight candidates" in text
+    assert "blocks: shape and tails" in text
+    assert "Findings (" in text
+    assert "super-weight candidates" in text
 
 
 def test_smollm2_gguf_report(smollm_report):
     arch = smollm_report["architecture"]
-    assert arch["attention"] == "GQA 3:1" and arch["heads"] == "9:3"
-    assert arch["norm_type"] == "rmsnorm" and arch["norm_placement"] == "pre" and not arch["qk_norm"]
+    assert arch["attention"] == "GQA 3:1"
+    assert arch["heads"] == "9:3"
+    assert arch["norm_type"] == "rmsnorm"
+    assert arch["norm_placement"] == "pre"
+    assert not arch["qk_norm"]
     quant = smollm_report["quantization"]
-    assert quant["types"] == {"Q4_1": 210, "Q8_0": 1} and any("Q4_1" in line for line in smollm_report["observations"])
+    assert quant["types"] == {"Q4_1": 210, "Q8_0": 1}
+    assert any("Q4_1" in line for line in smollm_report["observations"])
     # Low-bit quantized Q/K are never labelled Selection: classes withheld, no selection finding.
     for b in smollm_report["blocks"]:
         for kind in ("q", "k"):
-            assert b["kinds"][kind]["class"] == "withheld (quantized)" and b["kinds"][kind]["quant"] == "Q4_1"
+            assert b["kinds"][kind]["class"] == "withheld (quantized)"
+            assert b["kinds"][kind]["quant"] == "Q4_1"
     assert smollm_report["depth"]["selection"]["q"]["withheld"] == 30
     assert not any("Selection" in f["text"] or f["category"] == "selection" for f in smollm_report["findings"])
     # Norms: model-wide below 0.4 sqrt(d) (one notice, not 57 warnings); the final norm singled out.
     final = [r for r in smollm_report["norms"]["singled_out"] if r["site"] == "final"]
-    assert final and final[0]["regime"] == "explosion"
+    assert final
+    assert final[0]["regime"] == "explosion"
     assert smollm_report["norms"]["model_wide"] == ["collapse"]
     assert sum(f["category"].startswith("norm-collapse") for f in smollm_report["findings"]) == 1
     # What makes block 0 special is said, with evidence.
     block0 = [f for f in smollm_report["findings"] if f["blocks"] == [0]]
     assert {f["kind"] for f in block0} >= {"k", "o", "v", "norm"}
     text = _render(smollm_report)
-    assert "blocks: structure and scale" in text and "withheld" in text
+    assert "blocks: structure and scale" in text
+    assert "withheld" in text
 
 
 # --- the robust building blocks ---------------------------------------------------------------------
@@ -196,9 +221,12 @@ def test_norm_regimes_follow_seed_001():
     assert health.norm_regime(32.0, d, 1.0, 1.0) == "at init"
     # Trained: entries vary ~1% around 1, so ||gamma|| is within 0.01 of sqrt(d) but the vector moved.
     assert health.norm_regime(32.0016, d, 0.97, 1.03) == "grown (within band)"
-    assert health.norm_regime(31.99, d, 0.99, 1.0) == "healthy shrink" and health.norm_regime(32.0, d) != "at init"
-    assert health.norm_regime(0.39 * 32, d) == "collapse" and health.norm_regime(0.41 * 32, d) == "healthy shrink"
-    assert health.norm_regime(1.81 * 32, d) == "explosion" and health.norm_regime(1.5 * 32, d) == "grown (within band)"
+    assert health.norm_regime(31.99, d, 0.99, 1.0) == "healthy shrink"
+    assert health.norm_regime(32.0, d) != "at init"
+    assert health.norm_regime(0.39 * 32, d) == "collapse"
+    assert health.norm_regime(0.41 * 32, d) == "healthy shrink"
+    assert health.norm_regime(1.81 * 32, d) == "explosion"
+    assert health.norm_regime(1.5 * 32, d) == "grown (within band)"
 
 
 def test_pooled_block_statistics():
@@ -218,7 +246,9 @@ def test_quantization_notes():
         "fits": {"mid80": {"r2": 0.999}},
     }
     q = health.quantization_of(rec)
-    assert q["type"] == "Q4_1" and q["bits"] == 4 and "moves k by +0.00 to +0.06" in q["why"]
+    assert q["type"] == "Q4_1"
+    assert q["bits"] == 4
+    assert "moves k by +0.00 to +0.06" in q["why"]
     grid = {"stats": {"distinct_values": 15, "numel": 10**6}, "fits": {"mid80": {"r2": 0.9}}}
     assert "only 15 distinct values" in health.quantization_of(grid)["why"]
     assert health.quantization_of({"stats": {"distinct_values": 3000, "numel": 10**6}, "fits": {"mid80": {}}}) is None
@@ -226,11 +256,13 @@ def test_quantization_notes():
 
 def test_few_blocks_and_fused_qkv(small_llama, tmp_path):
     report = health_report(_fit(small_llama))
-    assert report["findings"] == [] and any("too few for a depth trend" in line for line in report["observations"])
+    assert report["findings"] == []
+    assert any("too few for a depth trend" in line for line in report["observations"])
     neox = synthetic.ModelSpec(family="gpt_neox", n_layers=6, d_model=128, n_heads=4, ffn_size=512, vocab=256)
     report = health_report(_fit(synthetic.write_model(tmp_path, neox)))
     assert {"qkv", "qkv[q]", "qkv[k]", "qkv[v]"} <= set(report["blocks"][0]["kinds"])
-    assert report["findings"] == [] and report["architecture"]["attention"] == "MHA (fused qkv)"
+    assert report["findings"] == []
+    assert report["architecture"]["attention"] == "MHA (fused qkv)"
     _render(report)
 
 
@@ -258,15 +290,18 @@ def test_cli_plots_and_html(planted_dir, tmp_path):
         "--hist", SUPER,
     )  # fmt: skip (no -q: it would silence the "plots written" line)
     assert out.returncode == 0, out.stderr
-    assert "Findings (5)" in out.stdout and f"plots written to {plots}" in out.stderr
+    assert "Findings (5)" in out.stdout
+    assert f"plots written to {plots}" in out.stderr
     pngs = sorted(plots.glob("*.png"))
     names = {p.name for p in pngs}
     assert {"heatmap_k.png", "depth_profile.png", "norms.png", f"hist_{SUPER}.png"} <= names
     text = page.read_text()
     for png in pngs:
         data = png.read_bytes()
-        assert len(data) > 5000 and data.startswith(b"\x89PNG\r\n\x1a\n")
-        assert f'data-file="{png.name}"' in text and base64.b64encode(data).decode() in text
+        assert len(data) > 5000
+        assert data.startswith(b"\x89PNG\r\n\x1a\n")
+        assert f'data-file="{png.name}"' in text
+        assert base64.b64encode(data).decode() in text
     report = json.loads(run_cli("report", str(planted_dir), "--db", str(tmp_path / "db"), "--json", "-q").stdout)
     for finding in report["findings"]:
         assert html.escape(finding["text"]) in text
@@ -281,8 +316,11 @@ def test_cli_default_histograms_and_row_file(planted_dir, tmp_path):
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     hists = sorted(p.name for p in (tmp_path / "p1").glob("hist_*.png"))
-    assert f"hist_{SUPER}.png" in hists and f"hist_{SECOND_POPULATION}.png" in hists and len(hists) == 3
-    assert report["model"]["how"] == "row file" and len(report["plots"]) == 6
+    assert f"hist_{SUPER}.png" in hists
+    assert f"hist_{SECOND_POPULATION}.png" in hists
+    assert len(hists) == 3
+    assert report["model"]["how"] == "row file"
+    assert len(report["plots"]) == 6
     # A row whose model is gone: the other plots, and a note instead of the histograms.
     row = json.loads(row_file.read_text())
     row["model"]["location"] = str(tmp_path / "gone")
@@ -290,19 +328,24 @@ def test_cli_default_histograms_and_row_file(planted_dir, tmp_path):
     moved.write_text(json.dumps(row))
     out = run_cli("report", str(moved), "--plot", str(tmp_path / "p2"), "-q")
     assert out.returncode == 0, out.stderr
-    assert "histograms skipped" in out.stderr and (tmp_path / "p2" / "heatmap_k.png").exists()
+    assert "histograms skipped" in out.stderr
+    assert (tmp_path / "p2" / "heatmap_k.png").exists()
     assert not list((tmp_path / "p2").glob("hist_*.png"))
 
 
 @pytest.mark.e2e
 def test_cli_errors_are_one_line(tmp_path, minilm_dir):
     out = run_cli("report", "olmo-1-7b", "--db", str(tmp_path))
-    assert out.returncode == 2 and "cohort summary" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2
+    assert "cohort summary" in out.stderr
+    assert "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     out = run_cli("report", str(minilm_dir), "--db", str(tmp_path), "--hist", "nope.*", "--plot", str(tmp_path / "p"))
-    assert out.returncode == 2 and "--hist 'nope.*' matches no fitted matrix" in out.stderr
+    assert out.returncode == 2
+    assert "--hist 'nope.*' matches no fitted matrix" in out.stderr
     out = run_cli("report", str(minilm_dir), "--db", str(tmp_path), "--hist", "x")
-    assert out.returncode == 2 and "--hist draws into --plot DIR or --html FILE" in out.stderr
+    assert out.returncode == 2
+    assert "--hist draws into --plot DIR or --html FILE" in out.stderr
 
 
 @pytest.mark.e2e
@@ -310,5 +353,7 @@ def test_cli_minilm_json(minilm_dir, tmp_path):
     out = run_cli("report", str(minilm_dir), "--db", str(tmp_path), "--json", "-q", real=True)  # its own process
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert report["schema"] == "weightdiag.report/1" and report["architecture"]["norm_placement"] == "post"
-    assert report["model"]["how"] == "fitted" and len(report["blocks"]) == 6
+    assert report["schema"] == "weightdiag.report/1"
+    assert report["architecture"]["norm_placement"] == "post"
+    assert report["model"]["how"] == "fitted"
+    assert len(report["blocks"]) == 6

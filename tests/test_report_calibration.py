@@ -62,7 +62,8 @@ def test_calibration_sweep_rates():
     """The sweep quoted in docs/report.md: no false finding on any null model."""
     out = cal.sweep(range(40))
     assert out["fp"] == 0
-    assert out["missed"] <= 0.05 * out["planted"] and out["extra"] <= 0.05 * out["planted"]
+    assert out["missed"] <= 0.05 * out["planted"]
+    assert out["extra"] <= 0.05 * out["planted"]
 
 
 def test_trained_norms_with_spread_are_not_at_init(tmp_path):
@@ -71,7 +72,8 @@ def test_trained_norms_with_spread_are_not_at_init(tmp_path):
     spec.norm_spread = 0.01
     report = _report(tmp_path, spec)
     assert report["norms"]["block_regimes"].get("at init", 0) == 0
-    assert report["findings"] == [] and report["depth"]["init_like_blocks"] == []
+    assert report["findings"] == []
+    assert report["depth"]["init_like_blocks"] == []
     assert not any("untrained" in line for line in report["observations"])
 
 
@@ -79,7 +81,9 @@ def test_untrained_checkpoint_is_said_once(tmp_path):
     spec = synthetic.ModelSpec(n_layers=8, d_model=64, n_heads=4, n_kv_heads=2, ffn_size=176, vocab=256, seed=4)
     report = _report(tmp_path, spec)
     said = [line for line in report["observations"] if "untrained" in line]
-    assert len(said) == 1 and "all-ones init" in said[0] and "8 of 8 blocks" in said[0]
+    assert len(said) == 1
+    assert "all-ones init" in said[0]
+    assert "8 of 8 blocks" in said[0]
     assert report["findings"] == []
 
 
@@ -123,11 +127,13 @@ def test_synthetic_variation_knobs():
     assert all(t.sigma == 0.02 and t.spread == 0 for t in plain.tensors())  # defaults: the model at its init
     varied = synthetic.ModelSpec(**{**plain.__dict__, "depth_trend": 0.5, "block_jitter": 0.1, "norm_spread": 0.01})
     q = [t.sigma for t in varied.tensors() if t.kind == "q"]
-    assert q[-1] / q[0] == pytest.approx(1.5, rel=0.25) and len(set(q)) == 4
+    assert q[-1] / q[0] == pytest.approx(1.5, rel=0.25)
+    assert len(set(q)) == 4
     assert all(0.02 * 0.9 <= s / (1 + 0.5 * b / 3) <= 0.02 * 1.1 for b, s in enumerate(q))
     norm = next(t for t in varied.tensors() if t.kind == "norm" and t.block == 0)
     x = synthetic.generate(varied, norm, np.random.default_rng(0))
-    assert 0.005 < x.std() < 0.02 and abs(x.mean() - 1) < 0.01
+    assert 0.005 < x.std() < 0.02
+    assert abs(x.mean() - 1) < 0.01
 
 
 def test_k_departure_must_exceed_the_fit_noise_of_small_matrices():
@@ -137,5 +143,7 @@ def test_k_departure_must_exceed_the_fit_noise_of_small_matrices():
 
     large = Point(3, 1.15, "t", 1.15, local=1.205, local_z=-6.0, noise=1.2 / np.sqrt(4096 * 11008))
     small = Point(3, 1.15, "t", 1.15, local=1.205, local_z=-6.0, noise=1.2 / np.sqrt(64 * 176))
-    assert spot(large, STATS["k"]) and not spot(small, STATS["k"])
-    assert effect(large, STATS["k"]) == STATS["k"].min_effect and effect(small, STATS["k"]) > 0.06
+    assert spot(large, STATS["k"])
+    assert not spot(small, STATS["k"])
+    assert effect(large, STATS["k"]) == STATS["k"].min_effect
+    assert effect(small, STATS["k"]) > 0.06

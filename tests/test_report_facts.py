@@ -166,8 +166,10 @@ def _check_spot(f: dict[str, Any], summary: str, row: dict[str, Any], weights: W
     stat, key, block = f["statistic"], f["kinds"][0], f["blocks"][0]
     blocks = [int(b) for b in m["blocks"].split("/")]
     printed = [v.strip() for v in m["values"].split(",")]
-    assert blocks == [int(b) for b in f["neighbours"]] and len(printed) == len(blocks)
-    assert abs(float(m["z"])) >= 5 and (float(m["z"]) > 0) == (f["value"] > f["expected"])
+    assert blocks == [int(b) for b in f["neighbours"]]
+    assert len(printed) == len(blocks)
+    assert abs(float(m["z"])) >= 5
+    assert (float(m["z"]) > 0) == (f["value"] > f["expected"])
     if stat == "norm":
         site_of = {v["name"]: v.get("site") for v in row["vectors"]}
         same_site = {v["block"]: v["name"] for v in row["vectors"] if site_of[v["name"]] == f["site"]}
@@ -181,16 +183,19 @@ def _check_spot(f: dict[str, Any], summary: str, row: dict[str, Any], weights: W
             assert rounds_to(text, value), (summary, text, value)
         assert rounds_to(m["expected"], _median_expected(stat, exact[1:])), summary
     else:  # a fitted k or λ: the quoted numbers are the report's, and our own estimator agrees on the direction
-        assert rounds_to(m["value"], f["value"]) and rounds_to(m["expected"], f["expected"])
+        assert rounds_to(m["value"], f["value"])
+        assert rounds_to(m["expected"], f["expected"])
         for text, value in zip(printed, f["neighbours"].values(), strict=True):
             assert rounds_to(text, value)
         ours = [weights.weibull(n)[0 if stat == "k" else 1] for n in names]
         mine, theirs = ours[0], _median_expected(stat, ours[1:])
         if stat == "k":
-            assert abs(mine - f["value"]) < 0.03 and (mine - theirs) * (f["value"] - f["expected"]) > 0
+            assert abs(mine - f["value"]) < 0.03
+            assert (mine - theirs) * (f["value"] - f["expected"]) > 0
             assert abs(mine - theirs) >= STATS["k"].min_effect * 0.8, (names[0], mine, theirs)
         else:
-            assert abs(mine / f["value"] - 1) < 0.03 and (mine - theirs) * (f["value"] - f["expected"]) > 0
+            assert abs(mine / f["value"] - 1) < 0.03
+            assert (mine - theirs) * (f["value"] - f["expected"]) > 0
 
 
 def _check_band(f: dict[str, Any], summary: str, row: dict[str, Any], weights: Weights) -> None:
@@ -200,7 +205,8 @@ def _check_band(f: dict[str, Any], summary: str, row: dict[str, Any], weights: W
     exact = [_exact(weights, stat, _cell_name(row, b, key)) for b in f["blocks"]]
     if exact[0] is None:
         return
-    assert rounds_to(m["lo"], min(exact)) and rounds_to(m["hi"] or m["lo"], max(exact)), (summary, exact)
+    assert rounds_to(m["lo"], min(exact)), (summary, exact)
+    assert rounds_to(m["hi"] or m["lo"], max(exact)), (summary, exact)
 
 
 SUPER = re.compile(
@@ -215,7 +221,8 @@ def _check_super_weight(f: dict[str, Any], row: dict[str, Any], weights: Weights
     assert m, f["reason"]
     name = f["tensor"]
     top, at = weights.max_abs(name)
-    assert rounds_to(m["max"], top) and at == (int(m["row"]), int(m["col"]))
+    assert rounds_to(m["max"], top)
+    assert at == (int(m["row"]), int(m["col"]))
     assert rounds_to(m["q99"], weights.max_over_q99(name)), (m["q99"], weights.max_over_q99(name))
     assert rounds_to(m["std"], top / weights.std(name))
     # The body: its k against the nearest blocks' median; "unchanged" only within the k effect size.
@@ -224,7 +231,8 @@ def _check_super_weight(f: dict[str, Any], row: dict[str, Any], weights: Weights
     near = [b for b in sorted(ks, key=lambda b: (abs(b - block), b)) if b != block][:4]
     median = float(np.median([ks[b] for b in near]))
     unchanged = m["k"] is not None
-    assert rounds_to(m["k"] or m["k2"], ks[block]) and rounds_to(m["median"] or m["median2"], median)
+    assert rounds_to(m["k"] or m["k2"], ks[block])
+    assert rounds_to(m["median"] or m["median2"], median)
     assert unchanged == (abs(ks[block] - median) < STATS["k"].min_effect)
     ours = [weights.weibull(_cell_name(row, b, key))[0] for b in [block, *near]]
     if unchanged:  # our own estimator (within ~0.02 of the histogram fit) sees no real change either
@@ -247,7 +255,8 @@ def _check_norm(f: dict[str, Any], summary: str, row: dict[str, Any], weights: W
         chosen = low if low is not None else [r for r in ratios.values() if r > NORM_EXPLOSION]
         assert f["what"] == f"{len(chosen)} of {len(ratios)} norm weights"
         assert sorted(f["tensors"]) == sorted(n for n, r in ratios.items() if r in chosen)
-        assert rounds_to(m["lo"], min(chosen)) and rounds_to(m["hi"], max(chosen))
+        assert rounds_to(m["lo"], min(chosen))
+        assert rounds_to(m["hi"], max(chosen))
         assert rounds_to(m["median"], float(np.median(chosen)))
         return
     if "neighbours" in f:
@@ -257,7 +266,8 @@ def _check_norm(f: dict[str, Any], summary: str, row: dict[str, Any], weights: W
     assert m, summary
     g = weights(f["tensor"])
     assert rounds_to(m["ratio"], weights.norm_ratio(f["tensor"]))
-    assert rounds_to(m["l2"], float(np.linalg.norm(g))) and rounds_to(m["root"], math.sqrt(g.size))
+    assert rounds_to(m["l2"], float(np.linalg.norm(g)))
+    assert rounds_to(m["root"], math.sqrt(g.size))
     if f["category"] == "norm-explosion":
         assert weights.norm_ratio(f["tensor"]) > NORM_EXPLOSION
     if f["category"] == "norm-collapse":
@@ -286,10 +296,12 @@ def test_every_finding_holds_up_to_the_weights(case):
             _check_super_weight(f, row, weights, report)
         if f["category"] == "kurtosis":
             m = re.search(rf"\(max/q99 (?P<r>{NUM})\)", f["reason"])
-            assert m and rounds_to(m["r"], weights.max_over_q99(f["tensor"]))
+            assert m
+            assert rounds_to(m["r"], weights.max_over_q99(f["tensor"]))
         if f["category"] == "scale":
             ratio = f.get("ratio") or 1.0
-            assert ("larger" in f["reason"]) == (ratio > 1) and abs(math.log(ratio)) >= STATS["std"].min_effect
+            assert ("larger" in f["reason"]) == (ratio > 1)
+            assert abs(math.log(ratio)) >= STATS["std"].min_effect
 
 
 def _hidden(kind: str, shape: tuple[int, ...], at: tuple[int, ...], d_model: int) -> int | None:
@@ -319,7 +331,8 @@ def test_observations_hold_up_to_the_weights(case):
     if extreme:
         top = max((m["name"] for m in row["matrices"]), key=lambda n: weights.max_abs(n)[0])
         block = int(re.search(r"early block (\d+)", extreme[0]).group(1))
-        assert kinds[top] in ("down", "ffn_out") and _record(row, top)["block"] == block
+        assert kinds[top] in ("down", "ffn_out")
+        assert _record(row, top)["block"] == block
     top_list = report["super_weights"]["top"]
     for t in top_list:
         assert rounds_to(f"{t['abs_value']:.6g}", weights.max_abs(t["tensor"])[0])
@@ -330,7 +343,8 @@ def test_observations_hold_up_to_the_weights(case):
     for line in lines:
         m = re.match(rf"the (?:final|embedding) norm (\S+): ‖γ‖ = ({NUM}) = ({NUM}) √d, (.+)$", line)
         if m:
-            assert rounds_to(m[2], float(np.linalg.norm(weights(m[1])))) and rounds_to(m[3], weights.norm_ratio(m[1]))
+            assert rounds_to(m[2], float(np.linalg.norm(weights(m[1]))))
+            assert rounds_to(m[3], weights.norm_ratio(m[1]))
 
 
 def test_table2_comparison_holds_up_to_the_weights(case):
@@ -356,6 +370,8 @@ def test_table2_comparison_holds_up_to_the_weights(case):
         c2 = (values - values.mean()) ** 2
         kurts[pb["block"]] = float((c2 * c2).mean() / c2.mean() ** 2 - 3)
     assert rounds_to(m["median"], float(np.median(list(ratios.values())))), (line, ratios)
-    assert rounds_to(m["extreme"], max(ratios.values())) and int(m["b"]) == max(ratios, key=ratios.get)
+    assert rounds_to(m["extreme"], max(ratios.values()))
+    assert int(m["b"]) == max(ratios, key=ratios.get)
     k = re.search(rf"kurtosis extreme (?P<k>{NUM})", line)
-    assert k and rounds_to(k["k"], max(kurts.values())), (line, kurts)
+    assert k, (line, kurts)
+    assert rounds_to(k["k"], max(kurts.values())), (line, kurts)

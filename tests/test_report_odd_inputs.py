@@ -79,7 +79,8 @@ def test_each_non_finite_tensor_is_a_finding_in_its_block(diverged):
     assert f"matrix {ALL_INF} is all Inf (2,048 values)" in text[ALL_INF]
     assert f"matrix {SOME} has 3 NaN and 1 Inf among its 4,096 values" in text[SOME]
     assert "its statistics and fit use the 4,092 finite values only" in text[SOME]
-    assert text[ALL_NAN].startswith("block 2 mlp.up_proj:") and text[EMBED_INF].startswith("model ")
+    assert text[ALL_NAN].startswith("block 2 mlp.up_proj:")
+    assert text[EMBED_INF].startswith("model ")
     assert all("the checkpoint diverged or is corrupt" in t for t in text.values())
 
 
@@ -88,9 +89,13 @@ def test_the_rest_of_a_diverged_report_still_works(diverged):
     assert {f["category"] for f in diverged["findings"]} == {"non-finite"}
     # Blocks next to a matrix with no statistic are not "indistinguishable" from it.
     change = diverged["depth"]["adjacent_change"]
-    assert change["2"] is None and change["3"] is None and change["4"] is None and change["5"] is None
+    assert change["2"] is None
+    assert change["3"] is None
+    assert change["4"] is None
+    assert change["5"] is None
     assert change["1"] is not None
-    assert diverged["blocks"][2]["kinds"]["up"]["k"] is None and diverged["blocks"][2]["kinds"]["gate"]["k"] > 1
+    assert diverged["blocks"][2]["kinds"]["up"]["k"] is None
+    assert diverged["blocks"][2]["kinds"]["gate"]["k"] > 1
     assert len(diverged["super_weights"]["top"]) == 10
     json.dumps(diverged, allow_nan=False)  # the CLI's --json must not meet a NaN
 
@@ -101,7 +106,8 @@ def test_cli_report_on_a_diverged_checkpoint(diverged_dir, tmp_path, extra):
     # The table run in a fresh interpreter: no warning on its stderr from start-up on (numpy, matplotlib).
     out = run_cli("report", str(diverged_dir), "--db", str(tmp_path / "db"), "--no-save", *extra, real=not extra)
     assert out.returncode == 0, out.stderr
-    assert "Warning" not in out.stderr and "Traceback" not in out.stderr
+    assert "Warning" not in out.stderr
+    assert "Traceback" not in out.stderr
     if extra:
         found = {f["tensor"] for f in json.loads(out.stdout)["findings"] if f["category"] == "non-finite"}
         assert len(found) == 5
@@ -119,8 +125,10 @@ def test_html_and_plots_of_a_diverged_checkpoint(diverged_dir, tmp_path):
     )
     assert out.returncode == 0, out.stderr
     html = page.read_text()
-    assert "is all NaN (11,264 values)" in html and "has 3 NaN and 1 Inf among its 4,096 values" in html
-    assert (plots / f"hist_{ALL_NAN}.png").stat().st_size > 0 and (plots / f"hist_{SOME}.png").exists()
+    assert "is all NaN (11,264 values)" in html
+    assert "has 3 NaN and 1 Inf among its 4,096 values" in html
+    assert (plots / f"hist_{ALL_NAN}.png").stat().st_size > 0
+    assert (plots / f"hist_{SOME}.png").exists()
     assert "no nonzero finite |w|" in html  # the placeholder of the all-NaN / all-Inf histograms
 
 
@@ -180,7 +188,8 @@ def test_markup_and_mathtext_names_in_html_and_plots(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     text = page.read_text()
-    assert "<bold>" not in text and html_lib.escape("[bold]o_proj[/]") in text
+    assert "<bold>" not in text
+    assert html_lib.escape("[bold]o_proj[/]") in text
     hists = sorted(p.name for p in plots.glob("hist_*.png"))
     assert len(hists) == len(MARKUP)  # odd names never share (and overwrite) one file
 

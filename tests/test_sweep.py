@@ -50,7 +50,8 @@ def test_sweep_a_run_served_from_the_hub_and_read_its_trajectory(fake_hub, run_f
     fake_hub.reset_counters()
     outcomes = sw.run_sweep(plan, db, {"protocol": "hist1024", "device": "cpu"})
     status = {o.revision: o.status for o in outcomes}
-    assert status.pop("step8000") == "reused" and set(status.values()) == {"fitted"}
+    assert status.pop("step8000") == "reused"
+    assert set(status.values()) == {"fitted"}
     # The duplicate was recognised from its LFS object ids: its bytes were never requested.
     assert not [r for r in fake_hub.requests if "step8000" in r.path and r.path.endswith(".safetensors")]
     rows = _rows(db)
@@ -72,7 +73,8 @@ def test_sweep_a_run_served_from_the_hub_and_read_its_trajectory(fake_hub, run_f
     assert t["std_pattern"]["pattern"] == "deep-layer stagnation"
     assert t["std_pattern"]["blocks"] == [RUN.n_layers - 2, RUN.n_layers - 1]
     step0 = t["step0"]
-    assert step0["k_at_anchor"] and step0["norms_at_sqrt_d"]
+    assert step0["k_at_anchor"]
+    assert step0["norms_at_sqrt_d"]
     assert step0["lambda_ratio"]["closest"].startswith("small_init + wang_init")
     assert abs(step0["lambda_ratio"]["error_percent"]) < 1  # paper Table 5: within 0.13%
     assert t["duplicates"] == {"step8000": "step4000"}
@@ -93,7 +95,9 @@ def test_selection():
     revs = [sw.Revision(f"step{s}", s, f"x@step{s}") for s in (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)]
     revs.append(sw.Revision("main", None, "x@main"))
     chosen = sw.select(revs, steps="log:5")
-    assert next(r.step for r in chosen) == 0 and chosen[-1].step == 1000 and len(chosen) == 5
+    assert next(r.step for r in chosen) == 0
+    assert chosen[-1].step == 1000
+    assert len(chosen) == 5
     assert [r.name for r in sw.select(revs, names=["step4", "main"])] == ["step4", "main"]
     assert len(sw.select(revs, everything=True)) == 13
     assert [r.step for r in sw.select(revs, steps="8,64")] == [8, 64]
@@ -130,7 +134,8 @@ def test_jobs_2_gives_the_same_rows_as_a_serial_sweep(run_folder, tmp_path):
     out = _sweep_cli(run_folder, parallel, "--jobs", "2", real=True)
     assert out.returncode == 0, out.stderr
     a, b = _rows(serial), _rows(parallel)
-    assert set(a) == set(b) and len(a) == len(RUN.steps)
+    assert set(a) == set(b)
+    assert len(a) == len(RUN.steps)
     for rev in a:
         assert _science(a[rev]) == _science(b[rev]), rev
 
@@ -209,7 +214,8 @@ def test_kill_9_in_the_middle_then_rerun_leaves_exactly_one_valid_row_each(tmp_p
     out = run_cli("sweep", str(root), "--all", "--db", str(db), "--device", "cpu", "--json")
     assert out.returncode == 0, out.stderr
     statuses = [o["status"] for o in json.loads(out.stdout)]
-    assert statuses.count("existing") == done_before and statuses.count("fitted") == len(run.steps) - done_before
+    assert statuses.count("existing") == done_before
+    assert statuses.count("fitted") == len(run.steps) - done_before
     rows = sorted((db / "rows").glob("*.json"))
     assert len(rows) == len(run.steps)
     for path in rows:
@@ -230,7 +236,8 @@ def test_trajectory_cli_with_plots_and_json(run_folder, tmp_path):
     for png in ("k_lambda_vs_step.png", "std_heatmap.png"):
         assert (tmp_path / "plots" / png).stat().st_size > 10_000
     data = json.loads(run_cli("trajectory", name, "--db", str(db), "--json").stdout)
-    assert data["lambda_o_peak"]["peak_step"] == 1000 and data["states"][-1]["state"] == "Transition"
+    assert data["lambda_o_peak"]["peak_step"] == 1000
+    assert data["states"][-1]["state"] == "Transition"
     cosine = json.loads(
         run_cli(
             "trajectory", name, "--db", str(db), "--json", "--schedule", "cosine", "--total", "8000", "--warmup", "80"
@@ -239,9 +246,11 @@ def test_trajectory_cli_with_plots_and_json(run_folder, tmp_path):
     assert cosine["states"][-1]["t_over_tau"] < data["states"][-1]["t_over_tau"]
     assert data["protocol"] == "hist1024"
     other = run_cli("trajectory", name, "--db", str(db), "--protocol", "exact")
-    assert other.returncode == 2 and "found: hist1024" in other.stderr
+    assert other.returncode == 2
+    assert "found: hist1024" in other.stderr
     missing = run_cli("trajectory", "no/such-run", "--db", str(db))
-    assert missing.returncode == 2 and "sweep" in missing.stderr
+    assert missing.returncode == 2
+    assert "sweep" in missing.stderr
 
 
 @pytest.mark.e2e
@@ -249,6 +258,7 @@ def test_bad_sweep_targets(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     out = run_cli("sweep", str(empty), "--db", str(tmp_path / "db"))
-    assert out.returncode == 2 and "no checkpoint folders" in out.stderr
+    assert out.returncode == 2
+    assert "no checkpoint folders" in out.stderr
     assert run_cli("sweep", "org/name@step1", "--db", str(tmp_path)).returncode == 2
     shutil.rmtree(empty)

@@ -152,28 +152,32 @@ def _ffn(k: float) -> dict[str, float]:
 def test_the_issue_example_is_inside_the_papers_band():
     """1.1871 is below the cohort's data minimum 1.1872 by 0.0001 but inside the band [1.186, 1.204]."""
     t = compare(_toy_row(_ffn(1.1871), 10**6))["transmission"]
-    assert t["position"] == "inside" and not t["departs"]
-    assert (
-        t["text"].startswith("FFN median k 1.1871 ±")
-        and "inside the paper's Transmission band [1.186, 1.204]" in t["text"]
-    )
-    assert "heavier" not in t["text"] and "any cohort model" not in t["text"]
+    assert t["position"] == "inside"
+    assert not t["departs"]
+    assert t["text"].startswith("FFN median k 1.1871 ±")
+    assert "inside the paper's Transmission band [1.186, 1.204]" in t["text"]
+    assert "heavier" not in t["text"]
+    assert "any cohort model" not in t["text"]
 
 
 def test_below_the_band_within_noise_is_not_a_departure():
     k = BAND[0] - 0.008  # 0.008 below: beyond noise for big matrices (next test), not for 64x64 ones
     small = compare(_toy_row(_ffn(k), 4096, blocks=2))
     t = small["transmission"]
-    assert t["position"] == "below" and not t["departs"]
+    assert t["position"] == "below"
+    assert not t["departs"]
     assert t["distance_to_band"] <= NOISE_Z * t["k_se"]
-    assert "within noise" in t["text"] and "heavier" not in t["text"] and "any cohort model" not in t["text"]
+    assert "within noise" in t["text"]
+    assert "heavier" not in t["text"]
+    assert "any cohort model" not in t["text"]
     assert not any("heavier" in f for f in small["findings"])
 
 
 def test_below_the_band_beyond_noise_is_a_departure():
     k = BAND[0] - 0.008
     t = compare(_toy_row(_ffn(k), 10**7, blocks=8))["transmission"]
-    assert t["departs"] and t["distance_to_band"] > NOISE_Z * t["k_se"]
+    assert t["departs"]
+    assert t["distance_to_band"] > NOISE_Z * t["k_se"]
     assert "below the paper's Transmission band [1.186, 1.204] by 0.0080" in t["text"]
     # 0.004 below is within noise even for big matrices: the band's ends carry the bin-phase floor too
     assert "within noise" in compare(_toy_row(_ffn(BAND[0] - 0.004), 10**7, blocks=8))["transmission"]["text"]
@@ -185,9 +189,12 @@ def test_below_the_band_beyond_noise_is_a_departure():
 
 def test_above_the_band_both_ways():
     near = transmission_verdict(_toy_row(_ffn(BAND[1] + 0.002), 10**6), list(COHORT_RANGE))
-    assert near["position"] == "above" and not near["departs"] and "within noise" in near["text"]
+    assert near["position"] == "above"
+    assert not near["departs"]
+    assert "within noise" in near["text"]
     far = transmission_verdict(_toy_row(_ffn(1.25), 10**6), list(COHORT_RANGE))
-    assert far["departs"] and "lighter-tailed FFN weights than the band" in far["text"]
+    assert far["departs"]
+    assert "lighter-tailed FFN weights than the band" in far["text"]
     assert "closer to the half-normal init (k0 = 1.2054) than any cohort model" in far["text"]
 
 
@@ -203,7 +210,8 @@ def test_no_cohort_entry_departs_from_the_band():
 
 def test_selection_class_as_predicted():
     report = compare(_toy_row(_ffn(1.19), 10**6))
-    assert report["selection"]["kinds"]["q"]["class"] == "selection-mild" and not report["selection"]["departs"]
+    assert report["selection"]["kinds"]["q"]["class"] == "selection-mild"
+    assert not report["selection"]["departs"]
     assert any(f.startswith("q: k 1.1200 is selection-mild, as GQA models are") for f in report["findings"])
 
 
@@ -211,7 +219,8 @@ def test_selection_departure_within_noise():
     """GQA predicts selection-mild (k < 1.18); 1.19 reads Transmission, 0.01 past the cut."""
     row = _toy_row({**_ffn(1.19), "q": 1.19, "k": 1.19}, 4096, blocks=2)  # the next test's k, small matrices
     v = selection_verdict(row, "q", "GQA", "selection-mild", "evidence")
-    assert v["class"] == "transmission" and not v["departs"]
+    assert v["class"] == "transmission"
+    assert not v["departs"]
     assert "within noise of what its architecture group (GQA) predicts" in v["text"]
     assert not compare(row)["selection"]["departs"]
 
@@ -219,9 +228,11 @@ def test_selection_departure_within_noise():
 def test_selection_departure_beyond_noise():
     row = _toy_row({**_ffn(1.19), "q": 1.19, "k": 1.19}, 10**7, blocks=8)
     v = selection_verdict(row, "q", "GQA", "selection-mild", "evidence")
-    assert v["departs"] and "is transmission, milder than its architecture group (GQA) predicts" in v["text"]
+    assert v["departs"]
+    assert "is transmission, milder than its architecture group (GQA) predicts" in v["text"]
     deep = selection_verdict(_toy_row({**_ffn(1.19), "q": 0.9}, 10**6), "q", "GQA", "selection-mild", "evidence")
-    assert deep["departs"] and "selection-deep, more severe than" in deep["text"]
+    assert deep["departs"]
+    assert "selection-deep, more severe than" in deep["text"]
 
 
 # --- quantized matrices: one decision for fit, compare and report ------------------------------------
@@ -230,9 +241,12 @@ def test_selection_departure_beyond_noise():
 def test_withholding_decision():
     assert k_class_withheld(_matrix("q", 0, 1.1, 10**5)) is None
     held = k_class_withheld(_matrix("q", 0, 1.1, 10**5, quantization="Q4_1"))
-    assert held and held.quantization == "Q4_1" and held.reason == f"quantized (Q4_1): {WITHHELD_WHY}"
+    assert held
+    assert held.quantization == "Q4_1"
+    assert held.reason == f"quantized (Q4_1): {WITHHELD_WHY}"
     old_row = k_class_withheld(_matrix("q", 0, 1.1, 10**5, note="GGUF Q8_0, dequantized"))
-    assert old_row and old_row.quantization == "Q8_0"  # rows written before the `quantization` field
+    assert old_row
+    assert old_row.quantization == "Q8_0"  # rows written before the `quantization` field
     grid = _matrix("q", 0, 1.1, 10**5)
     grid["stats"]["distinct_values"] = 200
     assert k_class_withheld(grid).distinct_values == 200  # an int8 grid stored as F32
@@ -245,11 +259,15 @@ def test_kind_summary_withholds_class_and_flags():
     row = _toy_row({**_ffn(1.19), "q": 1.10, "k": 1.10}, 10**6, quantization="Q4_1")
     for kind in ("q", "k", "o", *FFN):
         s = row["kinds"][kind]
-        assert s["k_class"] is None and s["flags"] == [] and WITHHELD_WHY in s["k_class_withheld"]
+        assert s["k_class"] is None
+        assert s["flags"] == []
+        assert WITHHELD_WHY in s["k_class_withheld"]
         assert k_class_label(s) == WITHHELD
     report = compare(row)
-    assert report["kinds"]["q"]["class"] == WITHHELD and report["transmission"]["withheld"]
-    assert not report["selection"]["departs"] and "selection-mild" not in json.dumps(report["selection"]["kinds"])
+    assert report["kinds"]["q"]["class"] == WITHHELD
+    assert report["transmission"]["withheld"]
+    assert not report["selection"]["departs"]
+    assert "selection-mild" not in json.dumps(report["selection"]["kinds"])
     # A row saved before withholding existed (k_class selection-mild stored) is still withheld.
     stale = copy.deepcopy(row)
     for s in stale["kinds"].values():
@@ -276,9 +294,11 @@ def test_smollm2_fit_compare_and_report_withhold_alike(smollm_row, smollm_gguf, 
     # compare
     report = compare(smollm_row)
     for kind in ("q", "k", "v", "o", *FFN):
-        assert report["kinds"][kind]["class"] == WITHHELD and WITHHELD_WHY in report["kinds"][kind]["class_withheld"]
+        assert report["kinds"][kind]["class"] == WITHHELD
+        assert WITHHELD_WHY in report["kinds"][kind]["class_withheld"]
     assert report["kinds"]["embed"]["class"] is None  # no k axis for embeddings: nothing to withhold
-    assert report["transmission"]["withheld"] and not report["selection"]["departs"]
+    assert report["transmission"]["withheld"]
+    assert not report["selection"]["departs"]
     assert not any("selection-mild" in f or "transmission," in f for f in report["findings"])
     # report: the same decision per matrix, the same label per block
     for m in smollm_row["matrices"]:
@@ -293,12 +313,15 @@ def test_smollm2_fit_compare_and_report_withhold_alike(smollm_row, smollm_gguf, 
     assert out.returncode == 0, out.stderr
     lines = {line.split("│")[1].strip(): line for line in out.stdout.splitlines() if line.count("│") > 5}
     for kind in ("q", "k", "v", "o", *FFN):
-        assert WITHHELD in lines[kind] and "selection" not in lines[kind].split("│")[8], lines[kind]
-    assert "selection-mild" not in out.stdout and out.stderr == ""
+        assert WITHHELD in lines[kind], lines[kind]
+        assert "selection" not in lines[kind].split("│")[8], lines[kind]
+    assert "selection-mild" not in out.stdout
+    assert out.stderr == ""
     # compare on the CLI, from the saved row
     out = run_cli("compare", str(smollm_gguf), "--db", str(tmp_path), "--json", "-q")
     cli = json.loads(out.stdout)
-    assert cli["kinds"]["q"]["class"] == WITHHELD and cli["caveat"] is None  # Llama family: in the cohort
+    assert cli["kinds"]["q"]["class"] == WITHHELD
+    assert cli["caveat"] is None  # Llama family: in the cohort
 
 
 # --- families outside the cohort ---------------------------------------------------------------------
@@ -312,16 +335,20 @@ def minilm_row(minilm_dir, cpu_fit) -> dict:
 def test_encoder_gets_the_decoder_caveat_and_a_real_departure(minilm_row):
     report = compare(minilm_row)
     caveat = report["caveat"]
-    assert caveat and caveat.startswith("bert is an encoder (BERT-like); the cohort holds decoder LMs only")
+    assert caveat
+    assert caveat.startswith("bert is an encoder (BERT-like); the cohort holds decoder LMs only")
     assert report["findings"][0] == caveat
     # MiniLM's FFN median 1.159 is a departure far beyond its noise (6 blocks of 384x1536).
     t = report["transmission"]
-    assert t["departs"] and t["ffn_median_k"] == pytest.approx(1.1591, abs=1e-4)
-    assert t["distance_to_band"] > 10 * t["k_se"] and "heavier-tailed than any cohort model" in t["text"]
+    assert t["departs"]
+    assert t["ffn_median_k"] == pytest.approx(1.1591, abs=1e-4)
+    assert t["distance_to_band"] > 10 * t["k_se"]
+    assert "heavier-tailed than any cohort model" in t["text"]
 
 
 def test_caveat_for_other_families_and_none_for_cohort_ones():
-    assert cohort_caveat({"family": "llama"}) is None and cohort_caveat({"family": "gpt_neox"}) is None
+    assert cohort_caveat({"family": "llama"}) is None
+    assert cohort_caveat({"family": "gpt_neox"}) is None
     gpt2 = cohort_caveat({"family": "gpt2"})
     assert gpt2.startswith("family gpt2 is not in the cohort; the cohort holds decoder LMs only")
     assert "encoder" in cohort_caveat({"family": "xlm-roberta"})
@@ -333,7 +360,9 @@ def test_caveat_for_other_families_and_none_for_cohort_ones():
 @pytest.mark.e2e
 def test_minilm_compare_cli_prints_the_caveat(minilm_dir, tmp_path: Path):
     out = run_cli("compare", str(minilm_dir), "--db", str(tmp_path), "-q", "--device", "cpu")
-    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == "", out.stderr
     text = " ".join(out.stdout.split())
-    assert "the cohort holds decoder LMs only" in text and "paper's Transmission band [1.186, 1.204]" in text
+    assert "the cohort holds decoder LMs only" in text
+    assert "paper's Transmission band [1.186, 1.204]" in text
     assert "seed 00" not in text
