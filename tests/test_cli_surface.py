@@ -20,6 +20,8 @@ from weightdiag.errors import ExitCode
 
 from .conftest import write_safetensors
 
+pytestmark = pytest.mark.e2e  # every test here runs the command line (in process)
+
 
 @pytest.fixture(autouse=True)
 def _fresh_consoles(monkeypatch):
