@@ -242,6 +242,28 @@ def test_quiet_prints_nothing_but_the_result(tmp_path, capsys):
     code, out, err = run(capsys, "sweep", str(run_folder), "--all", "--db", str(tmp_path / "db2"), "-q")
     assert (code, err) == (0, "")
     assert "1 fitted" in out
+    exported = tmp_path / "rows.csv"
+    code, out, err = run(capsys, "db", "export", "--db", str(tmp_path / "db2"), "--output", str(exported))
+    assert code == 0
+    assert "rows written to" in err
+    code, out, err = run(capsys, "db", "export", "--db", str(tmp_path / "db2"), "--output", str(exported), "-q")
+    assert (code, out, err) == (0, "", "")
+    assert exported.read_text().startswith("id,")
+
+
+# The commands that print progress or notes on stderr; the others (trajectory, db list, db show, version, env)
+# print only their result, and warnings or errors.
+CHATTY_COMMANDS = [["fit"], ["compare"], ["check"], ["report"], ["sweep"], ["db", "export"]]
+
+
+@pytest.mark.parametrize("path", CHATTY_COMMANDS, ids=" ".join)
+def test_every_command_with_notes_takes_quiet(path):
+    assert path in _commands()
+    command = typer.main.get_command(cli.app)
+    for name in path:
+        command = command.commands[name]  # type: ignore[attr-defined]
+    opts = {o for p in command.params for o in getattr(p, "opts", [])}
+    assert {"-q", "--quiet"} <= opts
 
 
 def test_hf_hub_disable_progress_bars_hides_the_bar(monkeypatch):

@@ -11,7 +11,8 @@
     summary = api.trajectory("EleutherAI/pythia-70m")
     records = api.list_rows(); row = api.show_row("qwen3-8b"); text = api.export_rows("csv")
 
-Rows are plain dicts typed by weightdiag.records (schema in docs/row-schema.md). Errors are
+Rows are plain dicts typed by weightdiag.records (schema in docs/row-schema.md); what compare, check,
+report, trajectory and list_rows return, by weightdiag.diagnose.results (TypedDicts). Errors are
 weightdiag.errors types (each with its exit code); the CLI only parses, calls these and renders.
 """
 
@@ -22,23 +23,32 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .db import default_db_dir
+from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthReport, TrajectoryResult
 from .errors import BadInputError
 from .fitting import check_options, fit_and_save, fit_model, fit_path, fit_plan, resolve_row, save_row
 from .pipeline import FitOptions
-from .records import Row
+from .records import Row, RowError
 from .source.open import is_hub_id, open_model, split_revision
 
-# The building blocks, for scripts: fitting.* and source.open.* under one name.
+if TYPE_CHECKING:  # the type only: the sweep module is imported when a sweep runs
+    from .sweep import Outcome
+
+# The building blocks, for scripts: fitting.* and source.open.* under one name, and the result types.
 __all__ = [
     "EXPORT_FORMATS",
     "SCHEDULES",
+    "CheckResult",
+    "CompareReport",
     "FitOptions",
     "Fitted",
+    "FlatRecord",
+    "HealthReport",
     "Report",
     "SweepRun",
+    "TrajectoryResult",
     "check",
     "check_options",
     "compare",
@@ -104,7 +114,7 @@ def compare(
     progress: Progress | None = None,
     token: str | None = None,
     on_row: RowNote | None = None,
-) -> list[dict[str, Any]]:
+) -> list[CompareReport]:
     """`weightdiag compare`: a comparison with the cohort per model (default: every fitted row)."""
     from .db import iter_rows
     from .diagnose.compare import compare as compare_row
@@ -139,7 +149,7 @@ def check(
     token: str | None = None,
     save: bool = False,
     on_row: RowNote | None = None,
-) -> dict[str, Any]:
+) -> CheckResult:
     """`weightdiag check`: compare a model's fits with a baseline row; result["passed"] says whether every
     matrix stayed within |dk| <= tol_k and |dlambda/lambda| <= tol_lambda (the fit uses the baseline's protocol)."""
     from .db import load_row, write_text_atomic
@@ -175,7 +185,7 @@ def check(
 
 @dataclass
 class Report:
-    result: dict[str, Any]  # diagnose.health.health_report's document (plots and html added when written)
+    result: HealthReport  # diagnose.health.health_report's document (model.how added; plots and html when written)
     how: str  # where the row came from: fitted, database, row file, cohort
     notes: list[str] = field(default_factory=list)  # what could not be drawn, and why
 
@@ -235,7 +245,7 @@ def report(
 class SweepRun:
     model_id: str
     revisions: list[str]  # the selected revisions, in order
-    outcomes: list[Any]  # sweep.Outcome per revision
+    outcomes: list[Outcome]  # one per revision
 
     @property
     def failed(self) -> bool:
@@ -258,7 +268,7 @@ def sweep(
     token: str | None = None,
     download: bool = False,
     on_plan: Callable[[str, list[str]], None] | None = None,
-    on_outcome: Callable[[Any], None] | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
 ) -> SweepRun:
     """`weightdiag sweep`: fit the selected checkpoints of a training run (Hub revisions or a folder of
     checkpoint folders) into the database; resumable (rows already there are kept), in parallel."""
@@ -306,7 +316,7 @@ def trajectory(
     min_lr_ratio: float = 0.1,
     protocol: str | None = None,
     plot: str | Path | None = None,
-) -> dict[str, Any]:
+) -> TrajectoryResult:
     """`weightdiag trajectory`: a swept run read from its rows (k and lambda over steps, drift, the lambda
     peak, step-0 checks, std patterns); with plot (a folder), its PNG figures too."""
     from .db import find_rows
@@ -345,12 +355,12 @@ def trajectory(
     return result
 
 
-SkipNote = Callable[[Any], None]  # records.RowError of a file in rows/ that is not a readable row
+SkipNote = Callable[[RowError], None]  # a file in rows/ that is not a readable row
 
 
 def list_rows(
     db_dir: str | Path | None = None, *, fitted_only: bool = False, on_skip: SkipNote | None = None
-) -> list[dict[str, Any]]:
+) -> list[FlatRecord]:
     """`weightdiag db list`: one flat record per cohort entry and fitted row (db.flat_record)."""
     from .db import all_rows, flat_record
 

@@ -494,13 +494,15 @@ def db_export(
     ] = None,
     db: DbOption = None,
     fitted_only: Annotated[bool, typer.Option("--fitted", help="Only fitted rows (no cohort entries).")] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Export one flat record per row (identity, T/tau, per-kind median k and λ) as CSV or JSONL."""
     from .api import export_rows
 
     text, count = export_rows(fmt, output=output, db_dir=db, fitted_only=fitted_only, on_skip=_skipped_row)
     if output:
-        _stderr().print(f"{count} rows written to {output}", markup=False)
+        if not quiet:
+            _stderr().print(f"{count} rows written to {output}", markup=False)
     else:
         sys.stdout.write(text)
 

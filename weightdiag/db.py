@@ -42,11 +42,14 @@ import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from . import settings
 from .errors import BadInputError
 from .records import Row, RowError, read_row
+
+if TYPE_CHECKING:  # the type only: diagnose is not imported when the database is opened
+    from .diagnose.results import FlatRecord
 
 ROWS_DIR = "rows"
 ENV_DB = "WEIGHTDIAG_DB"
@@ -380,8 +383,9 @@ def all_rows(db_dir: Path | None = None, cohorts: bool = True, on_skip: SkipHand
     return rows
 
 
-def flat_record(row: Row) -> dict[str, Any]:
-    """One flat record per row (for listing and CSV/JSONL export): identity plus per-kind medians."""
+def flat_record(row: Row) -> FlatRecord:
+    """One flat record per row (for listing and CSV/JSONL export): identity plus per-kind medians
+    (`k_median_<kind>`, `lambda_median_<kind>`: columns the FlatRecord type cannot declare)."""
     from .diagnose.functions import ffn_median_k
 
     model = row["model"]
@@ -401,7 +405,7 @@ def flat_record(row: Row) -> dict[str, Any]:
     for kind, s in row.get("kinds", {}).items():
         record[f"k_median_{kind}"] = s.get("k_median")
         record[f"lambda_median_{kind}"] = s.get("lambda_median")
-    return record
+    return cast("FlatRecord", record)
 
 
 class RowNotFoundError(BadInputError):

@@ -8,11 +8,12 @@ A matrix passes when |k - k_base| <= tol_k (absolute) and |lambda / lambda_base 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 from xml.sax.saxutils import escape, quoteattr
 
 from ..errors import BadInputError
 from ..vocabulary import COHORT_TRIM
+from .results import CheckResult
 
 DEFAULT_TOL_K = 0.002
 DEFAULT_TOL_LAMBDA = 0.01
@@ -33,7 +34,7 @@ def check(
     tol_k: float = DEFAULT_TOL_K,
     tol_lambda: float = DEFAULT_TOL_LAMBDA,
     trim: str = COHORT_TRIM,
-) -> dict[str, Any]:
+) -> CheckResult:
     if row["protocol"]["name"] != baseline["protocol"]["name"]:
         raise BadInputError(
             f"the baseline was fitted with --protocol {baseline['protocol']['name']} and this model with "
@@ -71,7 +72,7 @@ def check(
             )
         results.append(entry)
     failed = [r for r in results if r["status"] != "ok"]
-    return {
+    result = {
         "model": row["model"]["id"],
         "baseline": baseline["model"]["id"]
         + (f"@{baseline['model'].get('revision')}" if baseline["model"].get("revision") else ""),
@@ -83,9 +84,10 @@ def check(
         "passed": not failed,
         "results": results,
     }
+    return cast(CheckResult, result)
 
 
-def junit_xml(result: dict[str, Any]) -> str:
+def junit_xml(result: CheckResult) -> str:
     """JUnit XML: one test case per matrix, failures for moved/missing/new ones."""
     lines = [
         '<?xml version="1.0" encoding="UTF-8"?>',

@@ -10,7 +10,7 @@ naming schemes like the paper's Fig. 4: up and ffn_in -> ffn_in, down and ffn_ou
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -35,6 +35,7 @@ from .classes import (
 from .cohort import ATTRIBUTION, GROUP_EXPECTATION, architecture_group, cohort_caveat, load_cohort
 from .functions import attention_arch, cross_family_band, ffn_median_k, lambda_scaling, transmission_lambda
 from .kinds import at_trim
+from .results import CompareReport
 
 K_UNIT = 0.02
 LOG_LAMBDA_UNIT = math.log(2.0)
@@ -122,7 +123,7 @@ def _same_entry(entry: str, model_id: str) -> bool:
     return entry.lower() == (model_id or "").lower()
 
 
-def compare(row: dict[str, Any]) -> dict[str, Any]:
+def compare(row: dict[str, Any]) -> CompareReport:
     """Everything `weightdiag compare` prints for one row (its summaries at the cohort's mid80 trim)."""
     row = at_trim(row, COHORT_TRIM)
     cohort = load_cohort("v9_1")
@@ -275,7 +276,7 @@ def compare(row: dict[str, Any]) -> dict[str, Any]:
             out["findings"].append(
                 f"shallow FFN min k {regime['shallow_min_k']:.3f} lies between the companion's regimes A and B"
             )
-    return out
+    return cast(CompareReport, out)
 
 
 def _ffn_kinds(row: dict[str, Any]) -> list[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from .classes import BAND, INIT_ANCHOR_K, fitted_values, k_sigma
 from .functions import lambda_paired_correlation
 from .kinds import at_trim
 from .lambda_axis import state_of
+from .results import TrajectoryResult
 
 INPUT_SIDE = {"qkv": "o", "ffn_in": "ffn_out", "up": "down", "gate": "down"}  # in/out pairs of App. A.3
 STEP0_Z = 4.0  # standard errors of k allowed between a step-0 matrix and the anchor
@@ -278,7 +279,7 @@ def std_pattern(points: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
-def trajectory(rows: Sequence[dict[str, Any]], schedule: dict[str, Any] | None = None) -> dict[str, Any]:
+def trajectory(rows: Sequence[dict[str, Any]], schedule: dict[str, Any] | None = None) -> TrajectoryResult:
     """The whole reading of a run; `schedule` = {"kind": "cosine", "total": T, "warmup": W, "min_ratio": r}."""
     points = [(step, at_trim(row, COHORT_TRIM)) for step, row in ordered(rows)]
     if not points:
@@ -312,7 +313,7 @@ def trajectory(rows: Sequence[dict[str, Any]], schedule: dict[str, Any] | None =
         out["step0"] = step0_checks(points[0][1])
     out["std_pattern"] = std_pattern([(s, r) for s, r in points if r["matrices"]])
     out["findings"] = _findings(out)
-    return out
+    return cast(TrajectoryResult, out)
 
 
 def _findings(t: dict[str, Any]) -> list[str]:

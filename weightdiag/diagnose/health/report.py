@@ -4,12 +4,13 @@ model-level observation lines."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 from ...errors import BadInputError
 from ...vocabulary import BLOCK_KEYS
 from ..classes import INIT_ANCHOR_K
 from ..compare import REGIME_B_MAX_K
+from ..results import HealthReport
 from .blocks import architecture_summary, block_table, quantization_summary, shallow_ffn
 from .cells import gather_cells, q99_exact, short_name
 from .cuts import INIT_K_TOL, INIT_MAX_Q99, MIN_BLOCKS, NEIGHBOURS, NORM_STAT, STATS, Z_CUT
@@ -21,7 +22,7 @@ from .robust import Point, Series, analyse
 from .superweights import super_weight_text, super_weights
 
 
-def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -> dict[str, Any]:
+def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -> HealthReport:
     """Everything `weightdiag report` shows for one row (JSON-able)."""
     model = row.get("model", {})
     if not row.get("matrices"):
@@ -113,7 +114,7 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
         b["kurtosis"] = pb["kurtosis"] if pb else None
     quant = quantization_summary(row)
     arch = architecture_summary(row, blocks)
-    report = {
+    report: dict[str, Any] = {
         "schema": "weightdiag.report/1",
         "model": {k: model.get(k) for k in ("id", "revision", "source", "location", "format", "fingerprint")},
         "protocol": {"name": row["protocol"]["name"], "trim": trim},
@@ -136,7 +137,7 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
         },
     }
     report["observations"] = _observations(report, row)
-    return _finite(report)
+    return cast(HealthReport, _finite(report))
 
 
 def _finite(value: Any) -> Any:
