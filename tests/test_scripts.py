@@ -1,0 +1,42 @@
+"""The two set-up scripts and the README that names them (issue 12: a newcomer's first minute).
+
+Static checks: running scripts/demo takes a minute and installs packages, so CI runs scripts/test
+(which sources the same setup-venv.sh) and the demo is run by hand before a release.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_demo_installs_only_what_the_tool_needs():
+    demo = (ROOT / "scripts" / "demo").read_text()
+    setup = (ROOT / "scripts" / "setup-venv.sh").read_text()
+    assert re.search(r"^WEIGHTDIAG_EXTRAS=plot$", demo, re.M)  # not the test extra (pytest, Ray, ruff)
+    assert '"torch==2.13.0"' in setup  # the CPU build from local disk, never an unpinned CUDA download
+    assert 'pip_install -e ".[$extras]"' in setup
+    plot = re.search(r"^plot = \[(.*)\]$", (ROOT / "pyproject.toml").read_text(), re.M)
+    assert plot is not None
+    assert [re.split(r"[<>=!~ ]", spec.strip(' "'))[0] for spec in plot.group(1).split(",")] == ["matplotlib"]
+
+
+def test_the_scripts_say_what_they_do_and_what_to_try_next():
+    demo = (ROOT / "scripts" / "demo").read_text()
+    setup = (ROOT / "scripts" / "setup-venv.sh").read_text()
+    assert setup.count('say "') >= 4  # venv, torch, weightdiag, weights: each step announced
+    assert "Try next:" in demo
+    assert ". .venv/bin/activate" in demo
+
+
+def test_the_readme_gives_two_set_up_commands_and_how_to_run_the_tool():
+    readme = (ROOT / "README.md").read_text()
+    setup = readme.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    first_block = setup.split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in first_block.strip().splitlines()]
+    assert commands == ["scripts/demo", "scripts/test"]
+    assert ". .venv/bin/activate" in setup
+    assert ".venv/bin/weightdiag" in setup
+    assert "pip install weightdiag" not in readme  # not on PyPI: installs are from the repository
