@@ -316,3 +316,15 @@ def test_check_refuses_bad_tolerances(minilm_dir):
         out = run_cli("check", str(minilm_dir), "--baseline", str(BASELINE), flag, value, "-q")
         assert out.returncode == 2, out.stderr
         assert flag in out.stderr, out.stderr
+
+
+def test_compare_names_cohort_entries_as_db_show_does():
+    """Exact ids first (DATABASE_v9_1's qwen3-8b and the companion's Qwen3-8B are two entries); an id
+    equal to several only when ignoring case is refused, listing them."""
+    from weightdiag import api
+    from weightdiag.db import AmbiguousRowError
+
+    assert api.compare(["Qwen3-8B"])[0]["model"] == "Qwen3-8B"
+    assert api.compare(["qwen3-8b"])[0]["model"] == "qwen3-8b"
+    with pytest.raises(AmbiguousRowError, match="Qwen3-8B"):
+        api.compare(["QWEN3-8B"])

@@ -107,8 +107,7 @@ def resolve_row(
     database fitted on the same commit with the same --include/--exclude when `reuse` is set, else
     it is fitted. Fresh fits are saved unless save=False.
     """
-    from .db import find_rows, load_row
-    from .diagnose.cohort import cohort_row
+    from .db import cohort_entry, find_rows, load_row
 
     options = options or FitOptions()
     check_options(options)
@@ -117,7 +116,7 @@ def resolve_row(
     if path.is_file() and path.suffix == ".json":
         return load_row(path), "row file"
     if not path.exists():
-        entry = cohort_row(spec)
+        entry = cohort_entry(spec)  # the same naming rule as `db show`: exact id first
         if entry is not None:
             return entry, "cohort"
     plan, reader = open_model(spec, model_id=options.model_id, token=token, download=download)

@@ -37,14 +37,6 @@ def load_cohort(name: str = "v9_1") -> tuple[dict[str, Any], ...]:
     return tuple(sorted(rows, key=lambda r: r["model"]["id"]))
 
 
-def cohort_row(entry: str) -> dict[str, Any] | None:
-    for name in COHORTS:
-        for row in load_cohort(name):
-            if row["model"]["id"].lower() == entry.lower():
-                return row
-    return None
-
-
 def architecture_group(arch: dict[str, Any]) -> str:
     """The paper's Q/K storage groups: separate MHA, GQA, fused-qkv MHA, MQA (F7 in group form)."""
     attention = str(arch.get("attention") or "")
