@@ -14,16 +14,20 @@ from weightdiag.db import AmbiguousRowError, RowNotFoundError
 from weightdiag.errors import (
     BadInputError,
     CheckpointFormatError,
+    DatabaseError,
     ExitCode,
     GatedRepoError,
     HubError,
     HubResponseError,
     HubUnreachableError,
+    MissingDependencyError,
     ModelPathError,
     NotCachedError,
     OptionError,
+    OutputError,
     RepoNotFoundError,
     RevisionNotFoundError,
+    RowUseError,
     TransferError,
     VerificationError,
     WeightdiagError,
@@ -52,7 +56,24 @@ EXAMPLES: list[tuple[WeightdiagError, ExitCode, dict[str, object]]] = [
         ExitCode.BAD_INPUT,
         {"file": "rows/x.json", "field": "model.source", "problem": "is missing", "model_id": None},
     ),
+    (
+        OutputError("--output /o: is a folder; give a file path", path=Path("/o")),
+        ExitCode.BAD_INPUT,
+        {"path": "/o"},
+    ),
+    (
+        DatabaseError("database folder /db/rows: /db is not a folder", folder=Path("/db/rows")),
+        ExitCode.BAD_INPUT,
+        {"folder": "/db/rows"},
+    ),
+    (
+        MissingDependencyError("plots need matplotlib: pip install matplotlib", package="matplotlib"),
+        ExitCode.BAD_INPUT,
+        {"package": "matplotlib"},
+    ),
+    (RowUseError("c is a cohort summary; give the model", model_id="c"), ExitCode.BAD_INPUT, {"model_id": "c"}),
     (RowNotFoundError("x"), ExitCode.BAD_INPUT, {"spec": "x"}),
+    (RowNotFoundError("acme/run", "acme/run: no rows in the database"), ExitCode.BAD_INPUT, {"spec": "acme/run"}),
     (AmbiguousRowError("q", ["Q", "q2"]), ExitCode.BAD_INPUT, {"spec": "q", "candidates": ["Q", "q2"]}),
     (
         HubError("acme/x@main: no weights", repo="acme/x", revision="main"),
@@ -125,8 +146,11 @@ def test_each_class_has_its_exit_code_and_fields(
 
 
 def test_the_hierarchy_keeps_the_exit_codes_of_the_causes() -> None:
-    for cls in (OptionError, ModelPathError, CheckpointFormatError, RowError, RowNotFoundError, AmbiguousRowError):
+    bad_input = (OptionError, ModelPathError, CheckpointFormatError, RowError, RowNotFoundError, AmbiguousRowError)
+    for cls in (*bad_input, OutputError, DatabaseError, MissingDependencyError, RowUseError):
         assert issubclass(cls, BadInputError)
+        assert cls.exit_code == ExitCode.BAD_INPUT
+    assert not issubclass(RowUseError, RowError)  # a usable-elsewhere row is not a damaged one (db list skips those)
     hub = (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError, NotCachedError)
     for cls in (*hub, HubResponseError, TransferError, VerificationError):
         assert issubclass(cls, HubError)
@@ -298,3 +322,99 @@ def test_options_and_environment_variables_are_named(monkeypatch: pytest.MonkeyP
     with pytest.raises(OptionError) as backoff:
         settings.http_retries()
     assert backoff.value.option == "WEIGHTDIAG_HTTP_BACKOFF"
+
+
+# --- the user's options, outputs, database and rows ------------------------------------------------------------
+
+
+def test_sweep_options_are_named(tmp_path: Path) -> None:
+    from weightdiag import sweep as sw
+
+    with pytest.raises(OptionError) as jobs:
+        api.sweep(str(tmp_path), db_dir=tmp_path / "db", jobs=0)
+    assert jobs.value.option == "--jobs"
+    assert jobs.value.message == "--jobs must be at least 1"
+    with pytest.raises(OptionError) as executor:
+        api.sweep(str(tmp_path), db_dir=tmp_path / "db", executor="slurm")
+    assert executor.value.option == "--executor"
+    revisions = [sw.Revision(f"step{n}", n, f"acme/run@step{n}") for n in (0, 10, 100)]
+    for steps in ("log:x", "1,x", "log:1", "7"):
+        with pytest.raises(OptionError) as bad_steps:
+            sw.select(revisions, steps=steps)
+        assert bad_steps.value.option == "--steps"
+    with pytest.raises(OptionError) as missing:
+        sw.select(revisions, names=["step5"])
+    assert missing.value.option == "--revisions"
+    with pytest.raises(ModelPathError) as not_a_run:
+        api.sweep(str(tmp_path), db_dir=tmp_path / "db")  # a folder without checkpoint folders
+    assert not_a_run.value.path == str(tmp_path)
+
+
+def test_an_unwritable_db_is_a_database_error(tmp_path: Path) -> None:
+    from weightdiag import db
+
+    not_a_folder = tmp_path / "db"
+    not_a_folder.write_text("a file, not a folder\n")
+    with pytest.raises(DatabaseError) as err:
+        db.check_writable(not_a_folder)
+    assert err.value.folder == str(not_a_folder / "rows")
+    assert err.value.exit_code == ExitCode.BAD_INPUT
+    assert "is not a folder" in err.value.message
+    with pytest.raises(OptionError) as empty:
+        cli._db_path(" ")
+    assert empty.value.option == "--db"
+
+
+def test_an_empty_db_and_a_model_without_rows(tmp_path: Path) -> None:
+    with pytest.raises(DatabaseError) as nothing:
+        api.compare(db_dir=tmp_path)
+    assert nothing.value.folder == str(tmp_path / "rows")
+    with pytest.raises(RowNotFoundError) as no_rows:
+        api.trajectory("acme/run", db_dir=tmp_path)
+    assert no_rows.value.spec == "acme/run"
+    assert no_rows.value.message == "acme/run: no rows in the database; run `weightdiag sweep acme/run` first"
+
+
+def test_outputs_that_cannot_be_written_name_the_path(tmp_path: Path) -> None:
+    with pytest.raises(OutputError) as output:
+        api.export_rows(output=tmp_path, db_dir=tmp_path / "db")
+    assert output.value.path == str(tmp_path)
+    assert output.value.message.startswith(f"--output {tmp_path}: is a folder")
+    with pytest.raises(OutputError) as junit:
+        api.check("any-model", tmp_path / "base.json", junit=tmp_path)  # refused before the row is read
+    assert junit.value.path == str(tmp_path)
+    with pytest.raises(OptionError) as tol:
+        api.check("any-model", tmp_path / "base.json", tol_k=-1.0)
+    assert tol.value.option == "--tol-k"
+    with pytest.raises(OptionError) as fmt:
+        api.export_rows("xml", db_dir=tmp_path / "db")
+    assert fmt.value.option == "--format"
+
+
+def test_a_missing_matplotlib_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    from weightdiag.render import plots
+
+    monkeypatch.setattr(plots.importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(MissingDependencyError) as err:
+        plots.require_matplotlib()
+    assert err.value.package == "matplotlib"
+    assert "pip install matplotlib" in err.value.message
+
+
+def test_rows_that_cannot_serve_are_row_use_errors() -> None:
+    from weightdiag.diagnose.check import check
+    from weightdiag.diagnose.health import health_report
+
+    cohort = {"model": {"id": "cohort/median", "source": "cohort"}, "protocol": {"name": "hist1024"}, "matrices": []}
+    with pytest.raises(RowUseError) as report:
+        health_report(cohort)
+    assert report.value.model_id == "cohort/median"
+    assert "a cohort summary" in report.value.message
+    fitted = {"model": {"id": "acme/x", "source": "hub"}, "protocol": {"name": "hist1024"}, "matrices": []}
+    with pytest.raises(RowUseError) as baseline:
+        check(fitted, cohort)
+    assert baseline.value.model_id == "cohort/median"
+    exact = {**fitted, "protocol": {"name": "exact"}}
+    with pytest.raises(RowUseError) as protocol:
+        check(exact, cohort)
+    assert protocol.value.model_id == "acme/x"

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .db import default_db_dir
+from .db import ROWS_DIR, RowNotFoundError, default_db_dir
 from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthReport, TrajectoryResult
-from .errors import BadInputError
+from .errors import DatabaseError, OptionError, OutputError
 from .fitting import check_options, fit_and_save, fit_model, fit_path, fit_plan, resolve_row, save_row
 from .pipeline import FitOptions
 from .records import Row, RowError
@@ -131,7 +131,10 @@ def compare(
     else:
         rows = [row for _, row in iter_rows(Path(db_dir) if db_dir else None)]
         if not rows:
-            raise BadInputError("no fitted rows in the database; give a model to compare (weightdiag compare PATH)")
+            raise DatabaseError(
+                "no fitted rows in the database; give a model to compare (weightdiag compare PATH)",
+                folder=(Path(db_dir) if db_dir else default_db_dir()) / ROWS_DIR,
+            )
     return [compare_row(row) for row in rows]
 
 
@@ -158,12 +161,13 @@ def check(
 
     for flag, tol in (("--tol-k", tol_k), ("--tol-lambda", tol_lambda)):
         if not (math.isfinite(tol) and tol >= 0):
-            raise BadInputError(f"{flag} {tol}: give a finite tolerance >= 0")
+            raise OptionError(f"{flag} {tol}: give a finite tolerance >= 0", option=flag)
     check_options(FitOptions(connections=connections))  # before reading anything, even a row file
     junit_path = Path(junit) if junit is not None else None
     if junit_path is not None and junit_path.is_dir():  # before the fit: a folder cannot take the report
-        raise BadInputError(
-            f"--junit {junit_path}: is a folder; give a file path such as {junit_path / 'weightdiag.xml'}"
+        raise OutputError(
+            f"--junit {junit_path}: is a folder; give a file path such as {junit_path / 'weightdiag.xml'}",
+            path=junit_path,
         )
     base = load_row(baseline)
     options = FitOptions(protocol=base["protocol"]["name"], device=device, connections=connections)
@@ -176,9 +180,10 @@ def check(
             junit_path.parent.mkdir(parents=True, exist_ok=True)
             write_text_atomic(junit_path, junit_xml(result))
         except OSError as exc:  # exit 2, not 1: 1 means the check found a regression
-            raise BadInputError(
+            raise OutputError(
                 f"--junit {junit_path}: cannot write it ({exc.strerror or type(exc).__name__}); "
-                "give a writable file path"
+                "give a writable file path",
+                path=junit_path,
             ) from None
     return result
 
@@ -214,7 +219,7 @@ def report(
 
         require_matplotlib()  # fail before a long fit, not after it
     if hist and not (plot_dir or html_file):
-        raise BadInputError("--hist draws into --plot DIR or --html FILE; add one of them")
+        raise OptionError("--hist draws into --plot DIR or --html FILE; add one of them", option="--hist")
     options = options or FitOptions()
     row, how = resolve_row(spec, db_dir, options, progress, token=token, save=save)
     result = health_report(row, top=top)
@@ -277,9 +282,9 @@ def sweep(
     options = options or FitOptions()
     check_options(options)
     if jobs < 1:
-        raise BadInputError("--jobs must be at least 1")
+        raise OptionError("--jobs must be at least 1", option="--jobs")
     if executor not in ("local", "ray"):
-        raise BadInputError(f"--executor {executor!r}: choose local or ray")
+        raise OptionError(f"--executor {executor!r}: choose local or ray", option="--executor")
     plan = sw.plan_sweep(
         target,
         model_id=model_id,
@@ -324,20 +329,20 @@ def trajectory(
 
     rows = [r for r in find_rows(model, Path(db_dir) if db_dir else None) if r["model"]["id"] == model]
     if not rows:
-        raise BadInputError(f"{model}: no rows in the database; run `weightdiag sweep {model}` first")
+        raise RowNotFoundError(model, f"{model}: no rows in the database; run `weightdiag sweep {model}` first")
     # One protocol per trajectory: hist1024 and exact differ by more than a step's change late in a run.
     fitted = Counter(r["protocol"]["name"] for r in rows)
     chosen = protocol or ("hist1024" if "hist1024" in fitted else fitted.most_common(1)[0][0])
     rows = [r for r in rows if r["protocol"]["name"] == chosen]
     if not rows:
         found = ", ".join(sorted(fitted))
-        raise BadInputError(f"{model}: no rows fitted with --protocol {chosen} (found: {found})")
+        raise OptionError(f"{model}: no rows fitted with --protocol {chosen} (found: {found})", option="--protocol")
     if schedule not in SCHEDULES:
-        raise BadInputError(f"--schedule {schedule!r}: choose constant or cosine")
+        raise OptionError(f"--schedule {schedule!r}: choose constant or cosine", option="--schedule")
     spec = None
     if schedule == "cosine":
         if not total:
-            raise BadInputError("--schedule cosine needs --total (the run's total steps)")
+            raise OptionError("--schedule cosine needs --total (the run's total steps)", option="--total")
         spec = {"kind": "cosine", "total": total, "warmup": warmup, "min_ratio": min_lr_ratio}
     result = tr.trajectory(rows, spec)
     result["protocol"] = chosen
@@ -394,10 +399,12 @@ def export_rows(
     from .db import write_text_atomic
 
     if fmt not in EXPORT_FORMATS:
-        raise BadInputError(f"--format {fmt!r}: choose csv or jsonl")
+        raise OptionError(f"--format {fmt!r}: choose csv or jsonl", option="--format")
     out_path = Path(output) if output is not None else None
     if out_path is not None and out_path.is_dir():
-        raise BadInputError(f"--output {out_path}: is a folder; give a file path such as {out_path / ('rows.' + fmt)}")
+        raise OutputError(
+            f"--output {out_path}: is a folder; give a file path such as {out_path / ('rows.' + fmt)}", path=out_path
+        )
     records = list_rows(db_dir, fitted_only=fitted_only, on_skip=on_skip)
     buffer = io.StringIO()
     if fmt == "jsonl":
@@ -415,8 +422,9 @@ def export_rows(
         try:
             write_text_atomic(out_path, text)
         except OSError as exc:  # a folder, /proc, a read-only place: the user's path (exit 2), not a bug
-            raise BadInputError(
+            raise OutputError(
                 f"--output {out_path}: cannot write it ({exc.strerror or type(exc).__name__}); "
-                "give a writable file path"
+                "give a writable file path",
+                path=out_path,
             ) from None
     return text, len(records)

@@ -155,9 +155,11 @@ def _root(
 def _db_path(value: str) -> Path:
     # Path("") is Path("."): without this, `--db ""` would quietly write to ./rows.
     if not value.strip():
-        from .errors import BadInputError
+        from .errors import OptionError
 
-        raise BadInputError("--db '': give a database folder (or leave --db out for $WEIGHTDIAG_DB, else ./DATABASE)")
+        raise OptionError(
+            "--db '': give a database folder (or leave --db out for $WEIGHTDIAG_DB, else ./DATABASE)", option="--db"
+        )
     return Path(value)
 
 

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from . import settings
-from .errors import BadInputError
+from .errors import BadInputError, DatabaseError
 from .records import Row, RowError, read_row
 
 if TYPE_CHECKING:  # the type only: diagnose is not imported when the database is opened
@@ -244,9 +244,10 @@ def check_writable(db_dir: Path | None = None) -> None:
     try:
         while not existing.exists() and existing != existing.parent:
             if existing.is_symlink():  # mkdir would fail on it at the end of the fit
-                raise BadInputError(
+                raise DatabaseError(
                     f"database folder {folder}: {existing} is a symbolic link to nothing (dangling or a loop); "
-                    "fix the link or pass another --db, or --no-save"
+                    "fix the link or pass another --db, or --no-save",
+                    folder=folder,
                 )
             existing = existing.parent
         problem = None
@@ -255,16 +256,18 @@ def check_writable(db_dir: Path | None = None) -> None:
         elif not os.access(existing, os.W_OK | os.X_OK):
             problem = "is not writable"
     except OSError as exc:  # ENAMETOOLONG, ELOOP, EACCES while looking
-        raise BadInputError(
-            f"database folder {folder}: {exc.strerror or exc.__class__.__name__}; pass another --db, or --no-save"
+        raise DatabaseError(
+            f"database folder {folder}: {exc.strerror or exc.__class__.__name__}; pass another --db, or --no-save",
+            folder=folder,
         ) from None
     if problem is None and existing != folder:
         reason = _missing_part_error(folder, existing)
         if reason:
-            raise BadInputError(f"database folder {folder}: {reason}; pass another --db, or --no-save")
+            raise DatabaseError(f"database folder {folder}: {reason}; pass another --db, or --no-save", folder=folder)
     if problem:
-        raise BadInputError(
-            f"database folder {folder}: {existing} {problem}; pass a writable --db (or WEIGHTDIAG_DB), or --no-save"
+        raise DatabaseError(
+            f"database folder {folder}: {existing} {problem}; pass a writable --db (or WEIGHTDIAG_DB), or --no-save",
+            folder=folder,
         )
 
 
@@ -320,8 +323,9 @@ def write_row(row: Row, db_dir: Path | None = None) -> Path:
         write_text_atomic(path, json.dumps(row, indent=1, allow_nan=False) + "\n", _test_write_delay)
         _drop_legacy_copy(folder, path, row)
     except OSError as exc:
-        raise BadInputError(
-            f"cannot write {path} ({exc.strerror or exc.__class__.__name__}); pass a writable --db, or --no-save"
+        raise DatabaseError(
+            f"cannot write {path} ({exc.strerror or exc.__class__.__name__}); pass a writable --db, or --no-save",
+            folder=folder,
         ) from None
     clean_stale_temps(folder)
     return path
@@ -409,14 +413,16 @@ def flat_record(row: Row) -> FlatRecord:
 
 
 class RowNotFoundError(BadInputError):
-    """No row answers to the name given (exit code 2)."""
+    """No row answers to the name given (exit code 2); `spec` is the name. `message` replaces the default
+    one where the caller knows more (`trajectory`: a model id without swept rows)."""
 
     field_names = ("spec",)
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, message: str | None = None) -> None:
         self.spec = spec
         super().__init__(
-            f"{spec}: no such row (not a row file, cohort entry or fitted model id); see `weightdiag db list`"
+            message
+            or f"{spec}: no such row (not a row file, cohort entry or fitted model id); see `weightdiag db list`"
         )
 
 

@@ -8,7 +8,8 @@ The classes name the cause and carry its fields (exit code in brackets):
 
     WeightdiagError [5]
       BadInputError [2]
-        OptionError(option)  ModelPathError(path)  CheckpointFormatError(file)
+        OptionError(option)  ModelPathError(path)  CheckpointFormatError(file)  OutputError(path)
+        DatabaseError(folder)  MissingDependencyError(package)  RowUseError(model_id)
         records.RowError(file, field)  db.RowNotFoundError(spec)  db.AmbiguousRowError(spec, candidates)
       HubError(repo, revision, file, status) [3]
         RepoNotFoundError  RevisionNotFoundError  GatedRepoError  HubUnreachableError(+endpoint)
@@ -110,6 +111,52 @@ class CheckpointFormatError(BadInputError):
     def __init__(self, message: str, *, file: str | PathLike[str] | None = None) -> None:
         super().__init__(message)
         self.file = str(file) if file is not None else None
+
+
+class OutputError(BadInputError):
+    """An output file the user named cannot take what is to be written (a folder, a read-only place);
+    `path` is it, as given (`--output`, `--junit`)."""
+
+    field_names = ("path",)
+
+    def __init__(self, message: str, *, path: str | PathLike[str]) -> None:
+        super().__init__(message)
+        self.path = str(path)
+
+
+class DatabaseError(BadInputError):
+    """The database folder cannot be used: rows could not be written there (not a folder, not writable, a
+    dangling or looping symlink, a path too long), or it holds no rows where some are needed; `folder` is
+    its rows folder (`DB/rows`, as the message names it)."""
+
+    field_names = ("folder",)
+
+    def __init__(self, message: str, *, folder: str | PathLike[str]) -> None:
+        super().__init__(message)
+        self.folder = str(folder)
+
+
+class MissingDependencyError(BadInputError):
+    """An optional package that the asked-for feature needs is not installed (plots: matplotlib, `sweep
+    --executor ray`: ray); `package` is its name, the message says how to install it."""
+
+    field_names = ("package",)
+
+    def __init__(self, message: str, *, package: str) -> None:
+        super().__init__(message)
+        self.package = package
+
+
+class RowUseError(BadInputError):
+    """A readable row that cannot serve what was asked of it: a cohort summary (no per-matrix fits) given as
+    a baseline or to `report`, a row fitted with another protocol than its baseline. `model_id` is the row's
+    `model.id` (None where the row has none). An unreadable or damaged row is a records.RowError instead."""
+
+    field_names = ("model_id",)
+
+    def __init__(self, message: str, *, model_id: str | None) -> None:
+        super().__init__(message)
+        self.model_id = model_id
 
 
 # --- the Hub and the network: exit 3 --------------------------------------------------------------------

@@ -11,7 +11,7 @@ import fnmatch
 from pathlib import Path
 from typing import Any
 
-from .errors import BadInputError, WeightdiagError
+from .errors import OptionError, WeightdiagError
 from .vocabulary import COHORT_TRIM, FFN_KEYS
 
 DEFAULT_HISTOGRAMS = 3
@@ -25,8 +25,9 @@ def histogram_choice(result: dict[str, Any], row: dict[str, Any], asked: list[st
         for pattern in asked:
             hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
             if not hits:
-                raise BadInputError(
-                    f"--hist {pattern!r} matches no fitted matrix; names look like {names[len(names) // 2]!r}"
+                raise OptionError(
+                    f"--hist {pattern!r} matches no fitted matrix; names look like {names[len(names) // 2]!r}",
+                    option="--hist",
                 )
             chosen += [h for h in hits if h not in chosen]
         return chosen

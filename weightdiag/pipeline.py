@@ -25,7 +25,7 @@ from .engine.codes import BIN_EDGES, HIST_BINS
 from .engine.device import resolve_device
 from .engine.fit import PROTOCOLS, TRIMS
 from .engine.reduce import Reduction, reduce_array
-from .errors import BadInputError, OptionError
+from .errors import ModelPathError, OptionError
 from .layout import (
     ArchInfo,
     TensorRole,
@@ -165,10 +165,11 @@ def measure(
     plan.notes.extend(n for n in config_notes if n not in plan.notes)  # the row's notes say what was ignored
     work, skipped = plan_work(plan, arch, options)
     if not work:
-        raise BadInputError(
-            f"{plan.location}: no fittable tensors selected"
-            + (" (check --include/--exclude)" if options.include or options.exclude else "")
-        )
+        message = f"{plan.location}: no fittable tensors selected"
+        if options.include or options.exclude:  # the filters left nothing: name the ones given
+            given = [flag for flag, value in (("--include", options.include), ("--exclude", options.exclude)) if value]
+            raise OptionError(message + " (check --include/--exclude)", option="/".join(given))
+        raise ModelPathError(message, path=plan.location)
     total_bytes = sum(w.ref.nbytes for w in work)
     if progress:
         progress("start", {"tensors": len(work), "bytes": total_bytes, "model": plan.model_id})

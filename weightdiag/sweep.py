@@ -23,7 +23,7 @@ from typing import Any
 from . import settings
 from .db import check_writable, load_row, row_file, write_row
 from .diagnose.lambda_axis import step_from_revision
-from .errors import BadInputError, WeightdiagError
+from .errors import BadInputError, MissingDependencyError, ModelPathError, OptionError, WeightdiagError
 
 LOCAL_PATTERNS = ("step*", "checkpoint-*", "checkpoint_*", "global_step*", "iter_*", "epoch*")
 
@@ -72,7 +72,9 @@ def hub_revisions(repo: str, token: str | None = None) -> list[Revision]:
 def local_revisions(folder: Path, glob: str | None = None) -> list[Revision]:
     """Checkpoint sub-folders of a run folder (by pattern, or an explicit glob)."""
     if not folder.is_dir():
-        raise BadInputError(f"{folder}: not a folder; give a folder of checkpoint folders or a Hub repo id")
+        raise ModelPathError(
+            f"{folder}: not a folder; give a folder of checkpoint folders or a Hub repo id", path=folder
+        )
     patterns = (glob,) if glob else LOCAL_PATTERNS
     found: dict[str, Path] = {}
     for pattern in patterns:
@@ -80,8 +82,10 @@ def local_revisions(folder: Path, glob: str | None = None) -> list[Revision]:
             if path.is_dir():
                 found[path.name] = path
     if not found:
-        raise BadInputError(
-            f"{folder}: no checkpoint folders ({', '.join(patterns)}); name them step_N or checkpoint-N, or pass --glob"
+        raise ModelPathError(
+            f"{folder}: no checkpoint folders ({', '.join(patterns)}); "
+            "name them step_N or checkpoint-N, or pass --glob",
+            path=folder,
         )
     return _order([Revision(name, step_from_revision(name), str(path)) for name, path in found.items()])
 
@@ -100,27 +104,31 @@ def select(
         wanted = [n.strip() for n in names if n.strip()]
         missing = [n for n in wanted if n not in by_name]
         if missing:
-            raise BadInputError(f"revision {missing[0]!r} does not exist; available: {_preview(revisions)}")
+            raise OptionError(
+                f"revision {missing[0]!r} does not exist; available: {_preview(revisions)}", option="--revisions"
+            )
         return _order([by_name[n] for n in wanted])
     stepped = [r for r in revisions if r.step is not None]
     if not stepped:
-        raise BadInputError("no step-numbered revisions to choose from; use --revisions or --all")
+        raise OptionError("no step-numbered revisions to choose from; use --revisions or --all", option="--steps")
     spec = steps or "log:14"
     if spec.startswith("log:"):
         try:
             count = int(spec[4:])
         except ValueError:
-            raise BadInputError(f"--steps {spec!r}: expected log:N (N log-spaced steps)") from None
+            raise OptionError(f"--steps {spec!r}: expected log:N (N log-spaced steps)", option="--steps") from None
         return _order(_log_spaced(stepped, count))
     try:
         targets = [int(s) for s in spec.split(",")]
     except ValueError:
-        raise BadInputError(f"--steps {spec!r}: expected log:N or a comma-separated list of steps") from None
+        raise OptionError(
+            f"--steps {spec!r}: expected log:N or a comma-separated list of steps", option="--steps"
+        ) from None
     chosen = []
     for t in targets:
         match = [r for r in stepped if r.step == t]
         if not match:
-            raise BadInputError(f"--steps: step {t} does not exist; available: {_preview(stepped)}")
+            raise OptionError(f"--steps: step {t} does not exist; available: {_preview(stepped)}", option="--steps")
         chosen.append(match[0])
     return _order(chosen)
 
@@ -128,7 +136,7 @@ def select(
 def _log_spaced(stepped: list[Revision], count: int) -> list[Revision]:
     """`count` revisions spread evenly in log(step): step 0 (if any), the last, and log-spaced between."""
     if count < 2:
-        raise BadInputError("--steps log:N needs N >= 2")
+        raise OptionError("--steps log:N needs N >= 2", option="--steps")
     positive = [r for r in stepped if r.step and r.step > 0]
     chosen: dict[str, Revision] = {}
     zero = [r for r in stepped if r.step == 0]
@@ -269,12 +277,16 @@ def ray_runner(address: str | None) -> Runner:
         try:
             import ray
         except ImportError:
-            raise BadInputError(
-                "--executor ray needs Ray: pip install ray (or, in the weightdiag repository, pip install '.[ray]')"
+            raise MissingDependencyError(
+                "--executor ray needs Ray: pip install ray (or, in the weightdiag repository, pip install '.[ray]')",
+                package="ray",
             ) from None
         target = address or settings.ray_address()
         if not target:
-            raise BadInputError("--executor ray: give --ray-address HOST:PORT or set RAY_ADDRESS (an existing cluster)")
+            raise OptionError(
+                "--executor ray: give --ray-address HOST:PORT or set RAY_ADDRESS (an existing cluster)",
+                option="--ray-address",
+            )
         ray.init(address=target, ignore_reinit_error=True, log_to_driver=False)
         try:
             remote = ray.remote(fit_revision)
@@ -317,7 +329,9 @@ def plan_sweep(
             r.identity = local_identity(Path(r.spec))
         return SweepPlan(model_id or path.resolve().name, False, chosen)
     if not is_hub_id(target) or "@" in target:
-        raise BadInputError(f"{target}: not a folder of checkpoints or a Hub repo id (ORG/NAME, without @REV)")
+        raise ModelPathError(
+            f"{target}: not a folder of checkpoints or a Hub repo id (ORG/NAME, without @REV)", path=target
+        )
     repo, _ = split_revision(target)
     chosen = select(hub_revisions(repo, token), names=names, steps=steps, everything=everything)
     for r in chosen:

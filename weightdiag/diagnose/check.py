@@ -11,7 +11,7 @@ import math
 from typing import Any, cast
 from xml.sax.saxutils import escape, quoteattr
 
-from ..errors import BadInputError
+from ..errors import RowUseError
 from ..vocabulary import COHORT_TRIM
 from .results import CheckResult
 
@@ -36,12 +36,16 @@ def check(
     trim: str = COHORT_TRIM,
 ) -> CheckResult:
     if row["protocol"]["name"] != baseline["protocol"]["name"]:
-        raise BadInputError(
+        raise RowUseError(
             f"the baseline was fitted with --protocol {baseline['protocol']['name']} and this model with "
-            f"{row['protocol']['name']}; refit with the baseline's protocol"
+            f"{row['protocol']['name']}; refit with the baseline's protocol",
+            model_id=row.get("model", {}).get("id"),
         )
     if not baseline.get("matrices"):
-        raise BadInputError("the baseline row has no per-matrix fits (a cohort summary?); give a fitted row")
+        raise RowUseError(
+            "the baseline row has no per-matrix fits (a cohort summary?); give a fitted row",
+            model_id=baseline.get("model", {}).get("id"),
+        )
     ours, base = _fits(row, trim), _fits(baseline, trim)
     results = []
     for name in sorted(set(ours) | set(base), key=lambda n: (n not in base, n)):

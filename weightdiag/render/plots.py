@@ -21,7 +21,7 @@ import numpy as np
 from ..diagnose.classes import INIT_ANCHOR_K, SELECTION_DEEP_BELOW_K, TRANSMISSION_MIN_K
 from ..diagnose.health import NORM_COLLAPSE, NORM_EXPLOSION, TABLE2, short_name
 from ..engine.codes import BIN_EDGES
-from ..errors import BadInputError
+from ..errors import MissingDependencyError
 from ..sources import NORM_ARTICLE_SHORT
 from ..vocabulary import KIND_ORDER
 
@@ -38,9 +38,10 @@ class PlotFile:
 
 def require_matplotlib() -> None:
     if importlib.util.find_spec("matplotlib") is None:
-        raise BadInputError(
+        raise MissingDependencyError(
             "plots need matplotlib, which is not installed: pip install matplotlib "
-            "(or, in the weightdiag repository, pip install '.[plot]')"
+            "(or, in the weightdiag repository, pip install '.[plot]')",
+            package="matplotlib",
         )
 
 

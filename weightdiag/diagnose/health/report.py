@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, cast
 
-from ...errors import BadInputError
+from ...errors import RowUseError
 from ...vocabulary import BLOCK_KEYS
 from ..classes import INIT_ANCHOR_K
 from ..compare import REGIME_B_MAX_K
@@ -29,9 +29,10 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
         what = (
             "a cohort summary (per-kind medians only)" if model.get("source") == "cohort" else "a row without matrices"
         )
-        raise BadInputError(
+        raise RowUseError(
             f"{model.get('id', 'this row')} is {what}; the report needs per-matrix data: give the model itself "
-            "(a folder, file or Hub id) so it can be fitted"
+            "(a folder, file or Hub id) so it can be fitted",
+            model_id=model.get("id"),
         )
     trim = trim or row["protocol"]["trim"]
     all_cells = gather_cells(row)
