@@ -447,3 +447,36 @@ def test_the_readme_compare_example_is_a_real_run(minilm_dir, tmp_path):
     assert out.returncode == 0, out.stderr
     printed = "\n".join(line.rstrip() for line in out.stdout.strip("\n").splitlines())
     assert printed == example.strip("\n"), printed
+
+
+@pytest.mark.parametrize(("moved", "code"), [(False, 0), (True, 1)])
+def test_check_keeps_its_verdict_when_the_pipe_closes(tmp_path, moved, code):
+    """`weightdiag check ... | head -1` in CI: the reader leaves early, but a regression still exits 1."""
+    import copy
+
+    from weightdiag import api
+    from weightdiag.pipeline import FitOptions
+
+    row = api.fit(str(_tiny_model(tmp_path / "model")), FitOptions(device="cpu"), save=False).row
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(row))
+    checked = copy.deepcopy(row)
+    if moved:
+        checked["matrices"][0]["fits"]["mid80"]["k"] += 0.05
+    current = tmp_path / "current.json"
+    current.write_text(json.dumps(checked))
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "weightdiag", "check", str(current), "--baseline", str(base), "--show-passing"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_cli_env(),
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr

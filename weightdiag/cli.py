@@ -414,18 +414,23 @@ def check(
         )
     finally:
         progress.close()
-    if as_json:
-        _print_json(result)
-    elif result["passed"] and not show_passing:
-        _stdout().print(
-            f"PASS: {counted(result['checked'], 'matrix', 'matrices', every=True)} of {result['model']} within "
-            f"|Δk| <= {tol_k} and "
-            f"|Δλ/λ| <= {tol_lambda * 100:g}% of {result['baseline']}",
-            markup=False,
-        )
-    else:
-        _stdout().print(check_view(result, show_passing))
-    raise typer.Exit(ExitCode.OK if result["passed"] else ExitCode.REGRESSION)
+    verdict = ExitCode.OK if result["passed"] else ExitCode.REGRESSION
+    try:
+        if as_json:
+            _print_json(result)
+        elif result["passed"] and not show_passing:
+            _stdout().print(
+                f"PASS: {counted(result['checked'], 'matrix', 'matrices', every=True)} of {result['model']} within "
+                f"|Δk| <= {tol_k} and "
+                f"|Δλ/λ| <= {tol_lambda * 100:g}% of {result['baseline']}",
+                markup=False,
+            )
+        else:
+            _stdout().print(check_view(result, show_passing))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `check ... | head`: the reader left, the verdict stands (a regression is still 1)
+        _stdout_gone()
+    raise typer.Exit(verdict)
 
 
 db_app = typer.Typer(
