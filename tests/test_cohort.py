@@ -328,3 +328,18 @@ def test_compare_names_cohort_entries_as_db_show_does():
     assert api.compare(["qwen3-8b"])[0]["model"] == "qwen3-8b"
     with pytest.raises(AmbiguousRowError, match="Qwen3-8B"):
         api.compare(["QWEN3-8B"])
+
+
+def test_check_with_nothing_comparable_is_bad_input_not_a_regression(minilm_dir, tmp_path):
+    """A cohort summary, or a baseline of another model (no matrix name in common): exit 2, not 1."""
+    out = run_cli("check", "pythia-70m", "--baseline", str(BASELINE), "-q", "--device", "cpu")
+    assert out.returncode == 2, out.stdout
+    assert "no per-matrix fits" in out.stderr
+    other = tmp_path / "other.json"
+    row = json.loads(BASELINE.read_text())
+    for m in row["matrices"]:
+        m["name"] = "bert." + m["name"]
+    other.write_text(json.dumps(row))
+    out = run_cli("check", str(minilm_dir), "--baseline", str(other), "-q", "--device", "cpu")
+    assert out.returncode == 2, out.stdout
+    assert "share no matrix name" in out.stderr

@@ -482,3 +482,45 @@ def test_db_show_of_a_cohort_entry_credits_the_paper():
     out = cli("db", "show", "pythia-70m")
     assert out.code == 0, out.stderr
     assert "CC BY 4.0" in out.stdout
+
+
+def test_local_rows_are_named_as_listed_and_taken_by_compare_and_report(tmp_path):
+    """`db list` shows a local row's fingerprint as its revision; `compare ID` reads that row (no Hub);
+    two different checkpoints in folders of the same name make the bare id ambiguous (exit 2)."""
+    import shutil
+
+    from weightdiag import api
+    from weightdiag.pipeline import FitOptions
+
+    db_dir = tmp_path / "db"
+    spec = synthetic.ModelSpec(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, ffn_size=128, vocab=128, seed=1)
+    first = synthetic.write_model(tmp_path / "a" / "ckpt", spec)
+    fitted = api.fit(str(first), FitOptions(device="cpu"), db_dir=db_dir).row
+    [listed] = api.list_rows(db_dir, fitted_only=True)
+    assert listed["id"] == "ckpt"
+    assert listed["revision"] == fitted["model"]["fingerprint"]
+    assert api.compare(["ckpt"], db_dir=db_dir)[0]["model"] == "ckpt"  # the row, not a Hub id
+    assert api.report("ckpt", db_dir=db_dir).how == "database"
+    other = tmp_path / "b" / "ckpt"
+    shutil.copytree(first, other)
+    spec2 = synthetic.ModelSpec(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, ffn_size=128, vocab=128, seed=2)
+    synthetic.write_model(other, spec2)
+    api.fit(str(other), FitOptions(device="cpu"), db_dir=db_dir)
+    with pytest.raises(db.AmbiguousRowError, match="different checkpoints"):
+        api.show_row("ckpt", db_dir)
+    with pytest.raises(db.AmbiguousRowError):
+        api.compare(["ckpt"], db_dir=db_dir)
+    named = f"ckpt@{fitted['model']['fingerprint']}"
+    assert api.show_row(named, db_dir)["model"]["fingerprint"] == fitted["model"]["fingerprint"]
+
+
+def test_a_db_that_is_a_file_is_refused_not_read_as_empty(tmp_path):
+    afile = tmp_path / "dbfile"
+    afile.write_text("not a database")
+    from weightdiag import api
+    from weightdiag.errors import DatabaseError
+
+    with pytest.raises(DatabaseError, match="is a file, not a folder"):
+        api.list_rows(afile)
+    with pytest.raises(DatabaseError, match=str(tmp_path / "empty")):
+        api.compare([], db_dir=tmp_path / "empty")  # the message names the folder it looked in

@@ -357,3 +357,21 @@ def test_cli_minilm_json(minilm_dir, tmp_path):
     assert report["architecture"]["norm_placement"] == "post"
     assert report["model"]["how"] == "fitted"
     assert len(report["blocks"]) == 6
+
+
+@pytest.mark.parametrize("target", ["html-is-a-folder", "plot-is-a-file"])
+def test_unwritable_plot_or_html_is_bad_input_before_the_fit(planted_dir, tmp_path, target):
+    """--html onto a folder or --plot onto a file: exit 2 with one line, before anything is fitted or saved."""
+    pytest.importorskip("matplotlib")
+    db = tmp_path / "db"
+    if target == "html-is-a-folder":
+        (tmp_path / "page").mkdir()
+        args = ["--html", str(tmp_path / "page")]
+    else:
+        (tmp_path / "plots").write_text("not a folder")
+        args = ["--plot", str(tmp_path / "plots")]
+    out = run_cli("report", str(planted_dir), "--db", str(db), *args)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("error: --")
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert not db.exists()

@@ -19,6 +19,7 @@ weightdiag.errors types (each with its exit code); the CLI only parses, calls th
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -113,9 +114,11 @@ def compare(
     options: FitOptions | None = None,
     progress: Progress | None = None,
     token: str | None = None,
+    save: bool = True,
     on_row: RowNote | None = None,
 ) -> list[CompareReport]:
-    """`weightdiag compare`: a comparison with the cohort per model (default: every fitted row)."""
+    """`weightdiag compare`: a comparison with the cohort per model (default: every fitted row); models
+    fitted on the way are saved unless save=False."""
     from .db import iter_rows
     from .diagnose.compare import compare as compare_row
 
@@ -124,7 +127,7 @@ def compare(
     if specs:
         rows = []
         for spec in specs:
-            row, how = resolve_row(spec, db_dir, options, progress, token=token)
+            row, how = resolve_row(spec, db_dir, options, progress, token=token, save=save)
             if on_row:
                 on_row(spec, row, how)
             rows.append(row)
@@ -132,7 +135,8 @@ def compare(
         rows = [row for _, row in iter_rows(Path(db_dir) if db_dir else None)]
         if not rows:
             raise DatabaseError(
-                "no fitted rows in the database; give a model to compare (weightdiag compare PATH)",
+                f"no fitted rows in the database {Path(db_dir) if db_dir else default_db_dir()}; give a model to "
+                "compare (weightdiag compare PATH) or the database folder that holds your rows (--db DIR)",
                 folder=(Path(db_dir) if db_dir else default_db_dir()) / ROWS_DIR,
             )
     return [compare_row(row) for row in rows]
@@ -220,6 +224,7 @@ def report(
         require_matplotlib()  # fail before a long fit, not after it
     if hist and not (plot_dir or html_file):
         raise OptionError("--hist draws into --plot DIR or --html FILE; add one of them", option="--hist")
+    _check_outputs(plot_dir, html_file)  # before a long fit, not after it
     options = options or FitOptions()
     row, how = resolve_row(spec, db_dir, options, progress, token=token, save=save)
     result = health_report(row, top=top)
@@ -236,14 +241,44 @@ def report(
         if why:
             out.notes.append(why)
         with tempfile.TemporaryDirectory(prefix="weightdiag-plots-") as scratch:
-            files = write_plots(result, data, plot_dir or Path(scratch))
+            try:
+                files = write_plots(result, data, plot_dir or Path(scratch))
+            except OSError as exc:  # a read-only place, a full disk: the user's --plot (exit 2), not a bug
+                raise _unwritable("--plot", plot_dir or Path(scratch), exc) from None
             result["plots"] = [{"file": str(f.path), "title": f.title, "caption": f.caption} for f in files]
             if html_file:
                 from .render.html import write_html
 
-                write_html(result, files, html_file)
+                try:
+                    write_html(result, files, html_file)
+                except OSError as exc:
+                    raise _unwritable("--html", html_file, exc) from None
                 result["html"] = str(html_file)
     return out
+
+
+def _unwritable(option: str, path: Path, exc: OSError) -> OutputError:
+    return OutputError(
+        f"{option} {path}: cannot write it ({exc.strerror or type(exc).__name__}); give a writable "
+        + ("folder" if option == "--plot" else "file path"),
+        path=path,
+    )
+
+
+def _check_outputs(plot_dir: Path | None, html_file: Path | None) -> None:
+    """--plot must be a folder (or not exist yet) and --html a file path whose folder exists or can be made."""
+    if plot_dir is not None and plot_dir.exists() and not plot_dir.is_dir():
+        raise OutputError(f"--plot {plot_dir}: is a file; give a folder for the PNG files", path=plot_dir)
+    if html_file is not None and html_file.is_dir():
+        raise OutputError(
+            f"--html {html_file}: is a folder; give a file path such as {html_file / 'report.html'}", path=html_file
+        )
+    for option, target in (("--plot", plot_dir), ("--html", html_file and html_file.parent)):
+        if target is None:
+            continue
+        existing = next((p for p in (target, *target.parents) if p.exists()), None)
+        if existing is not None and not os.access(existing, os.W_OK):
+            raise OutputError(f"{option} {target}: {existing} is not writable; give a writable place", path=target)
 
 
 @dataclass

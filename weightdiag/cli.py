@@ -305,13 +305,13 @@ TokenOption = Annotated[
 ]
 
 
-def _row_note(quiet: bool):
+def _row_note(quiet: bool, save: bool = True):
     """What to say on stderr once a model's row is at hand: its fallbacks, and that it was fitted."""
 
     def note(spec: str, row: dict[str, Any], how: str) -> None:
         _say_fallbacks(row, quiet)
         if how == "fitted":
-            _say(f"{spec}: fitted and saved", quiet)
+            _say(f"{spec}: fitted" + (" and saved" if save else ""), quiet)
 
     return note
 
@@ -335,6 +335,7 @@ def compare(
     preset: PresetOption = None,
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
+    save: Annotated[bool, typer.Option(help="Save the rows of models fitted on the way in the database.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -355,7 +356,13 @@ def compare(
     progress = _progress(quiet)
     try:
         reports = compare_api(
-            models or (), db_dir=db, options=options, progress=progress, token=token, on_row=_row_note(quiet)
+            models or (),
+            db_dir=db,
+            options=options,
+            progress=progress,
+            token=token,
+            save=save,
+            on_row=_row_note(quiet, save),
         )
     finally:
         progress.close()

@@ -20,7 +20,8 @@ Naming a row (row_by_id, `weightdiag db show ID`), first rule that applies:
   1. a path to a file: that file;
   2. a row file's name (`NAME.json`, as in rows/): that file of the database;
   3. a cohort or companion entry id, exactly (`qwen3-8b` is DATABASE_v9_1's, `Qwen3-8B` the companion's);
-  4. a fitted model id, id@revision or id@fingerprint, exactly: the newest such row;
+  4. a fitted model id, id@revision or id@fingerprint, exactly: the newest such row (a bare id of local
+     checkpoints with different contents, folders that share a name, is refused listing their names);
   5. (a damaged row whose model.id is exactly ID: refused with its RowError, exit 2);
   6. the same names ignoring case, when they name one entry or one fitted model; when they name
      several, AmbiguousRowError (exit 2) lists them;
@@ -351,7 +352,11 @@ def _row_paths(folder: Path) -> list[Path]:
 def iter_rows(db_dir: Path | None = None, on_skip: SkipHandler | None = None) -> Iterator[tuple[Path, Row]]:
     """The fitted rows of the database, by file name. A file that is not a readable row (foreign, damaged,
     a FIFO or folder named *.json) is skipped, and handed to `on_skip` when given (to warn about it)."""
-    folder = (db_dir or default_db_dir()) / ROWS_DIR
+    base = db_dir or default_db_dir()
+    if base.exists() and not base.is_dir():  # a typo'd --db naming a file must not read as an empty database
+        raise DatabaseError(f"database folder {base}: is a file, not a folder; pass the database folder as --db",
+                            folder=base / ROWS_DIR)
+    folder = base / ROWS_DIR
     for path in _row_paths(folder):
         try:
             row = read_row(path)
@@ -396,7 +401,9 @@ def flat_record(row: Row) -> FlatRecord:
     hp = row.get("hyperparameters") or {}
     record: dict[str, Any] = {
         "id": model["id"],
-        "revision": model.get("revision"),
+        # Local rows have no revision: their content fingerprint (local-...) names them instead, so that
+        # `id@revision` as listed is what `db show` takes.
+        "revision": model.get("revision") or model.get("fingerprint"),
         "source": model["source"] + (f":{model['cohort']}" if model.get("cohort") else ""),
         "protocol": row["protocol"]["name"],
         "matrices": len(row.get("matrices", [])),
@@ -431,11 +438,11 @@ class AmbiguousRowError(BadInputError):
 
     field_names = ("spec", "candidates")
 
-    def __init__(self, spec: str, candidates: Iterable[str]) -> None:
+    def __init__(self, spec: str, candidates: Iterable[str], how: str = "when case is ignored") -> None:
         self.spec = spec
         self.candidates = sorted(set(candidates))
         super().__init__(
-            f"{spec}: matches {len(self.candidates)} rows when case is ignored: {', '.join(self.candidates)}; "
+            f"{spec}: matches {len(self.candidates)} rows {how}: {', '.join(self.candidates)}; "
             "give one of them exactly"
         )
 
@@ -448,6 +455,24 @@ def _names(row: Row) -> list[str]:
 
 def _newest(rows: list[Row]) -> Row:
     return max(reversed(rows), key=lambda r: r.get("created") or "")  # ties: the last file by name, as before
+
+
+def _one_checkpoint(spec: str, rows: list[Row]) -> Row:
+    """The newest of `rows` named `spec`, unless a bare id names local checkpoints with different contents
+    (folders of the same name: `ckpt`): then AmbiguousRowError lists their id@local-fingerprint names.
+    Revisions of one model (a sweep) are one name: the newest answers, as `db list` shows them."""
+    unnamed = {r["model"].get("fingerprint") for r in rows if not r["model"].get("revision")}
+    if "@" not in spec and len(unnamed) > 1 and all(not r["model"].get("revision") for r in rows):
+        raise AmbiguousRowError(spec, (f"{spec}@{fp}" for fp in unnamed if fp), "of different checkpoints")
+    return _newest(rows)
+
+
+def local_row(spec: str, db_dir: Path | None = None) -> Row | None:
+    """The row of a checkpoint fitted from local files, by the name `db list` shows (id, id@revision,
+    id@local-fingerprint; exact), else None. A local model cannot be refitted from its id, so commands
+    that take a model (compare, report, check) read its row instead of asking the Hub for that name."""
+    rows = [row for _, row in iter_rows(db_dir) if row["model"].get("source") == "local" and spec in _names(row)]
+    return _one_checkpoint(spec, rows) if rows else None
 
 
 def cohort_entry(spec: str) -> Row | None:
@@ -483,7 +508,7 @@ def row_by_id(spec: str, db_dir: Path | None = None) -> Row:
     fitted = [row for _, row in iter_rows(db_dir, on_skip=damaged.append)]
     exact = [row for row in fitted if spec in _names(row)]
     if exact:
-        return _newest(exact)
+        return _one_checkpoint(spec, exact)
     for exc in damaged:
         if exc.model_id == spec:
             raise exc

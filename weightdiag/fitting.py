@@ -107,7 +107,7 @@ def resolve_row(
     database fitted on the same commit with the same --include/--exclude when `reuse` is set, else
     it is fitted. Fresh fits are saved unless save=False.
     """
-    from .db import cohort_entry, find_rows, load_row
+    from .db import cohort_entry, find_rows, load_row, local_row
 
     options = options or FitOptions()
     check_options(options)
@@ -119,6 +119,9 @@ def resolve_row(
         entry = cohort_entry(spec)  # the same naming rule as `db show`: exact id first
         if entry is not None:
             return entry, "cohort"
+        fitted = local_row(spec, db)  # a name `db list` shows for a local fit: never a Hub id to fetch
+        if fitted is not None:
+            return fitted, "database"
     plan, reader = open_model(spec, model_id=options.model_id, token=token, download=download)
     if reuse and plan.source == "hub" and plan.commit:
         for row in reversed(find_rows(plan.model_id, db, protocol=options.protocol)):

@@ -46,7 +46,19 @@ def check(
             "the baseline row has no per-matrix fits (a cohort summary?); give a fitted row",
             model_id=baseline.get("model", {}).get("id"),
         )
+    if not row.get("matrices"):
+        raise RowUseError(
+            "the checked model's row has no per-matrix fits (a cohort summary?); give a model or a fitted row",
+            model_id=row.get("model", {}).get("id"),
+        )
     ours, base = _fits(row, trim), _fits(baseline, trim)
+    if not set(ours) & set(base):  # nothing to compare is a wrong baseline, not a regression (exit 1)
+        theirs, mine = sorted(base)[:1], sorted(ours)[:1]
+        raise RowUseError(
+            f"{row['model']['id']} and the baseline {baseline['model']['id']} share no matrix name (e.g. "
+            f"{mine[0] if mine else '-'} against {theirs[0] if theirs else '-'}); give the baseline of this model",
+            model_id=row.get("model", {}).get("id"),
+        )
     results = []
     for name in sorted(set(ours) | set(base), key=lambda n: (n not in base, n)):
         a, b = ours.get(name), base.get(name)
