@@ -207,16 +207,20 @@ def super_weight_text(sw: dict[str, Any], n_layers: int | None) -> list[str]:
     e = sw["extreme"]
     where = f"{short_name(e['tensor'])}" + (f" at ({', '.join(map(str, e['index']))})" if e["index"] else "")
     words = {"below": "below every family", "above": "above every family", "inside": "inside the families' range"}
+    # Table 2's figures are per block: max |w| over the q99 and the kurtosis of all the block's weights
+    # pooled, so they are smaller than the same ratio of the one matrix that holds the maximum (the
+    # super-weight table's per-matrix columns). The text says "pooled" to keep the two apart.
     text = (
-        f"super weights vs the paper's Table 2: per-block max/q99 median ≈{fmt(med['value'], 2)}, "
-        f"{words[med['position']]} "
-        f"({med['range'][0]}-{med['range'][1]}; nearest {med['nearest']} {med['nearest_value']}); extreme "
-        f"≈{fmt(ext['value'], 2)} in block {e['block']} ({where}), {words[ext['position']]} ({ext['range'][0]}-"
-        f"{ext['range'][1]})"
+        f"super weights vs the paper's Table 2 (per block, the block's matrices pooled): max/q99 median "
+        f"≈{fmt(med['value'], 2)}, {words[med['position']]} "
+        f"({med['range'][0]}-{med['range'][1]}; nearest {med['nearest']} {med['nearest_value']}); largest "
+        f"≈{fmt(ext['value'], 2)} in block {e['block']} (its max |w| is in {where}), {words[ext['position']]} "
+        f"({ext['range'][0]}-{ext['range'][1]})"
     )
     if kurt:
         text += (
-            f"; kurtosis extreme {kurt['value']:.1f}, {words[kurt['position']]} ({kurt['range'][0]}-{kurt['range'][1]})"
+            f"; pooled kurtosis at most {kurt['value']:.1f}, {words[kurt['position']]} "
+            f"({kurt['range'][0]}-{kurt['range'][1]})"
         )
     if med["position"] == "below":
         text += ". Most blocks have no detached outlier (like an early checkpoint: Fig. 3, step 1)"
