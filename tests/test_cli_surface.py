@@ -509,3 +509,28 @@ def test_compare_no_save_fits_without_writing(capsys, tmp_path):
     assert code == 0, err
     assert "fitted\n" in err or err.rstrip().endswith("fitted")
     assert not (db / "rows").exists()
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 140])
+def test_the_progress_bar_is_one_line_at_any_width(width):
+    import io
+
+    from rich.console import Console
+
+    from weightdiag.render.tables import FitProgress
+
+    cases = (("an-organisation/a-rather-long-model-name-v2", 538_060_032, 272), ("m", 10**10, 999))
+    for model, total, tensors in cases:
+        buf = io.StringIO()
+        progress = FitProgress(Console(file=buf, width=width, force_terminal=True, color_system=None), enabled=True)
+        progress("start", {"model": model, "bytes": total, "tensors": tensors})
+        progress("bytes", total // 3)
+        progress("advance", None)
+        assert progress._progress is not None
+        progress._progress.refresh()
+        progress.close()
+        lines = [re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", line) for line in buf.getvalue().replace("\r", "\n").split("\n")]
+        drawn = [line for line in lines if line.strip()]
+        assert drawn
+        assert all(len(line) <= width for line in drawn), drawn
+        assert all("tensors" in line for line in drawn), drawn  # never wrapped onto a second line

@@ -270,17 +270,27 @@ class FitProgress:
                 TimeRemainingColumn,
                 TransferSpeedColumn,
             )
+            from rich.table import Column
 
-            self._progress = Progress(
-                TextColumn("{task.description}", style="bold", markup=False),  # the model id, as given
-                BarColumn(),
+            # One line at any width: the counters (~45 columns) keep theirs, the model id and the bar share
+            # the rest, and the rate goes first below 100 columns (the ETA says the same).
+            narrow = self.console.width < 100
+            room = max(self.console.width - (47 if narrow else 59), 13)
+            bar = max(min(40, room // 3), 5)
+            columns = [
+                TextColumn(
+                    "{task.description}",
+                    style="bold",
+                    markup=False,  # the model id, as given
+                    table_column=Column(max_width=max(room - bar - 1, 8), no_wrap=True, overflow="ellipsis"),
+                ),
+                BarColumn(bar_width=bar),
                 TextColumn("{task.fields[done]}/{task.fields[tensors]} tensors"),
                 DownloadColumn(),
-                TransferSpeedColumn(),
+                *([] if narrow else [TransferSpeedColumn()]),
                 TimeRemainingColumn(),
-                console=self.console,
-                transient=True,
-            )
+            ]
+            self._progress = Progress(*columns, console=self.console, transient=True)
             self._progress.start()
             self._task = self._progress.add_task(
                 payload["model"], total=payload["bytes"], done=0, tensors=payload["tensors"]
