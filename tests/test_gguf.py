@@ -487,3 +487,14 @@ def test_smollm_rows_name_the_stored_type_and_the_metadata_source(smollm_gguf):
     assert all(m["dtype"] == "Q4_1" and m["quantization"] == "Q4_1" and m["fitted_dtype"] == "F32" for m in quantized)
     assert row["vectors"]
     assert all(v["dtype"] in G.RAW_TYPES and "quantization" not in v for v in row["vectors"])
+
+
+def test_bytes_read_counts_the_file_not_the_dequantized_values(smollm_gguf):
+    """run.bytes_read (and the progress bar's total) is what was read from the file: a 98 MB Q4_1 file,
+    not the 538 MB of F32 it dequantizes to."""
+    from weightdiag.api import fit_path
+
+    row = fit_path(str(smollm_gguf), FitOptions(device="cpu"))
+    size = row["files"][0]["size"]
+    assert row["run"]["bytes_read"] <= size
+    assert row["run"]["bytes_read"] > 0.9 * size  # nearly the whole file: the tensors' stored bytes

@@ -170,7 +170,7 @@ def measure(
             given = [flag for flag, value in (("--include", options.include), ("--exclude", options.exclude)) if value]
             raise OptionError(message + " (check --include/--exclude)", option="/".join(given))
         raise ModelPathError(message, path=plan.location)
-    total_bytes = sum(w.ref.nbytes for w in work)
+    total_bytes = sum(w.ref.file_nbytes for w in work)  # read from the files (GGUF: quantized, not dequantized)
     if progress:
         progress("start", {"tensors": len(work), "bytes": total_bytes, "model": plan.model_id})
     matrices: list[dict[str, Any]] = []
@@ -274,7 +274,7 @@ def _reduce_all(
     )
     for (item, raw), (segs, note) in zip(prefetch, parts, strict=True):  # the prefetcher keeps the order
         if progress:
-            progress("bytes", item.ref.nbytes)
+            progress("bytes", item.ref.file_nbytes)
         result = raw if len(item.ref.shape) == 1 else reduce(raw, item.ref.dtype.name, [None, *(s for _, s in segs)])
         yield item, _as_reduced(item, result, segs, note)
 

@@ -807,7 +807,12 @@ def open_gguf(path: str | os.PathLike[str], model_id: str | None = None) -> tupl
         # The row records the file's type (Q4_1), not only the F32 the fit saw.
         stored_type = t.type.name if t.type.name != dtype.name else None
         quantization = t.type.name if t.type.name in DECODERS else None
-        refs.append(TensorRef(t.name, dtype, t.shape, 0, t.offset, t.offset + size, note, stored_type, quantization))
+        refs.append(
+            TensorRef(
+                t.name, dtype, t.shape, 0, t.offset, t.offset + size, note, stored_type, quantization,
+                stored_nbytes=t.nbytes if size != t.nbytes else None,
+            )
+        )
         stored[t.name] = _Stored(t.offset, t.type, t.nbytes, heads, norm_shift)
 
     counts = Counter(t.type.name for t in header.tensors)

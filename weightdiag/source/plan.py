@@ -45,6 +45,7 @@ class TensorRef:
     note: str | None = None  # e.g. "dequantized from Q4_1"
     stored_type: str | None = None  # the file's type when `dtype` is what it is delivered as (GGUF Q4_1 -> F32)
     quantization: str | None = None  # the quantized type it was dequantized from (GGUF Q4_1), else None
+    stored_nbytes: int | None = None  # bytes in the file when they differ from the delivered ones (GGUF)
 
     @property
     def numel(self) -> int:
@@ -52,7 +53,13 @@ class TensorRef:
 
     @property
     def nbytes(self) -> int:
+        """Bytes as delivered to the reducer (start..end)."""
         return self.end - self.start
+
+    @property
+    def file_nbytes(self) -> int:
+        """Bytes read from the file: what progress and `run.bytes_read` count."""
+        return self.stored_nbytes if self.stored_nbytes is not None else self.nbytes
 
 
 @dataclass
