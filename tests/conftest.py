@@ -157,6 +157,15 @@ class _Captured(io.TextIOWrapper):
         return raw.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def _point(handler: logging.StreamHandler, stream: object) -> None:
+    """handler.setStream, even when its old stream is closed (a capsys stream of an earlier test, where
+    huggingface_hub's handler was made): setStream would flush it and raise ValueError."""
+    try:
+        handler.setStream(stream)
+    except ValueError:
+        handler.stream = stream
+
+
 def _run_cli_in_process(args: list[str], env: dict[str, str] | None, cwd: Path | None) -> subprocess.CompletedProcess:
     from weightdiag import __main__ as entry
     from weightdiag import cli
@@ -183,7 +192,7 @@ def _run_cli_in_process(args: list[str], env: dict[str, str] | None, cwd: Path |
             os.chdir(cwd)
         sys.stdout, sys.stderr, sys.argv = out, err, ["weightdiag", *args]
         for h in handlers:
-            h.setStream(err)
+            _point(h, err)
         cli._console.cache_clear()  # consoles bind to the captured streams and read COLUMNS anew
         with warnings.catch_warnings():
             warnings.resetwarnings()
@@ -203,7 +212,7 @@ def _run_cli_in_process(args: list[str], env: dict[str, str] | None, cwd: Path |
             kernels._pool().shutdown(wait=True)
             kernels._pool.cache_clear()
         for h, stream in zip(handlers, handler_streams, strict=True):
-            h.setStream(stream)
+            _point(h, stream)
         sys.stdout, sys.stderr, sys.argv = saved_streams
         os.chdir(saved_cwd)
         os.environ.clear()

@@ -451,6 +451,7 @@ def db_list(
     db: DbOption = None,
     fitted_only: Annotated[bool, typer.Option("--fitted", help="Only fitted rows (no cohort entries).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    quiet: QuietOption = False,  # accepted everywhere; warnings about skipped files still print
 ) -> None:
     """List cohort entries and fitted rows (a file in rows/ that is not a readable row is skipped, with a warning)."""
     from .api import list_rows
@@ -479,6 +480,7 @@ def db_show(
     ],
     db: DbOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole row as JSON.")] = False,
+    quiet: QuietOption = False,  # accepted for uniformity: db show prints no notes
 ) -> None:
     """Show one row: the per-kind table (or the whole row with --json).
 
@@ -643,6 +645,7 @@ def trajectory(
         typer.Option(metavar="PROTOCOL", help="Use rows fitted with this protocol (default: hist1024 if any)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
+    quiet: QuietOption = False,  # accepted for uniformity: trajectory prints no notes
 ) -> None:
     """Read a swept run from its rows: k and λ over steps, drift, λ peak, step-0 checks, std patterns."""
     from .api import trajectory as trajectory_api
@@ -736,7 +739,10 @@ def version() -> None:
 
 
 @app.command()
-def env(as_json: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False) -> None:
+def env(
+    as_json: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False,
+    quiet: QuietOption = False,  # accepted for uniformity: env prints no notes
+) -> None:
     """Print the environment weightdiag runs in, to paste into a bug report (never the Hub token)."""
     document = _environment()
     if as_json:
