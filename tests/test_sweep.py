@@ -262,3 +262,22 @@ def test_bad_sweep_targets(tmp_path):
     assert "no checkpoint folders" in out.stderr
     assert run_cli("sweep", "org/name@step1", "--db", str(tmp_path)).returncode == 2
     shutil.rmtree(empty)
+
+
+def test_a_run_of_identical_checkpoints_reads_as_no_movement(tmp_path):
+    """Three copies of one checkpoint: no 'evolution' and no λ peak is claimed (red-team finding)."""
+    from weightdiag import api
+    from weightdiag.errors import OptionError
+    from weightdiag.pipeline import FitOptions
+
+    spec = synthetic.ModelSpec(n_layers=4, d_model=64, n_heads=4, n_kv_heads=2, ffn_size=128, vocab=128, seed=3)
+    first = synthetic.write_model(tmp_path / "run" / "step_0", spec)
+    for step in (100, 1000):
+        shutil.copytree(first, tmp_path / "run" / f"step_{step}")
+    db = tmp_path / "db"
+    api.sweep(str(tmp_path / "run"), db_dir=db, options=FitOptions(device="cpu"), everything=True)
+    result = api.trajectory("run", db_dir=db)
+    assert result["std_pattern"]["pattern"] == "no movement"
+    assert not any("differentiated evolution" in f or "retreated" in f for f in result["findings"])
+    with pytest.raises(OptionError, match="--warmup"):
+        api.trajectory("run", db_dir=db, schedule="cosine", total=100, warmup=1000)

@@ -378,6 +378,13 @@ def trajectory(
     if schedule == "cosine":
         if not total:
             raise OptionError("--schedule cosine needs --total (the run's total steps)", option="--total")
+        if not (0 <= warmup < total):
+            raise OptionError(
+                f"--warmup {warmup:g}: give a warm-up from 0 to below --total {total:g} (the run's total steps)",
+                option="--warmup",
+            )
+        if not 0 <= min_lr_ratio <= 1:
+            raise OptionError(f"--min-lr-ratio {min_lr_ratio:g}: give a ratio from 0 to 1", option="--min-lr-ratio")
         spec = {"kind": "cosine", "total": total, "warmup": warmup, "min_ratio": min_lr_ratio}
     result = tr.trajectory(rows, spec)
     result["protocol"] = chosen

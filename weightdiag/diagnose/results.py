@@ -216,6 +216,7 @@ class LambdaPeak(TypedDict):
     final_lambda: float
     retreat_percent: float
     still_rising: bool
+    flat: bool  # within 1% over the run: no peak to speak of
 
 
 class StepState(TypedDict):

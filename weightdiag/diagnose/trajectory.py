@@ -10,6 +10,7 @@ Deviation Reference Manual", made quantitative here):
 - global oscillation: >= 75% of blocks reverse direction at least twice, each swing > 5% of std;
 - undifferentiated evolution: every block grows by > 10% and the spread of growth across blocks is
   < 15% of the median growth;
+- no movement: every block's std within 1% of its first value at every step (identical checkpoints);
 - otherwise differentiated evolution (healthy: depths move at their own pace).
 """
 
@@ -115,6 +116,8 @@ def _lambda_peak(series: dict[str, list]) -> dict[str, Any] | None:
         "final_lambda": final,
         "retreat_percent": (peak - final) / peak * 100,
         "still_rising": i == len(lam) - 1,
+        # Within 1% from first to last: no peak to speak of (identical or barely trained checkpoints).
+        "flat": (max(lam) - min(lam)) <= 0.01 * max(abs(v) for v in lam),
     }
 
 
@@ -264,6 +267,13 @@ def std_pattern(points: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
                 "summary": f"{sum(r >= 2 for r in reversals)} of {len(blocks)} blocks swing back and forth "
                 "(>= 2 reversals of > 5%)",
             }
+    if np.all(np.abs(rel - 1) < 0.01):  # every block within 1% of its first value at every step
+        return {
+            "pattern": "no movement",
+            "evidence": evidence,
+            "summary": "every block's std stays within 1% of its first value: the checkpoints barely differ "
+            "(identical copies, or too few steps apart to tell)",
+        }
     median_growth = float(np.nanmedian(growth))
     if np.all(growth > 0.1) and (np.nanmax(growth) - np.nanmin(growth)) < 0.15 * median_growth:
         return {
@@ -326,7 +336,9 @@ def _findings(t: dict[str, Any]) -> list[str]:
             )
     peak = t.get("lambda_o_peak")
     if peak:
-        if peak["still_rising"]:
+        if peak.get("flat"):
+            lines.append(f"λ_O stays within 1% over the run ({peak['final_lambda']:.5g}): no peak, no retreat")
+        elif peak["still_rising"]:
             lines.append(f"λ_O is still rising at the last step ({peak['final_lambda']:.5g}): unsaturated training")
         else:
             lines.append(
