@@ -323,6 +323,11 @@ def trajectory(rows: Sequence[dict[str, Any]], schedule: dict[str, Any] | None =
         out["step0"] = step0_checks(points[0][1])
     out["std_pattern"] = std_pattern([(s, r) for s, r in points if r["matrices"]])
     out["findings"] = _findings(out)
+    if schedule and schedule.get("kind") == "cosine" and not (hp.get("lr") and hp.get("weight_decay")):
+        out["findings"].append(
+            "the cosine schedule was not used: the rows carry no learning rate and weight decay, so T/τ stays "
+            "unknown (sweep again with --lr and --weight-decay, or a --preset)"
+        )
     return cast(TrajectoryResult, out)
 
 
