@@ -242,3 +242,21 @@ def test_files_without_a_published_sha256_are_read_and_said_not_verified(fake_hu
     assert row["run"]["verification"] == "not verified: no sha256 published"
     assert not any(f["verified"] for f in row["files"])
     assert _science(row) == _science(fit_path(str(model), FitOptions(device="cpu")))
+
+
+def test_corrupted_bytes_through_download_are_exit_3_and_leave_no_damaged_copy(fake_hub, model):
+    """huggingface_hub stores what it receives: --download checks each shard's sha256 itself, removes a
+    damaged copy from the cache (so a rerun downloads it anew) and records verified shards in the row."""
+    from weightdiag.errors import VerificationError
+
+    fake_hub.add_folder("acme/tiny", model)
+    shard = sorted(p.name for p in model.glob("*.safetensors"))[-1]
+    fake_hub.fail("corrupt", shard, times=None)
+    with pytest.raises(VerificationError, match="does not match the Hub's sha256") as caught:
+        _fit("acme/tiny", download=True)
+    assert caught.value.file == shard
+    fake_hub.clear_faults()
+    row = _fit("acme/tiny", download=True)  # downloaded again, not read from a damaged cache
+    assert all(f["verified"] for f in row["files"])
+    assert row["run"]["verification"] == "sha256 of every downloaded shard verified against the Hub"
+    assert _science(row) == _science(fit_path(str(model), FitOptions(device="cpu")))

@@ -208,7 +208,8 @@ def measure(
             if progress:
                 progress("advance", ref)
         finish = getattr(reader, "finish", None)
-        verification = finish() if finish else None  # raises when a shard's bytes do not match its hash
+        # finish() raises when a streamed shard's bytes do not match its hash; a download was checked at open.
+        verification = finish() if finish else plan.verification
     finally:
         reader.close()
     elapsed = time.perf_counter() - started

@@ -14,6 +14,7 @@ call time). Three ways to get the bytes, in this order:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -43,6 +44,7 @@ from ..errors import (
     RepoNotFoundError,
     RevisionNotFoundError,
     TransferError,
+    VerificationError,
     WeightdiagError,
 )
 from ..settings import http_timeout
@@ -124,10 +126,19 @@ def open_hub(
         # Download by the revision's name, so the cache also records refs/<name> (offline use later).
         snapshot = _download(repo, revision or "main", wanted, token)
         commit = snapshot.name if re.fullmatch(r"[0-9a-f]{40}", snapshot.name) else commit
+        downloaded = True
+    else:
+        downloaded = False
     lfs = {name: (s.lfs.sha256 if s.lfs else None) for name, s in files.items()}
     if snapshot is not None:
         plan, reader = _open_snapshot(snapshot, repo, model_id)
         plan.shards = [ShardInfo(s.name, s.size, lfs.get(s.name) or s.sha256, s.header_sha256) for s in plan.shards]
+        if downloaded:
+            try:
+                plan.verification = _verify_download(repo, revision or "main", snapshot, plan.shards)
+            except BaseException:
+                reader.close()
+                raise
     else:
         plan, reader = _stream(repo, commit, files, weights, token, model_id)
     plan.source = "hub"
@@ -583,6 +594,44 @@ def _watched(call: Callable[[], T], blobs: Path, limit: float, repo: str, name: 
             )
         mark, marked_at = size, now
     return job.result()
+
+
+def _verify_download(repo: str, revision: str, snapshot: Path, shards: list[ShardInfo]) -> dict[str, Any]:
+    """The sha256 of every downloaded shard against the Hub's LFS hash (huggingface_hub does not check it).
+
+    A mismatch removes the damaged copy from the cache, so that running the command again downloads it anew.
+    """
+    verified = []
+    for shard in shards:
+        if not shard.sha256:
+            verified.append(False)
+            continue
+        path = snapshot / shard.name
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(8 << 20):
+                digest.update(block)
+        got = digest.hexdigest()
+        if got != shard.sha256:
+            for damaged in {path.resolve(), path}:
+                with contextlib.suppress(OSError):
+                    damaged.unlink()
+            raise VerificationError(
+                f"{repo}@{revision}: the downloaded {shard.name} does not match the Hub's sha256 (got {got[:12]}..., "
+                f"expected {shard.sha256[:12]}...): the download was corrupted; the damaged copy was removed from the "
+                "cache and nothing was written, run the command again",
+                repo=repo,
+                file=shard.name,
+                expected=shard.sha256,
+                got=got,
+            )
+        verified.append(True)
+    summary = (
+        "sha256 of every downloaded shard verified against the Hub"
+        if all(verified)
+        else "not verified: no sha256 published for some shards"
+    )
+    return {"summary": summary, "shards": verified}
 
 
 def _download(repo: str, revision: str, names: list[str], token: str | None) -> Path:

@@ -75,6 +75,9 @@ class ModelPlan:
     file_format: str = "safetensors"
     metadata: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # Set when the source checked the files' sha256 before reading (a fresh --download); a streaming
+    # reader reports its own through finish(): {"summary": ..., "shards": [bool per shard]}.
+    verification: dict[str, Any] | None = None
 
 
 class TensorReader(Protocol):
