@@ -531,7 +531,7 @@ def test_stall_holds_the_connection_without_blocking_stop(model_dir: Path) -> No
         start = time.monotonic()
     finally:
         hub.stop()
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 30  # not the stalled client's 600 s (a hang guard)
     sock.close()
 
 
