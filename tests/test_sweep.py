@@ -284,3 +284,26 @@ def test_a_run_of_identical_checkpoints_reads_as_no_movement(tmp_path):
     cosine = api.trajectory("run", db_dir=db, schedule="cosine", total=2000, warmup=10)
     assert any("cosine schedule was not used" in f for f in cosine["findings"])  # no lr in these rows
     assert not any("cosine schedule was not used" in f for f in result["findings"])
+
+
+def test_ctrl_c_stops_a_parallel_sweep_at_once(run_folder, tmp_path):
+    """SIGINT to `sweep --jobs 2` ends it with 130 and cancels the queued revisions: no row appears after
+    the interrupt (each write is slowed to 3 s so that the interrupt lands while rows are in flight)."""
+    db = tmp_path / "db"
+    env = {**os.environ, "WEIGHTDIAG_TEST_ROW_WRITE_DELAY": "3", "WEIGHTDIAG_DB": str(db)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "weightdiag", "sweep", str(run_folder), "--all", "--jobs", "2", "-q"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    time.sleep(2.5)  # the workers are started and inside their first slowed write
+    proc.send_signal(signal.SIGINT)
+    interrupted = time.monotonic()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    written = [p for p in (db / "rows").glob("*.json")] if (db / "rows").exists() else []
+    late = [p.name for p in written if p.stat().st_mtime > time.time() - (time.monotonic() - interrupted) + 0.5]
+    assert late == [], late  # nothing finished writing after the interrupt
+    assert len(written) < len(list(run_folder.iterdir()))  # the queued revisions never ran

@@ -264,10 +264,21 @@ def process_runner(jobs: int) -> Runner:
         # Each worker reduces with its share of the cores.
         ctx = mp.get_context("spawn")
         os.environ.setdefault("WEIGHTDIAG_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
-        with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+        pool = ProcessPoolExecutor(jobs, mp_context=ctx)
+        finished = False
+        try:
             futures = [pool.submit(fit_revision, t) for t in tasks]
             for future in as_completed(futures):
                 yield future.result()
+            finished = True
+        finally:
+            # Ctrl-C (or an error) stops the sweep: queued revisions are cancelled and the workers end now,
+            # so no row is written after the interrupt (a killed worker leaves only a temp file, which the
+            # next write removes; the rerun resumes from the rows already there).
+            if not finished:
+                for worker in list(getattr(pool, "_processes", {}).values()):
+                    worker.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
 
     return run
 
