@@ -303,6 +303,7 @@ def test_ctrl_c_stops_a_parallel_sweep_at_once(run_folder, tmp_path):
     interrupted = time.monotonic()
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
+    assert "interrupted" in err
     written = [p for p in (db / "rows").glob("*.json")] if (db / "rows").exists() else []
     late = [p.name for p in written if p.stat().st_mtime > time.time() - (time.monotonic() - interrupted) + 0.5]
     assert late == [], late  # nothing finished writing after the interrupt

@@ -56,6 +56,9 @@ class _Command(typer.core.TyperCommand):
         except BrokenPipeError:
             _stdout_gone()
             raise typer.Exit(ExitCode.OK) from None
+        except KeyboardInterrupt:  # here, before click turns it into a bare newline
+            _stderr().print("interrupted: nothing is half-written; run the command again to resume", markup=False)
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
         except typer.Exit:
             _flush_stdout()  # a pipe closed at the end keeps the command's own exit code
             raise
