@@ -308,3 +308,18 @@ def test_ctrl_c_stops_a_parallel_sweep_at_once(run_folder, tmp_path):
     late = [p.name for p in written if p.stat().st_mtime > time.time() - (time.monotonic() - interrupted) + 0.5]
     assert late == [], late  # nothing finished writing after the interrupt
     assert len(written) < len(list(run_folder.iterdir()))  # the queued revisions never ran
+
+
+def test_trajectory_plot_onto_a_file_or_an_unwritable_place_is_bad_input(run_folder, tmp_path):
+    pytest.importorskip("matplotlib")
+    from weightdiag import api
+    from weightdiag.errors import OutputError
+    from weightdiag.pipeline import FitOptions
+
+    db = tmp_path / "db"
+    api.sweep(str(run_folder), db_dir=db, options=FitOptions(device="cpu"), steps="log:3")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for target in (afile, Path("/proc/weightdiag-plots")):
+        with pytest.raises(OutputError):
+            api.trajectory(run_folder.name, db_dir=db, plot=target)

@@ -392,12 +392,16 @@ def trajectory(
         from .render.trajectory_plots import k_lambda_plot, std_heatmap
 
         folder = Path(plot)
-        folder.mkdir(parents=True, exist_ok=True)
-        points = [(s, r) for s, r in tr.ordered(rows) if r["matrices"]]
-        files = [str(k_lambda_plot(result, folder / "k_lambda_vs_step.png"))]
-        if points:
-            steps_, blocks, table = tr.block_std(points)
-            files.append(str(std_heatmap(steps_, blocks, table, model, folder / "std_heatmap.png")))
+        _check_outputs(folder, None)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            points = [(s, r) for s, r in tr.ordered(rows) if r["matrices"]]
+            files = [str(k_lambda_plot(result, folder / "k_lambda_vs_step.png"))]
+            if points:
+                steps_, blocks, table = tr.block_std(points)
+                files.append(str(std_heatmap(steps_, blocks, table, model, folder / "std_heatmap.png")))
+        except OSError as exc:  # /proc, a read-only place, a full disk: the user's --plot (exit 2), not a bug
+            raise _unwritable("--plot", folder, exc) from None
         result["plots"] = files
     return result
 
