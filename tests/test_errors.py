@@ -418,3 +418,12 @@ def test_rows_that_cannot_serve_are_row_use_errors() -> None:
     with pytest.raises(RowUseError) as protocol:
         check(exact, cohort)
     assert protocol.value.model_id == "acme/x"
+
+
+def test_two_different_revisions_for_one_model_are_refused():
+    from weightdiag.errors import OptionError
+    from weightdiag.source.open import open_model
+
+    with pytest.raises(OptionError, match="name two revisions") as caught:
+        open_model("acme/tiny@feature--x", revision="main")
+    assert caught.value.option == "--revision"

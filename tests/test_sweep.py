@@ -323,3 +323,11 @@ def test_trajectory_plot_onto_a_file_or_an_unwritable_place_is_bad_input(run_fol
     for target in (afile, Path("/proc/weightdiag-plots")):
         with pytest.raises(OutputError):
             api.trajectory(run_folder.name, db_dir=db, plot=target)
+
+
+def test_an_offline_hub_sweep_says_why_it_cannot_list_revisions(monkeypatch):
+    from weightdiag.errors import NotCachedError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(NotCachedError, match="HF_HUB_OFFLINE forbids"):
+        sw.hub_revisions("acme/run")

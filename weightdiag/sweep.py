@@ -23,7 +23,7 @@ from typing import Any
 from . import settings
 from .db import check_writable, load_row, row_file, write_row
 from .diagnose.lambda_axis import step_from_revision
-from .errors import BadInputError, MissingDependencyError, ModelPathError, OptionError, WeightdiagError
+from .errors import BadInputError, MissingDependencyError, ModelPathError, NotCachedError, OptionError, WeightdiagError
 
 LOCAL_PATTERNS = ("step*", "checkpoint-*", "checkpoint_*", "global_step*", "iter_*", "epoch*")
 
@@ -62,6 +62,13 @@ def hub_revisions(repo: str, token: str | None = None) -> list[Revision]:
     """Every branch of a Hub repo (tags too), ordered by training step."""
     from .source.hub import list_refs  # timeouts, an overall deadline and malformed answers handled there
 
+    if settings.hf_offline():  # the list of revisions lives on the Hub only; the cache keeps no list of them
+        raise NotCachedError(
+            f"{repo}: sweep lists the repo's revisions on the Hub, which HF_HUB_OFFLINE forbids; unset it, or fit "
+            "cached revisions one by one (weightdiag fit ORG/NAME@REV)",
+            repo=repo,
+            revision=None,
+        )
     revisions = [
         Revision(name, step_from_revision(name), f"{repo}@{name}", commit=commit)
         for name, commit in list_refs(repo, token)

@@ -46,5 +46,9 @@ def open_model(
         from .hub import open_hub
 
         repo, rev = split_revision(spec)
+        if revision and rev and revision != rev:
+            raise OptionError(
+                f"--revision {revision} and {spec} name two revisions; give one of them", option="--revision"
+            )
         return open_hub(repo, revision or rev, token=token, download=download, model_id=model_id)
     raise ModelPathError(f"{spec}: no such file or folder, and not a Hub id (ORG/NAME[@REVISION])", path=spec)
