@@ -366,3 +366,15 @@ def test_minilm_compare_cli_prints_the_caveat(minilm_dir, tmp_path: Path):
     assert "the cohort holds decoder LMs only" in text
     assert "paper's Transmission band [1.186, 1.204]" in text
     assert "seed 00" not in text
+
+
+def test_the_shallow_ffn_test_names_the_blocks_it_read(tmp_path):
+    """A 4-block model's shallow-FFN reading covers blocks 0-3, and says so (not 'blocks 0-5')."""
+    from weightdiag import api, synthetic
+    from weightdiag.pipeline import FitOptions
+
+    spec = synthetic.ModelSpec(n_layers=4, d_model=64, n_heads=4, n_kv_heads=2, ffn_size=128, vocab=128, seed=4)
+    folder = synthetic.write_model(tmp_path / "m", spec)
+    result = compare(api.fit(str(folder), FitOptions(device="cpu"), save=False).row)
+    assert result["shallow_ffn"]["shallow_blocks"] == "0-3"
+    assert not any("blocks 0-5" in f for f in result["findings"])

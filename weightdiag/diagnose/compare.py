@@ -109,8 +109,13 @@ def shallow_ffn_regime(row: dict[str, Any], trim: str = COHORT_TRIM) -> dict[str
         for m in row.get("matrices", [])
         if m["kind"] in ("gate", "ffn_in") and m["fits"][trim]["ok"] and m["block"] in SHALLOW_BLOCKS
     ]
+    present = sorted(
+        {m["block"] for m in row.get("matrices", []) if m["kind"] in FFN_KINDS and m["block"] in SHALLOW_BLOCKS}
+    )
     return {
         "regime": regime,
+        # The blocks the test read: 0-5, or fewer in a smaller model (a 4-block model has 0-3).
+        "shallow_blocks": f"{present[0]}-{present[-1]}" if len(present) > 1 else str(present[0]),
         "shallow_min_k": shallow_min,
         "shallow_median_k_gate": float(np.median(shallow_gate)) if shallow_gate else None,
         "deep_median_k_gate": float(np.median(deep)) if deep else None,
@@ -265,12 +270,14 @@ def compare(row: dict[str, Any]) -> CompareReport:
         out["shallow_ffn"] = regime
         if regime["regime"] == "B":
             out["findings"].append(
-                f"shallow FFN blocks 0-5 hold a secondary population (min k {regime['shallow_min_k']:.3f} <= 0.7): "
+                f"shallow FFN blocks {regime.get('shallow_blocks', '0-5')} hold a secondary population "
+                f"(min k {regime['shallow_min_k']:.3f} <= 0.7): "
                 "the Qwen companion's regime B, like " + nearest[0]
             )
         elif regime["regime"] == "A":
             out["findings"].append(
-                f"shallow FFN blocks 0-5 are clean (min k {regime['shallow_min_k']:.3f} >= 1.0): regime A"
+                f"shallow FFN blocks {regime.get('shallow_blocks', '0-5')} are clean "
+                f"(min k {regime['shallow_min_k']:.3f} >= 1.0): regime A"
             )
         else:
             out["findings"].append(

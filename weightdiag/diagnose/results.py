@@ -117,6 +117,7 @@ class ShallowFfnRegime(_ShallowFfnRequired, total=False):
     comparison, where nearest_companion is always added."""
 
     nearest_companion: CompanionEntry
+    shallow_blocks: str  # the blocks read: "0-5", or fewer in a smaller model
 
 
 _CompareReportRequired = TypedDict(

@@ -128,7 +128,8 @@ def shallow_table(result: dict[str, Any]) -> FitWidth | None:
     if not sh or not sh["matrices"]:
         return None
     table = Table(
-        title=f"shallow FFN blocks 0-5: regime {sh['regime']} (min k {sh['shallow_min_k']:.3f}; A >= 1.0, B <= 0.7)",
+        title=f"shallow FFN blocks {sh.get('shallow_blocks', '0-5')}: regime {sh['regime']} "
+        f"(min k {sh['shallow_min_k']:.3f}; A >= 1.0, B <= 0.7)",
         title_justify="left",
     )
     for col in ("block", "kind", "k", "R²", "q90/q10", "second population"):

@@ -205,7 +205,8 @@ def _observations(report: dict[str, Any], row: dict[str, Any]) -> list[str]:
     sh = report["shallow_ffn"]
     if sh:
         lines.append(
-            f"shallow FFN (blocks 0-5): min k {sh['shallow_min_k']:.3f}, regime {sh['regime']} (A: >= 1.0, B: <= 0.7; "
+            f"shallow FFN (blocks {sh.get('shallow_blocks', '0-5')}): min k {sh['shallow_min_k']:.3f}, "
+            f"regime {sh['regime']} (A: >= 1.0, B: <= 0.7; "
             f"nearest companion entry {sh['nearest_companion']['entry']} at {sh['nearest_companion']['shallow_min_k']})"
         )
     if len(report["blocks"]) < MIN_BLOCKS:
