@@ -367,10 +367,13 @@ def iter_rows(db_dir: Path | None = None, on_skip: SkipHandler | None = None) ->
         yield path, row
 
 
-def find_rows(spec: str, db_dir: Path | None = None, protocol: str | None = None) -> list[Row]:
-    """Fitted rows whose model id (or id@revision) is `spec`, oldest first."""
+def find_rows(
+    spec: str, db_dir: Path | None = None, protocol: str | None = None, rows: list[Row] | None = None
+) -> list[Row]:
+    """Fitted rows whose model id (or id@revision) is `spec`, oldest first (among `rows` when the caller
+    has read them already)."""
     found = []
-    for _, row in iter_rows(db_dir):
+    for row in rows if rows is not None else (row for _, row in iter_rows(db_dir)):
         model = row["model"]
         names = {model["id"], f"{model['id']}@{model.get('revision')}"}
         if spec in names and (protocol is None or row["protocol"]["name"] == protocol):
@@ -467,12 +470,14 @@ def _one_checkpoint(spec: str, rows: list[Row]) -> Row:
     return _newest(rows)
 
 
-def local_row(spec: str, db_dir: Path | None = None) -> Row | None:
+def local_row(spec: str, db_dir: Path | None = None, rows: list[Row] | None = None) -> Row | None:
     """The row of a checkpoint fitted from local files, by the name `db list` shows (id, id@revision,
     id@local-fingerprint; exact), else None. A local model cannot be refitted from its id, so commands
-    that take a model (compare, report, check) read its row instead of asking the Hub for that name."""
-    rows = [row for _, row in iter_rows(db_dir) if row["model"].get("source") == "local" and spec in _names(row)]
-    return _one_checkpoint(spec, rows) if rows else None
+    that take a model (compare, report, check) read its row instead of asking the Hub for that name.
+    `rows`: the database's rows when the caller has read them already."""
+    fitted = rows if rows is not None else [row for _, row in iter_rows(db_dir)]
+    named = [row for row in fitted if row["model"].get("source") == "local" and spec in _names(row)]
+    return _one_checkpoint(spec, named) if named else None
 
 
 def cohort_entry(spec: str) -> Row | None:

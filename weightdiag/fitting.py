@@ -107,7 +107,7 @@ def resolve_row(
     database fitted on the same commit with the same --include/--exclude when `reuse` is set, else
     it is fitted. Fresh fits are saved unless save=False.
     """
-    from .db import cohort_entry, find_rows, load_row, local_row
+    from .db import cohort_entry, find_rows, iter_rows, load_row, local_row
 
     options = options or FitOptions()
     check_options(options)
@@ -115,16 +115,18 @@ def resolve_row(
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".json":
         return load_row(path), "row file"
+    rows: list[Row] | None = None  # the database's rows, read at most once below
     if not path.exists():
         entry = cohort_entry(spec)  # the same naming rule as `db show`: exact id first
         if entry is not None:
             return entry, "cohort"
-        fitted = local_row(spec, db)  # a name `db list` shows for a local fit: never a Hub id to fetch
+        rows = [row for _, row in iter_rows(db)]
+        fitted = local_row(spec, rows=rows)  # a name `db list` shows for a local fit: never a Hub id to fetch
         if fitted is not None:
             return fitted, "database"
     plan, reader = open_model(spec, model_id=options.model_id, token=token, download=download)
     if reuse and plan.source == "hub" and plan.commit:
-        for row in reversed(find_rows(plan.model_id, db, protocol=options.protocol)):
+        for row in reversed(find_rows(plan.model_id, protocol=options.protocol, rows=rows, db_dir=db)):
             run = row.get("run") or {}
             same_selection = run.get("include", []) == list(options.include) and run.get("exclude", []) == list(
                 options.exclude
