@@ -565,33 +565,36 @@ def _file_kind(mode: int) -> str:
 def _read_regular(path: Path) -> bytes:
     """The bytes of `path`, refusing anything but a regular file without blocking on it."""
     where = str(path)
-    try:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):
-            raise RowError(where, f"is {_file_kind(mode)}, not a row file", advice="give a weightdiag row file")
-        # O_NONBLOCK: should the name have become a FIFO since the stat, opening it returns at once.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise RowError(
+
+    def not_a_row(mode: int) -> RowError:
+        return RowError(where, f"is {_file_kind(mode)}, not a row file", advice="give a weightdiag row file")
+
+    def unreadable(exc: OSError) -> RowError:
+        return RowError(
             where,
             f"cannot read a row ({exc.strerror or type(exc).__name__})",
             advice="give a readable weightdiag row file",
-        ) from None
+        )
+
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise not_a_row(mode)
+        # O_NONBLOCK: should the name have become a FIFO since the stat, opening it returns at once.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise unreadable(exc) from None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise RowError(where, f"is {_file_kind(info.st_mode)}, not a row file", advice="give a weightdiag row file")
+        if not stat.S_ISREG(info.st_mode):  # checked again on what was opened: the name may have changed
+            raise not_a_row(info.st_mode)
         if info.st_size > MAX_ROW_BYTES:
             raise RowError(where, f"is {info.st_size} bytes, too large for a row", advice="give a weightdiag row file")
         with os.fdopen(fd, "rb", closefd=True) as f:
             fd = -1
             return f.read()
     except OSError as exc:
-        raise RowError(
-            where,
-            f"cannot read a row ({exc.strerror or type(exc).__name__})",
-            advice="give a readable weightdiag row file",
-        ) from None
+        raise unreadable(exc) from None
     finally:
         if fd >= 0:
             os.close(fd)
