@@ -367,14 +367,13 @@ def _cli_env(**extra: str) -> dict[str, str]:
     return {**env, "HF_HUB_OFFLINE": "1", **extra}
 
 
-@pytest.mark.parametrize("args", [("db", "list"), ("db", "export"), ("db", "list", "--json")])
-def test_a_closed_pipe_ends_quietly_with_exit_0(args, tmp_path):
-    """`weightdiag db list | head -1`: the reader goes away; exit 0 (1 means a regression), no traceback."""
+def _run_into_a_closed_pipe(*args: str) -> subprocess.CompletedProcess:
+    """A real `weightdiag ARGS | head -0`: stdout's reader is gone before weightdiag writes a byte."""
     read_end, write_end = os.pipe()
-    os.close(read_end)  # closed before weightdiag writes a byte: its first write meets EPIPE
+    os.close(read_end)  # the first write meets EPIPE
     try:
-        done = subprocess.run(
-            [sys.executable, "-W", "error::RuntimeWarning", "-m", "weightdiag", *args, "--db", str(tmp_path)],
+        return subprocess.run(
+            [sys.executable, "-W", "error::RuntimeWarning", "-m", "weightdiag", *args],
             stdout=write_end,
             stderr=subprocess.PIPE,
             text=True,
@@ -383,6 +382,12 @@ def test_a_closed_pipe_ends_quietly_with_exit_0(args, tmp_path):
         )
     finally:
         os.close(write_end)
+
+
+@pytest.mark.parametrize("args", [("db", "list"), ("db", "export"), ("db", "list", "--json")])
+def test_a_closed_pipe_ends_quietly_with_exit_0(args, tmp_path):
+    """`weightdiag db list | head -1`: the reader goes away; exit 0 (1 means a regression), no traceback."""
+    done = _run_into_a_closed_pipe(*args, "--db", str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
 
@@ -465,18 +470,6 @@ def test_check_keeps_its_verdict_when_the_pipe_closes(tmp_path, moved, code):
         checked["matrices"][0]["fits"]["mid80"]["k"] += 0.05
     current = tmp_path / "current.json"
     current.write_text(json.dumps(checked))
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "weightdiag", "check", str(current), "--baseline", str(base), "--show-passing"],
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_cli_env(),
-            timeout=120,
-        )
-    finally:
-        os.close(write_end)
+    done = _run_into_a_closed_pipe("check", str(current), "--baseline", str(base), "--show-passing")
     assert done.returncode == code, done.stderr
     assert "Traceback" not in done.stderr
