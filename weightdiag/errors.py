@@ -113,6 +113,18 @@ class CheckpointFormatError(BadInputError):
         self.file = str(file) if file is not None else None
 
 
+class QuantizationError(BadInputError):
+    """A quantized checkpoint weightdiag cannot dequantize exactly (an unknown method or layout, a weight
+    without its scales): refused rather than fitted on codes or with weights left out. `method` is the
+    checkpoint's quant_method (None when only the tensor names gave it away)."""
+
+    field_names = ("method",)
+
+    def __init__(self, message: str, *, method: str | None) -> None:
+        super().__init__(message)
+        self.method = method
+
+
 class OutputError(BadInputError):
     """An output file the user named cannot take what is to be written (a folder, a read-only place);
     `path` is it, as given (`--output`, `--junit`)."""

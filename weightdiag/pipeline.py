@@ -36,6 +36,7 @@ from .layout import (
     split_parts,
 )
 from .prefetch import Prefetcher
+from .quant.group import describe, group_quantized
 from .row import SCHEMA, matrix_record, vector_record
 from .segments import Segments
 from .source.plan import ModelPlan, TensorReader, TensorRef, storage_view
@@ -160,6 +161,12 @@ def measure(
     been checked (api.check_options)."""
     kernels.threads()  # a bad WEIGHTDIAG_THREADS fails here, before any tensor is read
     device = resolve_device(options.device)
+    # Quantized weights become one logical tensor each (codes + companions), or the fit stops here (exit 2).
+    try:
+        group_quantized(plan, _tensor_bytes(reader))
+    except BaseException:
+        reader.close()
+        raise
     config_notes: list[str] = []  # config fields ignored as unusable (1e308, Infinity, negative)
     arch = complete_arch(arch_from_config(plan.config, config_notes), [(t.name, t.shape) for t in plan.tensors])
     plan.notes.extend(n for n in config_notes if n not in plan.notes)  # the row's notes say what was ignored
@@ -203,6 +210,7 @@ def measure(
                         ref.stored_type,
                         ref.quantization,
                         options.center,
+                        describe(ref.quant) if ref.quant is not None else None,
                     )
                 )
             if progress:
@@ -249,18 +257,30 @@ def _reduce_all(
     parts = [_parts(item, arch, options) for item in work]
     if hasattr(reader, "chunk"):
         from .engine.stream import Target, reduce_chunked
+        from .quant.loader import CompanionLoader, LazyDecoder
 
         if hasattr(reader, "set_connections"):
             reader.set_connections(options.connections)
 
+        quantized = [item.ref.quant for item in work if item.ref.quant is not None]
+        loader = CompanionLoader(_tensor_bytes(reader), quantized) if quantized else None
+        handles = iter(range(len(quantized)))
         targets = [
-            Target(item.ref, () if len(item.ref.shape) == 1 else (None, *(seg for _, seg in segs)))
+            Target(
+                item.ref,
+                () if len(item.ref.shape) == 1 and item.ref.quant is None else (None, *(seg for _, seg in segs)),
+                LazyDecoder(loader, next(handles)) if loader is not None and item.ref.quant is not None else None,
+            )
             for item, (segs, _) in zip(work, parts, strict=True)
         ]
         verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
         on_bytes = (lambda n: progress("bytes", n)) if progress else None
-        for index, result in reduce_chunked(targets, reader, device, verify=verify, on_bytes=on_bytes):
-            yield work[index], _as_reduced(work[index], result, *parts[index])
+        try:
+            for index, result in reduce_chunked(targets, reader, device, verify=verify, on_bytes=on_bytes):
+                yield work[index], _as_reduced(work[index], result, *parts[index])
+        finally:
+            if loader is not None:
+                loader.close()
         return
     reduce = _reducer(device)
     # Whole decoded tensors: two reusable buffers, one filled while the other is reduced.
@@ -288,6 +308,17 @@ def _as_reduced(
         return _Reduced(values=_decode(storage_view(item.ref, result), item.ref.dtype.name))
     whole, *rest = result
     return _Reduced(whole=whole, parts=[(kind, r) for (kind, _), r in zip(segs, rest, strict=True)], parts_note=note)
+
+
+def _tensor_bytes(reader: TensorReader) -> Callable[[TensorRef], np.ndarray]:
+    """Read one (small) tensor's stored bytes now: companions of quantized weights."""
+
+    def read(ref: TensorRef) -> np.ndarray:
+        out = np.empty(ref.nbytes, dtype=np.uint8)
+        reader.read_into(ref, out)
+        return out
+
+    return read
 
 
 def _decode(values: np.ndarray, dtype: str) -> np.ndarray:

@@ -230,11 +230,26 @@ _MatrixRequired = TypedDict(
 )
 
 
+class DequantizedRecord(TypedDict, total=False):
+    """`matrices[].dequantized`: a quantized weight's format and the arithmetic its values came from."""
+
+    format: str
+    method: str
+    bits: int
+    label: str
+    arithmetic: str
+    source: str
+    block: list[int]
+    group: int
+    stored: dict[str, str]  # role -> stored tensor name (codes, scale, zero, ...)
+
+
 class MatrixRecord(_MatrixRequired, total=False):
     """`matrices[]`: one fitted tensor of 2 or more dimensions."""
 
     fitted_dtype: str
     quantization: str
+    dequantized: DequantizedRecord
     note: str
     parts: list[PartRecord]
     parts_note: str
@@ -459,6 +474,10 @@ _REDUCTION_FIELDS: dict[str, Check] = {
     "heaviness": HEAVINESS,
     "gamma_closure": OPT_NUM,
 }
+DEQUANTIZED = _record(
+    {"format": STR, "method": STR, "bits": INT, "label": STR, "arithmetic": STR},
+    {"source": STR, "block": _list_of(INT), "group": INT, "stored": _map_of(STR)},
+)
 PART = _record({"kind": STR, **_REDUCTION_FIELDS}, {})
 MATRIX = _record(
     {
@@ -471,7 +490,14 @@ MATRIX = _record(
         "shape": _list_of(INT),
         **_REDUCTION_FIELDS,
     },
-    {"fitted_dtype": STR, "quantization": STR, "note": STR, "parts": _list_of(PART), "parts_note": STR},
+    {
+        "fitted_dtype": STR,
+        "quantization": STR,
+        "note": STR,
+        "parts": _list_of(PART),
+        "parts_note": STR,
+        "dequantized": DEQUANTIZED,
+    },
 )
 VECTOR = _record(
     {

@@ -79,6 +79,7 @@ def matrix_record(
     stored_type: str | None = None,
     quantization: str | None = None,
     center: bool = False,
+    dequantized: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     record: dict[str, Any] = {
         "name": name,
@@ -97,6 +98,8 @@ def matrix_record(
         record["parts"] = [{"kind": kind, **reduction_record(part, shape, protocol, center)} for kind, part in parts]
     if parts_note:
         record["parts_note"] = parts_note
+    if dequantized:  # a quantized checkpoint's weight: its format and how its values were computed
+        record["dequantized"] = dequantized
     return record
 
 

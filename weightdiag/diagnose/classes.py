@@ -22,6 +22,7 @@ from statistics import median
 from typing import Any
 
 from ..vocabulary import COHORT_TRIM
+from .quantized import k_shift_text, k_shift_within_noise
 
 TRANSMISSION_MIN_K = 1.18
 ABOVE_BAND_K = 1.22
@@ -141,6 +142,9 @@ def k_class_withheld(record: dict[str, Any]) -> Withheld | None:
     was dequantized (rows written before that field), or when its values take at most 256 distinct
     values over at least 4096 finite entries (an 8-bit code or less, whatever the file's dtype).
     """
+    dequantized = record.get("dequantized") or {}
+    if dequantized and k_shift_within_noise(dequantized.get("format")):
+        return None  # measured on real weights: this format moves k less than the fit's noise
     qtype = record.get("quantization")
     if not qtype:
         match = _GGUF_NOTE.search(record.get("note") or "")
@@ -153,6 +157,9 @@ def k_class_withheld(record: dict[str, Any]) -> Withheld | None:
         return None
     what = f"quantized ({qtype})" if qtype else f"on a quantization grid ({distinct} distinct values)"
     reason = f"{what}: {WITHHELD_WHY}"
+    measured = k_shift_text(dequantized.get("format")) if dequantized else None
+    if measured:
+        reason += f" ({measured})"
     return Withheld(qtype, distinct if few else None, reason)
 
 

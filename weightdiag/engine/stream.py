@@ -48,13 +48,34 @@ class ChunkReader(Protocol):
         ...
 
 
+class PieceDecoder(Protocol):
+    """Stored bytes of a quantized weight -> float32 values (weightdiag.quant.decoder.Decoder)."""
+
+    def decode(self, raw: np.ndarray, byte_lo: int) -> tuple[np.ndarray, int]: ...
+
+    def logical_index(self, index: int) -> int: ...
+
+    def selection(self, rows: Segments) -> Segments: ...
+
+
+class DecoderHandle(Protocol):
+    """A weight's decoder, built on first use from its companions and dropped once the weight is reduced."""
+
+    def get(self) -> PieceDecoder: ...
+
+    def release(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Target:
     """A tensor to reduce over `selections` (None: all its elements; else a fused part), or, with no
-    selections, a vector whose bytes are gathered whole (norm weights and biases are small)."""
+    selections, a vector whose bytes are gathered whole (norm weights and biases are small). With a
+    `decoder`, the bytes are a quantized weight's codes: each piece is decoded to float32 values first
+    (selections are of the logical matrix; argmax positions come out logical too)."""
 
     ref: TensorRef
     selections: tuple[Segments | None, ...]
+    decoder: DecoderHandle | None = None
 
 
 PieceReducer = Callable[[np.ndarray, str, Sequence[Segments | None], int], list[list[Reduction]]]
@@ -134,6 +155,12 @@ def reduce_chunked(
                 if not target.selections:
                     out.append((piece.item, raw.copy()))  # the buffer is reused once this returns
                     continue
+                if target.decoder is not None:
+                    decoder = target.decoder.get()
+                    values, first = decoder.decode(raw, piece.lo)
+                    selections = [s if s is None else decoder.selection(s) for s in target.selections]
+                    out.append((piece.item, reduce_piece(values.view(np.uint8), "F32", selections, first)))
+                    continue
                 dtype = target.ref.dtype.name
                 lo = piece.lo // STORAGE_NUMPY[dtype].itemsize
                 out.append((piece.item, reduce_piece(raw, dtype, target.selections, lo)))
@@ -204,7 +231,14 @@ def reduce_chunked(
                     if entry.raw:
                         yield item, entry.raw[0] if len(entry.raw) == 1 else np.concatenate(entry.raw)
                     else:
-                        yield item, [parts[0] for parts in entry.reductions]
+                        merged = [parts[0] for parts in entry.reductions]
+                        handle = targets[item].decoder
+                        if handle is not None:  # decoded order -> the logical matrix's flat index
+                            decoder = handle.get()
+                            for red in merged:
+                                red.argmax = decoder.logical_index(red.argmax) if red.argmax >= 0 else -1
+                            handle.release()
+                        yield item, merged
         finished = True
     finally:
         if not finished:

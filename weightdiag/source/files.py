@@ -77,6 +77,20 @@ def load_config(folder: Path) -> dict[str, Any] | None:
     return config
 
 
+QUANT_CONFIG = "hf_quant_config.json"  # NVIDIA modelopt's quantization settings, beside config.json
+
+
+def load_quant_config(folder: Path) -> dict[str, Any] | None:
+    """The folder's hf_quant_config.json (modelopt checkpoints) as a dict, None when there is none."""
+    path = folder / QUANT_CONFIG
+    if not path.is_file():
+        return None
+    value = load_json(path)
+    if not isinstance(value, dict):
+        raise CheckpointFormatError(f"{path}: expected a JSON object; fix or remove it", file=path)
+    return value
+
+
 def load_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))

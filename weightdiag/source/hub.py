@@ -85,6 +85,7 @@ class ModelInfo:
 CONFIG = "config.json"
 ST_INDEX = "model.safetensors.index.json"
 BIN_INDEX = "pytorch_model.bin.index.json"
+QUANT_CONFIG = "hf_quant_config.json"  # modelopt checkpoints: how they are quantized (see quant.group)
 _STEP = re.compile(r"^step(\d+)$")
 
 
@@ -154,7 +155,7 @@ def open_hub(
 # a broken listing, and reading it would allocate that much.
 MAX_JSON_BYTES = 64 << 20
 MAX_API_BYTES = 128 << 20  # a model info or refs answer (repos with 100k files list a few tens of MB)
-_JSON_FILES = (CONFIG, ST_INDEX, BIN_INDEX)
+_JSON_FILES = (CONFIG, ST_INDEX, BIN_INDEX, QUANT_CONFIG)
 _WEIGHT_SUFFIXES = (".safetensors", ".bin")
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -765,6 +766,16 @@ def _stream(
             config = None
         if not isinstance(config, dict):  # `[1, 2]` or `3` is no config either
             config = None
+    quant_config = None
+    if QUANT_CONFIG in files:
+        try:
+            quant_config = json.loads(_small_file(remote(QUANT_CONFIG), policy))
+        except (ValueError, RecursionError):
+            quant_config = None
+        if not isinstance(quant_config, dict):
+            raise HubResponseError(
+                f"{repo}/{QUANT_CONFIG}: not a JSON object", repo=repo, revision=commit, file=QUANT_CONFIG
+            )
     if ST_INDEX in files:
         from .files import weight_map_of
 
@@ -815,6 +826,7 @@ def _stream(
         config=config if isinstance(config, dict) else None,
         metadata=metadata,
         notes=["streamed with ranged reads (nothing written to disk)"],
+        quant_config=quant_config,
     )
     return plan, HubReader(streamed, policy)
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..chunks import Chunk
 from ..errors import VerificationError
+from .plan import TensorRef
 from .ranged import Cancelled, Concurrency, RangedFile, RetryPolicy
 
 CHUNK_BYTES = 16 << 20  # a 20 MB/s CDN connection moves one in ~0.8 s: request latency is a few per cent
@@ -54,6 +55,16 @@ class HubReader:
         self._tail_from = 0
         self._turn = 0  # the chunk whose turn it is to get a buffer
         self._tail_pool: ThreadPoolExecutor | None = None
+
+    def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
+        """Fill `out` (uint8, ref.nbytes) with one tensor's stored bytes: a ranged read outside the chunk
+        stream (a quantized weight's companions; the histograms of `report --plot`)."""
+        shard = self._shards[ref.shard]
+        known = max(0, min(len(shard.first), ref.end) - ref.start)
+        if known:
+            out[:known] = np.frombuffer(shard.first, dtype=np.uint8, count=known, offset=ref.start)
+        if known < out.size:
+            shard.remote.read(ref.start + known, out[known:], self._policy, self._concurrency)
 
     def set_connections(self, connections: int) -> None:
         """Requests in flight, and the buffer pool that goes with them (before start())."""

@@ -23,6 +23,7 @@ from .files import (
     blob_sha256,
     default_model_id,
     load_config,
+    load_quant_config,
     load_weight_map,
     resolve_hf_cache,
 )
@@ -197,6 +198,7 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
         revision=revision,
         commit=commit,
         metadata=metadata,
+        quant_config=load_quant_config(root),
     )
     return plan, LocalReader(root, shards)
 

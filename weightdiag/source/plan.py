@@ -9,21 +9,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ..dtypes import DType
+from ..dtypes import DTYPES, REDUCIBLE, DType
 
-# numpy storage type of each dtype weightdiag can reduce; BF16 travels as raw bits.
-STORAGE_NUMPY = {
-    "BF16": np.dtype("<u2"),
-    "F16": np.dtype("<f2"),
-    "F32": np.dtype("<f4"),
-    "F64": np.dtype("<f8"),
-    "F8_E4M3": np.dtype("u1"),
-    "F8_E5M2": np.dtype("u1"),
-}
+if TYPE_CHECKING:
+    from ..quant.scheme import Quantized
+
+# numpy storage type of each dtype weightdiag can reduce (from the one dtype table); BF16 travels as raw bits.
+STORAGE_NUMPY = {name: DTYPES[name].numpy for name in REDUCIBLE}
 
 
 @dataclass(frozen=True)
@@ -46,6 +42,9 @@ class TensorRef:
     stored_type: str | None = None  # the file's type when `dtype` is what it is delivered as (GGUF Q4_1 -> F32)
     quantization: str | None = None  # the quantized type it was dequantized from (GGUF Q4_1), else None
     stored_nbytes: int | None = None  # bytes in the file when they differ from the delivered ones (GGUF)
+    # A quantized safetensors weight: start..end are its packed codes, decoded in the stream with its
+    # companions (scales, zero points, ...) into float32 values of `shape` (see weightdiag.quant).
+    quant: Quantized | None = None
 
     @property
     def numel(self) -> int:
@@ -75,6 +74,8 @@ class ModelPlan:
     file_format: str = "safetensors"
     metadata: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # hf_quant_config.json (NVIDIA modelopt checkpoints), when the checkpoint has one.
+    quant_config: dict[str, Any] | None = None
     # Set when the source checked the files' sha256 before reading (a fresh --download); a streaming
     # reader reports its own through finish(): {"summary": ..., "shards": [bool per shard]}.
     verification: dict[str, Any] | None = None

@@ -54,11 +54,14 @@ def shallow_ffn(row: dict[str, Any], cells: dict[tuple[int, str], Cell], trim: s
 def quantization_summary(row: dict[str, Any]) -> dict[str, Any]:
     types: dict[str, int] = defaultdict(int)
     kinds: dict[str, set[str]] = defaultdict(set)
+    withheld: dict[str, bool] = {}
     for m in row["matrices"]:
         q = quantization_of(m)
-        if q:
-            types[q["type"]] += 1
-            kinds[q["type"]].add(m["kind"])
+        label = (m.get("dequantized") or {}).get("label") or (q["type"] if q else None)
+        if label:
+            types[label] += 1
+            kinds[label].add(m["kind"])
+            withheld[label] = withheld.get(label, False) or q is not None
     out: dict[str, Any] = {
         "quantized": bool(types),
         "types": dict(types),
@@ -74,9 +77,18 @@ def quantization_summary(row: dict[str, Any]) -> dict[str, Any]:
                 f"{n} {t} ({', '.join(sorted(kinds[t]))})"
                 + (f": k reads +{shift[0]:.2f} to +{shift[1]:.2f} high on synthetic matrices" if shift else "")
             )
+        kept = [t for t in types if not withheld[t]]
+        classes = (
+            "k classes (Selection/Transmission) are withheld for quantized matrices"
+            if not kept
+            else f"k classes are kept for {', '.join(sorted(kept))} (it moves k less than the fit's noise on real "
+            "weights) and withheld for the rest"
+            if len(kept) < len(types)
+            else f"k classes are kept: {', '.join(sorted(kept))} moves k less than the fit's noise on real weights"
+        )
         out["text"] = (
             "quantized weights: " + "; ".join(parts) + ". Fits are of the dequantized values, so k and λ describe "
-            "the quantized model; k classes (Selection/Transmission) are withheld for quantized matrices"
+            "the quantized model; " + classes
         )
     return out
 

@@ -1,0 +1,169 @@
+"""Decoders: a quantized weight's stored bytes plus its companions -> float32 values, chunk by chunk.
+
+The engine streams a quantized weight's packed codes in pieces (byte ranges cut at fixed offsets,
+see weightdiag.chunks) and hands each piece to the weight's decoder, built once per weight from its
+companions (small: scales, zero points, group indices). A decoder returns the piece's values as
+float32 in *decoded order* (for row-major formats the logical row-major order; GPTQ's and AWQ's
+transposed packing decode in their storage order) and says how that order maps to the logical
+[rows, columns] matrix, so super-weight coordinates and fused-part selections stay right.
+
+Every value is computed as the format's own dequantizer computes it, in float32 (each format
+module names the source it follows); the reduction then treats them as an F32 tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from ..errors import CheckpointFormatError
+from ..segments import Segments
+from .scheme import Quantized
+
+
+@dataclass(frozen=True)
+class Companion:
+    """One companion tensor as loaded: its stored bytes, dtype name and shape."""
+
+    raw: np.ndarray  # uint8, flat
+    dtype: str
+    shape: tuple[int, ...]
+
+
+Companions = Mapping[str, Companion]
+
+
+class Decoder(Protocol):
+    unit_bytes: int  # pieces start at multiples of this many stored bytes (the engine cuts at 8-byte multiples)
+
+    def decode(self, raw: np.ndarray, byte_lo: int) -> tuple[np.ndarray, int]:
+        """float32 values of the stored bytes [byte_lo, byte_lo + raw.size), in decoded order, and the
+        decoded index of the first one."""
+        ...
+
+    def logical_index(self, index: int) -> int:
+        """The logical (row-major) flat index of a decoded index."""
+        ...
+
+    def selection(self, rows: Segments) -> Segments:
+        """A selection of whole logical rows (a fused part), as a selection in decoded order."""
+        ...
+
+
+def row_rects(first: int, count: int, cols: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """Cover the row-major elements [first, first + count) of a matrix with `cols` columns by at most
+    three rectangles (row0, row1, col0, col1, offset of the rectangle's first element in the range)."""
+    end = first + count
+    r, c = divmod(first, cols)
+    offset = 0
+    if c and first < end:  # a partial first row
+        stop = min(cols, c + end - first)
+        yield r, r + 1, c, stop, 0
+        offset = stop - c
+        r += 1
+    full = (end - (first + offset)) // cols
+    if full > 0:
+        yield r, r + full, 0, cols, offset
+        offset += full * cols
+        r += full
+    if first + offset < end:  # a partial last row
+        yield r, r + 1, 0, end - first - offset, offset
+
+
+def scale_columns(values: np.ndarray, scales: np.ndarray, group: int, col0: int) -> None:
+    """values[i, j] *= scales[i, (col0 + j) // group], in place (values: float32 [rows, n] C-contiguous)."""
+    rows, n = values.shape
+    if col0 % group == 0 and n % group == 0:  # the usual case: whole groups, a broadcast multiply
+        first = col0 // group
+        values.reshape(rows, n // group, group)[...] *= scales[:, first : first + n // group, None]
+        return
+    groups = (np.arange(col0, col0 + n) // group).astype(np.intp)
+    values *= scales[:, groups]
+
+
+def subtract_columns(values: np.ndarray, zeros: np.ndarray, group: int, col0: int) -> None:
+    """values[i, j] -= zeros[i, (col0 + j) // group], in place."""
+    groups = (np.arange(col0, col0 + values.shape[1]) // group).astype(np.intp)
+    values -= zeros[:, groups]
+
+
+class RowMajorDecoder:
+    """Base of decoders whose stored elements are in logical row-major order (all but GPTQ and AWQ).
+
+    Subclasses set `bits` (stored bits per element) and implement `rect`, which decodes whole
+    rectangles of the logical matrix [rows, cols].
+    """
+
+    bits: int = 8
+    unit_bytes: int = 1
+
+    def __init__(self, q: Quantized, companions: Companions) -> None:
+        shape = q.logical_shape
+        self.rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
+        self.cols = shape[-1]
+        self.name = q.codes.name
+        if (self.cols * self.bits) % 8:
+            raise CheckpointFormatError(
+                f"{self.name}: rows of {self.cols} {self.bits}-bit elements do not end on a byte; "
+                "weightdiag cannot decode this layout",
+                file=self.name,
+            )
+
+    def rect(self, raw: np.ndarray, row0: int, row1: int, col0: int, col1: int, out: np.ndarray) -> None:
+        """Decode the stored bytes `raw` of rows [row0, row1) x columns [col0, col1) into `out` (float32 2-D)."""
+        raise NotImplementedError
+
+    def decode(self, raw: np.ndarray, byte_lo: int) -> tuple[np.ndarray, int]:
+        first = byte_lo * 8 // self.bits
+        count = raw.size * 8 // self.bits
+        out = np.empty(count, dtype=np.float32)
+        for row0, row1, col0, col1, offset in row_rects(first, count, self.cols):
+            n = (row1 - row0) * (col1 - col0)
+            part = raw[offset * self.bits // 8 : (offset + n) * self.bits // 8]
+            self.rect(part, row0, row1, col0, col1, out[offset : offset + n].reshape(row1 - row0, col1 - col0))
+        return out, first
+
+    def logical_index(self, index: int) -> int:
+        return index
+
+    def selection(self, rows: Segments) -> Segments:
+        return rows
+
+
+DecoderFactory = Callable[[Quantized, Companions], Decoder]
+_FACTORIES: dict[str, DecoderFactory] = {}
+
+
+def register(fmt: str) -> Callable[[DecoderFactory], DecoderFactory]:
+    def add(factory: DecoderFactory) -> DecoderFactory:
+        _FACTORIES[fmt] = factory
+        return factory
+
+    return add
+
+
+def build_decoder(q: Quantized, companions: Companions) -> Decoder:
+    """The decoder of `q`'s format over its loaded companions."""
+    from . import formats  # noqa: F401  (registers every format's decoder)
+
+    return _FACTORIES[q.spec.format](q, companions)
+
+
+def known_formats() -> list[str]:
+    from . import formats  # noqa: F401
+
+    return sorted(_FACTORIES)
+
+
+def check_shape(name: str, role: str, companion: Companion, expected: tuple[int, ...]) -> None:
+    """A companion must have the shape its weight implies; anything else is a damaged or foreign checkpoint."""
+    if math.prod(companion.shape) != math.prod(expected):
+        raise CheckpointFormatError(
+            f"{name}: its {role} has shape {list(companion.shape)}, expected {list(expected)} for this weight; "
+            "the checkpoint is damaged or uses a layout weightdiag does not know",
+            file=name,
+        )
