@@ -6,7 +6,8 @@ The stages, lowest first (a module may import its own stage and the ones before 
   base      errors, settings, vocabulary, sources, dtypes, records, chunks, segments, synthetic
   source    where bytes come from (files, safetensors, GGUF, .bin, the Hub)
   layout    tensor names and config.json -> roles, fused parts
-  engine    exact per-tensor summaries and fits (numeric core), the chunk engine, read-ahead
+  engine    exact per-tensor summaries and fits (numeric core), the chunk engine, read-ahead, and the
+            quantized formats (quant: grouping a weight with its companions, decoders to float32)
   measure   row records from summaries (row), the fit of a whole model (pipeline)
   diagnose  rows -> verdicts (pure)
   db        the database folder
@@ -31,7 +32,7 @@ STAGES = {
     "base": ["errors", "settings", "vocabulary", "sources", "dtypes", "records", "chunks", "segments", "synthetic"],
     "source": ["source"],
     "layout": ["layout"],
-    "engine": ["engine", "prefetch"],
+    "engine": ["engine", "prefetch", "quant"],
     "measure": ["row", "pipeline"],
     "diagnose": ["diagnose"],
     "db": ["db"],

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import CheckpointFormatError
 from ..segments import Segments
-from .scheme import Quantized
+from ..source.plan import Quantized
 
 
 @dataclass(frozen=True)
@@ -135,28 +135,15 @@ class RowMajorDecoder:
 
 
 DecoderFactory = Callable[[Quantized, Companions], Decoder]
-_FACTORIES: dict[str, DecoderFactory] = {}
+FACTORIES: dict[str, DecoderFactory] = {}  # format id -> decoder; filled by the modules of quant.formats
 
 
 def register(fmt: str) -> Callable[[DecoderFactory], DecoderFactory]:
     def add(factory: DecoderFactory) -> DecoderFactory:
-        _FACTORIES[fmt] = factory
+        FACTORIES[fmt] = factory
         return factory
 
     return add
-
-
-def build_decoder(q: Quantized, companions: Companions) -> Decoder:
-    """The decoder of `q`'s format over its loaded companions."""
-    from . import formats  # noqa: F401  (registers every format's decoder)
-
-    return _FACTORIES[q.spec.format](q, companions)
-
-
-def known_formats() -> list[str]:
-    from . import formats  # noqa: F401
-
-    return sorted(_FACTORIES)
 
 
 def check_shape(name: str, role: str, companion: Companion, expected: tuple[int, ...]) -> None:

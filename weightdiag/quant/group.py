@@ -23,8 +23,7 @@ import numpy as np
 
 from ..dtypes import DTYPES
 from ..errors import QuantizationError
-from ..source.plan import ModelPlan, TensorRef
-from .scheme import Quantized, QuantSpec
+from ..source.plan import ModelPlan, Quantized, QuantSpec, TensorRef
 
 ReadSmall = Callable[[TensorRef], np.ndarray]  # a small tensor's stored bytes (uint8), read now
 
@@ -536,8 +535,10 @@ def _group_packed_linear(method: str, ref: TensorRef, by_name: Mapping[str, Tens
     bits = int(qc.get("bits") or qc.get("w_bit") or 4)
     group = int(qc.get("group_size") or qc.get("q_group_size") or -1)
     comps = _companions(base, by_name, {"scales": ".scales", "qzeros": ".qzeros", "g_idx": ".g_idx"})
-    if ref.dtype.name != "I32" or len(ref.shape) != 2 or "scales" not in comps or "qzeros" not in comps:
-        raise _refuse(f"{ref.name} ({ref.dtype.name}{list(ref.shape)}) without I32 packing, scales and qzeros", method)
+    missing = [role for role in ("scales", "qzeros") if role not in comps]
+    if ref.dtype.name != "I32" or len(ref.shape) != 2 or missing:
+        what = f"has no {' or '.join(missing)}" if missing else "is not a 2-D I32 tensor"
+        raise _refuse(f"{method.upper()} weight {ref.name} ({ref.dtype.name}{list(ref.shape)}) {what}", method)
     if 32 % bits:
         raise _refuse(f"{ref.name}: {bits}-bit {method.upper()} packing (words are shared across values)", method)
     per = 32 // bits

@@ -14,9 +14,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from ..source.plan import TensorRef
-from .decoder import Companion, Decoder, build_decoder
-from .scheme import Quantized
+from ..source.plan import Quantized, TensorRef
+from .decoder import Companion, Decoder
+from .formats import build_decoder
 
 ReadTensor = Callable[[TensorRef], np.ndarray]  # a tensor's stored bytes (uint8, flat)
 LOOKAHEAD = 4  # weights whose companions are read ahead of the one being reduced

@@ -1,3 +1,14 @@
 """One module per family of quantized formats; importing this package registers every decoder."""
 
-from . import bnb, fp4, gptq, intpack, scaled  # noqa: F401
+from ...source.plan import Quantized
+from ..decoder import FACTORIES, Companions, Decoder
+from . import bnb, fp4, gptq, intpack, scaled  # noqa: F401  (each registers its formats)
+
+
+def build_decoder(q: Quantized, companions: Companions) -> Decoder:
+    """The decoder of `q`'s format over its loaded companions."""
+    return FACTORIES[q.spec.format](q, companions)
+
+
+def known_formats() -> list[str]:
+    return sorted(FACTORIES)

@@ -1,0 +1,140 @@
+"""Quantized checkpoints and their dequantized float32 twins, for end-to-end tests.
+
+A *quantizer* turns one float32 weight into the tensors its format stores ({suffix or name: tensor}) and
+the float32 values that format's own dequantizer gives back (the twin's tensor). `write_pair` applies it
+to every linear weight of real trained weights (all-MiniLM-L6-v2's encoder) and writes:
+- the quantized checkpoint, two shards: the codes in the first, every companion in the second (so a
+  weight's scales are never where its codes are), an index, and config.json with the format's
+  quantization_config (or hf_quant_config.json);
+- the twin: one F32 file of the dequantized values under the logical names, the same config less the
+  quantization.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+# name -> (stored tensors by full name, dequantized float32 weight under its logical name)
+Quantizer = Callable[[str, torch.Tensor], tuple[dict[str, torch.Tensor], tuple[str, torch.Tensor]]]
+
+
+def linear_weights(minilm_dir: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of all-MiniLM-L6-v2 (float32, position ids as they are)."""
+    return load_file(str(minilm_dir / "model.safetensors"))
+
+
+def is_linear(name: str, w: torch.Tensor) -> bool:
+    return w.ndim == 2 and w.dtype == torch.float32 and name.endswith(".weight") and "embeddings" not in name
+
+
+def write_pair(
+    root: Path,
+    minilm_dir: Path,
+    quantize: Quantizer,
+    quantization_config: dict[str, Any] | None,
+    *,
+    hf_quant_config: dict[str, Any] | None = None,
+    extra: dict[str, torch.Tensor] | None = None,
+    layers: int = 6,
+) -> tuple[Path, Path]:
+    """(quantized folder, twin folder) under `root`; `layers` < 6 keeps the first encoder layers and no
+    embeddings (a small checkpoint for tests that read it in many small pieces)."""
+    tensors = linear_weights(minilm_dir)
+    if layers < 6:
+        tensors = {
+            k: v
+            for k, v in tensors.items()
+            if k.startswith(tuple(f"encoder.layer.{i}." for i in range(layers))) or k.startswith("pooler.")
+        }
+    tensors.update(extra or {})
+    config = json.loads((minilm_dir / "config.json").read_text())
+    codes: dict[str, torch.Tensor] = {}
+    companions: dict[str, torch.Tensor] = {}
+    twin: dict[str, torch.Tensor] = {}
+    for name, w in tensors.items():
+        if not is_linear(name, w):
+            codes[name] = w
+            twin[name] = w
+            continue
+        stored, (logical, values) = quantize(name, w)
+        main = max(stored, key=lambda k: stored[k].numel())  # the codes: the largest stored tensor
+        codes[main] = stored[main]
+        companions.update({k: v for k, v in stored.items() if k != main})
+        twin[logical] = values.to(torch.float32).contiguous()
+    qdir, tdir = root / "quantized", root / "twin"
+    qdir.mkdir(parents=True)
+    tdir.mkdir(parents=True)
+    first, second = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+    save_file({k: v.contiguous() for k, v in codes.items()}, str(qdir / first))
+    save_file({k: v.contiguous() for k, v in companions.items()}, str(qdir / second))
+    weight_map = {k: first for k in codes} | {k: second for k in companions}
+    (qdir / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    qconfig = dict(config)
+    if quantization_config is not None:
+        qconfig["quantization_config"] = quantization_config
+    (qdir / "config.json").write_text(json.dumps(qconfig))
+    if hf_quant_config is not None:
+        (qdir / "hf_quant_config.json").write_text(json.dumps(hf_quant_config))
+    save_file(twin, str(tdir / "model.safetensors"))
+    (tdir / "config.json").write_text(json.dumps(config))
+    return qdir, tdir
+
+
+# --- FP8 E4M3 with a float32 scale per 128x128 block (DeepSeek-V3's fp8_cast and weight_dequant) ----------
+
+
+def fp8_block(block: int = 128) -> Quantizer:
+    def quantize(name: str, w: torch.Tensor):
+        rows, cols = w.shape
+        grid = (math.ceil(rows / block), math.ceil(cols / block))
+        scale = torch.empty(grid)
+        codes = torch.empty(rows, cols, dtype=torch.float8_e4m3fn)
+        for i in range(grid[0]):
+            for j in range(grid[1]):
+                tile = w[i * block : (i + 1) * block, j * block : (j + 1) * block]
+                scale[i, j] = tile.abs().max().clamp(min=1e-12) / 448.0
+                codes[i * block : (i + 1) * block, j * block : (j + 1) * block] = (tile / scale[i, j]).to(
+                    torch.float8_e4m3fn
+                )
+        expanded = scale.repeat_interleave(block, 0)[:rows].repeat_interleave(block, 1)[:, :cols]
+        values = codes.to(torch.float32) * expanded  # weight_dequant: x.float() * s, per block
+        return {name: codes, name + "_scale_inv": scale}, (name, values)
+
+    return quantize
+
+
+FP8_BLOCK_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+
+
+def fit_row(path: Path | str, **options: Any) -> dict[str, Any]:
+    from weightdiag import api
+    from weightdiag.pipeline import FitOptions
+
+    return api.fit_model(str(path), FitOptions(device="cpu", **options))
+
+
+def same_fits(quantized: dict[str, Any], twin: dict[str, Any], *, k_tol: float = 0.0, lam_rel: float = 0.0) -> None:
+    """Every matrix of the twin is in the quantized row, with the same fits, statistics and argmax."""
+    q = {m["name"]: m for m in quantized["matrices"]}
+    t = {m["name"]: m for m in twin["matrices"]}
+    assert set(q) == set(t), set(q) ^ set(t)
+    for name, tm in t.items():
+        qm = q[name]
+        assert qm["shape"] == tm["shape"], name
+        assert qm["argmax"] == tm["argmax"], name
+        assert qm["stats"]["distinct_values"] == tm["stats"]["distinct_values"], name
+        assert qm["stats"]["max_abs"] == tm["stats"]["max_abs"], name
+        for trim, tf in tm["fits"].items():
+            qf = qm["fits"][trim]
+            assert abs(qf["k"] - tf["k"]) <= k_tol, (name, trim, qf["k"], tf["k"])
+            assert abs(qf["lambda"] / tf["lambda"] - 1) <= lam_rel, (name, trim, qf["lambda"], tf["lambda"])
+        for stat in ("mean", "std", "mean_abs", "q99_abs", "zero_fraction"):
+            a, b = qm["stats"][stat], tm["stats"][stat]
+            assert a == b or abs(a - b) <= 1e-9 * max(abs(a), abs(b)), (name, stat, a, b)
