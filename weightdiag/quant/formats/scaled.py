@@ -21,8 +21,8 @@ import math
 import numpy as np
 
 from ...engine.codes import code_values
+from ...source.plan import Quantized
 from ..decoder import Companions, RowMajorDecoder, check_shape, register, scale_columns, subtract_columns
-from ..scheme import Quantized
 from ..values import as_float32, as_integers
 
 
