@@ -110,7 +110,12 @@ def fp8_block(block: int = 128) -> Quantizer:
     return quantize
 
 
-FP8_BLOCK_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+FP8_BLOCK_CONFIG = {
+    "quant_method": "fp8",
+    "fmt": "e4m3",
+    "activation_scheme": "dynamic",
+    "weight_block_size": [128, 128],
+}
 
 
 def fit_row(path: Path | str, **options: Any) -> dict[str, Any]:

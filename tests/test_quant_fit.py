@@ -165,3 +165,16 @@ def test_a_config_naming_a_method_over_plain_float_weights_is_fitted(tmp_path):
     row = fit_row(_write(tmp_path / "m", tensors, {"quantization_config": {"quant_method": "hqq"}}))
     assert len(row["matrices"]) == 1
     assert any("plain floats" in n for n in row["notes"])
+
+
+def test_the_decoding_path_gives_what_the_counting_path_gives(fp8_small, monkeypatch):
+    """Fused parts are reduced from decoded values, whole matrices from counts per block and code: the two
+    paths must agree, value for value."""
+    qdir, tdir = fp8_small
+    counted = fit_row(qdir)
+    from weightdiag.quant.decoder import RowMajorDecoder
+
+    monkeypatch.setattr(RowMajorDecoder, "counts", lambda self, raw, byte_lo: None)
+    decoded = fit_row(qdir)
+    same_fits(decoded, counted, k_tol=1e-12, lam_rel=1e-12)
+    same_fits(decoded, fit_row(tdir), k_tol=1e-12, lam_rel=1e-12)

@@ -289,6 +289,155 @@ static PyObject *power_sums(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* count_slots(codes2d uint8, slots2d int32 [rows, groups], col0, group, bits, ncodes, out int64):
+ * for quantized weights, how many elements of each (slot, code) a rectangle of packed codes holds. Row r's
+ * element c (c counted from the rectangle's first column, col0 in the matrix) has code = its byte (bits 8)
+ * or one nibble of byte c / 2 (bits 4: both nibbles of a byte are in one group, so which comes first
+ * does not change the counts), and slot
+ * slots[r][(col0 + c) / group - col0 / group]; out[slot * ncodes + code] += 1. Group boundaries never
+ * split a byte (group and col0 are even for 4-bit codes). */
+static PyObject *count_slots(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *data, *slots_obj, *out;
+    Py_ssize_t col0, group, ncodes;
+    int bits;
+    if (!PyArg_ParseTuple(args, "OOnninO", &data, &slots_obj, &col0, &group, &bits, &ncodes, &out))
+        return NULL;
+    Grid g, sg;
+    if (grid_open(data, 1, &g) < 0) return NULL;
+    if (grid_open(slots_obj, 4, &sg) < 0) { PyBuffer_Release(&g.view); return NULL; }
+    Py_buffer ob;
+    if (PyObject_GetBuffer(out, &ob, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&g.view); PyBuffer_Release(&sg.view); return NULL;
+    }
+    int64_t *counts = ob.buf;
+    Py_ssize_t nslots_codes = ob.len / 8;
+    Py_ssize_t per_byte = bits == 4 ? 2 : 1;
+    Py_ssize_t elements = g.cols * per_byte;
+    int bad = sg.rows != g.rows || group <= 0 || (bits != 4 && bits != 8) || (bits == 4 && (group % 2 || col0 % 2));
+    if (!bad && elements > 0 && (col0 + elements - 1) / group - col0 / group >= sg.cols) bad = 1;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "count_slots: inconsistent shapes");
+        PyBuffer_Release(&g.view); PyBuffer_Release(&sg.view); PyBuffer_Release(&ob);
+        return NULL;
+    }
+    int overflow = 0;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t first_group = col0 / group;
+    Py_ssize_t ngroups = elements ? (col0 + elements - 1) / group - first_group + 1 : 0;
+    for (Py_ssize_t r = 0; r < g.rows && !overflow;) {
+        const int32_t *srow = ROW(sg, int32_t, r);
+        /* Rows that share every slot (a 128x128 FP8 block's rows): each group of the run is counted into
+         * four interleaved 32-bit sub-histograms, so repeated codes do not wait on one counter, and added
+         * to the slot's counts once per run. Runs of one row (per-row scales) count straight into them. */
+        Py_ssize_t run = 1;
+        if (bits == 8 && ncodes == 256)
+            while (r + run < g.rows && run < 4096 &&
+                   !memcmp(srow, ROW(sg, int32_t, r + run), (size_t)ngroups * sizeof(int32_t)))
+                run++;
+        Py_ssize_t c = 0;
+        while (c < elements) {
+            Py_ssize_t gi = (col0 + c) / group;
+            Py_ssize_t end = (gi + 1) * group - col0;
+            if (end > elements) end = elements;
+            int64_t base = (int64_t)srow[gi - first_group] * ncodes;
+            if (base < 0 || base + ncodes > nslots_codes) { overflow = 1; break; }
+            int64_t *restrict h = counts + base;
+            if (run >= 8) {
+                uint32_t sub[4][256];
+                memset(sub, 0, sizeof(sub));
+                for (Py_ssize_t rr = r; rr < r + run; rr++) {
+                    const uint8_t *restrict p = ROW(g, uint8_t, rr);
+                    Py_ssize_t i = c;
+                    for (; i + 4 <= end; i += 4) {
+                        uint8_t a = p[i], b = p[i + 1], cc = p[i + 2], d = p[i + 3];
+                        sub[0][a]++; sub[1][b]++; sub[2][cc]++; sub[3][d]++;
+                    }
+                    for (; i < end; i++) sub[0][p[i]]++;
+                }
+                for (int k = 0; k < 256; k++) h[k] += (int64_t)sub[0][k] + sub[1][k] + sub[2][k] + sub[3][k];
+            } else {
+                for (Py_ssize_t rr = r; rr < r + run; rr++) {
+                    const uint8_t *restrict p = ROW(g, uint8_t, rr);
+                    if (bits == 8) {
+                        Py_ssize_t i = c;
+                        for (; i + 4 <= end; i += 4) { h[p[i]]++; h[p[i + 1]]++; h[p[i + 2]]++; h[p[i + 3]]++; }
+                        for (; i < end; i++) h[p[i]]++;
+                    } else {
+                        const uint8_t *restrict b = p + c / 2;
+                        Py_ssize_t n = (end - c) / 2;
+                        for (Py_ssize_t i = 0; i < n; i++) { h[b[i] & 15]++; h[b[i] >> 4]++; }
+                    }
+                }
+            }
+            c = end;
+        }
+        r += run;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&g.view);
+    PyBuffer_Release(&sg.view);
+    PyBuffer_Release(&ob);
+    if (overflow) { PyErr_SetString(PyExc_ValueError, "count_slots: slot out of range"); return NULL; }
+    Py_RETURN_NONE;
+}
+
+/* weighted32(values f32[m], weights int64[m], shift, counts int64[65536] or None, sums f64[5] or None): the F32
+ * reduction of elements given as distinct values held weights[i] times each (quantized weights counted per
+ * scale group and code). Adds weights into counts by the top 16 bits; adds sum w*d, w*d^2, w*d^3, w*d^4 for
+ * d = x - shift and sum w*|x| over the finite values. */
+static PyObject *weighted32(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *vals_obj, *w_obj, *counts_obj, *sums_obj;
+    double shift;
+    if (!PyArg_ParseTuple(args, "OOdOO", &vals_obj, &w_obj, &shift, &counts_obj, &sums_obj)) return NULL;
+    Py_buffer vb, wb, cb, sb;
+    if (PyObject_GetBuffer(vals_obj, &vb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(w_obj, &wb, PyBUF_C_CONTIGUOUS) < 0) { PyBuffer_Release(&vb); return NULL; }
+    Py_ssize_t m = vb.len / 4;
+    int64_t *counts = NULL;
+    double *sums = NULL;
+    int got_c = 0, got_s = 0;
+    if (wb.len != m * 8) {
+        PyErr_SetString(PyExc_ValueError, "weighted32: values and weights differ in length");
+        goto fail;
+    }
+    if (counts_obj != Py_None) {
+        if (!(counts = out_buffer(counts_obj, &cb, 65536 * 8))) goto fail;
+        got_c = 1;
+    }
+    if (sums_obj != Py_None) {
+        if (!(sums = out_buffer(sums_obj, &sb, 5 * sizeof(double)))) goto fail;
+        got_s = 1;
+    }
+    const uint32_t *bits = vb.buf;
+    const float *x = vb.buf;
+    const int64_t *w = wb.buf;
+    Py_BEGIN_ALLOW_THREADS
+    if (counts)
+        for (Py_ssize_t i = 0; i < m; i++) counts[bits[i] >> 16] += w[i];
+    if (sums) {
+        double s[5] = {0};
+        for (Py_ssize_t i = 0; i < m; i++) {
+            if (!w[i] || (bits[i] & 0x7F800000u) == 0x7F800000u) continue;
+            double wi = (double)w[i], v = (double)x[i], d = v - shift, d2 = d * d;
+            s[0] += wi * d; s[1] += wi * d2; s[2] += wi * d2 * d; s[3] += wi * d2 * d2; s[4] += wi * fabs(v);
+        }
+        for (int k = 0; k < 5; k++) sums[k] += s[k];
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&vb);
+    PyBuffer_Release(&wb);
+    if (got_c) PyBuffer_Release(&cb);
+    if (got_s) PyBuffer_Release(&sb);
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&vb);
+    PyBuffer_Release(&wb);
+    if (got_c) PyBuffer_Release(&cb);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"hist16", hist16, METH_VARARGS, "Add the 65,536-bin histogram of 16-bit codes."},
     {"find16", find16, METH_VARARGS, "First flat index with (x & mask) == target (16-bit)."},
@@ -296,6 +445,8 @@ static PyMethodDef methods[] = {
     {"max_finite32", max_finite32, METH_VARARGS, "Largest finite F32 magnitude bit pattern, -1 if none."},
     {"hist32", hist32, METH_VARARGS, "One pass over F32 bit patterns (codes, bin corrections)."},
     {"power_sums", power_sums, METH_VARARGS, "Add float64 power sums of (x - shift) and the sum of |x|."},
+    {"count_slots", count_slots, METH_VARARGS, "Count quantized codes per (slot, code) over a rectangle."},
+    {"weighted32", weighted32, METH_VARARGS, "Counts and power sums of F32 values held a weight each."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -214,3 +214,37 @@ def power_sums(view: np.ndarray, shift: float) -> np.ndarray:
     """[sum d, sum d^2, sum d^3, sum d^4, sum |x|] with d = x - shift, accumulated in float64."""
     kernel = _power_sums_c if HAVE_C else _power_sums_numpy
     return np.sum(_map(lambda piece: kernel(piece, float(shift)), view), axis=0)
+
+
+def count_slots(codes: np.ndarray, slots: np.ndarray, col0: int, group: int, bits: int, ncodes: int, out: np.ndarray):
+    """out[slot * ncodes + code] += elements of the rectangle `codes` (uint8 2-D: bytes of packed codes, rows
+    of the matrix from column col0) holding `code` in a group whose slot is slots[row, group index - first]."""
+    if HAVE_C:
+        _c.count_slots(codes, np.ascontiguousarray(slots, dtype=np.int32), col0, group, bits, ncodes, out)
+        return
+    values = codes if bits == 8 else np.stack([codes & 15, codes >> 4], axis=-1).reshape(codes.shape[0], -1)
+    cols = col0 + np.arange(values.shape[1])
+    slot = slots[:, cols // group - col0 // group].astype(np.int64)
+    np.add.at(out, (slot * ncodes + values).reshape(-1), 1)
+
+
+def weighted_counts(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The 65,536 top-16-bit counts of float32 `values` held `weights` times each."""
+    if HAVE_C:
+        counts = np.zeros(65536, dtype=np.int64)
+        _c.weighted32(values, weights, 0.0, counts, None)
+        return counts
+    return np.bincount(values.view(np.uint32) >> 16, weights=weights, minlength=65536).astype(np.int64)
+
+
+def weighted_power_sums(values: np.ndarray, weights: np.ndarray, shift: float) -> np.ndarray:
+    """power_sums of float32 `values` held `weights` times each (finite values only)."""
+    sums = np.zeros(POWER_SUMS, dtype=np.float64)
+    if HAVE_C:
+        _c.weighted32(values, weights, float(shift), None, sums)
+        return sums
+    keep = np.isfinite(values) & (weights > 0)
+    x, w = values[keep].astype(np.float64), weights[keep].astype(np.float64)
+    d = x - shift
+    d2 = d * d
+    return np.array([w @ d, w @ d2, w @ (d2 * d), w @ (d2 * d2), w @ np.abs(x)], dtype=np.float64)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..segments import Segments, clip
 from . import kernels
-from .codes import FINITE_LIMIT16, code_values, f32_bin_tables
+from .codes import FINITE_LIMIT16, HIST_BINS, code_values, cohort_bins, f32_bin_tables
 
 
 @dataclass
@@ -117,6 +117,26 @@ def _f32_shift(counts: np.ndarray) -> float:
     finite = finite_mask("F32")
     n_finite = int(counts[finite].sum())
     return float(np.dot(counts[finite], code_values("F32")[finite]) / n_finite) if n_finite else 0.0
+
+
+def reduce_counted(values: np.ndarray, weights: np.ndarray, numel: int, argmax: int) -> Reduction:
+    """The F32 reduction of `numel` elements given as distinct float32 `values` held `weights` times each
+    (a quantized weight counted per scale group and code: weightdiag.quant), with `argmax` the flat index
+    of the first largest finite |value| (-1: none). Counts and histograms are exactly those of the elements
+    themselves; the power sums are the same sums taken value by value."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    weights = np.ascontiguousarray(weights, dtype=np.int64)
+    counts = kernels.weighted_counts(values, weights)
+    with np.errstate(invalid="ignore"):
+        bins = cohort_bins(values)
+    inside = (bins >= 0) & (bins < HIST_BINS) & (weights > 0)
+    hist = np.bincount(bins[inside], weights=weights[inside], minlength=HIST_BINS).astype(np.int64)
+    n_inf = int(weights[np.isinf(values)].sum())
+    shift = _f32_shift(counts)
+    sums = kernels.weighted_power_sums(values, weights, shift)
+    held = np.isfinite(values) & (weights > 0)
+    max_abs = float(np.abs(values[held]).max()) if held.any() else float("nan")
+    return Reduction("F32", numel, counts, False, argmax, max_abs, hist, sums, shift, n_inf)
 
 
 # ---------------------------------------------------------------------------------------------

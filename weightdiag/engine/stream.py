@@ -24,7 +24,7 @@ from ..chunks import SPLIT_BYTES, Chunk, Span, plan_chunks
 from ..segments import Segments
 from ..source.plan import STORAGE_NUMPY, TensorRef
 from . import kernels
-from .reduce import Reduction, merge, reduce_range
+from .reduce import Reduction, merge, reduce_counted, reduce_range
 
 
 class ChunkReader(Protocol):
@@ -52,6 +52,8 @@ class PieceDecoder(Protocol):
     """Stored bytes of a quantized weight -> float32 values (weightdiag.quant.decoder.Decoder)."""
 
     def decode(self, raw: np.ndarray, byte_lo: int) -> tuple[np.ndarray, int]: ...
+
+    def counts(self, raw: np.ndarray, byte_lo: int) -> Any: ...
 
     def logical_index(self, index: int) -> int: ...
 
@@ -157,6 +159,11 @@ def reduce_chunked(
                     continue
                 if target.decoder is not None:
                     decoder = target.decoder.get()
+                    counted = decoder.counts(raw, piece.lo) if target.selections == (None,) else None
+                    if counted is not None:  # counted per scale group and code: no value materialised
+                        red = reduce_counted(counted.values, counted.weights, counted.numel, counted.argmax)
+                        out.append((piece.item, [[red]]))
+                        continue
                     values, first = decoder.decode(raw, piece.lo)
                     selections = [s if s is None else decoder.selection(s) for s in target.selections]
                     out.append((piece.item, reduce_piece(values.view(np.uint8), "F32", selections, first)))

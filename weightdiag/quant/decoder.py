@@ -37,8 +37,23 @@ class Companion:
 Companions = Mapping[str, Companion]
 
 
+@dataclass(frozen=True)
+class Counted:
+    """A piece counted instead of decoded: distinct float32 values and how many elements hold each."""
+
+    values: np.ndarray  # float32 [m]
+    weights: np.ndarray  # int64 [m]
+    numel: int
+    first: int  # decoded index of the piece's first element
+    argmax: int  # decoded index of its first largest finite |value|, -1 when none
+
+
 class Decoder(Protocol):
     unit_bytes: int  # pieces start at multiples of this many stored bytes (the engine cuts at 8-byte multiples)
+
+    def counts(self, raw: np.ndarray, byte_lo: int) -> Counted | None:
+        """The piece counted per scale group and code (the fast path), or None where the format has none."""
+        ...
 
     def decode(self, raw: np.ndarray, byte_lo: int) -> tuple[np.ndarray, int]:
         """float32 values of the stored bytes [byte_lo, byte_lo + raw.size), in decoded order, and the
@@ -100,6 +115,11 @@ class RowMajorDecoder:
 
     bits: int = 8
     unit_bytes: int = 1
+    # The counting path: formats whose codes are bytes or nibbles, with one scale (and zero point) per
+    # group of `group_cols` columns of a row, set these and implement `slot_table`; each piece is then
+    # counted per (slot, code) by a C kernel and reduced from the counts, never decoded element by element.
+    group_cols: int | None = None
+    high_nibble_first = False  # 4-bit codes: which nibble holds a byte's first element
 
     def __init__(self, q: Quantized, companions: Companions) -> None:
         shape = q.logical_shape
@@ -132,6 +152,76 @@ class RowMajorDecoder:
 
     def selection(self, rows: Segments) -> Segments:
         return rows
+
+    def slot_table(self, row0: int, row1: int) -> tuple[np.ndarray, np.ndarray]:
+        """For rows [row0, row1): (slots int32 [rows, column groups]: each group's slot; values float32
+        [slots, codes]: the value each code has in each slot, computed exactly as `rect` computes it)."""
+        raise NotImplementedError
+
+    def counts(self, raw: np.ndarray, byte_lo: int) -> Counted | None:
+        if self.group_cols is None:
+            return None
+        from ..engine import kernels
+
+        bits, group = self.bits, self.group_cols
+        first = byte_lo * 8 // bits
+        count = raw.size * 8 // bits
+        if count == 0:
+            return None
+        row_lo, row_hi = first // self.cols, (first + count - 1) // self.cols + 1
+        slots, table = self.slot_table(row_lo, row_hi)
+        ncodes = table.shape[1]
+        # 4-bit codes are counted a byte (two codes) at a time, 256 counters per slot, then folded into
+        # 16 per slot: one increment per two elements.
+        per_slot = 256 if bits == 4 else ncodes
+        out = np.zeros(table.shape[0] * per_slot, dtype=np.int64)
+        rects = list(row_rects(first, count, self.cols))
+        for row0, row1, col0, col1, offset in rects:
+            part = raw[offset * bits // 8 : (offset + (row1 - row0) * (col1 - col0)) * bits // 8]
+            sub = slots[row0 - row_lo : row1 - row_lo, col0 // group :]
+            if bits == 4:
+                kernels.count_slots(part.reshape(row1 - row0, -1), sub, col0 // 2, group // 2, 8, 256, out)
+            else:
+                kernels.count_slots(part.reshape(row1 - row0, -1), sub, col0, group, bits, ncodes, out)
+        if bits == 4:  # byte = high nibble * 16 + low nibble
+            pairs = out.reshape(-1, 16, 16)
+            out = (pairs.sum(axis=1) + pairs.sum(axis=2)).reshape(-1)
+        held = np.flatnonzero(out)  # a block holds a few of the 256 codes: keep only those entries
+        values, weights = table.reshape(-1)[held], out[held]
+        magnitudes = np.where(np.isfinite(values), np.abs(values), -1.0)
+        top = float(magnitudes.max()) if magnitudes.size else -1.0
+        argmax = -1
+        if top >= 0:
+            wanted = np.zeros(table.size, dtype=bool)
+            wanted[held[magnitudes == top]] = True
+            argmax = first + self._locate(raw, rects, slots, row_lo, wanted.reshape(table.shape))
+        return Counted(values, weights, count, first, argmax)
+
+    def _locate(self, raw: np.ndarray, rects, slots: np.ndarray, row_lo: int, wanted: np.ndarray) -> int:
+        """Offset in the piece of its first element whose (slot, code) is `wanted` (one is, by construction)."""
+        bits, group = self.bits, self.group_cols or 1
+        wanted_slot = wanted.any(axis=1)
+        for row0, row1, col0, col1, offset in rects:
+            sub = slots[row0 - row_lo : row1 - row_lo, col0 // group : (col1 - 1) // group + 1]
+            rows = np.flatnonzero(wanted_slot[sub].any(axis=1))
+            if not rows.size:
+                continue
+            width = col1 - col0
+            part = raw[offset * bits // 8 : (offset + (row1 - row0) * width) * bits // 8].reshape(row1 - row0, -1)
+            codes = part[rows]  # only the rows holding a wanted slot: one or a few
+            if bits == 4:
+                lo, hi = codes & 15, codes >> 4
+                codes = np.stack((hi, lo) if self.high_nibble_first else (lo, hi), axis=-1).reshape(rows.size, -1)
+            cols = np.arange(col0, col1)
+            groups = cols // group - col0 // group
+            slots_here = sub[rows]
+            keep = wanted_slot[slots_here].any(axis=0)[groups]  # only the column groups holding a wanted slot
+            cols, groups = cols[keep], groups[keep]
+            hit = wanted[slots_here[:, groups], codes[:, cols - col0]]
+            if hit.any():
+                at = int(np.argmax(hit))  # row-major over ascending rows and columns: the first hit
+                return offset + int(rows[at // cols.size]) * width + int(cols[at % cols.size]) - col0
+        raise AssertionError("a counted value was not found in its piece")
 
 
 DecoderFactory = Callable[[Quantized, Companions], Decoder]

@@ -47,6 +47,7 @@ class ScaledCodes(RowMajorDecoder):
         self.table = _code_table(q.codes.dtype.name)
         bh, bw = q.spec.block or (shape[-2] if len(shape) > 1 else 1, shape[-1])
         self.block_rows, self.block_cols = bh, bw
+        self.group_cols = bw  # the counting path: one slot per scale block
         self.rows_per_matrix = shape[-2] if len(shape) > 1 else 1  # experts: blocks restart per expert
         self.grid_rows = math.ceil(self.rows_per_matrix / bh)
         grid_cols = math.ceil(self.cols / bw)
@@ -61,6 +62,18 @@ class ScaledCodes(RowMajorDecoder):
             check_shape(self.name, "zero point", zero, expected)
             zeros = zero.raw.view(np.uint8) if zero.dtype in ("U8",) else as_integers(zero.raw, zero.dtype)
             self.zeros = zeros.astype(np.float32).reshape(expected)
+
+    def slot_table(self, row0: int, row1: int) -> tuple[np.ndarray, np.ndarray]:
+        """One slot per scale block of the rows: the blocks' values for all 256 codes, as rect computes them."""
+        grid = self._grid_rows(row0, row1)
+        lo, hi = int(grid.min()), int(grid.max()) + 1
+        n_cols = self.scales.shape[1]
+        slots = ((grid - lo)[:, None] * n_cols + np.arange(n_cols)[None, :]).astype(np.int32)
+        table = np.broadcast_to(self.table, (hi - lo, n_cols, 256)).copy()
+        if self.zeros is not None:
+            table -= self.zeros[lo:hi, :, None]
+        table *= self.scales[lo:hi, :, None]
+        return slots, table.reshape(-1, 256)
 
     def _grid_rows(self, row0: int, row1: int) -> np.ndarray:
         rows = np.arange(row0, row1)

@@ -1,0 +1,93 @@
+"""The kernels of the counting path (quantized weights counted per scale group and code): the C code equals
+the numpy fallback, and a counted reduction equals the reduction of the elements themselves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from weightdiag.engine import kernels
+from weightdiag.engine.codes import cohort_bins
+from weightdiag.engine.reduce import reduce_array, reduce_counted
+
+needs_c = pytest.mark.skipif(not kernels.HAVE_C, reason="the C kernels are not built")
+
+
+def _numpy(monkeypatch):
+    monkeypatch.setattr(kernels, "HAVE_C", False)
+
+
+@needs_c
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("col0", [0, 6, 130])
+def test_count_slots_c_equals_numpy(monkeypatch, bits, col0):
+    rng = np.random.default_rng(bits + col0)
+    rows, width, group = 37, 300, 64
+    codes = rng.integers(0, 256, (rows, width * bits // 8), dtype=np.uint8)
+    groups = (col0 + width - 1) // group - col0 // group + 1
+    # runs of identical slot rows (a block's rows) and single rows, both kernels' loops
+    slots = rng.integers(0, 9, (rows, groups), dtype=np.int32)
+    slots[:20] = slots[0]
+    ncodes = 256 if bits == 8 else 16
+    got = np.zeros(9 * ncodes, dtype=np.int64)
+    kernels.count_slots(codes, slots, col0, group, bits, ncodes, got)
+    _numpy(monkeypatch)
+    want = np.zeros(9 * ncodes, dtype=np.int64)
+    kernels.count_slots(codes, slots, col0, group, bits, ncodes, want)
+    assert np.array_equal(got, want)
+    assert got.sum() == codes.size * 8 // bits
+
+
+def test_count_slots_by_hand():
+    codes = np.array([[0x21, 0x43, 0x21, 0x21]], dtype=np.uint8)  # nibbles 1 2 3 4 | 1 2 1 2
+    out = np.zeros(2 * 16, dtype=np.int64)
+    kernels.count_slots(codes, np.array([[0, 1]], dtype=np.int32), 0, 4, 4, 16, out)
+    assert out[:16].tolist() == [0, 1, 1, 1, 1] + [0] * 11
+    assert out[16:].tolist() == [0, 2, 2] + [0] * 13
+
+
+def test_a_slot_outside_the_counts_is_an_error():
+    with pytest.raises(ValueError):
+        kernels.count_slots(
+            np.zeros((1, 8), np.uint8), np.array([[5]], np.int32), 0, 8, 8, 256, np.zeros(256, np.int64)
+        )
+
+
+@pytest.mark.parametrize("kernel", ["c", "numpy"])
+def test_a_counted_reduction_is_the_reduction_of_its_elements(monkeypatch, kernel):
+    if kernel == "numpy":
+        _numpy(monkeypatch)
+    elif not kernels.HAVE_C:
+        pytest.skip("the C kernels are not built")
+    rng = np.random.default_rng(3)
+    values = (rng.standard_normal(500) * 0.03).astype(np.float32)
+    values[:3] = [0.0, np.inf, np.nan]
+    weights = rng.integers(0, 40, 500).astype(np.int64)
+    elements = np.repeat(values, weights)
+    top = np.where(np.isfinite(values) & (weights > 0), np.abs(values), -1).max()
+    first = int(np.flatnonzero(np.abs(elements) == top)[0])
+    counted = reduce_counted(values, weights, elements.size, first)
+    direct = reduce_array(elements.view(np.uint32), "F32")
+    assert np.array_equal(counted.counts, direct.counts)
+    assert np.array_equal(counted.hist1024, direct.hist1024)
+    assert counted.n_inf == direct.n_inf == int(weights[1])
+    assert counted.max_abs == direct.max_abs and counted.argmax == direct.argmax
+    assert counted.shift == direct.shift
+    assert np.allclose(counted.power_sums, direct.power_sums, rtol=1e-12, atol=1e-12)
+
+
+def test_cohort_bins_by_arithmetic_equal_a_binary_search():
+    from weightdiag.engine.codes import BIN_EDGES, HIST_BINS
+
+    rng = np.random.default_rng(5)
+    bits = rng.integers(0, 2**32, 1_000_000, dtype=np.uint64).astype(np.uint32)
+    edges = (10.0**BIN_EDGES).astype(np.float32)
+    values = np.concatenate(
+        [bits.view(np.float32), edges, np.nextafter(edges, np.float32(0)), np.nextafter(edges, np.float32(np.inf))]
+    ).astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        logs = np.log10(np.maximum(np.abs(values), np.float32(1e-13))).astype(np.float64)
+    want = np.searchsorted(BIN_EDGES, logs, side="right") - 1
+    want[logs == BIN_EDGES[-1]] = HIST_BINS - 1
+    want[(logs > BIN_EDGES[-1]) | np.isnan(logs)] = HIST_BINS
+    assert np.array_equal(cohort_bins(values), want)
