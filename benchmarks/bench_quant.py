@@ -167,7 +167,8 @@ def main() -> None:
         }
     base = results["bf16"]
     print(
-        f"{'checkpoint':<10} {'stored MB':>10} {'fit s':>8} {'MB/s':>9} {'vs BF16':>8} {'peak RSS MB':>12} {'ΔRSS MB':>8}"
+        f"{'checkpoint':<10} {'stored MB':>10} {'fit s':>8} {'MB/s':>9} {'vs BF16':>8} "
+        f"{'peak RSS MB':>12} {'ΔRSS MB':>8}"
     )
     for name, r in results.items():
         r["ratio_to_bf16"] = r["bytes_per_s"] / base["bytes_per_s"]
