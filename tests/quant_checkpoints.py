@@ -143,3 +143,59 @@ def same_fits(quantized: dict[str, Any], twin: dict[str, Any], *, k_tol: float =
         for stat in ("mean", "std", "mean_abs", "q99_abs", "zero_fraction"):
             a, b = qm["stats"][stat], tm["stats"][stat]
             assert a == b or abs(a - b) <= 1e-9 * max(abs(a), abs(b)), (name, stat, a, b)
+
+
+# --- bitsandbytes (its own quantizer and dequantizer, on the CPU) --------------------------------------------
+
+
+def _bnb():
+    import bitsandbytes as bnb
+
+    return bnb
+
+
+def bnb_4bit(quant_type: str = "nf4", nested: bool = True, blocksize: int = 64) -> Quantizer:
+    def quantize(name: str, w: torch.Tensor):
+        bnb = _bnb()
+        from bitsandbytes.functional import dequantize_4bit
+
+        linear = bnb.nn.Linear4bit(
+            w.shape[1], w.shape[0], bias=False, quant_type=quant_type, compress_statistics=nested
+        )
+        linear.weight = bnb.nn.Params4bit(
+            w, requires_grad=False, quant_type=quant_type, compress_statistics=nested, blocksize=blocksize
+        )
+        linear = linear.to("cpu")  # quantizes
+        state = linear.weight.quant_state
+        state.dtype = torch.float32  # the values before bitsandbytes' cast to the checkpoint's dtype
+        values = dequantize_4bit(linear.weight.data, state)
+        base = name[: -len("weight")]
+        stored = {base + k: v.contiguous() for k, v in linear.state_dict().items()}
+        return stored, (name, values)
+
+    return quantize
+
+
+def bnb_int8() -> Quantizer:
+    def quantize(name: str, w: torch.Tensor):
+        bnb = _bnb()
+        from bitsandbytes.functional import int8_vectorwise_dequant
+
+        linear = bnb.nn.Linear8bitLt(w.shape[1], w.shape[0], bias=False, has_fp16_weights=False)
+        linear.weight = bnb.nn.Int8Params(w, requires_grad=False, has_fp16_weights=False)
+        linear = linear.to("cpu")
+        base = name[: -len("weight")]
+        stored = {base + k: v.contiguous() for k, v in linear.state_dict().items()}
+        values = int8_vectorwise_dequant(stored[base + "weight"], stored[base + "SCB"])
+        return stored, (name, values)
+
+    return quantize
+
+
+BNB_4BIT_CONFIG = {
+    "quant_method": "bitsandbytes",
+    "load_in_4bit": True,
+    "bnb_4bit_quant_type": "nf4",
+    "bnb_4bit_use_double_quant": True,
+}
+BNB_8BIT_CONFIG = {"quant_method": "bitsandbytes", "load_in_8bit": True}

@@ -197,6 +197,7 @@ class Report:
     result: HealthReport  # diagnose.health.health_report's document (model.how added; plots and html when written)
     how: str  # where the row came from: fitted, database, row file, cohort
     notes: list[str] = field(default_factory=list)  # what could not be drawn, and why
+    row: dict[str, Any] = field(default_factory=dict)  # the row the report was made from
 
 
 def report(
@@ -229,7 +230,7 @@ def report(
     row, how = resolve_row(spec, db_dir, options, progress, token=token, save=save)
     result = health_report(row, top=top)
     result["model"]["how"] = how
-    out = Report(result, how)
+    out = Report(result, how, row=row)
     if plot_dir or html_file:
         import tempfile  # here, not at start-up: only plots need a scratch folder
 

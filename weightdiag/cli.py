@@ -738,6 +738,8 @@ def report(
         _say(f"HTML report written to {html}", quiet)
     if done.how == "fitted" and not as_json:
         _say(f"{model}: fitted" + (" and saved" if save else ""), quiet)
+    if not as_json:
+        _say_fallbacks(done.row, quiet)
 
 
 @app.command()

@@ -57,6 +57,8 @@ def read_histograms(
 
     from .engine.reduce import reduce_array
     from .engine.stats import Summary
+    from .quant.group import group_quantized
+    from .quant.loader import CompanionLoader
     from .source.open import open_model
     from .source.plan import storage_view
 
@@ -82,6 +84,11 @@ def read_histograms(
 
         if model.get("fingerprint") and f"local-{content_fingerprint(plan)}" != model["fingerprint"]:
             note = f"note: {target} changed since the row was fitted; histograms show the files as they are now"
+    try:
+        group_quantized(plan, _reader_bytes(reader))
+    except WeightdiagError as exc:
+        reader.close()
+        return {}, f"histograms skipped: cannot read {target} ({exc.message})"
     refs = {t.name: t for t in plan.tensors}
     by_name = {m["name"]: m for m in row["matrices"]}
     out: dict[str, dict[str, Any]] = {}
@@ -92,7 +99,15 @@ def read_histograms(
                 continue
             raw = np.empty(ref.nbytes, dtype=np.uint8)
             reader.read_into(ref, raw)
-            summary = Summary(reduce_array(storage_view(ref, raw), ref.dtype.name))
+            if ref.quant is not None:  # a quantized weight: its codes decoded with its companions
+                loader = CompanionLoader(_reader_bytes(reader), [ref.quant], lookahead=0)
+                try:
+                    values, _ = loader.decoder(0).decode(raw, 0)
+                finally:
+                    loader.close()
+                summary = Summary(reduce_array(values, "F32"))
+            else:
+                summary = Summary(reduce_array(storage_view(ref, raw), ref.dtype.name))
             mags = summary.magnitudes.nonzero()
             m = by_name[name]
             out[name] = {
@@ -112,3 +127,15 @@ def read_histograms(
     finally:
         reader.close()
     return out, note
+
+
+def _reader_bytes(reader: Any) -> Any:
+    """A tensor's stored bytes, read now (a quantized weight's companions)."""
+    import numpy as np
+
+    def read(ref: Any) -> Any:
+        out = np.empty(ref.nbytes, dtype=np.uint8)
+        reader.read_into(ref, out)
+        return out
+
+    return read

@@ -1,0 +1,85 @@
+"""Every quantized format through the whole pipeline: the fit of the quantized checkpoint is the fit of its
+dequantized float32 twin, locally and from the loopback Hub, with every companion in another shard than its
+weight, no companion listed anywhere in the row, and the row and the report naming the quantization.
+
+Each checkpoint is made by the format's own library where it runs on a CPU (bitsandbytes,
+compressed-tensors), else by a faithful port of its published packing (see quant_checkpoints.py), and the
+twin holds what that library's dequantizer gives back.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from . import quant_checkpoints as qc
+from .conftest import run_cli
+
+# name -> (quantizer factory, quantization_config, hf_quant_config, library it needs, label the row must show)
+FORMATS = {
+    "fp8-block": (qc.fp8_block, qc.FP8_BLOCK_CONFIG, None, None, "FP8 E4M3, block 128x128"),
+    "bnb-nf4": (qc.bnb_4bit, qc.BNB_4BIT_CONFIG, None, "bitsandbytes", "bitsandbytes NF4, block 64, double quant"),
+    "bnb-fp4": (
+        lambda: qc.bnb_4bit("fp4", nested=False),
+        {**qc.BNB_4BIT_CONFIG, "bnb_4bit_quant_type": "fp4", "bnb_4bit_use_double_quant": False},
+        None,
+        "bitsandbytes",
+        "bitsandbytes FP4, block 64",
+    ),
+    "bnb-int8": (qc.bnb_int8, qc.BNB_8BIT_CONFIG, None, "bitsandbytes", "bitsandbytes LLM.int8"),
+}
+
+
+def _pair(tmp_path_factory, minilm_dir, name: str, layers: int) -> tuple[Path, Path]:
+    factory, config, hf_config, library, _ = FORMATS[name]
+    if library:
+        pytest.importorskip(library)
+    root = tmp_path_factory.mktemp(name)
+    return qc.write_pair(root, minilm_dir, factory(), config, hf_quant_config=hf_config, layers=layers)
+
+
+@pytest.fixture(scope="module", params=sorted(FORMATS))
+def pair(request, tmp_path_factory, minilm_dir):
+    return request.param, _pair(tmp_path_factory, minilm_dir, request.param, layers=6)
+
+
+def _companions(folder: Path) -> set[str]:
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    return {name for name, shard in index["weight_map"].items() if shard.startswith("model-00002")}
+
+
+def test_the_fit_equals_the_dequantized_twin(pair):
+    name, (qdir, tdir) = pair
+    row = qc.fit_row(qdir)
+    qc.same_fits(row, qc.fit_row(tdir), k_tol=1e-9, lam_rel=1e-9)
+    listed = {m["name"] for m in row["matrices"]} | {v["name"] for v in row["vectors"]}
+    listed |= {s["name"] for s in row["skipped"]}
+    assert _companions(qdir) and not listed & _companions(qdir)
+    labels = {m["dequantized"]["label"] for m in row["matrices"] if m.get("dequantized")}
+    assert labels == {FORMATS[name][4]}
+    assert sum(1 for m in row["matrices"] if m.get("dequantized")) == 37  # every linear weight of MiniLM
+
+
+def test_the_report_names_the_quantization(pair, tmp_path):
+    name, (qdir, _) = pair
+    out = run_cli("report", str(qdir), "--device", "cpu", "--db", str(tmp_path / "db"))
+    assert out.returncode == 0, out.stderr
+    assert f"37 {FORMATS[name][4]}" in out.stdout
+    assert f"dequantized from {FORMATS[name][4]} (37 matrices)" in out.stderr
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_from_the_hub_with_companions_in_another_shard(name, fake_hub, tmp_path_factory, minilm_dir, monkeypatch):
+    from weightdiag.engine import stream
+    from weightdiag.source import hub_stream
+
+    monkeypatch.setattr(stream, "SPLIT_BYTES", 64 << 10)
+    monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", 64 << 10)
+    monkeypatch.setattr("weightdiag.source.hub.HEAD_GUESS", 4096)
+    qdir, tdir = _pair(tmp_path_factory, minilm_dir, name, layers=1)
+    fake_hub.add_folder(f"acme/{name}", qdir)
+    row = qc.fit_row(f"acme/{name}")
+    qc.same_fits(row, qc.fit_row(tdir), k_tol=1e-9, lam_rel=1e-9)
+    assert all(f["verified"] for f in row["files"])
