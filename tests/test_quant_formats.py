@@ -83,3 +83,37 @@ def test_from_the_hub_with_companions_in_another_shard(name, fake_hub, tmp_path_
     row = qc.fit_row(f"acme/{name}")
     qc.same_fits(row, qc.fit_row(tdir), k_tol=1e-9, lam_rel=1e-9)
     assert all(f["verified"] for f in row["files"])
+
+
+@pytest.mark.parametrize("name", ["bnb-nf4", "fp8-block"])
+def test_floats_that_hold_dequantized_4bit_weights_are_caught(name, tmp_path_factory, minilm_dir):
+    """The twin of a 4-bit checkpoint is what a merged QLoRA save holds: floats on a 4-bit grid. Its matrices
+    are flagged and their k classes withheld; the 8-bit twin and the original weights are not flagged."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    _, tdir = _pair(tmp_path_factory, minilm_dir, name, layers=6)
+    bf16 = tdir.parent / "bf16"
+    bf16.mkdir()
+    save_file(
+        {
+            k: v.to(torch.bfloat16)
+            for k, v in load_file(str(tdir / "model.safetensors")).items()
+            if v.is_floating_point()
+        },
+        str(bf16 / "model.safetensors"),
+    )
+    (bf16 / "config.json").write_text((tdir / "config.json").read_text())
+    row = qc.fit_row(bf16)
+    flagged = {m["name"] for m in row["matrices"] if m.get("grid")}
+    if name == "fp8-block":
+        assert not flagged
+        return
+    assert len(flagged) == 37 and {m["grid"]["group"] for m in row["matrices"] if m.get("grid")} == {64}
+    assert all(s.get("k_class") is None for k, s in row["kinds"].items() if k in ("q", "k", "v", "o"))
+    out = run_cli("fit", str(bf16), "--device", "cpu", "--no-save")
+    assert "sit on a 4-bit grid" in out.stderr
+
+
+def test_trained_weights_are_not_a_grid(minilm_dir, smollm_gguf):
+    assert not [m["name"] for m in qc.fit_row(minilm_dir)["matrices"] if m.get("grid")]

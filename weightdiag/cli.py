@@ -136,11 +136,11 @@ def _say_fallbacks(row: dict[str, Any], quiet: bool) -> None:
     for note in row.get("notes") or ():
         if isinstance(note, str) and note.startswith(FALLBACK_NOTES):
             _say(f"note: {row['model']['id']}: {note}", quiet)
-    from .diagnose.quantized import dequantized_line
+    from .diagnose.quantized import dequantized_line, grid_line
 
-    quantized = dequantized_line(row)
-    if quantized:  # a quantized checkpoint: say what its numbers are of
-        _say(f"note: {row['model']['id']}: {quantized}", quiet)
+    for line in (dequantized_line(row), grid_line(row)):
+        if line:  # a quantized checkpoint, or floats that hold dequantized values: say what the numbers are of
+            _say(f"note: {row['model']['id']}: {line}", quiet)
 
 
 def _show_version(value: bool) -> None:

@@ -250,6 +250,7 @@ class MatrixRecord(_MatrixRequired, total=False):
     fitted_dtype: str
     quantization: str
     dequantized: DequantizedRecord
+    grid: dict[str, int]  # {"bits", "group"}: float values on a quantization grid (dequantized, then saved)
     note: str
     parts: list[PartRecord]
     parts_note: str
@@ -497,6 +498,7 @@ MATRIX = _record(
         "parts": _list_of(PART),
         "parts_note": STR,
         "dequantized": DEQUANTIZED,
+        "grid": _record({"bits": INT, "group": INT}, {}),
     },
 )
 VECTOR = _record(

@@ -100,6 +100,8 @@ def matrix_record(
         record["parts_note"] = parts_note
     if dequantized:  # a quantized checkpoint's weight: its format and how its values were computed
         record["dequantized"] = dequantized
+    elif red.grid is not None:  # floats that hold dequantized values: a 4-bit grid per group of a row
+        record["grid"] = {"bits": red.grid[0], "group": red.grid[1]}
     return record
 
 

@@ -145,6 +145,13 @@ def k_class_withheld(record: dict[str, Any]) -> Withheld | None:
     dequantized = record.get("dequantized") or {}
     if dequantized and k_shift_within_noise(dequantized.get("format")):
         return None  # measured on real weights: this format moves k less than the fit's noise
+    grid = record.get("grid")
+    if grid and not dequantized:
+        what = (
+            f"stored as floats but on a {grid['bits']}-bit grid (at most {2 ** grid['bits']} distinct values in "
+            f"each group of {grid['group']}): dequantized weights saved again, e.g. a merged QLoRA save"
+        )
+        return Withheld(f"{grid['bits']}-bit grid", None, f"{what}; {WITHHELD_WHY}")
     qtype = record.get("quantization")
     if not qtype:
         match = _GGUF_NOTE.search(record.get("note") or "")

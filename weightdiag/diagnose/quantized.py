@@ -54,3 +54,16 @@ def dequantized_line(row: dict[str, Any]) -> str | None:
         return None
     parts = [f"{label} ({n} {'matrix' if n == 1 else 'matrices'})" for label, n in formats.most_common()]
     return "dequantized from " + "; ".join(parts) + ": fits are of the exactly dequantized values"
+
+
+def grid_line(row: dict[str, Any]) -> str | None:
+    """One line when float matrices hold dequantized values (a 4-bit grid per group), None otherwise."""
+    held = [m for m in row.get("matrices", []) if m.get("grid") and not m.get("dequantized")]
+    if not held:
+        return None
+    groups = sorted({m["grid"]["group"] for m in held})
+    return (
+        f"{len(held)} of {len(row['matrices'])} matrices are stored as floats but sit on a 4-bit grid (at most 16 "
+        f"distinct values per group of {'/'.join(map(str, groups))}): dequantized weights saved again, e.g. a "
+        "merged QLoRA save; their k classes are withheld (quantization reshapes |w|)"
+    )

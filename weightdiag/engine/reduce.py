@@ -34,6 +34,7 @@ class Reduction:
     power_sums: np.ndarray | None = None  # F32: [sum d, d^2, d^3, d^4, sum |x|], d = x - shift, finite x
     shift: float = 0.0
     n_inf: int | None = None  # F32 only (its buckets mix Inf with NaN); exact dtypes read it from codes
+    grid: tuple[int, int] | None = None  # (bits, group): float values on a quantization grid (see grid_probe)
 
 
 def reduce_array(flat: np.ndarray, dtype: str, segments: Segments | None = None) -> Reduction:
@@ -195,4 +196,32 @@ def merge(parts: list[Reduction]) -> Reduction:
         merged.power_sums = total
     if first.n_inf is not None:
         merged.n_inf = sum(p.n_inf or 0 for p in parts)
+    merged.grid = next((p.grid for p in parts if p.grid is not None), None)
     return merged
+
+
+# ---------------------------------------------------------------------------------------------
+# Dequantized weights saved as floats (a merged QLoRA save, a GPTQ model dequantized to BF16): their
+# values sit on a 4-bit grid, at most 16 distinct values in every group of 32 to 128 consecutive
+# elements of a row, where trained weights have almost as many distinct values as elements.
+GRID_GROUPS = (128, 64, 32)
+GRID_SAMPLE = 1 << 14  # elements looked at: the first rows of the matrix
+GRID_LEVELS = 16  # a 4-bit code
+
+
+def grid_probe(codes: np.ndarray, row_length: int) -> tuple[int, int] | None:
+    """(4, group) when the first rows of a matrix (its storage codes, flat) hold at most 16 distinct values
+    in each group of `group` consecutive elements of a row, for the largest such group; else None. A matrix
+    with few distinct values overall (zeros, a constant) is no grid."""
+    rows = max(1, min(GRID_SAMPLE // max(row_length, 1), codes.size // max(row_length, 1)))
+    sample = codes[: rows * row_length].reshape(rows, row_length)
+    if np.unique(sample).size <= 4 * GRID_LEVELS:
+        return None
+    for group in GRID_GROUPS:
+        if row_length % group or rows * row_length < 8 * group:
+            continue
+        groups = np.sort(sample.reshape(-1, group), axis=1)
+        distinct = 1 + np.count_nonzero(np.diff(groups, axis=1), axis=1)
+        if int(distinct.max()) <= GRID_LEVELS:
+            return 4, group
+    return None

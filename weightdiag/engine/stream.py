@@ -24,7 +24,7 @@ from ..chunks import SPLIT_BYTES, Chunk, Span, plan_chunks
 from ..segments import Segments
 from ..source.plan import STORAGE_NUMPY, TensorRef
 from . import kernels
-from .reduce import Reduction, merge, reduce_counted, reduce_range
+from .reduce import Reduction, grid_probe, merge, reduce_counted, reduce_range
 
 
 class ChunkReader(Protocol):
@@ -170,7 +170,11 @@ def reduce_chunked(
                     continue
                 dtype = target.ref.dtype.name
                 lo = piece.lo // STORAGE_NUMPY[dtype].itemsize
-                out.append((piece.item, reduce_piece(raw, dtype, target.selections, lo)))
+                result = reduce_piece(raw, dtype, target.selections, lo)
+                shape = target.ref.shape
+                if lo == 0 and len(shape) >= 2 and result and result[0]:  # look for a quantization grid once
+                    result[0][0].grid = grid_probe(raw.view(STORAGE_NUMPY[dtype]), shape[-1])
+                out.append((piece.item, result))
         return out
 
     pools: list[ThreadPoolExecutor] = []
