@@ -324,17 +324,8 @@ static PyObject *count_slots(PyObject *self, PyObject *args) {
     int overflow = 0;
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t first_group = col0 / group;
-    Py_ssize_t ngroups = elements ? (col0 + elements - 1) / group - first_group + 1 : 0;
-    for (Py_ssize_t r = 0; r < g.rows && !overflow;) {
+    for (Py_ssize_t r = 0; r < g.rows && !overflow; r++) {  /* row by row: streams memory, scales with threads */
         const int32_t *srow = ROW(sg, int32_t, r);
-        /* Rows that share every slot (a 128x128 FP8 block's rows): each group of the run is counted into
-         * four interleaved 32-bit sub-histograms, so repeated codes do not wait on one counter, and added
-         * to the slot's counts once per run. Runs of one row (per-row scales) count straight into them. */
-        Py_ssize_t run = 1;
-        if (bits == 8 && ncodes == 256)
-            while (r + run < g.rows && run < 4096 &&
-                   !memcmp(srow, ROW(sg, int32_t, r + run), (size_t)ngroups * sizeof(int32_t)))
-                run++;
         Py_ssize_t c = 0;
         while (c < elements) {
             Py_ssize_t gi = (col0 + c) / group;
@@ -343,36 +334,18 @@ static PyObject *count_slots(PyObject *self, PyObject *args) {
             int64_t base = (int64_t)srow[gi - first_group] * ncodes;
             if (base < 0 || base + ncodes > nslots_codes) { overflow = 1; break; }
             int64_t *restrict h = counts + base;
-            if (run >= 8) {
-                uint32_t sub[4][256];
-                memset(sub, 0, sizeof(sub));
-                for (Py_ssize_t rr = r; rr < r + run; rr++) {
-                    const uint8_t *restrict p = ROW(g, uint8_t, rr);
-                    Py_ssize_t i = c;
-                    for (; i + 4 <= end; i += 4) {
-                        uint8_t a = p[i], b = p[i + 1], cc = p[i + 2], d = p[i + 3];
-                        sub[0][a]++; sub[1][b]++; sub[2][cc]++; sub[3][d]++;
-                    }
-                    for (; i < end; i++) sub[0][p[i]]++;
-                }
-                for (int k = 0; k < 256; k++) h[k] += (int64_t)sub[0][k] + sub[1][k] + sub[2][k] + sub[3][k];
+            const uint8_t *restrict p = ROW(g, uint8_t, r);
+            if (bits == 8) {
+                Py_ssize_t i = c;
+                for (; i + 4 <= end; i += 4) { h[p[i]]++; h[p[i + 1]]++; h[p[i + 2]]++; h[p[i + 3]]++; }
+                for (; i < end; i++) h[p[i]]++;
             } else {
-                for (Py_ssize_t rr = r; rr < r + run; rr++) {
-                    const uint8_t *restrict p = ROW(g, uint8_t, rr);
-                    if (bits == 8) {
-                        Py_ssize_t i = c;
-                        for (; i + 4 <= end; i += 4) { h[p[i]]++; h[p[i + 1]]++; h[p[i + 2]]++; h[p[i + 3]]++; }
-                        for (; i < end; i++) h[p[i]]++;
-                    } else {
-                        const uint8_t *restrict b = p + c / 2;
-                        Py_ssize_t n = (end - c) / 2;
-                        for (Py_ssize_t i = 0; i < n; i++) { h[b[i] & 15]++; h[b[i] >> 4]++; }
-                    }
-                }
+                const uint8_t *restrict b = p + c / 2;
+                Py_ssize_t n = (end - c) / 2;
+                for (Py_ssize_t i = 0; i < n; i++) { h[b[i] & 15]++; h[b[i] >> 4]++; }
             }
             c = end;
         }
-        r += run;
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&g.view);

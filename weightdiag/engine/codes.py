@@ -44,14 +44,19 @@ _EXTENDED_EDGES = np.concatenate([[-np.inf], BIN_EDGES, [np.inf]])  # [i + 1] is
 
 def _edge_index(logs: np.ndarray) -> np.ndarray:
     """searchsorted(BIN_EDGES, logs, "right") - 1, the largest i with BIN_EDGES[i] <= x (-1 below the first),
-    by arithmetic and one exact correction each way instead of a binary search (the estimate is off by at
-    most one: the edges are evenly spaced)."""
-    width = (BIN_EDGES[-1] - BIN_EDGES[0]) / HIST_BINS
+    by arithmetic instead of a binary search: the edges are evenly spaced, so the estimate is exact except
+    within a rounding error of an edge, where one exact comparison each way settles it."""
     with np.errstate(invalid="ignore", over="ignore"):
-        estimate = np.floor((np.where(np.isnan(logs), -np.inf, logs) - BIN_EDGES[0]) / width)
-    index = np.clip(estimate, -1, HIST_BINS).astype(np.int64)
-    index -= logs < _EXTENDED_EDGES[index + 1]
-    index += logs >= _EXTENDED_EDGES[np.minimum(index + 2, HIST_BINS + 2)]
+        scaled = (np.where(np.isnan(logs), -np.inf, logs) - BIN_EDGES[0]) * (HIST_BINS / (BIN_EDGES[-1] - BIN_EDGES[0]))
+        estimate = np.floor(np.clip(scaled, -1.0, float(HIST_BINS)))
+        offset = scaled - estimate
+    index = estimate.astype(np.int64)
+    near = ~((offset > 1e-6) & (offset < 1 - 1e-6))  # also the clipped ends, whatever they are
+    if near.any():
+        at, x = index[near], logs[near]
+        at -= x < _EXTENDED_EDGES[at + 1]
+        at += x >= _EXTENDED_EDGES[np.minimum(at + 2, HIST_BINS + 2)]
+        index[near] = at
     return index
 
 

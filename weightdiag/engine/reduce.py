@@ -120,11 +120,14 @@ def _f32_shift(counts: np.ndarray) -> float:
     return float(np.dot(counts[finite], code_values("F32")[finite]) / n_finite) if n_finite else 0.0
 
 
-def reduce_counted(values: np.ndarray, weights: np.ndarray, numel: int, argmax: int) -> Reduction:
+def reduce_counted(
+    values: np.ndarray, weights: np.ndarray, numel: int, argmax: int, max_abs: float | None = None
+) -> Reduction:
     """The F32 reduction of `numel` elements given as distinct float32 `values` held `weights` times each
     (a quantized weight counted per scale group and code: weightdiag.quant), with `argmax` the flat index
-    of the first largest finite |value| (-1: none). Counts and histograms are exactly those of the elements
-    themselves; the power sums are the same sums taken value by value."""
+    of the first largest finite |value| (-1: none) and `max_abs` that value when the caller knows it.
+    Counts and histograms are exactly those of the elements themselves; the power sums are the same sums
+    taken value by value."""
     values = np.ascontiguousarray(values, dtype=np.float32)
     weights = np.ascontiguousarray(weights, dtype=np.int64)
     counts = kernels.weighted_counts(values, weights)
@@ -135,8 +138,9 @@ def reduce_counted(values: np.ndarray, weights: np.ndarray, numel: int, argmax: 
     n_inf = int(weights[np.isinf(values)].sum())
     shift = _f32_shift(counts)
     sums = kernels.weighted_power_sums(values, weights, shift)
-    held = np.isfinite(values) & (weights > 0)
-    max_abs = float(np.abs(values[held]).max()) if held.any() else float("nan")
+    if max_abs is None:
+        held = np.isfinite(values) & (weights > 0)
+        max_abs = float(np.abs(values[held]).max()) if held.any() else float("nan")
     return Reduction("F32", numel, counts, False, argmax, max_abs, hist, sums, shift, n_inf)
 
 

@@ -46,6 +46,7 @@ class Counted:
     numel: int
     first: int  # decoded index of the piece's first element
     argmax: int  # decoded index of its first largest finite |value|, -1 when none
+    max_abs: float  # that largest finite |value| (nan when none)
 
 
 class Decoder(Protocol):
@@ -188,14 +189,17 @@ class RowMajorDecoder:
             out = (pairs.sum(axis=1) + pairs.sum(axis=2)).reshape(-1)
         held = np.flatnonzero(out)  # a block holds a few of the 256 codes: keep only those entries
         values, weights = table.reshape(-1)[held], out[held]
-        magnitudes = np.where(np.isfinite(values), np.abs(values), -1.0)
+        magnitudes = np.abs(values)
+        finite = np.isfinite(magnitudes)
+        if not finite.all():  # NaN/Inf codes (FP8 E4M3 has NaN) never count as the largest |w|
+            magnitudes = np.where(finite, magnitudes, np.float32(-1.0))
         top = float(magnitudes.max()) if magnitudes.size else -1.0
         argmax = -1
         if top >= 0:
             wanted = np.zeros(table.size, dtype=bool)
             wanted[held[magnitudes == top]] = True
             argmax = first + self._locate(raw, rects, slots, row_lo, wanted.reshape(table.shape))
-        return Counted(values, weights, count, first, argmax)
+        return Counted(values, weights, count, first, argmax, top if argmax >= 0 else float("nan"))
 
     def _locate(self, raw: np.ndarray, rects, slots: np.ndarray, row_lo: int, wanted: np.ndarray) -> int:
         """Offset in the piece of its first element whose (slot, code) is `wanted` (one is, by construction)."""
