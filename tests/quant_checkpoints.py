@@ -199,3 +199,173 @@ BNB_4BIT_CONFIG = {
     "bnb_4bit_use_double_quant": True,
 }
 BNB_8BIT_CONFIG = {"quant_method": "bitsandbytes", "load_in_8bit": True}
+
+
+# --- compressed-tensors (its own compressors and dequantizer, on the CPU) -------------------------------------
+# Each weight is quantized and packed by compressed-tensors' compressor for the format; the twin is the same
+# library's decompress, with the scale handed over as float32 (so the library computes in float32, as the
+# decoders do; it would otherwise compute in the scale's BF16).
+
+
+def _ct_args(**weights: Any):
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+
+    args = QuantizationArgs(**weights)
+    return args, QuantizationScheme(targets=["Linear"], weights=args)
+
+
+def _ct_config(fmt: str, **weights: Any) -> dict[str, Any]:
+    return {
+        "quant_method": "compressed-tensors",
+        "format": fmt,
+        "quantization_status": "compressed",
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "format": fmt}},
+        "ignore": [],
+    }
+
+
+def ct_pack(bits: int = 4, group: int | None = 128, symmetric: bool = True) -> Quantizer:
+    """pack-quantized INT`bits`: group (or channel when group is None) scales in BF16, zero points when asymmetric."""
+
+    def quantize(name: str, w: torch.Tensor):
+        from compressed_tensors.compressors import PackedQuantizationCompressor
+        from compressed_tensors.quantization.utils import calculate_qparams
+
+        strategy = "group" if group else "channel"
+        args, scheme = _ct_args(num_bits=bits, type="int", symmetric=symmetric, strategy=strategy, group_size=group)
+        parts = w.reshape(w.shape[0], -1, group or w.shape[1])
+        scale, zero = calculate_qparams(parts.amin(-1), parts.amax(-1), args)
+        state = {"weight": w, "weight_scale": scale.to(torch.bfloat16), "weight_zero_point": zero}
+        stored = PackedQuantizationCompressor.compress(state, scheme)
+        back = PackedQuantizationCompressor.decompress(
+            {**stored, "weight_scale": stored["weight_scale"].float()}, scheme
+        )
+        base = name[: -len("weight")]
+        return {base + k: v for k, v in stored.items()}, (name, back["weight"])
+
+    return quantize
+
+
+def ct_pack_config(bits: int = 4, group: int | None = 128, symmetric: bool = True) -> dict[str, Any]:
+    strategy = "group" if group else "channel"
+    return _ct_config(
+        "pack-quantized", num_bits=bits, type="int", symmetric=symmetric, strategy=strategy, group_size=group
+    )
+
+
+def _fp4_values(packed: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8
+
+    return unpack_fp4_from_uint8(packed, rows, cols, dtype=torch.float32)
+
+
+def _nvfp4_codes(w: torch.Tensor) -> dict[str, torch.Tensor]:
+    """compressed-tensors NVFP4: packed E2M1 codes, an FP8 scale per 16 and the float32 global scale."""
+    from compressed_tensors.compressors import NVFP4PackedCompressor
+    from compressed_tensors.quantization.utils import calculate_qparams, generate_gparam
+
+    args, scheme = _ct_args(num_bits=4, type="float", symmetric=True, strategy="tensor_group", group_size=16)
+    global_scale = generate_gparam(w.min(), w.max())
+    parts = w.reshape(w.shape[0], -1, 16)
+    scale, _ = calculate_qparams(parts.amin(-1), parts.amax(-1), args, global_scale=global_scale)
+    state = {"weight": w, "weight_scale": scale, "weight_global_scale": global_scale}
+    return NVFP4PackedCompressor.compress(state, scheme)
+
+
+def nvfp4_ct() -> Quantizer:
+    def quantize(name: str, w: torch.Tensor):
+        from compressed_tensors.quantization.lifecycle.forward import dequantize
+
+        stored = _nvfp4_codes(w)
+        args, _ = _ct_args(num_bits=4, type="float", symmetric=True, strategy="tensor_group", group_size=16)
+        values = dequantize(
+            _fp4_values(stored["weight_packed"], *w.shape),
+            stored["weight_scale"].to(torch.float32),
+            args=args,
+            global_scale=stored["weight_global_scale"],
+            dtype=torch.float32,
+        )
+        base = name[: -len("weight")]
+        return {base + k: v for k, v in stored.items()}, (name, values)
+
+    return quantize
+
+
+NVFP4_CT_CONFIG = _ct_config(
+    "nvfp4-pack-quantized", num_bits=4, type="float", symmetric=True, strategy="tensor_group", group_size=16
+)
+
+
+def nvfp4_modelopt() -> Quantizer:
+    """modelopt's layout of the same codes: `weight` U8, `weight_scale` FP8, `weight_scale_2` = 1 / global scale;
+    dequantized as TensorRT Model Optimizer does (NVFP4QTensor.dequantize): e2m1 * (scale * weight_scale_2)."""
+
+    def quantize(name: str, w: torch.Tensor):
+        stored = _nvfp4_codes(w)
+        scale_2 = (1 / stored["weight_global_scale"]).reshape(())
+        block = stored["weight_scale"].to(torch.float32) * scale_2
+        values = (
+            _fp4_values(stored["weight_packed"], *w.shape).reshape(w.shape[0], -1, 16) * block[..., None]
+        ).reshape(w.shape)
+        return {name: stored["weight_packed"], name + "_scale": stored["weight_scale"], name + "_scale_2": scale_2}, (
+            name,
+            values,
+        )
+
+    return quantize
+
+
+NVFP4_MODELOPT_HF_CONFIG = {
+    "producer": {"name": "modelopt", "version": "0.29.0"},
+    "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16, "exclude_modules": []},
+}
+
+
+def _mxfp4_codes(w: torch.Tensor) -> dict[str, torch.Tensor]:
+    from compressed_tensors.compressors import MXFP4PackedCompressor
+    from compressed_tensors.quantization.utils import calculate_qparams
+
+    args, scheme = _ct_args(num_bits=4, type="float", symmetric=True, strategy="group", group_size=32)
+    parts = w.reshape(w.shape[0], -1, 32)
+    scale, _ = calculate_qparams(parts.amin(-1), parts.amax(-1), args)
+    return MXFP4PackedCompressor.compress({"weight": w, "weight_scale": scale}, scheme)
+
+
+def mxfp4_ct() -> Quantizer:
+    def quantize(name: str, w: torch.Tensor):
+        from compressed_tensors.compressors.mx_utils import decompress_mx_scale
+        from compressed_tensors.quantization.lifecycle.forward import dequantize
+
+        stored = _mxfp4_codes(w)
+        args, _ = _ct_args(num_bits=4, type="float", symmetric=True, strategy="group", group_size=32)
+        scale = decompress_mx_scale(stored["weight_scale"]).to(torch.float32)
+        values = dequantize(_fp4_values(stored["weight_packed"], *w.shape), scale, args=args, dtype=torch.float32)
+        base = name[: -len("weight")]
+        return {base + k: v for k, v in stored.items()}, (name, values)
+
+    return quantize
+
+
+MXFP4_CT_CONFIG = _ct_config(
+    "mxfp4-pack-quantized", num_bits=4, type="float", symmetric=True, strategy="group", group_size=32
+)
+
+
+def mxfp4_gpt_oss() -> Quantizer:
+    """gpt-oss's layout: `X_blocks` U8 [rows, groups, 16] and `X_scales` U8 [rows, groups]; the twin is what
+    transformers' convert_moe_packed_tensors gives (in float32), turned back from its [in, out] to [out, in]."""
+
+    def quantize(name: str, w: torch.Tensor):
+        from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+        stored = _mxfp4_codes(w)
+        rows, cols = w.shape
+        blocks = stored["weight_packed"].reshape(rows, cols // 32, 16)
+        scales = stored["weight_scale"].reshape(rows, cols // 32)
+        values = convert_moe_packed_tensors(blocks[None], scales[None], dtype=torch.float32)[0].T
+        return {name + "_blocks": blocks, name + "_scales": scales}, (name, values)
+
+    return quantize
+
+
+MXFP4_CONFIG = {"quant_method": "mxfp4", "modules_to_not_convert": ["pooler"]}

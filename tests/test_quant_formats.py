@@ -29,6 +29,31 @@ FORMATS = {
         "bitsandbytes FP4, block 64",
     ),
     "bnb-int8": (qc.bnb_int8, qc.BNB_8BIT_CONFIG, None, "bitsandbytes", "bitsandbytes LLM.int8"),
+    "ct-int4-group": (
+        qc.ct_pack,
+        qc.ct_pack_config(),
+        None,
+        "compressed_tensors",
+        "INT4 (compressed-tensors), group 128",
+    ),
+    "ct-int4-asym": (
+        lambda: qc.ct_pack(symmetric=False),
+        qc.ct_pack_config(symmetric=False),
+        None,
+        "compressed_tensors",
+        "INT4 (compressed-tensors), group 128",
+    ),
+    "ct-int8-channel": (
+        lambda: qc.ct_pack(bits=8, group=None),
+        qc.ct_pack_config(bits=8, group=None),
+        None,
+        "compressed_tensors",
+        "INT8 (compressed-tensors), per channel",
+    ),
+    "nvfp4-ct": (qc.nvfp4_ct, qc.NVFP4_CT_CONFIG, None, "compressed_tensors", "NVFP4, group 16"),
+    "nvfp4-modelopt": (qc.nvfp4_modelopt, None, qc.NVFP4_MODELOPT_HF_CONFIG, "compressed_tensors", "NVFP4, group 16"),
+    "mxfp4-ct": (qc.mxfp4_ct, qc.MXFP4_CT_CONFIG, None, "compressed_tensors", "MXFP4, group 32"),
+    "mxfp4-gpt-oss": (qc.mxfp4_gpt_oss, qc.MXFP4_CONFIG, None, "transformers", "MXFP4, group 32"),
 }
 
 

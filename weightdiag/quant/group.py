@@ -335,9 +335,22 @@ def _group_ct(ref, by_name, qc, read_small):
         base = name[: -len("_packed")]
         module = base[: -len(".weight")]
         args = _ct_scheme(module, qc)
-        if ref.dtype.name == "U8":  # NVFP4: two E2M1 codes per byte
+        if ref.dtype.name == "U8":  # NVFP4 or MXFP4: two E2M1 codes per byte
             roles = {"scale": "_scale", "global_scale": "_global_scale"}
             comps = _companions(base, by_name, roles)
+            shape = (*ref.shape[:-1], ref.shape[-1] * 2)
+            if "scale" in comps and "global_scale" not in comps and comps["scale"].dtype.name in ("U8", "F8_E8M0"):
+                group = int(args.get("group_size") or 32)
+                spec = QuantSpec(
+                    "mxfp4",
+                    "compressed-tensors",
+                    4,
+                    f"MXFP4, group {group}",
+                    "float32: e2m1(code) * 2^(scale - 127)",
+                    SOURCES["compressed-tensors"],
+                    group=group,
+                )
+                return Quantized(spec, ref, {"scale": comps["scale"], **_inputs(base, by_name)}, shape)
             if set(comps) != set(roles):
                 raise _refuse(f"{name}: NVFP4 codes without weight_scale and weight_global_scale", "compressed-tensors")
             group = int(args.get("group_size") or 16)
@@ -351,15 +364,14 @@ def _group_ct(ref, by_name, qc, read_small):
                 group=group,
                 params={"global": "divide"},
             )
-            shape = (*ref.shape[:-1], ref.shape[-1] * 2)
             return Quantized(spec, ref, {**comps, **_inputs(base, by_name)}, shape)
         if ref.dtype.name != "I32":
             raise _refuse(
                 f"{name} is {ref.dtype.name}; compressed-tensors packs integers into I32", "compressed-tensors"
             )
         bits = int(args.get("num_bits") or 4)
-        if 32 % bits:
-            raise _refuse(f"{name}: {bits}-bit packing", "compressed-tensors")
+        if bits not in (2, 4, 8):
+            raise _refuse(f"{name}: {bits}-bit packing (codes straddle bytes)", "compressed-tensors")
         roles = {"scale": "_scale", "zero": "_zero_point", "g_idx": "_g_idx", "shape": "_shape"}
         comps = _companions(base, by_name, roles)
         if "scale" not in comps:
@@ -379,6 +391,7 @@ def _group_ct(ref, by_name, qc, read_small):
             params={"symmetric": symmetric, "strategy": strategy, "actorder": "g_idx" in comps},
         )
         shape = (*ref.shape[:-1], ref.shape[-1] * (32 // bits))
+        # weight_shape is checked by the decoder (rows padded to whole words are refused there)
         return Quantized(spec, ref, {**comps, **_inputs(base, by_name)}, shape)
     if name.endswith(".weight") and ref.dtype.name in ("F8_E4M3", "F8_E5M2", "I8") and name + "_scale" in by_name:
         module = name[: -len(".weight")]

@@ -32,6 +32,7 @@ def fp4_e2m1_table() -> np.ndarray:
 def e8m0_table() -> np.ndarray:
     """float32 value of each E8M0 scale code: 2^(c - 127); 0 gives 2^-127 (subnormal in float32), 255 NaN."""
     exps = np.arange(256, dtype=np.float64) - 127.0
+    exps[255] = 0.0  # NaN below; 2^128 would overflow the cast
     table = np.exp2(exps).astype(np.float32)
     table[255] = np.nan
     table.setflags(write=False)
