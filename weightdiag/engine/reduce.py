@@ -93,7 +93,7 @@ def _reduce_f32(bits: np.ndarray, segments: Segments) -> Reduction:
     max_abs = abs(float(bits[argmax : argmax + 1].view(np.float32)[0])) if argmax >= 0 else float("nan")
     # Shift by a code-level mean estimate so the float64 power sums do not cancel when |mean| >> std.
     n_finite = int(counts[finite_mask("F32")].sum())
-    shift = _f32_shift(counts)
+    shift = f32_shift(counts)
     nonfinite = segments.numel - n_finite
     n_inf = 0
     if nonfinite:  # rare: mask Inf/NaN out first (copies, but only for damaged tensors)
@@ -113,11 +113,20 @@ def finite_mask(dtype: str) -> np.ndarray:
     return mask
 
 
-def _f32_shift(counts: np.ndarray) -> float:
-    """A code-level estimate of the mean: the power sums are taken around it so they do not cancel."""
-    finite = finite_mask("F32")
-    n_finite = int(counts[finite].sum())
-    return float(np.dot(counts[finite], code_values("F32")[finite]) / n_finite) if n_finite else 0.0
+@cache
+def _f32_finite_codes() -> tuple[np.ndarray, np.ndarray]:
+    finite = np.flatnonzero(finite_mask("F32"))
+    return finite, code_values("F32")[finite]
+
+
+def f32_shift(counts: np.ndarray) -> float:
+    """A code-level estimate of the mean: the power sums are taken around it so they do not cancel.
+    (A plain multiply-and-sum: np.dot would hand 65,536 elements to BLAS, whose threads spin for
+    milliseconds on every call.)"""
+    finite, values = _f32_finite_codes()
+    held = counts[finite]
+    n_finite = int(held.sum())
+    return float((held * values).sum() / n_finite) if n_finite else 0.0
 
 
 def reduce_counted(
@@ -136,7 +145,7 @@ def reduce_counted(
     inside = (bins >= 0) & (bins < HIST_BINS) & (weights > 0)
     hist = np.bincount(bins[inside], weights=weights[inside], minlength=HIST_BINS).astype(np.int64)
     n_inf = int(weights[np.isinf(values)].sum())
-    shift = _f32_shift(counts)
+    shift = f32_shift(counts)
     sums = kernels.weighted_power_sums(values, weights, shift)
     if max_abs is None:
         held = np.isfinite(values) & (weights > 0)
@@ -183,7 +192,7 @@ def merge(parts: list[Reduction]) -> Reduction:
             hist += p.hist1024
         merged.hist1024 = hist
     if first.power_sums is not None:
-        merged.shift = _f32_shift(counts)
+        merged.shift = f32_shift(counts)
         finite = finite_mask("F32")
         total = np.zeros(kernels.POWER_SUMS, dtype=np.float64)
         for p in parts:

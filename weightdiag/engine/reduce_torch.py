@@ -13,7 +13,7 @@ import numpy as np
 
 from ..segments import Segments
 from .codes import FINITE_LIMIT16, code_values, f32_bin_tables
-from .reduce import Reduction, finite_mask, reduce_array
+from .reduce import Reduction, f32_shift, finite_mask, reduce_array
 
 CHUNK = 1 << 24  # elements per step: bounds the int64 temporaries on the device
 
@@ -111,9 +111,8 @@ def _reduce_f32(bits, segments: Segments) -> Reduction:
             best_value, best_at = int(finite_mags[i]), start + i
     counts_np = counts.cpu().numpy()
     hist = tables.histogram(counts_np, above.cpu().numpy(), irregular_hist.cpu().numpy().reshape(n_irr, 65536))
-    finite = finite_mask("F32")
-    n_finite = int(counts_np[finite].sum())
-    shift = float(np.dot(counts_np[finite], code_values("F32")[finite]) / n_finite) if n_finite else 0.0
+    n_finite = int(counts_np[finite_mask("F32")].sum())
+    shift = f32_shift(counts_np)
     sums = torch.zeros(5, dtype=torch.float64, device=device)  # as kernels.power_sums
     n_inf = 0
     values = bits.view(torch.float32)

@@ -170,10 +170,10 @@ class Summary:
             mean = red.shift + s1
         else:
             values, counts = code_values(red.dtype)[self._used], red.counts[self._used].astype(np.float64)
-            mean = float(np.dot(counts, values) / n)
+            mean = float((counts * values).sum() / n)  # no np.dot: BLAS threads spin per call
             dev2 = (values - mean) ** 2
-            m2 = float(np.dot(counts, dev2) / n)
-            m4 = float(np.dot(counts, dev2 * dev2) / n)
+            m2 = float((counts * dev2).sum() / n)
+            m4 = float((counts * dev2 * dev2).sum() / n)
         m2 = max(m2, 0.0)
         kurt = m4 / (m2 * m2) - 3.0 if m2 > 0 else float("nan")
         return mean, math.sqrt(m2), kurt
@@ -195,7 +195,7 @@ class Summary:
             if red.power_sums is not None:  # F32: the exact float64 sum of |w| (buckets would be off by up to 2^-8)
                 mean_abs = float(red.power_sums[4]) / n_finite
             else:  # exact codes
-                mean_abs = float(np.dot(dist.counts, dist.values) / n_finite)
+                mean_abs = float((dist.counts * dist.values).sum() / n_finite)
             # E[w^2] exactly from the moments, E|w| from the distribution.
             std_abs = math.sqrt(max(std**2 + mean**2 - mean_abs**2, 0.0))
         else:

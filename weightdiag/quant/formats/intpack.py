@@ -51,6 +51,24 @@ def _shape_values(companion: Companion) -> tuple[int, ...]:
     return tuple(int(x) for x in as_integers(companion.raw, companion.dtype))
 
 
+DIRECT_KEYS = 1 << 21  # keys below this are deduplicated through a presence table, not a sort
+
+
+def _dedup(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(slot of each key as int32, index of an occurrence of each slot's key): distinct keys numbered."""
+    if keys.size and keys.min() >= 0 and keys.max() < DIRECT_KEYS:  # 16-bit scales (and a 4-bit zero point)
+        present = np.zeros(int(keys.max()) + 1, dtype=bool)
+        present[keys] = True
+        distinct = np.flatnonzero(present)
+        number = np.zeros(present.size, dtype=np.int32)
+        number[distinct] = np.arange(distinct.size, dtype=np.int32)
+        where = np.zeros(present.size, dtype=np.intp)
+        where[keys] = np.arange(keys.size)  # any occurrence: a key's occurrences share one (scale, zero)
+        return number[keys], where[distinct]
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return inverse.astype(np.int32), first
+
+
 @register("int-pack")
 class PackedInt(RowMajorDecoder):
     unit_bytes = 1
@@ -97,6 +115,9 @@ class PackedInt(RowMajorDecoder):
         self.zeros: np.ndarray | None = None
         if "zero" in companions:
             self.zeros = self._zero_points(companions["zero"], grid)
+            lowest = int(self.zeros.min()) if self.zeros.size else 0
+            self.zero_keys = (self.zeros - lowest).astype(np.int64)  # slot keys: scale bytes, then this
+            self.zero_bits = int(self.zero_keys.max()).bit_length() if self.zeros.size else 0
         if self.g_idx is None and self.bits in (4, 8):
             self.group_cols = self.group  # the counting path
 
@@ -135,12 +156,12 @@ class PackedInt(RowMajorDecoder):
         for byte in range(scale_bits.shape[2]):
             keys = (keys << 8) | scale_bits[:, :, byte]
         if self.zeros is not None:
-            keys = (keys << 9) | (self.zeros[rows].astype(np.int64) + 256)
-        unique, first, inverse = np.unique(keys.reshape(-1), return_index=True, return_inverse=True)
+            keys = (keys << self.zero_bits) | self.zero_keys[rows]
+        slots, first = _dedup(keys.reshape(-1))
         scales = self.scales[rows].reshape(-1)[first]
         codes = np.arange(1 << self.bits, dtype=np.float32) - np.float32(self.offset)
-        table = np.broadcast_to(codes, (unique.size, codes.size)).copy()
+        table = np.broadcast_to(codes, (first.size, codes.size)).copy()
         if self.zeros is not None:
             table -= self.zeros[rows].reshape(-1)[first][:, None]
         table *= scales[:, None]
-        return inverse.reshape(keys.shape).astype(np.int32), table
+        return slots.reshape(keys.shape), table
