@@ -284,3 +284,23 @@ def test_damaged_companions_are_format_errors():
             _quantized("mxfp4", 4, "U8", (2, 1, 16), (2, 32), group=32),
             {"scale": _companion(torch.ones(2, 1, dtype=torch.float32))},
         )
+
+
+def test_mxfp4_fused_experts_match_transformers():
+    """gpt-oss stores experts fused: blocks [E, rows, groups, 16], scales [E, rows, groups]; the logical tensor is
+    [E, rows, groups * 32] (transformers hands the model its transpose, [E, in, out])."""
+    pytest.importorskip("compressed_tensors")
+    transformers_mxfp4 = pytest.importorskip("transformers.integrations.mxfp4")
+    w = _minilm()[:256]
+    experts = [qc._mxfp4_codes(w * s) for s in (1.0, 0.03)]
+    rows, cols = w.shape
+    blocks = torch.stack([e["weight_packed"].reshape(rows, cols // 32, 16) for e in experts])
+    scales = torch.stack([e["weight_scale"].reshape(rows, cols // 32) for e in experts])
+    want = transformers_mxfp4.convert_moe_packed_tensors(blocks, scales, dtype=torch.float32).transpose(1, 2)
+    dec = build_decoder(
+        _quantized("mxfp4", 4, "U8", tuple(blocks.shape), (2, rows, cols), group=32), {"scale": _companion(scales)}
+    )
+    raw = _raw(blocks)
+    cuts = _cuts(raw.size, cols // 2)
+    _bitwise(_decode(dec, raw, cuts), want.contiguous().numpy())
+    _counted_equals_decoded(dec, raw, cuts)
