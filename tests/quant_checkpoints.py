@@ -369,3 +369,147 @@ def mxfp4_gpt_oss() -> Quantizer:
 
 
 MXFP4_CONFIG = {"quant_method": "mxfp4", "modules_to_not_convert": ["pooler"]}
+
+
+# --- FP8 by transformers' own quantizer (finegrained_fp8.py: Fp8Quantize, and Fp8Dequantize for the twin) ------
+
+
+def fp8_transformers(block: tuple[int, int] = (128, 128), scale_fmt: str | None = None) -> Quantizer:
+    """`quant_method: fp8` as transformers writes it (weight F8_E4M3, weight_scale_inv per block); with
+    scale_fmt "ue8m0" the inverse scales are powers of two stored as F8_E8M0 (DeepSeek-V3.1's format)."""
+
+    def quantize(name: str, w: torch.Tensor):
+        from types import SimpleNamespace
+
+        from transformers.integrations.finegrained_fp8 import Fp8Dequantize, Fp8Quantize
+
+        quantizer = SimpleNamespace(quantization_config=SimpleNamespace(weight_block_size=block, scale_fmt=scale_fmt))
+        stored = Fp8Quantize(quantizer).convert({name: w})
+        scale_name = name[: -len(".weight")] + ".weight_scale_inv"
+        codes, scale = stored[name], stored[scale_name]
+        values = Fp8Dequantize(quantizer).convert({"weight": codes, "weight_scale_inv": scale})["weight"]
+        if scale.dtype != torch.float32:  # E8M0: the oracle computes in BF16 unless told; ask again in float32
+            values = Fp8Dequantize(quantizer)._dequantize_one(codes, scale, output_dtype=torch.float32)
+        return {name: codes, scale_name: scale}, (name, values)
+
+    return quantize
+
+
+def fp8_transformers_config(scale_fmt: str | None = None) -> dict[str, Any]:
+    return {k: v for k, v in {**FP8_BLOCK_CONFIG, "scale_fmt": scale_fmt}.items() if v is not None}
+
+
+# --- compressed-tensors FP8 (float-quantized) and INT8 (naive-quantized), its own compressors -----------------
+
+
+def _ct_scales(w: torch.Tensor, args: Any, strategy: str, block: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    from compressed_tensors.quantization.utils import calculate_qparams
+
+    rows, cols = w.shape
+    if strategy == "channel":
+        parts = w.reshape(rows, 1, cols)
+    elif strategy == "tensor":
+        parts = w.reshape(1, 1, -1)
+    else:  # block
+        parts = (
+            w.reshape(rows // block, block, cols // block, block)
+            .permute(0, 2, 1, 3)
+            .reshape(rows // block, -1, block * block)
+        )
+    return calculate_qparams(parts.amin(-1), parts.amax(-1), args)
+
+
+def ct_float(
+    strategy: str = "channel", scale_dtype: torch.dtype = torch.bfloat16, input_scale: bool = False
+) -> Quantizer:
+    """float-quantized FP8 E4M3 (the FP8 / FP8_DYNAMIC / FP8_BLOCK presets): weight_scale [out, 1], [1] or per
+    128x128 block in `scale_dtype`; a static `input_scale` beside it when asked (listed, never fitted)."""
+
+    def quantize(name: str, w: torch.Tensor):
+        from compressed_tensors.compressors import FloatQuantizationCompressor
+
+        extra = {"block_structure": [128, 128]} if strategy == "block" else {}
+        args, scheme = _ct_args(num_bits=8, type="float", symmetric=True, strategy=strategy, **extra)
+        scale, zero = _ct_scales(w, args, strategy)
+        scale = scale.to(scale_dtype)
+        if strategy == "tensor":
+            scale = scale.reshape(1)
+        stored = FloatQuantizationCompressor.compress(
+            {"weight": w, "weight_scale": scale, "weight_zero_point": zero}, scheme
+        )
+        back = FloatQuantizationCompressor.decompress(
+            {**stored, "weight_scale": stored["weight_scale"].float()}, scheme
+        )
+        base = name[: -len("weight")]
+        out = {base + k: v for k, v in stored.items()}
+        if input_scale:
+            out[base + "input_scale"] = torch.tensor([0.0123], dtype=torch.float32)
+        return out, (name, back["weight"])
+
+    return quantize
+
+
+def ct_float_config(strategy: str = "channel") -> dict[str, Any]:
+    extra = {"block_structure": [128, 128]} if strategy == "block" else {}
+    return _ct_config("float-quantized", num_bits=8, type="float", symmetric=True, strategy=strategy, **extra)
+
+
+def ct_naive_int8() -> Quantizer:
+    """naive-quantized INT8 per channel (the W8A16 preset): weight I8 and weight_scale [out, 1]."""
+
+    def quantize(name: str, w: torch.Tensor):
+        from compressed_tensors.compressors import NaiveQuantizationCompressor
+
+        args, scheme = _ct_args(num_bits=8, type="int", symmetric=True, strategy="channel")
+        scale, zero = _ct_scales(w, args, "channel")
+        state = {"weight": w, "weight_scale": scale.to(torch.bfloat16), "weight_zero_point": zero}
+        stored = NaiveQuantizationCompressor.compress(state, scheme)
+        back = NaiveQuantizationCompressor.decompress(
+            {**stored, "weight_scale": stored["weight_scale"].float()}, scheme
+        )
+        base = name[: -len("weight")]
+        return {base + k: v for k, v in stored.items()}, (name, back["weight"])
+
+    return quantize
+
+
+CT_NAIVE_INT8_CONFIG = _ct_config("naive-quantized", num_bits=8, type="int", symmetric=True, strategy="channel")
+
+
+# --- fbgemm FP8 and modelopt FP8 (no CPU quantizer: their published arithmetic, by hand) ---------------------
+
+
+def fbgemm_fp8() -> Quantizer:
+    """`quant_method: fbgemm_fp8` (Llama-3.1-405B-FP8): weight F8_E4M3 with a float32 weight_scale [out, 1] =
+    row amax / 448 (fbgemm_gpu quantize_fp8_per_row); transformers' FbgemmFp8Linear computes with
+    weight.float() * weight_scale (integrations/fbgemm_fp8.py)."""
+
+    def quantize(name: str, w: torch.Tensor):
+        scale = (w.abs().amax(dim=1, keepdim=True) / 448.0).clamp(min=1e-12)
+        codes = (w / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+        return {name: codes, name + "_scale": scale}, (name, codes.to(torch.float32) * scale)
+
+    return quantize
+
+
+FBGEMM_FP8_CONFIG = {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0, "modules_to_not_convert": []}
+
+
+def modelopt_fp8() -> Quantizer:
+    """TensorRT Model Optimizer FP8 (hf_quant_config quant_algo FP8): weight F8_E4M3, a scalar float32
+    weight_scale = amax / 448 and a scalar input_scale; dequantized as weight.float() * weight_scale."""
+
+    def quantize(name: str, w: torch.Tensor):
+        scale = (w.abs().max() / 448.0).reshape(())
+        codes = (w / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+        base = name[: -len("weight")]
+        stored = {name: codes, name + "_scale": scale, base + "input_scale": torch.tensor(0.05)}
+        return stored, (name, codes.to(torch.float32) * scale)
+
+    return quantize
+
+
+MODELOPT_FP8_HF_CONFIG = {
+    "producer": {"name": "modelopt", "version": "0.29.0"},
+    "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": None, "exclude_modules": []},
+}

@@ -13,8 +13,10 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from . import quant_checkpoints as qc
+from . import quant_gptq_checkpoints as gq
 from .conftest import run_cli
 
 # name -> (quantizer factory, quantization_config, hf_quant_config, library it needs, label the row must show)
@@ -54,6 +56,60 @@ FORMATS = {
     "nvfp4-modelopt": (qc.nvfp4_modelopt, None, qc.NVFP4_MODELOPT_HF_CONFIG, "compressed_tensors", "NVFP4, group 16"),
     "mxfp4-ct": (qc.mxfp4_ct, qc.MXFP4_CT_CONFIG, None, "compressed_tensors", "MXFP4, group 32"),
     "mxfp4-gpt-oss": (qc.mxfp4_gpt_oss, qc.MXFP4_CONFIG, None, "transformers", "MXFP4, group 32"),
+    "fp8-transformers": (
+        qc.fp8_transformers,
+        qc.fp8_transformers_config(),
+        None,
+        "transformers",
+        "FP8 E4M3, block 128x128",
+    ),
+    "fp8-transformers-ue8m0": (
+        lambda: qc.fp8_transformers(scale_fmt="ue8m0"),
+        qc.fp8_transformers_config("ue8m0"),
+        None,
+        "transformers",
+        "FP8 E4M3, block 128x128",
+    ),
+    "ct-fp8-channel": (
+        qc.ct_float,
+        qc.ct_float_config(),
+        None,
+        "compressed_tensors",
+        "FP8 E4M3, per channel",
+    ),
+    "ct-fp8-tensor": (
+        lambda: qc.ct_float("tensor", torch.float32, input_scale=True),
+        qc.ct_float_config("tensor"),
+        None,
+        "compressed_tensors",
+        "FP8 E4M3, per tensor",
+    ),
+    "ct-fp8-block": (
+        lambda: qc.ct_float("block"),
+        qc.ct_float_config("block"),
+        None,
+        "compressed_tensors",
+        "FP8 E4M3, block 128x128",
+    ),
+    "ct-int8-naive": (qc.ct_naive_int8, qc.CT_NAIVE_INT8_CONFIG, None, "compressed_tensors", "INT8, per channel"),
+    "fbgemm-fp8": (qc.fbgemm_fp8, qc.FBGEMM_FP8_CONFIG, None, None, "FP8 E4M3, per channel"),
+    "modelopt-fp8": (qc.modelopt_fp8, None, qc.MODELOPT_FP8_HF_CONFIG, None, "FP8 E4M3, per tensor"),
+    "gptq": (gq.gptq, gq.GPTQ_CONFIG, None, None, "GPTQ int4, group 128"),
+    "gptq-v2-int8": (
+        lambda: gq.gptq(8, 64, False, "gptq_v2"),
+        {**gq.GPTQ_CONFIG, "bits": 8, "group_size": 64, "checkpoint_format": "gptq_v2"},
+        None,
+        None,
+        "GPTQ int8, group 64",
+    ),
+    "gptq-desc-act": (
+        lambda: gq.gptq(4, 128, True),
+        {**gq.GPTQ_CONFIG, "desc_act": True},
+        None,
+        None,
+        "GPTQ int4, group 128",
+    ),
+    "awq": (gq.awq, gq.AWQ_CONFIG, None, None, "AWQ int4, group 128"),
 }
 
 
