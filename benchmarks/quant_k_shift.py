@@ -530,7 +530,7 @@ def render_markdown(doc: dict) -> str:
         "  AntiBERTy are float32 originals.",
         "- Weights that quantize to exactly 0 leave the fit (it is a fit of log |w|): on integer grids (about 1%",
         "  of the weights with INT8 per channel, 14-16% with INT4) this trims the small-|w| tail and raises k.",
-        "  FP8 zeroes none; one FP8 scale per tensor moves k through the coarse subnormal steps of small |w|.",
+        "  FP8 zeroes none of these weights; its shifts come from rounding alone.",
         "- Formats with `class kept: yes` moved k by less than the noise on every matrix measured; that is a",
         "  statement about these models, so a row still names the format it was dequantized from.",
         "",
