@@ -142,6 +142,49 @@ def test_an_unknown_quantization_method_is_refused(tmp_path):
     _refused(_write(tmp_path / "m", tensors, {"quantization_config": {"quant_method": "hqq"}}), "'hqq'", "base model")
 
 
+HQQ_CONFIG = {"quantization_config": {"quant_method": "hqq"}}
+
+
+def _hqq_layer() -> dict[str, torch.Tensor]:
+    return {
+        "model.layers.0.mlp.down_proj.W_q": torch.zeros(128, 64, dtype=torch.uint8),
+        "model.layers.0.mlp.down_proj.weight": torch.zeros(128, 64, dtype=torch.int8),
+    }
+
+
+@pytest.mark.parametrize(
+    "front_matter",
+    [
+        "base_model: acme/base-7b",
+        "base_model: 'acme/base-7b'  # the original",
+        "base_model: [acme/base-7b, acme/other]",
+        "base_model:\n- acme/base-7b\n- acme/other",
+        'base_model:\n  - "acme/base-7b"',
+    ],
+)
+def test_the_refusal_names_the_base_model_of_the_model_card(tmp_path, front_matter):
+    folder = _write(tmp_path / "m", _hqq_layer(), HQQ_CONFIG)
+    (folder / "README.md").write_text(f"---\nlicense: mit\n{front_matter}\ntags: [x]\n---\n# A quantized model\n")
+    line = _refused(folder, "'hqq'")
+    assert line.endswith("fit its unquantized base model instead: weightdiag fit acme/base-7b"), line
+
+
+@pytest.mark.parametrize("card", ["# no front matter\nbase_model: acme/x\n", "---\nlicense: mit\n---\nbase_model: x\n"])
+def test_a_card_without_base_model_in_its_front_matter_gives_the_general_advice(tmp_path, card):
+    folder = _write(tmp_path / "m", _hqq_layer(), HQQ_CONFIG)
+    (folder / "README.md").write_text(card)
+    assert _refused(folder).endswith("(the model card's base_model names it)")
+
+
+def test_a_refusal_from_the_hub_names_the_base_model(fake_hub, tmp_path):
+    folder = _write(tmp_path / "m", _hqq_layer(), HQQ_CONFIG)
+    (folder / "README.md").write_text("---\nbase_model: acme/base-7b\n---\n")
+    fake_hub.add_folder("acme/quantized-hqq", folder)
+    out = run_cli("fit", "acme/quantized-hqq", "--device", "cpu", "--no-save")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().endswith("weightdiag fit acme/base-7b"), out.stderr
+
+
 def test_a_stray_scale_beside_a_float_weight_is_refused(tmp_path):
     tensors = {
         "model.layers.0.mlp.down_proj.weight": torch.randn(64, 64),

@@ -106,6 +106,18 @@ def quantization_config(plan: ModelPlan) -> dict[str, Any] | None:
 def group_quantized(plan: ModelPlan, read_small: ReadSmall | None = None) -> None:
     """Replace the plan's stored tensors by logical quantized weights (in place); raise QuantizationError
     for what cannot be dequantized exactly. A plan with nothing quantized is left as it is."""
+    try:
+        _group(plan, read_small)
+    except QuantizationError as err:
+        if plan.base_model and TO_DO in str(err):  # the model card names the model to fit instead
+            raise QuantizationError(
+                str(err).replace(TO_DO, f"fit its unquantized base model instead: weightdiag fit {plan.base_model}"),
+                method=err.method,
+            ) from None
+        raise
+
+
+def _group(plan: ModelPlan, read_small: ReadSmall | None) -> None:
     qc = quantization_config(plan)
     method = str(qc.get("quant_method") or "").lower() if qc else None
     by_name = {t.name: t for t in plan.tensors}

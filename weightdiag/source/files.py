@@ -78,6 +78,42 @@ def load_config(folder: Path) -> dict[str, Any] | None:
 
 
 QUANT_CONFIG = "hf_quant_config.json"  # NVIDIA modelopt's quantization settings, beside config.json
+MODEL_CARD = "README.md"  # its YAML front matter's base_model names what a quantized model was made from
+CARD_HEAD = 64 << 10  # the front matter sits at the top of the card; more is never read
+
+
+def base_model_of(card: str) -> str | None:
+    """The first `base_model` of a model card's YAML front matter (a name or a list of names), else None.
+    Only this one key is read, so a few lines of parsing instead of a YAML dependency."""
+    lines = card.lstrip("\ufeff").splitlines()
+    if not lines or lines[0].strip() != "---":
+        return None
+    for i, line in enumerate(lines[1:], 1):
+        if line.strip() == "---":
+            return None
+        if not line.startswith("base_model:"):
+            continue
+        value = line[len("base_model:") :].strip()
+        if value.startswith("["):
+            value = value.strip("[]").split(",")[0]
+        elif not value:  # a block list on the next lines: "- name"
+            following = lines[i + 1] if i + 1 < len(lines) else ""
+            value = following.strip()[1:] if following.strip().startswith("-") else ""
+        name = value.split("#")[0].strip().strip("'\"")
+        return name or None
+    return None
+
+
+def load_base_model(folder: Path) -> str | None:
+    """base_model from the folder's model card, None without one."""
+    path = folder / MODEL_CARD
+    if not path.is_file():
+        return None
+    try:
+        with path.open("rb") as f:
+            return base_model_of(f.read(CARD_HEAD).decode("utf-8", errors="replace"))
+    except OSError:
+        return None
 
 
 def load_quant_config(folder: Path) -> dict[str, Any] | None:

@@ -809,7 +809,15 @@ def open_gguf(path: str | os.PathLike[str], model_id: str | None = None) -> tupl
         quantization = t.type.name if t.type.name in DECODERS else None
         refs.append(
             TensorRef(
-                t.name, dtype, t.shape, 0, t.offset, t.offset + size, note, stored_type, quantization,
+                t.name,
+                dtype,
+                t.shape,
+                0,
+                t.offset,
+                t.offset + size,
+                note,
+                stored_type,
+                quantization,
                 stored_nbytes=t.nbytes if size != t.nbytes else None,
             )
         )

@@ -48,6 +48,7 @@ from ..errors import (
     WeightdiagError,
 )
 from ..settings import http_timeout
+from .files import CARD_HEAD, MODEL_CARD, base_model_of
 from .hub_stream import HubReader, StreamedShard
 from .plan import ModelPlan, ShardInfo, TensorRef
 from .ranged import RangedFile, RetryPolicy
@@ -776,6 +777,17 @@ def _stream(
             raise HubResponseError(
                 f"{repo}/{QUANT_CONFIG}: not a JSON object", repo=repo, revision=commit, file=QUANT_CONFIG
             )
+    base_model = None
+    quantized = quant_config is not None or bool({"quantization_config", "compression_config"} & set(config or {}))
+    if quantized and MODEL_CARD in files:  # what to fit instead, should the quantization be refused
+        card = remote(MODEL_CARD)
+        head = np.empty(min(card.size, CARD_HEAD), dtype=np.uint8)
+        try:  # advice only: a card that cannot be read leaves the general advice, never fails the fit
+            if head.size:
+                card.read(0, head, policy)
+            base_model = base_model_of(head.tobytes().decode("utf-8", errors="replace"))
+        except HubError:
+            base_model = None
     if ST_INDEX in files:
         from .files import weight_map_of
 
@@ -827,6 +839,7 @@ def _stream(
         metadata=metadata,
         notes=["streamed with ranged reads (nothing written to disk)"],
         quant_config=quant_config,
+        base_model=base_model,
     )
     return plan, HubReader(streamed, policy)
 

@@ -22,6 +22,7 @@ from ..errors import CheckpointFormatError, ModelPathError
 from .files import (
     blob_sha256,
     default_model_id,
+    load_base_model,
     load_config,
     load_quant_config,
     load_weight_map,
@@ -199,6 +200,7 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
         commit=commit,
         metadata=metadata,
         quant_config=load_quant_config(root),
+        base_model=load_base_model(root),
     )
     return plan, LocalReader(root, shards)
 

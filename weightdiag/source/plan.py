@@ -128,6 +128,8 @@ class ModelPlan:
     notes: list[str] = field(default_factory=list)
     # hf_quant_config.json (NVIDIA modelopt checkpoints), when the checkpoint has one.
     quant_config: dict[str, Any] | None = None
+    # The model card's base_model (read for quantized checkpoints): what to fit instead of a refused one.
+    base_model: str | None = None
     # Set when the source checked the files' sha256 before reading (a fresh --download); a streaming
     # reader reports its own through finish(): {"summary": ..., "shards": [bool per shard]}.
     verification: dict[str, Any] | None = None
