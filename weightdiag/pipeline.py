@@ -25,6 +25,7 @@ from .engine.codes import BIN_EDGES, HIST_BINS
 from .engine.device import resolve_device
 from .engine.fit import PROTOCOLS, TRIMS
 from .engine.reduce import Reduction, reduce_array
+from .engine.vectors import VectorSummary, values_of
 from .errors import ModelPathError, OptionError
 from .layout import (
     ArchInfo,
@@ -37,9 +38,9 @@ from .layout import (
 )
 from .prefetch import Prefetcher
 from .quant.group import describe, group_quantized
-from .row import SCHEMA, matrix_record, vector_record
+from .row import SCHEMA, matrix_record, vector_offset, vector_record
 from .segments import Segments
-from .source.plan import ModelPlan, TensorReader, TensorRef, storage_view
+from .source.plan import ModelPlan, TensorReader, TensorRef
 from .vocabulary import COHORT_TRIM
 
 ProgressFn = Callable[[TensorRef, int], None]
@@ -187,11 +188,16 @@ def measure(
     try:
         for item, reduced in _reduce_all(work, reader, device, arch, options, progress):
             ref, role = item.ref, item.role
-            if reduced.values is not None:
-                values = reduced.values
+            if reduced.vector is not None:
                 vectors.append(
                     vector_record(
-                        ref.name, role, ref.dtype.name, values, arch.norm_offset, ref.stored_type, ref.quantization
+                        ref.name,
+                        role,
+                        ref.dtype.name,
+                        reduced.vector,
+                        arch.norm_offset,
+                        ref.stored_type,
+                        ref.quantization,
                     )
                 )
             else:
@@ -224,14 +230,19 @@ def measure(
     return build_row(plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes, verification)
 
 
+# Vectors up to this size are gathered whole and summarised at once (exactly numpy's mean, std and dot);
+# longer ones are summarised chunk by chunk, so that no vector is ever held as float64 whole.
+VECTOR_GATHER_BYTES = 4 << 20
+
+
 @dataclass
 class _Reduced:
-    """What the workers hand back for one tensor: a reduction (and parts), or a vector's values."""
+    """What the workers hand back for one tensor: a reduction (and parts), or a vector's summary."""
 
     whole: Reduction | None = None
     parts: list[tuple[str, Reduction]] = field(default_factory=list)
     parts_note: str | None = None
-    values: np.ndarray | None = None
+    vector: VectorSummary | None = None
 
 
 def _parts(item: _Work, arch: ArchInfo, options: FitOptions) -> tuple[list[tuple[str, Segments]], str | None]:
@@ -265,19 +276,23 @@ def _reduce_all(
         quantized = [item.ref.quant for item in work if item.ref.quant is not None]
         loader = CompanionLoader(_tensor_bytes(reader), quantized) if quantized else None
         handles = iter(range(len(quantized)))
-        targets = [
-            Target(
-                item.ref,
-                () if len(item.ref.shape) == 1 and item.ref.quant is None else (None, *(seg for _, seg in segs)),
-                LazyDecoder(loader, next(handles)) if loader is not None and item.ref.quant is not None else None,
+        targets = []
+        for item, (segs, _) in zip(work, parts, strict=True):
+            vector = len(item.ref.shape) == 1 and item.ref.quant is None
+            targets.append(
+                Target(
+                    item.ref,
+                    () if vector else (None, *(seg for _, seg in segs)),
+                    LazyDecoder(loader, next(handles)) if loader is not None and item.ref.quant is not None else None,
+                    summarize=vector and item.ref.nbytes > VECTOR_GATHER_BYTES,
+                    offset=vector_offset(item.role, arch.norm_offset),
+                )
             )
-            for item, (segs, _) in zip(work, parts, strict=True)
-        ]
         verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
         on_bytes = (lambda n: progress("bytes", n)) if progress else None
         try:
             for index, result in reduce_chunked(targets, reader, device, verify=verify, on_bytes=on_bytes):
-                yield work[index], _as_reduced(work[index], result, *parts[index])
+                yield work[index], _as_reduced(work[index], result, *parts[index], arch.norm_offset)
         finally:
             if loader is not None:
                 loader.close()
@@ -297,15 +312,23 @@ def _reduce_all(
         if progress:
             progress("bytes", item.ref.file_nbytes)
         result = raw if len(item.ref.shape) == 1 else reduce(raw, item.ref.dtype.name, [None, *(s for _, s in segs)])
-        yield item, _as_reduced(item, result, segs, note)
+        yield item, _as_reduced(item, result, segs, note, arch.norm_offset)
 
 
 def _as_reduced(
-    item: _Work, result: np.ndarray | list[Reduction], segs: list[tuple[str, Segments]], note: str | None
+    item: _Work,
+    result: np.ndarray | VectorSummary | list[Reduction],
+    segs: list[tuple[str, Segments]],
+    note: str | None,
+    norm_offset: float,
 ) -> _Reduced:
-    """A vector's raw bytes, decoded; or the whole matrix's reduction and its named fused parts."""
+    """A vector's summary (from its raw bytes when they were gathered); or the whole matrix's reduction and
+    its named fused parts."""
+    if isinstance(result, VectorSummary):
+        return _Reduced(vector=result)
     if isinstance(result, np.ndarray):
-        return _Reduced(values=_decode(storage_view(item.ref, result), item.ref.dtype.name))
+        values = values_of(result, item.ref.dtype.name)
+        return _Reduced(vector=VectorSummary.of(values, vector_offset(item.role, norm_offset)))
     whole, *rest = result
     return _Reduced(whole=whole, parts=[(kind, r) for (kind, _), r in zip(segs, rest, strict=True)], parts_note=note)
 
@@ -319,15 +342,6 @@ def _tensor_bytes(reader: TensorReader) -> Callable[[TensorRef], np.ndarray]:
         return out
 
     return read
-
-
-def _decode(values: np.ndarray, dtype: str) -> np.ndarray:
-    """Storage-form elements -> float64 values (small 1-D tensors only)."""
-    if dtype in ("BF16", "F8_E4M3", "F8_E5M2"):  # stored as integer codes: look their values up
-        from .engine.codes import code_values
-
-        return code_values(dtype)[values]
-    return values.astype(np.float64)
 
 
 def build_row(

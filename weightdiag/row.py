@@ -14,6 +14,7 @@ import numpy as np
 from .engine.fit import TRIMS, gamma_closure
 from .engine.reduce import Reduction
 from .engine.stats import MagnitudeDistribution, Summary
+from .engine.vectors import VectorSummary
 from .layout import TensorRole
 from .vocabulary import COHORT_TRIM
 
@@ -120,14 +121,13 @@ def vector_record(
     name: str,
     role: TensorRole,
     dtype: str,
-    values: np.ndarray,
+    summary: VectorSummary,
     norm_offset: float,
     stored_type: str | None = None,
     quantization: str | None = None,
 ) -> dict[str, Any]:
-    """1-D tensors: norms (gamma/beta) and biases get their own statistics."""
-    v = values.astype(np.float64)
-    finite = np.isfinite(v)
+    """1-D tensors: norms (gamma/beta) and biases get their own statistics, from the vector's summary
+    (computed with `vector_offset(role, norm_offset)` added to its values)."""
     record: dict[str, Any] = {
         "name": name,
         "block": role.block,
@@ -135,8 +135,8 @@ def vector_record(
         "kind": role.kind,
         "param": role.param,
         **dtype_fields(dtype, stored_type, quantization),
-        "numel": int(v.size),
-        "n_nonfinite": int((~finite).sum()),
+        "numel": summary.numel,
+        "n_nonfinite": summary.numel - summary.n,
     }
     if role.site:
         record["site"] = role.site
@@ -144,23 +144,24 @@ def vector_record(
         record["of_kind"] = role.of_kind
     if role.note:
         record["note"] = role.note
-    v = v[finite]
-    if role.kind == "norm" and role.param == "weight" and norm_offset:
-        v = v + norm_offset  # Gemma stores gamma - 1
-        record["offset_applied"] = norm_offset
-    with np.errstate(over="ignore"):  # F64 vectors near float64's limit: the sums overflow to Inf, stored as null
-        l2 = float(np.sqrt(np.dot(v, v))) if v.size else float("nan")
-        mean = float(v.mean()) if v.size else None
-        std = float(v.std()) if v.size else None
+    offset = vector_offset(role, norm_offset)
+    if offset:
+        record["offset_applied"] = offset
+    l2 = summary.l2
     record.update(
         {
             "l2": json_float(l2),
-            "mean": json_float(mean),
-            "std": json_float(std),
-            "min": json_float(float(v.min())) if v.size else None,
-            "max": json_float(float(v.max())) if v.size else None,
+            "mean": json_float(summary.mean),
+            "std": json_float(summary.std),
+            "min": json_float(summary.vmin),
+            "max": json_float(summary.vmax),
         }
     )
     if role.kind == "norm" and role.param == "weight":
-        record["l2_over_sqrt_d"] = json_float(l2 / math.sqrt(values.size)) if values.size else None
+        record["l2_over_sqrt_d"] = json_float(l2 / math.sqrt(summary.numel)) if summary.numel else None
     return record
+
+
+def vector_offset(role: TensorRole, norm_offset: float) -> float:
+    """What to add to a vector's stored values: the norm offset for norm weights (Gemma stores gamma - 1)."""
+    return norm_offset if role.kind == "norm" and role.param == "weight" else 0.0

@@ -35,6 +35,33 @@ class Reduction:
     shift: float = 0.0
     n_inf: int | None = None  # F32 only (its buckets mix Inf with NaN); exact dtypes read it from codes
     grid: tuple[int, int] | None = None  # (bits, group): float values on a quantization grid (see grid_probe)
+    # While a partial reduction waits between a worker and the merge, `counts` may be held as its nonzero
+    # entries (pack/unpack): a chunk of thousands of small tensors then holds kilobytes each, not 512 KiB.
+    packed: tuple[np.ndarray, np.ndarray, int] | None = None  # (codes, their counts, len(counts))
+
+    def pack(self) -> Reduction:
+        """Keep only the nonzero counts (in place; returns self)."""
+        if self.packed is None:
+            codes = np.flatnonzero(self.counts)
+            held = self.counts[codes]
+            # 6 bytes an entry where they fit (a piece's counts do, unless it holds 2^31 equal codes)
+            narrow = held.size and int(held.max()) < 1 << 31
+            self.packed = (codes.astype(np.uint16), held.astype(np.int32) if narrow else held, self.counts.size)
+            self.counts = _NO_COUNTS
+        return self
+
+    def unpack(self) -> Reduction:
+        """The dense counts back (in place; returns self)."""
+        if self.packed is not None:
+            codes, held, size = self.packed
+            self.counts = np.zeros(size, dtype=np.int64)
+            self.counts[codes] = held
+            self.packed = None
+        return self
+
+
+_NO_COUNTS = np.zeros(0, dtype=np.int64)
+_NO_COUNTS.setflags(write=False)
 
 
 def reduce_array(flat: np.ndarray, dtype: str, segments: Segments | None = None) -> Reduction:
@@ -175,6 +202,8 @@ def reduce_range(flat: np.ndarray, dtype: str, segments: Segments | None, lo: in
 
 def merge(parts: list[Reduction]) -> Reduction:
     """One Reduction from partial ones given in flat order (ties of the largest |w| keep the first)."""
+    for p in parts:
+        p.unpack()
     if len(parts) == 1:
         return parts[0]
     first = parts[0]

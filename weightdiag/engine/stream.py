@@ -25,6 +25,7 @@ from ..segments import Segments
 from ..source.plan import STORAGE_NUMPY, TensorRef
 from . import kernels
 from .reduce import Reduction, grid_probe, merge, reduce_counted, reduce_range
+from .vectors import VectorSummary, summarize_vector
 
 
 class ChunkReader(Protocol):
@@ -78,6 +79,10 @@ class Target:
     ref: TensorRef
     selections: tuple[Segments | None, ...]
     decoder: DecoderHandle | None = None
+    # A vector with no selections: summarised piece by piece (values + offset, see vectors.py) instead of
+    # gathered whole; for vectors too long to hold as float64.
+    summarize: bool = False
+    offset: float = 0.0
 
 
 PieceReducer = Callable[[np.ndarray, str, Sequence[Segments | None], int], list[list[Reduction]]]
@@ -120,11 +125,31 @@ def torch_piece_reducer(device: str) -> PieceReducer:
     return on_device
 
 
+# Results of queued chunks wait for the main thread, whose per-tensor work (statistics, fits, the record)
+# is the slow part for models of many small tensors: beyond this many tensors (pieces) queued, reading ahead
+# stops at two chunks. A waiting piece holds its nonzero counts, up to tens of kilobytes.
+MAX_PENDING_PIECES = 4096
+
+
+class _PackingList(list):
+    """The results of one chunk: each partial reduction is packed as it is appended (a chunk may hold
+    thousands of small tensors; 512 KiB of counts each would add up to gigabytes)."""
+
+    def append(self, item: tuple[int, Any]) -> None:
+        result = item[1]
+        if isinstance(result, list):
+            for parts in result:
+                for red in parts:
+                    red.pack()
+        super().append(item)
+
+
 @dataclass
 class _Partial:
     pieces_left: int
     reductions: list[list[Reduction]]
     raw: list[np.ndarray]
+    summary: VectorSummary | None = None
 
 
 def reduce_chunked(
@@ -134,8 +159,8 @@ def reduce_chunked(
     *,
     verify: bool = False,
     on_bytes: Callable[[int], None] | None = None,
-) -> Iterator[tuple[int, list[Reduction] | np.ndarray]]:
-    """(target index, merged reduction per selection, or a vector's raw bytes), in file order."""
+) -> Iterator[tuple[int, list[Reduction] | np.ndarray | VectorSummary]]:
+    """(target index, merged reduction per selection, a vector's raw bytes or its summary), in file order."""
     spans = [Span(t.ref.shard, t.ref.start, t.ref.end) for t in targets]
     regions = reader.regions() if verify else None
     chunks = plan_chunks(spans, reader.chunk_bytes, cover=regions, split_bytes=SPLIT_BYTES)
@@ -148,14 +173,17 @@ def reduce_chunked(
     reduce_piece = piece_reducer(device)
 
     def reduce_buffer(chunk: Chunk, buf: np.ndarray) -> list[tuple[int, Any]]:
-        out: list[tuple[int, Any]] = []
+        out = _PackingList()  # partial reductions wait for the main thread with their nonzero counts only
         # Several chunks are reduced at once, one per worker: no further splitting inside a kernel.
         with kernels.thread_budget(1):
             for piece in chunk.pieces:
                 target = targets[piece.item]
                 raw = buf[piece.offset : piece.offset + piece.hi - piece.lo]
                 if not target.selections:
-                    out.append((piece.item, raw.copy()))  # the buffer is reused once this returns
+                    if target.summarize:
+                        out.append((piece.item, summarize_vector(raw, target.ref.dtype.name, target.offset)))
+                    else:
+                        out.append((piece.item, raw.copy()))  # the buffer is reused once this returns
                     continue
                 if target.decoder is not None:
                     decoder = target.decoder.get()
@@ -218,22 +246,36 @@ def reduce_chunked(
     finished = False
     try:
         next_chunk = iter(chunks)
-        for chunk in next_chunk:
-            pending.append((chunk, submit(chunk)))
-            if len(pending) >= window:
-                break
+        waiting = None  # the next chunk, when the queue is full
+
+        def top_up() -> None:
+            """Queue chunks ahead, up to `window` of them and, when they hold many small tensors (whose
+            results wait for the main thread's per-tensor work), up to MAX_PENDING_PIECES pieces."""
+            nonlocal waiting
+            while len(pending) < window:
+                chunk = waiting if waiting is not None else next(next_chunk, None)
+                waiting = None
+                if chunk is None:
+                    return
+                if len(pending) >= 2 and sum(len(c.pieces) for c, _ in pending) >= MAX_PENDING_PIECES:
+                    waiting = chunk
+                    return
+                pending.append((chunk, submit(chunk)))
+
+        top_up()
         while pending:
             chunk, future = pending.popleft()
             results = future.result()
-            following = next(next_chunk, None)
-            if following is not None:
-                pending.append((following, submit(following)))
+            top_up()
             if on_bytes:  # tensor bytes only, so that the total matches the plan's
                 on_bytes(sum(piece.hi - piece.lo for piece in chunk.pieces))
-            for item, result in results:
+            for i, (item, result) in enumerate(results):
+                results[i] = None  # type: ignore[call-overload]  # its counts are unpacked below: let them go
                 entry = partials[item]
                 if isinstance(result, np.ndarray):
                     entry.raw.append(result)
+                elif isinstance(result, VectorSummary):  # pieces come in flat order
+                    entry.summary = result if entry.summary is None else entry.summary.merge(result)
                 else:  # fold as they come: a few partials in memory, however large the tensor
                     for collected, parts in zip(entry.reductions, result, strict=True):
                         for part in parts:  # one at a time: the same sums in the same order for any chunking
@@ -241,10 +283,12 @@ def reduce_chunked(
                 entry.pieces_left -= 1
                 if entry.pieces_left == 0:
                     del partials[item]
-                    if entry.raw:
+                    if entry.summary is not None:
+                        yield item, entry.summary
+                    elif entry.raw:
                         yield item, entry.raw[0] if len(entry.raw) == 1 else np.concatenate(entry.raw)
                     else:
-                        merged = [parts[0] for parts in entry.reductions]
+                        merged = [parts[0].unpack() for parts in entry.reductions]
                         handle = targets[item].decoder
                         if handle is not None:  # decoded order -> the logical matrix's flat index
                             decoder = handle.get()
