@@ -3,13 +3,11 @@ the numpy fallback, and a counted reduction equals the reduction of the elements
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 
 from weightdiag.engine import kernels
-from weightdiag.engine.codes import HIST_BINS, cohort_bins, f32_bin_tables
+from weightdiag.engine.codes import HIST_BINS, cohort_bins, cohort_bins_f32, f32_bin_tables
 from weightdiag.engine.reduce import reduce_array, reduce_counted
 
 needs_c = pytest.mark.skipif(not kernels.HAVE_C, reason="the C kernels are not built")
@@ -95,35 +93,26 @@ def test_cohort_bins_by_arithmetic_equal_a_binary_search():
     assert np.array_equal(cohort_bins(values), want)
 
 
-def test_table_bins_are_cohort_bins():
-    """The counted path bins its distinct values by table (F32BinTables.bins) instead of a log10 each: the
-    same bin for every pattern of every irregular bucket, of every bucket an edge splits (sampled), and of
-    values over the whole range, signs, zeros, subnormals, Inf and NaN included."""
+def test_bucket_bins_are_cohort_bins():
+    """The counted path bins its distinct values with a log10 only where a bin edge splits their 16-bit
+    bucket (cohort_bins_f32): the same bins as cohort_bins for every pattern of split buckets (sampled),
+    of whole unsplit ones, and of values over the whole range, signs, zeros, subnormals, Inf and NaN."""
     tables = f32_bin_tables()
-
-    def same(bits: np.ndarray) -> None:
-        want = cohort_bins(bits.view(np.float32))
-        got = tables.bins(bits)
-        inside = (want >= 0) & (want < HIST_BINS)
-        assert np.array_equal(got[inside], want[inside])
-        assert np.array_equal((got >= 0) & (got < HIST_BINS), inside)
-
     low = np.arange(65536, dtype=np.uint32)
     split = np.flatnonzero(tables.thresholds != 0xFFFFFFFF).astype(np.uint32)
-    assert split.size > 1000
-    same(((split[::7, None] << 16) | low).reshape(-1))
-    if not (tables.irregular >= 0).any():  # numpy's log10 is monotone here: mark one split bucket irregular
-        tables = copy.copy(tables)
-        key = int(split[3])
-        tables.thresholds = tables.thresholds.copy()
-        tables.thresholds[key] = 0xFFFFFFFF
-        tables.irregular = tables.irregular.copy()
-        tables.irregular[key] = 0
-        tables.irregular_bins = cohort_bins(((np.uint32(key) << 16) | low).view(np.float32))[None, :]
-    irregular = np.flatnonzero(tables.irregular >= 0).astype(np.uint32)
-    same(((irregular[:, None] << 16) | low).reshape(-1))
-    same(((split[:, None] << 16) | low[::257]).reshape(-1) | np.uint32(0x80000000))  # negative values
+    unsplit = np.flatnonzero((tables.thresholds == 0xFFFFFFFF) & (tables.irregular < 0)).astype(np.uint32)
+    assert split.size > 1000 and unsplit.size > 1000
     rng = np.random.default_rng(0)
     values = (rng.standard_normal(200_000) * 10.0 ** rng.uniform(-15, 4, 200_000)).astype(np.float32)
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3e38], dtype=np.float32)
-    same(np.concatenate([values, special]).view(np.uint32))
+    for bits in (
+        ((split[::7, None] << 16) | low).reshape(-1),
+        ((split[:, None] << 16) | low[::257]).reshape(-1) | np.uint32(0x80000000),  # negative values
+        ((unsplit[::97, None] << 16) | low).reshape(-1),
+        np.concatenate([values, special]).view(np.uint32),
+    ):
+        want = cohort_bins(bits.view(np.float32))
+        got = cohort_bins_f32(bits.view(np.float32))
+        inside = (want >= 0) & (want < HIST_BINS)
+        assert np.array_equal(got[inside], want[inside])
+        assert np.array_equal((got >= 0) & (got < HIST_BINS), inside)

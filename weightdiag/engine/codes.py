@@ -147,18 +147,6 @@ class F32BinTables:
                     irregular_bins.append(cohort_bins(patterns[row].view(np.float32)))
         self.irregular_bins = np.array(irregular_bins, dtype=np.int64).reshape(-1, 65536)
 
-    def bins(self, bits: np.ndarray) -> np.ndarray:
-        """cohort_bins of float32 values given as their uint32 bit patterns, by table lookups instead of a
-        log10 per value (the same bins: the tables were made by cohort_bins)."""
-        mag = bits & np.uint32(0x7FFFFFFF)
-        key = mag >> np.uint32(16)
-        out = self.base_bin[key] + (mag >= self.thresholds[key])
-        odd = self.irregular[key]
-        where = np.flatnonzero(odd >= 0)
-        if where.size:
-            out[where] = self.irregular_bins[odd[where], mag[where] & np.uint32(0xFFFF)]
-        return out
-
     def histogram(self, counts16: np.ndarray, above: np.ndarray, irregular_hist: np.ndarray) -> np.ndarray:
         """Assemble the exact 1024-bin histogram from one F32 pass's outputs."""
         mag_counts = counts16[:32768] + counts16[32768:]  # fold the sign bit
@@ -175,3 +163,24 @@ class F32BinTables:
 @lru_cache(maxsize=1)
 def f32_bin_tables() -> F32BinTables:
     return F32BinTables()
+
+
+@cache
+def _bucket_bins() -> tuple[np.ndarray, np.ndarray]:
+    """Per 16-bit magnitude bucket of float32: the bin of its first and of its last pattern."""
+    mags = np.arange(32768, dtype=np.uint32) << 16
+    return cohort_bins(mags.view(np.float32)), cohort_bins((mags | 0xFFFF).view(np.float32))
+
+
+def cohort_bins_f32(values: np.ndarray) -> np.ndarray:
+    """cohort_bins of float32 values, with a log10 only for those in a bucket that a bin edge splits (about a
+    quarter): the others take their bucket's bin, as F32BinTables assumes for its regular buckets. Cheap to
+    set up (65,536 logs), unlike F32BinTables, which a run without F32 tensors never builds."""
+    first, last = _bucket_bins()
+    key = (np.ascontiguousarray(values, dtype=np.float32).view(np.uint32) & np.uint32(0x7FFFFFFF)) >> np.uint32(16)
+    bins = first[key]
+    split = np.flatnonzero(first[key] != last[key])
+    if split.size:
+        with np.errstate(invalid="ignore"):
+            bins[split] = cohort_bins(values[split])
+    return bins

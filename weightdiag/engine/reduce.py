@@ -19,7 +19,7 @@ import numpy as np
 
 from ..segments import Segments, clip
 from . import kernels
-from .codes import FINITE_LIMIT16, HIST_BINS, code_values, f32_bin_tables
+from .codes import FINITE_LIMIT16, HIST_BINS, code_values, cohort_bins_f32, f32_bin_tables
 
 
 @dataclass
@@ -167,7 +167,7 @@ def reduce_counted(
     values = np.ascontiguousarray(values, dtype=np.float32)
     weights = np.ascontiguousarray(weights, dtype=np.int64)
     counts = kernels.weighted_counts(values, weights)
-    bins = f32_bin_tables().bins(values.view(np.uint32))  # cohort_bins by table: no log10 per value
+    bins = cohort_bins_f32(values)
     inside = (bins >= 0) & (bins < HIST_BINS) & (weights > 0)
     hist = np.bincount(bins[inside], weights=weights[inside], minlength=HIST_BINS).astype(np.int64)
     n_inf = int(weights[np.isinf(values)].sum())
