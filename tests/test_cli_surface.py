@@ -538,3 +538,22 @@ def test_the_progress_bar_is_one_line_at_any_width(width):
         assert drawn
         assert all(len(line) <= width for line in drawn), drawn
         assert all("tensors" in line for line in drawn), drawn  # never wrapped onto a second line
+
+
+def test_every_option_names_its_flags():
+    """typer 0.27 (inside the declared range) turns an option declared with a metavar and no name into
+    `--DEVICE` ('No such option: --device'); every option therefore names its flags explicitly."""
+    import ast
+
+    import weightdiag.cli
+
+    tree = ast.parse(Path(weightdiag.cli.__file__).read_text(encoding="utf-8"))
+    unnamed = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "Option"
+        and not (node.args and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith("-"))
+    ]
+    assert not unnamed, f"typer.Option without flag names at cli.py lines {unnamed}"

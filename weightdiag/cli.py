@@ -199,7 +199,7 @@ TrainStepsOption = Annotated[
     float | None, typer.Option("--train-steps", metavar="STEPS", help="Training steps done (for T/tau).")
 ]
 PresetOption = Annotated[
-    str | None, typer.Option(metavar="NAME", help="Recipe preset, e.g. pythia-410m (README, T/tau).")
+    str | None, typer.Option("--preset", metavar="NAME", help="Recipe preset, e.g. pythia-410m (README, T/tau).")
 ]
 
 
@@ -216,12 +216,17 @@ def fit(
         ),
     ],
     db: DbOption = None,
-    device: Annotated[str, typer.Option(metavar="DEVICE", help="Where to reduce: auto, cpu, cuda, cuda:N.")] = "auto",
+    device: Annotated[
+        str, typer.Option("--device", metavar="DEVICE", help="Where to reduce: auto, cpu, cuda, cuda:N.")
+    ] = "auto",
     protocol: Annotated[
-        str, typer.Option(metavar="PROTOCOL", help="hist1024 (the cohort's protocol) or exact (order statistics).")
+        str,
+        typer.Option(
+            "--protocol", metavar="PROTOCOL", help="hist1024 (the cohort's protocol) or exact (order statistics)."
+        ),
     ] = "hist1024",
     trim: Annotated[
-        str, typer.Option(metavar="TRIM", help="Trim for per-kind medians: mid80 (paper), mid90 or full.")
+        str, typer.Option("--trim", metavar="TRIM", help="Trim for per-kind medians: mid80 (paper), mid90 or full.")
     ] = COHORT_TRIM,
     center: Annotated[
         bool,
@@ -240,24 +245,24 @@ def fit(
         typer.Option("--exclude", metavar="GLOB", help="Skip tensors matching this glob (repeatable)."),
     ] = None,
     revision: Annotated[
-        str | None, typer.Option(metavar="REV", help="Hub branch, tag or commit (same as ORG/NAME@REV).")
+        str | None, typer.Option("--revision", metavar="REV", help="Hub branch, tag or commit (same as ORG/NAME@REV).")
     ] = None,
     token: Annotated[
-        str | None, typer.Option(metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
+        str | None, typer.Option("--token", metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
     ] = None,
     download: Annotated[
         bool, typer.Option("--download", help="Fetch whole shards into the HF cache instead of streaming.")
     ] = False,
     connections: ConnectionsOption = 8,
     name: Annotated[
-        str | None, typer.Option(metavar="ID", help="Model id to record (default: from the path or repo).")
+        str | None, typer.Option("--name", metavar="ID", help="Model id to record (default: from the path or repo).")
     ] = None,
     lr: LrOption = None,
     weight_decay: WeightDecayOption = None,
     train_steps: TrainStepsOption = None,
     preset: PresetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the row as JSON on stdout.")] = False,
-    save: Annotated[bool, typer.Option(help="Write the row into the database folder.")] = True,
+    save: Annotated[bool, typer.Option("--save/--no-save", help="Write the row into the database folder.")] = True,
     quiet: QuietOption = False,
 ) -> None:
     """Fit a Weibull to |w| of every weight matrix and write one row to the database."""
@@ -303,13 +308,19 @@ def fit(
 
 
 ProtocolOption = Annotated[
-    str, typer.Option(metavar="PROTOCOL", help="hist1024 or exact: the protocol for models that must be fitted.")
+    str,
+    typer.Option(
+        "--protocol", metavar="PROTOCOL", help="hist1024 or exact: the protocol for models that must be fitted."
+    ),
 ]
 DeviceOption = Annotated[
-    str, typer.Option(metavar="DEVICE", help="Where to reduce when a model must be fitted: auto, cpu, cuda, cuda:N.")
+    str,
+    typer.Option(
+        "--device", metavar="DEVICE", help="Where to reduce when a model must be fitted: auto, cpu, cuda, cuda:N."
+    ),
 ]
 TokenOption = Annotated[
-    str | None, typer.Option(metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
+    str | None, typer.Option("--token", metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
 ]
 
 
@@ -343,7 +354,9 @@ def compare(
     preset: PresetOption = None,
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
-    save: Annotated[bool, typer.Option(help="Save the rows of models fitted on the way in the database.")] = True,
+    save: Annotated[
+        bool, typer.Option("--save/--no-save", help="Save the rows of models fitted on the way in the database.")
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -387,7 +400,10 @@ def check(
         str, typer.Argument(metavar="MODEL", help="Model to check: a path, a Hub id, or a row file (.json).")
     ],
     baseline: Annotated[
-        Path, typer.Option(metavar="ROW", help="The baseline row file (weightdiag.row/1 JSON).", show_default=False)
+        Path,
+        typer.Option(
+            "--baseline", metavar="ROW", help="The baseline row file (weightdiag.row/1 JSON).", show_default=False
+        ),
     ],
     tol_k: Annotated[
         float, typer.Option("--tol-k", metavar="TOL", help="Allowed |k - k_baseline| (absolute).")
@@ -395,12 +411,14 @@ def check(
     tol_lambda: Annotated[
         float, typer.Option("--tol-lambda", metavar="TOL", help="Allowed |λ/λ_baseline - 1|.")
     ] = 0.01,
-    junit: Annotated[Path | None, typer.Option(metavar="FILE", help="Also write a JUnit XML report here.")] = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", metavar="FILE", help="Also write a JUnit XML report here.")
+    ] = None,
     db: DbOption = None,
     device: DeviceOption = "auto",
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
-    save: Annotated[bool, typer.Option(help="Save the fitted row in the database.")] = False,
+    save: Annotated[bool, typer.Option("--save/--no-save", help="Save the fitted row in the database.")] = False,
     # Not --all: on `sweep`, --all means every revision.
     show_passing: Annotated[bool, typer.Option("--show-passing", help="List passing matrices too.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
@@ -514,7 +532,7 @@ def db_show(
 def db_export(
     fmt: Annotated[str, typer.Option("--format", metavar="FORMAT", help="csv or jsonl.")] = "csv",
     output: Annotated[
-        Path | None, typer.Option(metavar="FILE", help="Write here (atomically) instead of stdout.")
+        Path | None, typer.Option("--output", metavar="FILE", help="Write here (atomically) instead of stdout.")
     ] = None,
     db: DbOption = None,
     fitted_only: Annotated[bool, typer.Option("--fitted", help="Only fitted rows (no cohort entries).")] = False,
@@ -538,26 +556,29 @@ def sweep(
         typer.Argument(metavar="MODEL", help="A Hub repo id (ORG/NAME) or a folder of checkpoint folders."),
     ],
     revisions: Annotated[
-        str | None, typer.Option(metavar="REV,...", help="Comma-separated revisions (branch / folder names).")
+        str | None,
+        typer.Option("--revisions", metavar="REV,...", help="Comma-separated revisions (branch / folder names)."),
     ] = None,
     steps: Annotated[
         str | None,
         typer.Option(
+            "--steps",
             metavar="log:N|STEP,...",
             help="Which checkpoints: N log-spaced steps (default log:14) or a list of steps.",
         ),
     ] = None,
     every: Annotated[bool, typer.Option("--all", help="Every revision.")] = False,
     glob: Annotated[
-        str | None, typer.Option(metavar="GLOB", help="Local runs: glob of checkpoint folders (default step*, ...).")
+        str | None,
+        typer.Option("--glob", metavar="GLOB", help="Local runs: glob of checkpoint folders (default step*, ...)."),
     ] = None,
     db: DbOption = None,
-    jobs: Annotated[int, typer.Option(metavar="N", help="Local worker processes.")] = 1,
+    jobs: Annotated[int, typer.Option("--jobs", metavar="N", help="Local worker processes.")] = 1,
     executor: Annotated[
-        str, typer.Option(metavar="EXECUTOR", help="local (processes) or ray (an existing Ray cluster).")
+        str, typer.Option("--executor", metavar="EXECUTOR", help="local (processes) or ray (an existing Ray cluster).")
     ] = "local",
     ray_address: Annotated[
-        str | None, typer.Option(metavar="ADDRESS", help="Ray cluster address (default: RAY_ADDRESS).")
+        str | None, typer.Option("--ray-address", metavar="ADDRESS", help="Ray cluster address (default: RAY_ADDRESS).")
     ] = None,
     protocol: ProtocolOption = "hist1024",
     device: DeviceOption = "auto",
@@ -565,7 +586,8 @@ def sweep(
     weight_decay: WeightDecayOption = None,
     preset: PresetOption = None,
     name: Annotated[
-        str | None, typer.Option(metavar="ID", help="Model id for the rows (default: repo id or folder name).")
+        str | None,
+        typer.Option("--name", metavar="ID", help="Model id for the rows (default: repo id or folder name)."),
     ] = None,
     token: TokenOption = None,
     download: Annotated[bool, typer.Option("--download", help="Fetch whole shards into the HF cache.")] = False,
@@ -639,18 +661,27 @@ def trajectory(
     ],
     db: DbOption = None,
     schedule: Annotated[
-        str, typer.Option(metavar="SCHEDULE", help="constant (T x eta x wd) or cosine (warmup + cosine decay).")
+        str,
+        typer.Option(
+            "--schedule", metavar="SCHEDULE", help="constant (T x eta x wd) or cosine (warmup + cosine decay)."
+        ),
     ] = "constant",
-    total: Annotated[float | None, typer.Option(metavar="STEPS", help="Cosine: total training steps.")] = None,
-    warmup: Annotated[float, typer.Option(metavar="STEPS", help="Cosine: warm-up steps.")] = 0.0,
-    min_lr_ratio: Annotated[float, typer.Option(metavar="RATIO", help="Cosine: final learning rate / peak.")] = 0.1,
+    total: Annotated[
+        float | None, typer.Option("--total", metavar="STEPS", help="Cosine: total training steps.")
+    ] = None,
+    warmup: Annotated[float, typer.Option("--warmup", metavar="STEPS", help="Cosine: warm-up steps.")] = 0.0,
+    min_lr_ratio: Annotated[
+        float, typer.Option("--min-lr-ratio", metavar="RATIO", help="Cosine: final learning rate / peak.")
+    ] = 0.1,
     plot: Annotated[
         Path | None,
-        typer.Option(metavar="DIR", help="Write PNG plots into this folder (needs the [plot] extra)."),
+        typer.Option("--plot", metavar="DIR", help="Write PNG plots into this folder (needs the [plot] extra)."),
     ] = None,
     protocol: Annotated[
         str | None,
-        typer.Option(metavar="PROTOCOL", help="Use rows fitted with this protocol (default: hist1024 if any)."),
+        typer.Option(
+            "--protocol", metavar="PROTOCOL", help="Use rows fitted with this protocol (default: hist1024 if any)."
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
     quiet: QuietOption = False,  # accepted for uniformity: trajectory prints no notes
@@ -699,7 +730,7 @@ def report(
     ] = None,
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
-    save: Annotated[bool, typer.Option(help="Save a freshly fitted row in the database.")] = True,
+    save: Annotated[bool, typer.Option("--save/--no-save", help="Save a freshly fitted row in the database.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     quiet: QuietOption = False,
 ) -> None:
