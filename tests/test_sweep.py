@@ -286,9 +286,14 @@ def test_a_run_of_identical_checkpoints_reads_as_no_movement(tmp_path):
     assert not any("cosine schedule was not used" in f for f in result["findings"])
 
 
-def test_ctrl_c_stops_a_parallel_sweep_at_once(run_folder, tmp_path):
-    """SIGINT to `sweep --jobs 2` ends it with 130 and cancels the queued revisions: no row appears after
-    the interrupt (each write is slowed to 3 s so that the interrupt lands while rows are in flight)."""
+@pytest.mark.parametrize(
+    ("signum", "code", "said"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM"), (signal.SIGHUP, 129, "SIGHUP")],
+)
+def test_a_signal_stops_a_parallel_sweep_at_once(run_folder, tmp_path, signum, code, said):
+    """SIGINT, SIGTERM (`kill PID`, a job runner) or SIGHUP (an ssh drop) to `sweep --jobs 2` ends it with
+    128 + the signal and cancels the queued revisions: no row appears after it (each write is slowed to 3 s
+    so that the signal lands while rows are in flight), and no worker outlives the sweep."""
     db = tmp_path / "db"
     env = {**os.environ, "WEIGHTDIAG_TEST_ROW_WRITE_DELAY": "3", "WEIGHTDIAG_DB": str(db)}
     proc = subprocess.Popen(
@@ -299,15 +304,67 @@ def test_ctrl_c_stops_a_parallel_sweep_at_once(run_folder, tmp_path):
         env=env,
     )
     time.sleep(2.5)  # the workers are started and inside their first slowed write
-    proc.send_signal(signal.SIGINT)
+    workers = _children(proc.pid)
+    proc.send_signal(signum)
     interrupted = time.monotonic()
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    assert "interrupted" in err
+    assert proc.returncode == code, err
+    assert said in err and err.count("\n") == 1, err
+    deadline = time.monotonic() + 5  # multiprocessing's resource tracker ends on its own, just after
+    while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.1)
+    assert workers and not [pid for pid in workers if _alive(pid)]
     written = [p for p in (db / "rows").glob("*.json")] if (db / "rows").exists() else []
     late = [p.name for p in written if p.stat().st_mtime > time.time() - (time.monotonic() - interrupted) + 0.5]
     assert late == [], late  # nothing finished writing after the interrupt
     assert len(written) < len(list(run_folder.iterdir()))  # the queued revisions never ran
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_sweep_workers_end_when_the_sweep_is_killed_with_9(run_folder, tmp_path):
+    """kill -9 leaves no handler to end the workers: they notice their parent is gone and exit within a
+    second, writing nothing after it, instead of fitting on re-parented to pid 1."""
+    db = tmp_path / "db"
+    env = {**os.environ, "WEIGHTDIAG_TEST_ROW_WRITE_DELAY": "3", "WEIGHTDIAG_DB": str(db)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "weightdiag", "sweep", str(run_folder), "--all", "--jobs", "2", "-q"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    time.sleep(2.5)
+    workers = [pid for pid in _children(proc.pid) if "python" in Path(f"/proc/{pid}/cmdline").read_text()]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed = time.time()
+    assert workers
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.1)
+    assert not [pid for pid in workers if _alive(pid)]
+    time.sleep(3.5)  # a write that had started would have ended by now
+    written = list((db / "rows").glob("*.json")) if (db / "rows").exists() else []
+    assert [p.name for p in written if p.stat().st_mtime > killed + 1.0] == []
 
 
 def test_trajectory_plot_onto_a_file_or_an_unwritable_place_is_bad_input(run_folder, tmp_path):

@@ -11,7 +11,9 @@ Errors print one line on stderr, never a traceback (set WEIGHTDIAG_DEBUG=1 to se
 import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -20,7 +22,7 @@ import typer
 import typer.core
 
 from . import __version__, settings
-from .errors import ExitCode, WeightdiagError
+from .errors import ExitCode, Stopped, WeightdiagError
 from .vocabulary import COHORT_TRIM
 
 # -h beside --help on every command (click passes help_option_names down to subcommands), and typer's
@@ -56,9 +58,10 @@ class _Command(typer.core.TyperCommand):
         except BrokenPipeError:
             _stdout_gone()
             raise typer.Exit(ExitCode.OK) from None
-        except KeyboardInterrupt:  # here, before click turns it into a bare newline
-            _stderr().print("interrupted: nothing is half-written; run the command again to resume", markup=False)
-            raise typer.Exit(ExitCode.INTERRUPTED) from None
+        except KeyboardInterrupt as stop:  # here, before click turns it into a bare newline
+            what = f"stopped by {stop.name}" if isinstance(stop, Stopped) else "interrupted"
+            _stderr().print(f"{what}: nothing is half-written; run the command again to resume", markup=False)
+            raise typer.Exit(_interrupt_code(stop)) from None
         except typer.Exit:
             _flush_stdout()  # a pipe closed at the end keeps the command's own exit code
             raise
@@ -911,17 +914,46 @@ def main(argv: list[str] | None = None) -> None:
     Typer handles usage errors itself (exit 2, with the usage line); everything weightdiag raises
     on purpose becomes one line on stderr with its documented exit code.
     """
+    previous = _stop_on_signals()
     try:
         app(args=argv, prog_name="weightdiag")
-    except KeyboardInterrupt:
-        _stderr().print("interrupted")
-        sys.exit(ExitCode.INTERRUPTED)
+    except KeyboardInterrupt as stop:
+        _stderr().print(f"stopped by {stop.name}" if isinstance(stop, Stopped) else "interrupted")
+        sys.exit(_interrupt_code(stop))
     except Exception as exc:
         if settings.debug():
             raise
         line, code = _error_line(exc)
         _stderr().print(line, markup=False, highlight=False, soft_wrap=True)
         sys.exit(code)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+_STOP_SIGNALS = {"SIGTERM": ExitCode.TERMINATED, "SIGHUP": ExitCode.HANGUP}
+
+
+def _stop_on_signals() -> dict[int, Any]:
+    """SIGTERM and SIGHUP raise Stopped in the main thread, which unwinds like Ctrl-C (sweep workers are
+    ended, nothing is written after it). Only from the main thread, where Python can install handlers."""
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return previous
+    for name in _STOP_SIGNALS:
+        signum = getattr(signal, name, None)
+        if signum is None:  # SIGHUP does not exist on Windows
+            continue
+
+        def stop(received: int, _frame: Any, name: str = name) -> None:
+            raise Stopped(received, name)
+
+        previous[signum] = signal.signal(signum, stop)
+    return previous
+
+
+def _interrupt_code(stop: KeyboardInterrupt) -> ExitCode:
+    return _STOP_SIGNALS[stop.name] if isinstance(stop, Stopped) else ExitCode.INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -33,6 +33,18 @@ class ExitCode(IntEnum):
     PARTIAL = 4  # `sweep` finished, but some checkpoints failed (the others' rows are written)
     INTERNAL = 5  # a bug: please report it (WEIGHTDIAG_DEBUG=1 shows the traceback)
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+    HANGUP = 129  # SIGHUP (a closed terminal, an ssh drop): handled like Ctrl-C
+    TERMINATED = 143  # SIGTERM (`kill PID`, a job runner, Popen.terminate()): handled like Ctrl-C
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the signal lands so that it unwinds like Ctrl-C: workers ended,
+    nothing written after it, one line, exit 128 + the signal's number."""
+
+    def __init__(self, signum: int, name: str) -> None:
+        super().__init__(name)
+        self.signum = signum
+        self.name = name
 
 
 class WeightdiagError(Exception):

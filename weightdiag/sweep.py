@@ -258,6 +258,24 @@ def reuse_row(source: Path, revision: Revision, original: str, db: Path, options
 Runner = Callable[[list[dict[str, Any]]], Iterable[dict[str, Any]]]
 
 
+PARENT_POLL_SECONDS = 0.5
+
+
+def watch_parent(parent: int) -> None:
+    """In a sweep worker: exit at once when the sweep that started it is gone (killed with -9, or ended
+    before it could stop its workers), instead of fitting on, re-parented, and writing rows nobody asked
+    for. A thread polls the parent pid: portable, and unlike PR_SET_PDEATHSIG not tied to the thread that
+    happened to spawn the worker."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="weightdiag-parent-watch", daemon=True).start()
+
+
 def serial_runner(tasks: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
     for task in tasks:
         yield fit_revision(task)
@@ -271,7 +289,7 @@ def process_runner(jobs: int) -> Runner:
         # Each worker reduces with its share of the cores.
         ctx = mp.get_context("spawn")
         os.environ.setdefault("WEIGHTDIAG_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
-        pool = ProcessPoolExecutor(jobs, mp_context=ctx)
+        pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=watch_parent, initargs=(os.getpid(),))
         finished = False
         try:
             futures = [pool.submit(fit_revision, t) for t in tasks]
