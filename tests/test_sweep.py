@@ -388,3 +388,12 @@ def test_an_offline_hub_sweep_says_why_it_cannot_list_revisions(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(NotCachedError, match="HF_HUB_OFFLINE forbids"):
         sw.hub_revisions("acme/run")
+
+
+def test_a_parallel_sweep_leaves_the_environment_as_it_found_it(run_folder, tmp_path, monkeypatch):
+    from weightdiag import api
+    from weightdiag.pipeline import FitOptions
+
+    monkeypatch.delenv("WEIGHTDIAG_THREADS", raising=False)
+    api.sweep(str(run_folder), db_dir=tmp_path / "db", options=FitOptions(device="cpu"), steps="log:2", jobs=2)
+    assert "WEIGHTDIAG_THREADS" not in os.environ

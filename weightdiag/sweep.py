@@ -261,6 +261,12 @@ Runner = Callable[[list[dict[str, Any]]], Iterable[dict[str, Any]]]
 PARENT_POLL_SECONDS = 0.5
 
 
+def start_worker(parent: int, threads: str) -> None:
+    """A sweep worker's start: its share of the cores, and a watch on the sweep that started it."""
+    os.environ["WEIGHTDIAG_THREADS"] = threads
+    watch_parent(parent)
+
+
 def watch_parent(parent: int) -> None:
     """In a sweep worker: exit at once when the sweep that started it is gone (killed with -9, or ended
     before it could stop its workers), instead of fitting on, re-parented, and writing rows nobody asked
@@ -286,10 +292,11 @@ def process_runner(jobs: int) -> Runner:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        # Each worker reduces with its share of the cores.
+        # Each worker reduces with its share of the cores (set in the workers: the caller's environment
+        # stays as it was).
         ctx = mp.get_context("spawn")
-        os.environ.setdefault("WEIGHTDIAG_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
-        pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=watch_parent, initargs=(os.getpid(),))
+        threads = os.environ.get("WEIGHTDIAG_THREADS") or str(max(1, (os.cpu_count() or 1) // jobs))
+        pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=start_worker, initargs=(os.getpid(), threads))
         finished = False
         try:
             futures = [pool.submit(fit_revision, t) for t in tasks]
