@@ -14,6 +14,7 @@ from ...vocabulary import FFN_INPUT_KINDS, FFN_OUTPUT_KINDS, MATRIX_KINDS, RESID
 from ..classes import INIT_ANCHOR_K
 from .cells import fmt, short_name
 from .cuts import TABLE2
+from .poisson import log_poisson_sf
 
 
 def pooled_q99(members: list[tuple[int, float, float]]) -> float:
@@ -133,6 +134,7 @@ def super_weights(row: dict[str, Any], trim: str, top: int) -> dict[str, Any]:
     return out
 
 
+_LOG_CHANCE = math.log(0.01)  # d_model x P(hits) below 1%: over all dimensions, chance explains it 1 time in 100
 _READS_HIDDEN = frozenset(MATRIX_KINDS) - RESIDUAL_WRITERS  # q/k/v, FFN inputs, embeddings, other
 
 
@@ -154,6 +156,7 @@ def _channels(top: list[dict[str, Any]], row: dict[str, Any]) -> list[dict[str, 
 
     Checked over the top-N matrices and over all matrices; an index is reported when it is hit at
     least 3 times and d_model x P(Poisson(n / d_model) >= hits) < 0.01 (argmax positions uniform).
+    The tail is taken in log space (poisson.py): hundreds of hits, the strongest signal, underflow it.
     """
     d_model = row["architecture"].get("d_model")
     if not d_model:
@@ -169,9 +172,21 @@ def _channels(top: list[dict[str, Any]], row: dict[str, Any]) -> list[dict[str, 
         rate = len(names) / d_model
         for h, members in hits.items():
             c = len(members)
-            tail = 1 - sum(math.exp(-rate) * rate**i / math.factorial(i) for i in range(c))
-            if c >= 3 and d_model * tail < 0.01 and (h not in found or scope == "top"):
-                found[h] = {"hidden_index": h, "count": c, "of": len(names), "scope": scope, "tensors": members}
+            log_tail = log_poisson_sf(c, rate)
+            # Both scopes may flag one dimension: the stronger evidence is kept (10 of the top 10 at 1e-15,
+            # or 320 of all 450 at 1e-500), which is the top-N one unless the whole model says more.
+            stronger = h not in found or log_tail / math.log(10) < found[h]["log10_chance"]
+            if c >= 3 and math.log(d_model) + log_tail < _LOG_CHANCE and stronger:
+                found[h] = {
+                    "hidden_index": h,
+                    "count": c,
+                    "of": len(names),
+                    "scope": scope,
+                    "tensors": members,
+                    # log10 P(one given dimension is hit this often by chance): finite where the probability
+                    # itself underflows (-82,110 in ln for 10,000 hits at rate 1).
+                    "log10_chance": log_tail / math.log(10),
+                }
     return sorted(found.values(), key=lambda x: -x["count"] / x["of"])
 
 
@@ -235,7 +250,8 @@ def super_weight_text(sw: dict[str, Any], n_layers: int | None) -> list[str]:
             f"outlier channels: hidden dimension {first['hidden_index']} holds the largest |w| of {first['count']} of "
             f"{'the top ' if first['scope'] == 'top' else 'all '}{first['of']} matrices ({names})"
             + (f"; also dimensions {others}" if others else "")
-            + ": far more than chance, the weight-side trace of massive-activation dimensions (Sun et al., 2024)"
+            + f": far more than chance (P ≈ 10^{first['log10_chance']:.0f} for one dimension), the weight-side trace "
+            "of massive-activation dimensions (“Massive Activations in Large Language Models”, Sun et al. 2024)"
         )
     neurons = sw.get("ffn_neurons", [])
     if neurons:
