@@ -390,6 +390,8 @@ class _HealthReportRequired(TypedDict):
     super_weights: dict[str, Any]  # health.superweights.super_weights
     depth: dict[str, Any]  # health.depth.depth_profile
     shallow_ffn: dict[str, Any] | None  # health.blocks.shallow_ffn
+    moe: dict[str, Any] | None  # health.experts.moe_section: routed experts per layer, shared experts, routers
+    towers: list[dict[str, Any]]  # health.towers.tower_section: vision/audio towers, apart from the blocks
     quantization: dict[str, Any]  # health.blocks.quantization_summary
     cuts: ReportCuts
     observations: list[str]

@@ -1,5 +1,6 @@
-"""The health report in the terminal (rich): the observation lines, the two per-block tables, the
-findings, the super-weight candidates and the shallow-FFN table of a `health_report` result."""
+"""The health report in the terminal (rich): the observation lines, the two per-block tables, the MoE
+table, the findings, the super-weight candidates, the shallow-FFN table and one table per vision or
+audio tower of a `health_report` result."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..diagnose.health import fmt
-from ..diagnose.health.cells import elide
+from ..diagnose.health.cells import elide, short_name
+from ..diagnose.health.towers import tower_size
 from ..sources import NORM_ARTICLE
 from ..vocabulary import KIND_ORDER, SELECTION_KEYS
 from .tables import FitWidth
@@ -123,6 +125,97 @@ def super_weight_table(result: dict[str, Any]) -> FitWidth:
     return FitWidth(table, optional=("kurtosis", "|w|/std", "(row, col)"))
 
 
+def spread_text(median: float | None, spread: float | None, digits: int, relative: bool) -> str:
+    if median is None:
+        return ""
+    if spread is None:
+        return fmt(median, digits)
+    return f"{fmt(median, digits)} ±{spread:.0%}" if relative else f"{fmt(median, digits)} ±{spread:.3f}"
+
+
+def moe_kinds(moe: dict[str, Any]) -> list[str]:
+    present = {k for layer in moe["layers"] for k in layer["kinds"]}
+    return [k for k in KIND_ORDER if k in present] + sorted(present - set(KIND_ORDER))
+
+
+def moe_outlier_cell(layer: dict[str, Any], outliers: list[dict[str, Any]]) -> str:
+    mine = [o for o in outliers if o["block"] == layer["block"]]
+    seen = dict.fromkeys(f"e{o['expert']} {o['kind']} {'k' if o['statistic'] == 'k' else 'λ'}" for o in mine)
+    return ", ".join(seen)
+
+
+def moe_table(result: dict[str, Any]) -> FitWidth | None:
+    """Per MoE layer: the routed experts' median k and λ per kind with their spread (MAD as sigma; λ as a
+    relative spread), the shared expert's k, the router's k and the outlier experts."""
+    moe = result.get("moe")
+    if not moe:
+        return None
+    kinds = moe_kinds(moe)
+    shared = [k for k in KIND_ORDER if any(k in layer["shared"] for layer in moe["layers"])]
+    table = Table(
+        title="MoE layers: routed experts per kind, median ± spread across the layer's experts "
+        "(shared experts and routers apart)",
+        title_justify="left",
+        caption=f"outliers: |robust z| >= {moe['rule']['robust_z']} across a layer's experts and a practical effect "
+        f"(docs/report.md); none singled out below {moe['rule']['min_experts']} experts",
+    )
+    columns = ["block", "experts", *(f"k {k}" for k in kinds), *(f"λ {k}" for k in kinds)]
+    columns += [*(f"shared k {k}" for k in shared), "router k", "outliers"]
+    for col in columns:
+        table.add_column(col, justify="left" if col == "outliers" else "right", no_wrap=col != "outliers")
+    for layer in moe["layers"]:
+        ks = [layer["kinds"].get(k, {}) for k in kinds]
+        router = next((r["k"] for r in layer["routers"] if r["k"] is not None), None)
+        table.add_row(
+            *_plain(
+                str(layer["block"]),
+                str(layer["experts"] or "-"),
+                *(spread_text(e.get("k_median"), e.get("k_spread"), 4, False) for e in ks),
+                *(spread_text(e.get("lambda_median"), e.get("lambda_spread"), 3, True) for e in ks),
+                *(fmt(layer["shared"][k]["k"]) if k in layer["shared"] else "" for k in shared),
+                fmt(router),
+                moe_outlier_cell(layer, moe["outliers"]),
+            )
+        )
+    optional = ("router k", *(f"shared k {k}" for k in reversed(shared)), *(f"λ {k}" for k in reversed(kinds)))
+    return FitWidth(table, optional=optional)
+
+
+def tower_name(layer: dict[str, Any]) -> str:
+    """The lowest-k matrix of a tower layer, named within its layer ('self_attn.k_proj')."""
+    name = layer["k_min_tensor"]
+    return "-" if not name else (short_name(name) if layer["layer"] is not None else name)
+
+
+def tower_tables(result: dict[str, Any]) -> list[FitWidth]:
+    """One table per vision/audio tower, per layer: never mixed into the language model's blocks."""
+    out = []
+    for t in result.get("towers", []):
+        table = Table(
+            title=f"{t['tower']} (not the language model): {tower_size(t)}",
+            title_justify="left",
+        )
+        columns = ("layer", "matrices", "params", "median k", "lowest k", "median λ", "max max/q99", "lowest-k matrix")
+        for col in columns:
+            table.add_column(col, justify="left" if col == "lowest-k matrix" else "right", no_wrap=True)
+        rows = [*t["layers"], *([t["outside_layers"]] if t["outside_layers"] else [])]
+        for x in rows:
+            table.add_row(
+                *_plain(
+                    "-" if x["layer"] is None else str(x["layer"]),
+                    str(x["matrices"]),
+                    f"{x['params']:,}",
+                    fmt(x["k_median"]),
+                    fmt(x["k_min"]),
+                    fmt(x["lambda_median"], 3),
+                    fmt(x["max_over_q99"], 3),
+                    elide(tower_name(x)),
+                )
+            )
+        out.append(FitWidth(table, optional=("lowest-k matrix", "params", "median λ")))
+    return out
+
+
 def shallow_table(result: dict[str, Any]) -> FitWidth | None:
     sh = result.get("shallow_ffn")
     if not sh or not sh["matrices"]:
@@ -158,10 +251,15 @@ def report_view(result: dict[str, Any]) -> Group:
     summary = Text()
     for line in result["observations"]:
         summary.append(f"  • {line}\n")
-    parts: list[Any] = [title, summary, *block_tables(result), findings_view(result), super_weight_table(result)]
+    parts: list[Any] = [title, summary, *block_tables(result)]
+    moe = moe_table(result)
+    if moe is not None:
+        parts.append(moe)
+    parts += [findings_view(result), super_weight_table(result)]
     shallow = shallow_table(result)
     if shallow is not None:
         parts.append(shallow)
+    parts += tower_tables(result)
     selection = [k for k in _kinds(result) if k in SELECTION_KEYS]
     if selection:
         parts.append(Text(f"Q/K kinds: {', '.join(selection)}; cuts: {_cuts_line(result)}", style="dim"))

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ..db import write_text_atomic
+from ..diagnose.health.towers import tower_size
 from ..sources import NORM_ARTICLE, NORM_ARTICLE_SHORT
 from ..vocabulary import KIND_ORDER
+from .health_view import moe_kinds, moe_outlier_cell, spread_text, tower_name
 from .plots import PlotFile
 
 _STYLE = """
@@ -79,6 +81,60 @@ def _blocks(result: dict[str, Any]) -> str:
             ]
         )
     return _table(headers, rows, left=1)
+
+
+def _moe(result: dict[str, Any]) -> str:
+    moe = result.get("moe")
+    if not moe:
+        return ""
+    kinds = moe_kinds(moe)
+    shared = [k for k in KIND_ORDER if any(k in layer["shared"] for layer in moe["layers"])]
+    headers = ["block", "experts", *(f"k {k}" for k in kinds), *(f"λ {k}" for k in kinds)]
+    headers += [*(f"shared k {k}" for k in shared), "router k", "outliers"]
+    rows = []
+    for layer in moe["layers"]:
+        ks = [layer["kinds"].get(k, {}) for k in kinds]
+        router = next((r["k"] for r in layer["routers"] if r["k"] is not None), None)
+        rows.append(
+            [
+                str(layer["block"]),
+                str(layer["experts"] or "-"),
+                *(escape(spread_text(e.get("k_median"), e.get("k_spread"), 4, False)) for e in ks),
+                *(escape(spread_text(e.get("lambda_median"), e.get("lambda_spread"), 3, True)) for e in ks),
+                *(_fmt(layer["shared"][k]["k"]) if k in layer["shared"] else "" for k in shared),
+                _fmt(router),
+                escape(moe_outlier_cell(layer, moe["outliers"])),
+            ]
+        )
+    head = (
+        "<p>Routed experts per kind: median ± spread across the layer's experts (k: MAD as a sigma; λ: relative). "
+        "Shared experts and routers are read apart from the routed ones.</p>"
+    )
+    return "<h2>MoE layers</h2>" + head + _table(headers, rows)
+
+
+def _towers(result: dict[str, Any]) -> str:
+    parts = []
+    for t in result.get("towers", []):
+        rows = [
+            [
+                "-" if x["layer"] is None else str(x["layer"]),
+                str(x["matrices"]),
+                f"{x['params']:,}",
+                _fmt(x["k_median"]),
+                _fmt(x["k_min"]),
+                _fmt(x["lambda_median"], 3),
+                _fmt(x["max_over_q99"], 3),
+                escape(tower_name(x)),
+            ]
+            for x in [*t["layers"], *([t["outside_layers"]] if t["outside_layers"] else [])]
+        ]
+        headers = ["layer", "matrices", "params", "median k", "lowest k", "median λ", "max max/q99", "lowest-k matrix"]
+        parts.append(
+            f"<h2>{escape(t['tower'])} (not the language model)</h2><p>{escape(tower_size(t))}; kept out of the "
+            "blocks, depth profile and super weights.</p>" + _table(headers, rows)
+        )
+    return "".join(parts)
 
 
 def _findings(result: dict[str, Any]) -> str:
@@ -157,10 +213,10 @@ def render_html(result: dict[str, Any], plots: list[PlotFile]) -> str:
         f"<h2>Summary</h2><ul>{observations}</ul>"
         f"<h2>Findings</h2>{_findings(result)}"
         f"<h2>Plots</h2>{figures}"
-        f"<h2>Blocks</h2>{_blocks(result)}"
+        f"<h2>Blocks</h2>{_blocks(result)}{_moe(result)}"
         f"<h2>Super-weight candidates</h2>{_super_weights(result)}"
         f"<h2>Norm weights</h2>{_norms(result)}"
-        f"<h2>Shallow FFN (Qwen companion)</h2>{_shallow(result)}"
+        f"<h2>Shallow FFN (Qwen companion)</h2>{_shallow(result)}{_towers(result)}"
         "</body></html>\n"
     )
 

@@ -130,10 +130,12 @@ def block_table(
                 "class": ("withheld (quantized)" if c.quant else k_class(k, r2)) if k is not None else None,
                 "quant": c.quant["type"] if c.quant else None,
             }
+        experts = max((c.experts for (cb, _), c in cells.items() if cb == b), default=0)
         out.append(
             {
                 "block": b,
                 "mtp": n_layers is not None and b >= n_layers,
+                "experts": experts,  # routed experts per kind in this block (0: dense); their k and λ are medians
                 "params": params[b],
                 "qk_norm": qk_norm[b],
                 "biases": [k for k in (*BLOCK_KEYS, "other") if k in biases[b]],

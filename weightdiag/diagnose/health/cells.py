@@ -27,6 +27,7 @@ class Cell:
     tensor: str
     records: list[dict[str, Any]]
     quant: dict[str, Any] | None = None
+    experts: int = 0  # routed experts pooled in this cell (0: a dense matrix or a shared expert)
 
     def value(self, stat: str, trim: str) -> float | None:
         values = [v for v in (_record_stat(r, stat, trim) for r in self.records) if v is not None]
@@ -84,20 +85,32 @@ def quantization_of(rec: dict[str, Any]) -> dict[str, Any] | None:
     return {"type": qtype or "grid", "bits": bits, "distorted": True, "why": "; ".join(reasons)}
 
 
+SHARED = "shared:"  # key prefix of a shared expert's matrices ('shared:gate'): kept apart from the routed experts
+
+
+def shared_key(key: str) -> bool:
+    return key.startswith(SHARED)
+
+
 def gather_cells(row: dict[str, Any]) -> dict[tuple[int, str], Cell]:
-    """Every (block, kind) cell; fused matrices add their parts as 'qkv[q]' etc."""
+    """Every (block, kind) cell; fused matrices add their parts as 'qkv[q]' etc. A layer's routed experts
+    of one kind share a cell (read as their median); its shared expert's matrices have their own keys
+    ('shared:gate'), so they are never pooled with the routed experts (experts.py reads those one by one)."""
     grouped: dict[tuple[int, str], list[tuple[str, dict[str, Any], dict[str, Any]]]] = defaultdict(list)
     for m in row["matrices"]:
         if m["block"] is None or m["kind"] not in BLOCK_KEYS:
             continue
-        grouped[(m["block"], m["kind"])].append((m["name"], m, m))
+        prefix = SHARED if m.get("expert") is None and "shared expert" in (m.get("note") or "") else ""
+        grouped[(m["block"], prefix + m["kind"])].append((m["name"], m, m))
         for part in m.get("parts", []):
-            grouped[(m["block"], f"{m['kind']}[{part['kind']}]")].append((f"{m['name']}[{part['kind']}]", part, m))
+            key = f"{prefix}{m['kind']}[{part['kind']}]"
+            grouped[(m["block"], key)].append((f"{m['name']}[{part['kind']}]", part, m))
     cells = {}
     for (block, key), members in grouped.items():
+        experts = sum(1 for _, _, m in members if m.get("expert") is not None)
         tensor = members[0][0] if len(members) == 1 else f"{len(members)} experts of {key}"
         quant = quantization_of(members[0][2])
-        cells[(block, key)] = Cell(block, key, tensor, [rec for _, rec, _ in members], quant)
+        cells[(block, key)] = Cell(block, key, tensor, [rec for _, rec, _ in members], quant, experts)
     return cells
 
 

@@ -7,19 +7,21 @@ import math
 from typing import Any, cast
 
 from ...errors import RowUseError
-from ...vocabulary import BLOCK_KEYS
+from ...vocabulary import BLOCK_KEYS, kind_order
 from ..classes import INIT_ANCHOR_K
 from ..compare import REGIME_B_MAX_K
 from ..results import HealthReport
 from .blocks import architecture_summary, block_table, quantization_summary, shallow_ffn
-from .cells import gather_cells, q99_exact, short_name
+from .cells import SHARED, gather_cells, q99_exact, shared_key, short_name
 from .cuts import INIT_K_TOL, INIT_MAX_Q99, MIN_BLOCKS, NEIGHBOURS, NORM_STAT, STATS, Z_CUT
 from .depth import PLACEMENT_NAME, depth_profile, selection_text
+from .experts import expert_findings, moe_section, moe_text
 from .findings import category_of, finding, finish, matrix_findings
 from .nonfinite import nonfinite_findings
 from .norms import SINGLED, analyse_norms
 from .robust import Point, Series, analyse
 from .superweights import super_weight_text, super_weights
+from .towers import split_towers, tower_section, tower_text
 
 
 def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -> HealthReport:
@@ -35,13 +37,19 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
             model_id=model.get("id"),
         )
     trim = trim or row["protocol"]["trim"]
+    full_row = row
+    # Vision/audio towers number their layers like the language model: every section below reads the
+    # language model alone, and the towers get their own (towers.py).
+    row, tower_records = split_towers(row)
+    towers = tower_section(tower_records, trim)
     all_cells = gather_cells(row)
     n_layers = row["architecture"].get("n_layers")
     # MTP layers (numbered after the main stack) are not part of the depth profile; the table lists them.
     cells = {bk: c for bk, c in all_cells.items() if n_layers is None or bk[0] < n_layers}
     blocks_present = sorted({b for b, _ in cells})
+    shared_keys = sorted({k for _, k in cells if shared_key(k)}, key=lambda k: kind_order(k[len(SHARED) :]))
     matrix_series = []
-    for key in BLOCK_KEYS:
+    for key in (*BLOCK_KEYS, *shared_keys):
         for stat in STATS.values():
             pts = []
             for b in blocks_present:
@@ -52,9 +60,16 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
                     noise = 1.2 / math.sqrt(c.records[0]["numel"]) if stat.key == "k" else 0.0
                     approximate = stat.key == "max_over_q99" and not q99_exact(c.records[0])
                     pts.append(Point(b, v, c.tensor, stat.t(v), noise=noise, approximate=approximate))
-            if pts:
-                matrix_series.append(analyse(Series(key, stat, pts)))
-    findings = nonfinite_findings(row) + matrix_findings(matrix_series, cells, trim)
+            # Dense blocks and MoE blocks (DeepSeek's first dense layers, then experts of another width) are
+            # two populations: each is its own series over depth, never one trend across both.
+            routed = {b for b in blocks_present if (b, key) in cells and cells[(b, key)].experts}
+            for part in ([p for p in pts if p.block not in routed], [p for p in pts if p.block in routed]):
+                if part:
+                    matrix_series.append(analyse(Series(key, stat, part)))
+    moe = moe_section(row, trim)
+    findings = nonfinite_findings(row) + matrix_findings(matrix_series, cells, trim) + expert_findings(moe)
+    for t in towers:
+        findings += t.pop("_nonfinite")
     norms, norm_findings = analyse_norms(row)
     findings += norm_findings
     shallow = shallow_ffn(row, cells, trim)
@@ -113,7 +128,7 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
         pb = next((x for x in sw["blocks"] if x["block"] == b["block"]), None)
         b["max_over_q99"] = pb["max_over_q99"] if pb else None
         b["kurtosis"] = pb["kurtosis"] if pb else None
-    quant = quantization_summary(row)
+    quant = quantization_summary(full_row)  # quantized towers are named too: the quantization is the file's
     arch = architecture_summary(row, blocks)
     report: dict[str, Any] = {
         "schema": "weightdiag.report/1",
@@ -126,6 +141,8 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
         "super_weights": sw,
         "depth": depth,
         "shallow_ffn": shallow,
+        "moe": moe,
+        "towers": towers,
         "quantization": quant,
         "cuts": {
             "robust_z": Z_CUT,
@@ -185,6 +202,7 @@ def _observations(report: dict[str, Any], row: dict[str, Any]) -> list[str]:
             f"{SINGLED.get(r['site'], r['site'] + ' norm')} {r['name']}: ‖γ‖ = {r['l2']:.4g} = "
             f"{r['ratio']:.3f} √d, {r['regime']}"
         )
+    lines += moe_text(report["moe"])
     lines += super_weight_text(report["super_weights"], a["n_layers"])
     depth = report["depth"]
     lines.append(depth["reading"])
@@ -209,6 +227,7 @@ def _observations(report: dict[str, Any], row: dict[str, Any]) -> list[str]:
             f"regime {sh['regime']} (A: >= 1.0, B: <= 0.7; "
             f"nearest companion entry {sh['nearest_companion']['entry']} at {sh['nearest_companion']['shallow_min_k']})"
         )
+    lines += tower_text(report["towers"])
     if len(report["blocks"]) < MIN_BLOCKS:
         lines.append(f"only {len(report['blocks'])} blocks: too few for a depth trend, so no robust findings")
     return lines
