@@ -58,7 +58,9 @@ def _fit(rec: dict[str, Any], trim: str, stat: str) -> float | None:
 
 
 def _role(rec: dict[str, Any]) -> str:
-    """What a tower matrix does: its kind when the layout gave one, else its short name ('attn.qkv')."""
+    """What a tower matrix does: its `tower_kind` or kind when the layout gave one, else its short name."""
+    if rec.get("tower_kind"):
+        return str(rec["tower_kind"])
     if rec["kind"] not in ("other", None):
         return rec["kind"]
     return re.sub(r"(?:^|.*\.)(?:layers|layer|blocks|block|h)\.\d+\.", "", short_name(rec["name"]))
