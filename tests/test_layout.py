@@ -73,10 +73,10 @@ CASES = [
     ("model.layers.0.block_sparse_moe.experts.5.w1.weight", M, "gate", 0),
     ("model.layers.0.block_sparse_moe.experts.5.w3.weight", M, "up", 0),
     ("model.layers.0.block_sparse_moe.experts.5.w2.weight", M, "down", 0),
-    ("model.layers.0.block_sparse_moe.gate.weight", M, "other", 0),
+    ("model.layers.0.block_sparse_moe.gate.weight", M, "router", 0),
     ("model.layers.0.mlp.experts.17.down_proj.weight", M, "down", 0),
     ("model.layers.0.mlp.shared_expert.gate_proj.weight", M, "gate", 0),
-    ("model.layers.0.mlp.gate.weight", M, "other", 0),
+    ("model.layers.0.mlp.gate.weight", M, "router", 0),
     # llama.cpp GGUF names
     ("blk.7.attn_q.weight", M, "q", 7),
     ("blk.7.attn_output.weight", M, "o", 7),
