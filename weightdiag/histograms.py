@@ -31,7 +31,11 @@ def histogram_choice(result: dict[str, Any], row: dict[str, Any], asked: list[st
                 )
             chosen += [h for h in hits if h not in chosen]
         return chosen
-    in_blocks = [m for m in row["matrices"] if m["block"] is not None and m["fits"][COHORT_TRIM]["ok"]]
+    from .diagnose.health.towers import tower_of  # the language model's blocks, never a vision tower's
+
+    in_blocks = [
+        m for m in row["matrices"] if m["block"] is not None and m["fits"][COHORT_TRIM]["ok"] and not tower_of(m)
+    ]
     if not in_blocks:
         return names[:1]
     # A super weight the report found, else the most extreme max/q99; the heaviest body; a typical FFN matrix.
