@@ -26,7 +26,7 @@ from .engine.device import resolve_device
 from .engine.fit import PROTOCOLS, TRIMS
 from .engine.reduce import Reduction, reduce_array
 from .engine.vectors import VectorSummary, values_of
-from .errors import ModelPathError, OptionError
+from .errors import ModelPathError, OptionError, QuantizationError
 from .layout import (
     ArchInfo,
     TensorRole,
@@ -35,7 +35,9 @@ from .layout import (
     classify_tensor,
     complete_arch,
     split_parts,
+    tied_head,
 )
+from .layout.views import View, views_of, whole_rows
 from .prefetch import Prefetcher
 from .quant.group import describe, group_quantized
 from .row import SCHEMA, matrix_record, vector_offset, vector_record
@@ -94,16 +96,32 @@ def selected(name: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
 class _Work:
     ref: TensorRef
     role: TensorRole
+    # The records the tensor is cut into (fused experts, MLA's kv_b_proj, a gated q_proj: layout/views.py);
+    # empty: the tensor is one record.
+    views: list[View] = field(default_factory=list)
+    views_note: str | None = None  # why a tensor that holds several matrices is fitted whole
+
+    @property
+    def vector(self) -> bool:
+        """Read as a vector: 1-D tensors, a mixer's parameters whatever their rank (Jamba's 2-D A_log, the
+        3-D convolutions) and experts' stacked biases; never a quantized weight."""
+        if self.ref.quant is not None:
+            return False
+        return len(self.ref.shape) == 1 or self.role.kind == "ssm_param" or any(v.vector for v in self.views)
 
 
 def plan_work(plan: ModelPlan, arch: ArchInfo, options: FitOptions) -> tuple[list[_Work], list[dict[str, Any]]]:
-    """Decide per tensor: read it (matrix or vector) or skip it with a reason."""
+    """Decide per tensor: read it (matrix or vector, whole or cut into records) or skip it with a reason."""
     work: list[_Work] = []
     skipped: list[dict[str, Any]] = []
+    roles = {t.name: classify_tensor(t.name, t.shape, arch.n_layers, arch.family, arch.n_experts) for t in plan.tensors}
+    # A head stored beside the embedding it is tied to (tie_word_embeddings true) is the same matrix to the
+    # model: it is fitted once, as the embedding.
+    tied = tied_head((ref.name, ref.shape, roles[ref.name]) for ref in plan.tensors) if arch.tied_embeddings else {}
     for ref in plan.tensors:
         if not selected(ref.name, options.include, options.exclude):
             continue
-        role = classify_tensor(ref.name, ref.shape, arch.n_layers, arch.family)
+        role = roles[ref.name]
         reason = None
         if not ref.dtype.fittable:
             reason = skip_reason(ref.dtype)
@@ -111,13 +129,36 @@ def plan_work(plan: ModelPlan, arch: ArchInfo, options: FitOptions) -> tuple[lis
             reason = "empty tensor"
         elif len(ref.shape) == 0:
             reason = "scalar"
+        elif ref.name in tied:
+            reason = f"tied to {tied[ref.name]} (tie_word_embeddings: true): fitted once, as {tied[ref.name]}"
         if reason:
             skipped.append({"name": ref.name, "dtype": ref.dtype.name, "shape": list(ref.shape), "reason": reason})
-        else:
-            work.append(_Work(ref, role))
+            continue
+        views, why = views_of(role, ref.name, ref.shape, arch, quantized=ref.quant is not None)
+        if views and ref.quant is not None:
+            _check_quantized_views(ref, views)
+        work.append(_Work(ref, role, views, why))
     # Read in file order: sequential I/O on disks and in the page cache.
     work.sort(key=lambda w: (w.ref.shard, w.ref.start))
     return work, skipped
+
+
+def _check_quantized_views(ref: TensorRef, views: list[View]) -> None:
+    """A quantized weight is decoded piece by piece; formats decoded in row-major order (FP8, NVFP4, MXFP4,
+    INT packs, bitsandbytes) can select any elements, GPTQ and AWQ (decoded in their storage order) whole
+    logical rows only: a cut that is not whole rows of theirs is refused, never reduced on the wrong values."""
+    from .quant.decoder import FACTORIES, RowMajorDecoder
+
+    factory = FACTORIES.get(ref.quant.spec.format) if ref.quant is not None else None
+    if isinstance(factory, type) and issubclass(factory, RowMajorDecoder):
+        return
+    if not whole_rows(views, ref.shape[-1]):
+        raise QuantizationError(
+            f"{ref.name}: its {ref.quant.spec.label} codes hold {len(views)} matrices whose rows are not whole "
+            f"rows of the stored {list(ref.shape)}; weightdiag cannot cut them exactly, so it does not fit them; "
+            "fit the unquantized base model instead",
+            method=ref.quant.spec.method,
+        )
 
 
 Reducer = Callable[[np.ndarray, str, Sequence[Segments | None]], list[Reduction]]
@@ -188,7 +229,10 @@ def measure(
     try:
         for item, reduced in _reduce_all(work, reader, device, arch, options, progress):
             ref, role = item.ref, item.role
-            if reduced.vector is not None:
+            note = "F64 rounded to F32 for fitting" if ref.dtype.name == "F64" else ref.note
+            if item.views:
+                _view_records(item, reduced, arch, options, note, matrices, vectors)
+            elif reduced.vector is not None:
                 vectors.append(
                     vector_record(
                         ref.name,
@@ -201,7 +245,6 @@ def measure(
                     )
                 )
             else:
-                note = "F64 rounded to F32 for fitting" if ref.dtype.name == "F64" else ref.note
                 matrices.append(
                     matrix_record(
                         ref.name,
@@ -211,7 +254,7 @@ def measure(
                         reduced.whole,
                         options.protocol,
                         reduced.parts,
-                        reduced.parts_note,
+                        reduced.parts_note or item.views_note,
                         note,
                         ref.stored_type,
                         ref.quantization,
@@ -230,6 +273,51 @@ def measure(
     return build_row(plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes, verification)
 
 
+def _view_records(
+    item: _Work,
+    reduced: _Reduced,
+    arch: ArchInfo,
+    options: FitOptions,
+    note: str | None,
+    matrices: list[dict[str, Any]],
+    vectors: list[dict[str, Any]],
+) -> None:
+    """The records of a tensor cut into several (layout/views.py), named `<tensor>[<label>]`."""
+    ref = item.ref
+    for view, summary in reduced.view_vectors:
+        vectors.append(
+            vector_record(
+                f"{ref.name}[{view.label}]",
+                view.role,
+                ref.dtype.name,
+                summary,
+                arch.norm_offset,
+                ref.stored_type,
+                ref.quantization,
+                slice_of=view.slice_of(ref.name),
+            )
+        )
+    for view, red in reduced.view_matrices:
+        if red.argmax >= 0:  # the stored tensor's flat index -> the piece's, as an (out, in) matrix
+            red.argmax = view.local_index(red.argmax)
+        matrices.append(
+            matrix_record(
+                f"{ref.name}[{view.label}]",
+                view.role,
+                ref.dtype.name,
+                view.shape,
+                red,
+                options.protocol,
+                note=note,
+                stored_type=ref.stored_type,
+                quantization=ref.quantization,
+                center=options.center,
+                dequantized=describe(ref.quant) if ref.quant is not None else None,
+                slice_of=view.slice_of(ref.name),
+            )
+        )
+
+
 # Vectors up to this size are gathered whole and summarised at once (exactly numpy's mean, std and dot);
 # longer ones are summarised chunk by chunk, so that no vector is ever held as float64 whole.
 VECTOR_GATHER_BYTES = 4 << 20
@@ -243,10 +331,12 @@ class _Reduced:
     parts: list[tuple[str, Reduction]] = field(default_factory=list)
     parts_note: str | None = None
     vector: VectorSummary | None = None
+    view_matrices: list[tuple[View, Reduction]] = field(default_factory=list)  # a tensor cut into records
+    view_vectors: list[tuple[View, VectorSummary]] = field(default_factory=list)
 
 
 def _parts(item: _Work, arch: ArchInfo, options: FitOptions) -> tuple[list[tuple[str, Segments]], str | None]:
-    if options.split_fused and item.role.kind in ("qkv", "ffn_in"):
+    if options.split_fused and not item.views and item.role.kind in ("qkv", "ffn_in"):
         return split_parts(item.role, item.ref.name, item.ref.shape, arch)
     return [], None
 
@@ -278,13 +368,14 @@ def _reduce_all(
         handles = iter(range(len(quantized)))
         targets = []
         for item, (segs, _) in zip(work, parts, strict=True):
-            vector = len(item.ref.shape) == 1 and item.ref.quant is None
+            vector = item.vector
             targets.append(
                 Target(
                     item.ref,
-                    () if vector else (None, *(seg for _, seg in segs)),
+                    () if vector else _selections(item, segs),
                     LazyDecoder(loader, next(handles)) if loader is not None and item.ref.quant is not None else None,
-                    summarize=vector and item.ref.nbytes > VECTOR_GATHER_BYTES,
+                    # a vector cut into records (experts' biases) is gathered whole: small, [experts, width]
+                    summarize=vector and not item.views and item.ref.nbytes > VECTOR_GATHER_BYTES,
                     offset=vector_offset(item.role, arch.norm_offset),
                 )
             )
@@ -311,7 +402,7 @@ def _reduce_all(
     for (item, raw), (segs, note) in zip(prefetch, parts, strict=True):  # the prefetcher keeps the order
         if progress:
             progress("bytes", item.ref.file_nbytes)
-        result = raw if len(item.ref.shape) == 1 else reduce(raw, item.ref.dtype.name, [None, *(s for _, s in segs)])
+        result = raw if item.vector else reduce(raw, item.ref.dtype.name, list(_selections(item, segs)))
         yield item, _as_reduced(item, result, segs, note, arch.norm_offset)
 
 
@@ -323,14 +414,27 @@ def _as_reduced(
     norm_offset: float,
 ) -> _Reduced:
     """A vector's summary (from its raw bytes when they were gathered); or the whole matrix's reduction and
-    its named fused parts."""
+    its named fused parts; or, for a tensor cut into records, one reduction or summary per record."""
     if isinstance(result, VectorSummary):
         return _Reduced(vector=result)
     if isinstance(result, np.ndarray):
         values = values_of(result, item.ref.dtype.name)
+        if item.views:
+            return _Reduced(
+                view_vectors=[(v, VectorSummary.of(v.segments.view(values).reshape(-1))) for v in item.views]
+            )
         return _Reduced(vector=VectorSummary.of(values, vector_offset(item.role, norm_offset)))
+    if item.views:
+        return _Reduced(view_matrices=list(zip(item.views, result, strict=True)))
     whole, *rest = result
     return _Reduced(whole=whole, parts=[(kind, r) for (kind, _), r in zip(segs, rest, strict=True)], parts_note=note)
+
+
+def _selections(item: _Work, segs: list[tuple[str, Segments]]) -> tuple[Segments | None, ...]:
+    """What to reduce a matrix over: each record cut from it, else the whole (None) and its fused parts."""
+    if item.views:
+        return tuple(v.segments for v in item.views)
+    return (None, *(seg for _, seg in segs))
 
 
 def _tensor_bytes(reader: TensorReader) -> Callable[[TensorRef], np.ndarray]:
@@ -360,7 +464,7 @@ def build_row(
 
     verified = (verification or {}).get("shards") or [False] * len(plan.shards)
 
-    others = [m["name"] for m in matrices if m["kind"] == "other"]
+    others = [m["name"] for m in matrices if m["kind"] == "other" and not m.get("tower")]  # towers are listed apart
     arch_json = arch.to_json()
     arch_json["attention"] = attention_architecture(arch)
     row: dict[str, Any] = {

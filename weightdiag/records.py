@@ -152,6 +152,7 @@ class KindSummary(_KindSummaryRequired, total=False):
 
     k_class_withheld: str | None  # why k_class is None: the kind's matrices are quantized
 
+
 FitRecord = TypedDict(
     "FitRecord",
     {
@@ -230,6 +231,14 @@ _MatrixRequired = TypedDict(
 )
 
 
+class SliceOf(TypedDict):
+    """`matrices[].slice_of` / `vectors[].slice_of`: the stored tensor a record was cut from, and which of its
+    flat elements (a quantized weight's logical ones): `count` runs of `length`, `stride` apart, from `offset`."""
+
+    tensor: str
+    segments: list[int]  # [offset, length, stride, count]
+
+
 class DequantizedRecord(TypedDict, total=False):
     """`matrices[].dequantized`: a quantized weight's format and the arithmetic its values came from."""
 
@@ -254,6 +263,9 @@ class MatrixRecord(_MatrixRequired, total=False):
     note: str
     parts: list[PartRecord]
     parts_note: str
+    tower: str  # vision/audio tower or multimodal projector (vision_tower, visual, ...); kind is then "other"
+    tower_kind: str  # what the tensor does inside its tower (q, o, qkv, ffn_in, embed, other, ...)
+    slice_of: SliceOf  # a record cut from a stored tensor (an expert of fused experts, MLA's k or v rows)
 
 
 class _VectorRequired(TypedDict):
@@ -282,6 +294,9 @@ class VectorRecord(_VectorRequired, total=False):
     quantization: str
     l2_over_sqrt_d: float | None
     offset_applied: float
+    tower: str
+    tower_kind: str
+    slice_of: SliceOf
 
 
 class SkippedRecord(TypedDict, total=False):
@@ -480,6 +495,11 @@ DEQUANTIZED = _record(
     {"source": STR, "block": _list_of(INT), "group": INT, "stored": _map_of(STR)},
 )
 PART = _record({"kind": STR, **_REDUCTION_FIELDS}, {})
+_ROLE_FIELDS: dict[str, Check] = {
+    "tower": STR,
+    "tower_kind": OPT_STR,
+    "slice_of": _record({"tensor": STR, "segments": _list_of(INT)}, {}),
+}
 MATRIX = _record(
     {
         "name": STR,
@@ -499,6 +519,7 @@ MATRIX = _record(
         "parts_note": STR,
         "dequantized": DEQUANTIZED,
         "grid": _record({"bits": INT, "group": INT}, {}),
+        **_ROLE_FIELDS,
     },
 )
 VECTOR = _record(
@@ -517,6 +538,7 @@ VECTOR = _record(
         **dict.fromkeys(("site", "of_kind", "note", "fitted_dtype", "quantization"), STR),
         "l2_over_sqrt_d": OPT_NUM,
         "offset_applied": NUM,
+        **_ROLE_FIELDS,
     },
 )
 SKIPPED = _record({}, {"name": STR, "dtype": STR, "shape": _list_of(INT), "reason": STR})

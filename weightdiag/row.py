@@ -81,7 +81,9 @@ def matrix_record(
     quantization: str | None = None,
     center: bool = False,
     dequantized: dict[str, Any] | None = None,
+    slice_of: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """One matrix: a stored tensor, or (`slice_of`) one record cut from it (an expert of fused experts)."""
     record: dict[str, Any] = {
         "name": name,
         "block": role.block,
@@ -90,6 +92,7 @@ def matrix_record(
         "class": role.cls,
         **dtype_fields(dtype, stored_type, quantization),
         "shape": list(shape),
+        **role_fields(role, slice_of),
     }
     notes = [n for n in (role.note, note) if n]
     if notes:
@@ -104,6 +107,18 @@ def matrix_record(
     elif red.grid is not None:  # floats that hold dequantized values: a 4-bit grid per group of a row
         record["grid"] = {"bits": red.grid[0], "group": red.grid[1]}
     return record
+
+
+def role_fields(role: TensorRole, slice_of: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Optional fields of a matrix or vector record: `tower` and `tower_kind` for a vision/audio tower's
+    tensor (kind `other`, block = the tower's layer), `slice_of` for a record cut from a stored tensor."""
+    out: dict[str, Any] = {}
+    if role.tower:
+        out["tower"] = role.tower
+        out["tower_kind"] = role.tower_kind
+    if slice_of:
+        out["slice_of"] = slice_of
+    return out
 
 
 def dtype_fields(dtype: str, stored_type: str | None, quantization: str | None) -> dict[str, str]:
@@ -125,6 +140,7 @@ def vector_record(
     norm_offset: float,
     stored_type: str | None = None,
     quantization: str | None = None,
+    slice_of: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """1-D tensors: norms (gamma/beta) and biases get their own statistics, from the vector's summary
     (computed with `vector_offset(role, norm_offset)` added to its values)."""
@@ -137,6 +153,7 @@ def vector_record(
         **dtype_fields(dtype, stored_type, quantization),
         "numel": summary.numel,
         "n_nonfinite": summary.numel - summary.n,
+        **role_fields(role, slice_of),
     }
     if role.site:
         record["site"] = role.site

@@ -215,6 +215,8 @@ def _norm_site(stem: str, block: int | None, n_layers: int | None, family: str |
     if "post_attention_layernorm" in low:
         return "post_attn" if family in _TRUE_POST_ATTN else "ffn"
     for key, site in (
+        ("norm_attn_norm.norm_1", "attn"),  # DBRX (before "attn_norm", which its module name holds)
+        ("norm_attn_norm.norm_2", "ffn"),
         ("q_a_layernorm", "latent"),  # MLA: the norms of the compressed query and key/value
         ("kv_a_layernorm", "latent"),
         ("q_norm", "q_norm"),
@@ -238,8 +240,6 @@ def _norm_site(stem: str, block: int | None, n_layers: int | None, family: str |
         ("final_layer_norm", "ffn"),
         ("ln_attn", "attn"),
         ("ln_mlp", "ffn"),
-        ("norm_attn_norm.norm_1", "attn"),  # DBRX
-        ("norm_attn_norm.norm_2", "ffn"),
     ):
         if key in low:
             return site
@@ -296,7 +296,8 @@ def classify_tensor(
             param,
             note=f"{tower} (not the language model)",
             tower=tower,
-            tower_kind=inner.kind if inner.kind != "other" else _tower_kind(name[towers[-1].end() :]),
+            tower_kind=inner.tower_kind
+            or (inner.kind if inner.kind != "other" else _tower_kind(name[towers[-1].end() :])),
         )
     mixer = parent in _SSM_PARENTS or parent in _LINEAR_ATTENTION_PARENTS
     if mixer and last in _SSM_PARAMS:
@@ -343,7 +344,7 @@ def classify_tensor(
 
 def _tower_kind(stem: str) -> str:
     """Tower names the language model's table does not know: Qwen2.5-VL attn.qkv / attn.proj, patch embeddings."""
-    parts = stem.lower().split(".")
+    parts = _param_of(stem)[1].lower().split(".")
     last, parent = parts[-1], (parts[-2] if len(parts) > 1 else "")
     if last == "qkv" and parent in _ATTENTION_PARENTS:
         return "qkv"
