@@ -48,8 +48,8 @@ KINDS = (*MATRIX_KINDS[:-1], "norm", "bias", "ssm_param", "other")
 # OV circuit and the FFN, "which transmit information without gating" (W_v, W_o, FFN).
 # Left out of both on purpose: the SSM and linear-attention projections (no softmax selection, never
 # measured by the paper or its cohort: a class verdict would have no band to read against), Qwen3-Next's
-# attention output gate (a sigmoid gate on the OV path, which the paper's Transmission explicitly is not),
-# routers, embeddings.
+# attention output gate (a sigmoid gate on the OV path: the paper's OV circuit has none, and no measurement
+# places it), routers, embeddings.
 SELECTION_KINDS = frozenset({"q", "k", "qkv", *MLA_KINDS})
 TRANSMISSION_KINDS = frozenset({"v", "o", "gate", "up", "down", "ffn_in", "ffn_out"})
 FFN_KINDS = ("gate", "up", "down", "ffn_in", "ffn_out")
