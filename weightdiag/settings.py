@@ -53,6 +53,16 @@ def threads() -> int:
     return value
 
 
+def worker_threads(jobs: int) -> str:
+    """WEIGHTDIAG_THREADS for each of `jobs` worker processes: the user's setting, else a share of the cores."""
+    return os.environ.get("WEIGHTDIAG_THREADS", "").strip() or str(max(1, (os.cpu_count() or 1) // jobs))
+
+
+def set_threads(value: str) -> None:
+    """Set WEIGHTDIAG_THREADS in this process (a sweep worker, as it starts)."""
+    os.environ["WEIGHTDIAG_THREADS"] = value
+
+
 def _flag(name: str) -> bool:
     """A boolean variable, read as huggingface_hub reads its own (1, true, yes, on; any case)."""
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")

@@ -263,7 +263,7 @@ PARENT_POLL_SECONDS = 0.5
 
 def start_worker(parent: int, threads: str) -> None:
     """A sweep worker's start: its share of the cores, and a watch on the sweep that started it."""
-    os.environ["WEIGHTDIAG_THREADS"] = threads
+    settings.set_threads(threads)
     watch_parent(parent)
 
 
@@ -295,7 +295,7 @@ def process_runner(jobs: int) -> Runner:
         # Each worker reduces with its share of the cores (set in the workers: the caller's environment
         # stays as it was).
         ctx = mp.get_context("spawn")
-        threads = os.environ.get("WEIGHTDIAG_THREADS") or str(max(1, (os.cpu_count() or 1) // jobs))
+        threads = settings.worker_threads(jobs)
         pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=start_worker, initargs=(os.getpid(), threads))
         finished = False
         try:
