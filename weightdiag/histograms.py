@@ -8,10 +8,12 @@ and only the chosen matrices are read and reduced.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .errors import OptionError, WeightdiagError
+from .segments import Segments
 from .vocabulary import COHORT_TRIM, FFN_KEYS
 
 DEFAULT_HISTOGRAMS = 3
@@ -57,14 +59,10 @@ def read_histograms(
     row's local location (checked against its fingerprint), else the Hub repo at the row's commit.
     Returns ({name: data}, a note when histograms are skipped or may differ).
     """
-    import numpy as np
 
-    from .engine.reduce import reduce_array
     from .engine.stats import Summary
     from .quant.group import group_quantized
-    from .quant.loader import CompanionLoader
     from .source.open import open_model
-    from .source.plan import storage_view
 
     model = row["model"]
     note = None
@@ -95,23 +93,19 @@ def read_histograms(
         return {}, f"histograms skipped: cannot read {target} ({exc.message})"
     refs = {t.name: t for t in plan.tensors}
     by_name = {m["name"]: m for m in row["matrices"]}
+    # Each chosen record's tensor and selection: a whole tensor, or the cut of a fused one (`slice_of`).
+    wanted: list[tuple[str, Any, Segments | None]] = []
+    for name in names:
+        record = by_name.get(name)
+        cut = (record or {}).get("slice_of")
+        ref = refs.get(cut["tensor"] if cut else name)
+        if record is None or ref is None:
+            continue
+        wanted.append((name, ref, Segments(*cut["segments"]) if cut else None))
     out: dict[str, dict[str, Any]] = {}
     try:
-        for name in names:
-            ref = refs.get(name)
-            if ref is None:
-                continue
-            raw = np.empty(ref.nbytes, dtype=np.uint8)
-            reader.read_into(ref, raw)
-            if ref.quant is not None:  # a quantized weight: its codes decoded with its companions
-                loader = CompanionLoader(_reader_bytes(reader), [ref.quant], lookahead=0)
-                try:
-                    values, _ = loader.decoder(0).decode(raw, 0)
-                finally:
-                    loader.close()
-                summary = Summary(reduce_array(values, "F32"))
-            else:
-                summary = Summary(reduce_array(storage_view(ref, raw), ref.dtype.name))
+        for name, reduction in _reduce(wanted, reader):
+            summary = Summary(reduction)
             mags = summary.magnitudes.nonzero()
             m = by_name[name]
             out[name] = {
@@ -131,6 +125,53 @@ def read_histograms(
     finally:
         reader.close()
     return out, note
+
+
+def _reduce(wanted: list[tuple[str, Any, Segments | None]], reader: Any) -> Iterator[tuple[str, Any]]:
+    """(record name, its reduction): through the chunk engine where the reader has one (memory a few chunks,
+    whatever the tensor's size), else one whole tensor at a time (GGUF, .bin)."""
+    import numpy as np
+
+    from .engine.reduce import reduce_array
+    from .quant.loader import CompanionLoader, LazyDecoder
+    from .source.plan import storage_view
+
+    quantized_refs = list({ref.name: ref for _, ref, _ in wanted if ref.quant is not None}.values())
+    handle = {ref.name: i for i, ref in enumerate(quantized_refs)}  # the loader's index of each quantized tensor
+    quantized = [ref.quant for ref in quantized_refs]
+    loader = CompanionLoader(_reader_bytes(reader), quantized, lookahead=0) if quantized else None
+    try:
+        if hasattr(reader, "chunk"):
+            from .engine.stream import Target, reduce_chunked
+
+            # One target per tensor, in file order, with the selections of every record cut from it.
+            tensors: dict[str, tuple[Any, list[tuple[str, Segments | None]]]] = {}
+            for name, ref, cut in wanted:
+                tensors.setdefault(ref.name, (ref, []))[1].append((name, cut))
+            ordered = sorted(tensors.values(), key=lambda t: (t[0].shard, t[0].start))
+            targets = [
+                Target(
+                    ref,
+                    tuple(cut for _, cut in cuts),
+                    LazyDecoder(loader, handle[ref.name]) if ref.quant is not None and loader else None,
+                )
+                for ref, cuts in ordered
+            ]
+            for index, result in reduce_chunked(targets, reader, "cpu"):
+                for (name, _), reduction in zip(ordered[index][1], result, strict=True):
+                    yield name, reduction
+            return
+        for name, ref, cut in wanted:
+            raw = np.empty(ref.nbytes, dtype=np.uint8)
+            reader.read_into(ref, raw)
+            if ref.quant is not None and loader is not None:  # a quantized weight: its codes decoded
+                values, _ = loader.decoder(handle[ref.name]).decode(raw, 0)
+                yield name, reduce_array(values, "F32", cut)
+            else:
+                yield name, reduce_array(storage_view(ref, raw), ref.dtype.name, cut)
+    finally:
+        if loader is not None:
+            loader.close()
 
 
 def _reader_bytes(reader: Any) -> Any:
