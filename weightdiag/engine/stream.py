@@ -277,9 +277,12 @@ def reduce_chunked(
                 elif isinstance(result, VectorSummary):  # pieces come in flat order
                     entry.summary = result if entry.summary is None else entry.summary.merge(result)
                 else:  # fold as they come: a few partials in memory, however large the tensor
+                    repack = entry.pieces_left > 1 and len(entry.reductions) > 1
                     for collected, parts in zip(entry.reductions, result, strict=True):
                         for part in parts:  # one at a time: the same sums in the same order for any chunking
                             collected[:] = [merge([*collected, part])]
+                        if repack:  # a tensor cut into many records (256 experts' parts) waits packed
+                            collected[0].pack()
                 entry.pieces_left -= 1
                 if entry.pieces_left == 0:
                     del partials[item]
