@@ -281,7 +281,7 @@ def reduce_chunked(
                     for collected, parts in zip(entry.reductions, result, strict=True):
                         for part in parts:  # one at a time: the same sums in the same order for any chunking
                             collected[:] = [merge([*collected, part])]
-                        if repack:  # a tensor cut into many records (256 experts' parts) waits packed
+                        if repack and collected:  # a tensor cut into many records (256 experts' parts) waits packed
                             collected[0].pack()
                 entry.pieces_left -= 1
                 if entry.pieces_left == 0:
