@@ -417,14 +417,15 @@ def list_rows(
     from .db import all_rows, flat_record
 
     db = Path(db_dir) if db_dir else None
-    return [flat_record(r) for r in all_rows(db, cohorts=not fitted_only, on_skip=on_skip)]
+    return [flat_record(r) for r in all_rows(db, cohorts=not fitted_only, on_skip=on_skip, summaries=True)]
 
 
-def show_row(row_id: str, db_dir: str | Path | None = None) -> Row:
-    """`weightdiag db show`: one row by the id `db list` prints, a row file's name, or its path."""
+def show_row(row_id: str, db_dir: str | Path | None = None, *, summary: bool = False) -> Row:
+    """`weightdiag db show`: one row by the id `db list` prints, a row file's name, or its path; with
+    summary=True a database row may come without its per-matrix records (`counts` says how many)."""
     from .db import row_by_id
 
-    return row_by_id(row_id, Path(db_dir) if db_dir else None)
+    return row_by_id(row_id, Path(db_dir) if db_dir else None, summary=summary)
 
 
 EXPORT_FORMATS = ("csv", "jsonl")

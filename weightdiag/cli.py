@@ -519,7 +519,7 @@ def db_show(
     from .api import show_row
     from .render.tables import kinds_table
 
-    row = show_row(row_id, db)
+    row = show_row(row_id, db, summary=not as_json)  # the table needs the per-kind summaries only
     if as_json:
         _print_json(row)
         return

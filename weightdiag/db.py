@@ -322,6 +322,7 @@ def write_row(row: Row, db_dir: Path | None = None) -> Path:
     try:
         _adopt_legacy(folder, path)
         write_text_atomic(path, json.dumps(row, indent=1, allow_nan=False) + "\n", _test_write_delay)
+        _write_summary(path, row)
         _drop_legacy_copy(folder, path, row)
     except OSError as exc:
         raise DatabaseError(
@@ -349,15 +350,90 @@ def _row_paths(folder: Path) -> list[Path]:
     return [folder / name for name in sorted(names) if name.endswith(".json") and not name.startswith(".")]
 
 
+# --- summaries: listing and naming rows without reading their per-matrix records ----------------------------
+# rows/.summary/<row file name> holds the row less its `matrices` and `vectors` (their counts in `counts`)
+# and the identity (size, mtime_ns, inode) of the row file it was made from. It is written after the row
+# (atomically) and trusted only while the row file still has that identity; otherwise, or when it is
+# missing or unreadable, the row itself is read (every field checked) and the summary made again. A
+# crash between the two writes leaves a summary of the old file, which no longer matches: never used.
+SUMMARY_DIR = ".summary"
+SUMMARY_SCHEMA = "weightdiag.row-summary/1"
+
+
+def _identity_of(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def summary_of(row: Row) -> Row:
+    """The row without its per-matrix and per-vector records; `counts` says how many there were."""
+    summary = {k: v for k, v in row.items() if k not in ("matrices", "vectors")}
+    summary["counts"] = {"matrices": len(row.get("matrices", [])), "vectors": len(row.get("vectors", []))}
+    return cast(Row, summary)
+
+
+def _write_summary(path: Path, row: Row) -> None:
+    """Best effort: a database that cannot take the summary still has the row (listing reads it instead)."""
+    with contextlib.suppress(OSError, ValueError):
+        document = {"schema": SUMMARY_SCHEMA, "of": _identity_of(path), "row": summary_of(row)}
+        target = path.parent / SUMMARY_DIR / path.name
+        target.parent.mkdir(exist_ok=True)
+        write_text_atomic(target, json.dumps(document, allow_nan=False) + "\n")
+        clean_stale_temps(target.parent)
+
+
+def _read_summary(path: Path) -> Row | None:
+    """The row file's summary when it is there and was made from the file as it is now."""
+    try:
+        document = json.loads((path.parent / SUMMARY_DIR / path.name).read_bytes())
+        fresh = document.get("schema") == SUMMARY_SCHEMA and document.get("of") == _identity_of(path)
+        row = document["row"] if fresh else None
+    except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
+        return None
+    if not (isinstance(row, dict) and isinstance(row.get("model"), dict) and isinstance(row.get("counts"), dict)):
+        return None
+    return cast(Row, row)
+
+
+def count_of(row: Row, key: str) -> int:
+    """How many matrices or vectors a row (or its summary) holds."""
+    counts = row.get("counts")
+    if isinstance(counts, dict) and key not in row:
+        return int(counts.get(key, 0))
+    return len(row.get(key, []))  # type: ignore[arg-type]
+
+
+def iter_summaries(db_dir: Path | None = None, on_skip: SkipHandler | None = None) -> Iterator[tuple[Path, Row]]:
+    """Like iter_rows, but each row as its summary (no `matrices`, no `vectors`): read from rows/.summary
+    where fresh, else from the row itself, whose summary is then written for the next time."""
+    for path in _row_paths(_rows_folder(db_dir)):
+        summary = _read_summary(path)
+        if summary is None:
+            try:
+                row = read_row(path)
+            except RowError as exc:
+                if on_skip is not None:
+                    on_skip(exc)
+                continue
+            _write_summary(path, row)
+            summary = summary_of(row)
+        yield path, summary
+
+
+def _rows_folder(db_dir: Path | None) -> Path:
+    base = db_dir or default_db_dir()
+    if base.exists() and not base.is_dir():  # a typo'd --db naming a file must not read as an empty database
+        raise DatabaseError(
+            f"database folder {base}: is a file, not a folder; pass the database folder as --db",
+            folder=base / ROWS_DIR,
+        )
+    return base / ROWS_DIR
+
+
 def iter_rows(db_dir: Path | None = None, on_skip: SkipHandler | None = None) -> Iterator[tuple[Path, Row]]:
     """The fitted rows of the database, by file name. A file that is not a readable row (foreign, damaged,
     a FIFO or folder named *.json) is skipped, and handed to `on_skip` when given (to warn about it)."""
-    base = db_dir or default_db_dir()
-    if base.exists() and not base.is_dir():  # a typo'd --db naming a file must not read as an empty database
-        raise DatabaseError(f"database folder {base}: is a file, not a folder; pass the database folder as --db",
-                            folder=base / ROWS_DIR)
-    folder = base / ROWS_DIR
-    for path in _row_paths(folder):
+    for path in _row_paths(_rows_folder(db_dir)):
         try:
             row = read_row(path)
         except RowError as exc:
@@ -388,10 +464,13 @@ def cohort_rows() -> list[Row]:
     return [cast(Row, row) for name in COHORTS for row in load_cohort(name)]
 
 
-def all_rows(db_dir: Path | None = None, cohorts: bool = True, on_skip: SkipHandler | None = None) -> list[Row]:
-    """The shipped cohort rows (unless cohorts=False) followed by the fitted rows of the database."""
+def all_rows(
+    db_dir: Path | None = None, cohorts: bool = True, on_skip: SkipHandler | None = None, summaries: bool = False
+) -> list[Row]:
+    """The shipped cohort rows (unless cohorts=False) followed by the fitted rows of the database (as their
+    summaries with summaries=True: enough to list them, see iter_summaries)."""
     rows: list[Row] = cohort_rows() if cohorts else []
-    rows.extend(row for _, row in iter_rows(db_dir, on_skip))
+    rows.extend(row for _, row in (iter_summaries if summaries else iter_rows)(db_dir, on_skip))
     return rows
 
 
@@ -409,7 +488,7 @@ def flat_record(row: Row) -> FlatRecord:
         "revision": model.get("revision") or model.get("fingerprint"),
         "source": model["source"] + (f":{model['cohort']}" if model.get("cohort") else ""),
         "protocol": row["protocol"]["name"],
-        "matrices": len(row.get("matrices", [])),
+        "matrices": count_of(row, "matrices"),
         "attention": (row.get("architecture") or {}).get("attention"),
         "ffn_median_k": ffn_median_k(row),
         "t_over_tau": hp.get("t_over_tau"),
@@ -445,8 +524,7 @@ class AmbiguousRowError(BadInputError):
         self.spec = spec
         self.candidates = sorted(set(candidates))
         super().__init__(
-            f"{spec}: matches {len(self.candidates)} rows {how}: {', '.join(self.candidates)}; "
-            "give one of them exactly"
+            f"{spec}: matches {len(self.candidates)} rows {how}: {', '.join(self.candidates)}; give one of them exactly"
         )
 
 
@@ -493,7 +571,7 @@ def cohort_entry(spec: str) -> Row | None:
     return folded[0] if folded else None
 
 
-def row_by_id(spec: str, db_dir: Path | None = None) -> Row:
+def row_by_id(spec: str, db_dir: Path | None = None, summary: bool = False) -> Row:
     """A row by file path, row file name, cohort entry id, or fitted model id[@revision] (the newest).
 
     The rules, in order, are in this module's docstring: exact names before names ignoring case,
@@ -510,10 +588,17 @@ def row_by_id(spec: str, db_dir: Path | None = None) -> Row:
         if row["model"]["id"] == spec:
             return row
     damaged: list[RowError] = []
-    fitted = [row for _, row in iter_rows(db_dir, on_skip=damaged.append)]
+    # Matched on summaries (no per-matrix records read), then the chosen row is read whole.
+    found = list(iter_summaries(db_dir, on_skip=damaged.append))
+    path_of = {id(row): path for path, row in found}
+    fitted = [row for _, row in found]
+
+    def whole(row: Row) -> Row:
+        return row if summary or id(row) not in path_of else read_row(path_of[id(row)])
+
     exact = [row for row in fitted if spec in _names(row)]
     if exact:
-        return _one_checkpoint(spec, exact)
+        return whole(_one_checkpoint(spec, exact))
     for exc in damaged:
         if exc.model_id == spec:
             raise exc
@@ -529,5 +614,5 @@ def row_by_id(spec: str, db_dir: Path | None = None) -> Row:
     if len(matches) > 1:
         raise AmbiguousRowError(spec, matches)
     if matches:
-        return _newest(next(iter(matches.values())))
+        return whole(_newest(next(iter(matches.values()))))
     raise RowNotFoundError(spec)

@@ -194,8 +194,14 @@ def kinds_table(row: dict[str, Any], title: str | None = None) -> FitWidth:
     if model["source"] == "cohort":
         contents = f"{model['cohort']} summary: per-kind medians only"
     else:
+        # A row's summary (db show) has `counts` in place of the records themselves.
+        n_matrices, n_vectors = (
+            (len(row["matrices"]), len(row["vectors"]))
+            if "matrices" in row
+            else (row["counts"]["matrices"], row["counts"]["vectors"])
+        )
         contents = (
-            f"{counted(len(row['matrices']), 'matrix', 'matrices')}, {counted(len(row['vectors']), 'vector')}, "
+            f"{counted(n_matrices, 'matrix', 'matrices')}, {counted(n_vectors, 'vector')}, "
             f"{len(row['skipped'])} skipped"
         )
     caption = f"protocol {row['protocol']['name']}, trim {row['protocol']['trim']}; {contents}"

@@ -1,0 +1,96 @@
+"""Rows are listed and named from their summaries (rows/.summary/): the row less its per-matrix records,
+trusted only while the row file is the one it was made from."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from weightdiag import api, db
+from weightdiag.records import RowError
+
+from .conftest import run_cli
+
+
+@pytest.fixture
+def database(tmp_path, minilm_row) -> tuple[Path, Path]:
+    folder = tmp_path / "db"
+    return folder, db.write_row(minilm_row, folder)
+
+
+@pytest.fixture(scope="module")
+def minilm_row(minilm_dir):
+    from weightdiag.pipeline import FitOptions
+
+    return api.fit_model(str(minilm_dir), FitOptions(device="cpu"))
+
+
+def _no_full_reads(monkeypatch):
+    def refuse(path):
+        raise AssertionError(f"read the whole row {path}")
+
+    monkeypatch.setattr(db, "read_row", refuse)
+
+
+def test_a_written_row_is_listed_and_shown_without_reading_its_records(database, monkeypatch):
+    folder, path = database
+    assert (path.parent / db.SUMMARY_DIR / path.name).is_file()
+    _no_full_reads(monkeypatch)
+    (record,) = api.list_rows(folder, fitted_only=True)
+    assert record["id"] == "all-MiniLM-L6-v2" and record["matrices"] == 40
+    shown = api.show_row("all-MiniLM-L6-v2", folder, summary=True)
+    assert "matrices" not in shown and shown["counts"] == {"matrices": 40, "vectors": 63}
+
+
+def test_the_whole_row_is_still_read_where_records_are_needed(database):
+    folder, _ = database
+    assert len(api.show_row("all-MiniLM-L6-v2", folder)["matrices"]) == 40
+    out = run_cli("db", "show", "all-MiniLM-L6-v2", "--db", str(folder), "--json")
+    assert len(json.loads(out.stdout)["matrices"]) == 40
+
+
+def test_a_row_replaced_by_hand_is_read_again(database, minilm_row):
+    folder, path = database
+    edited = json.loads(path.read_text())
+    edited["matrices"] = edited["matrices"][:5]
+    path.write_text(json.dumps(edited))  # same name, new contents: the summary no longer matches
+    (record,) = api.list_rows(folder, fitted_only=True)
+    assert record["matrices"] == 5
+    assert "5 matrices" in run_cli("db", "show", "all-MiniLM-L6-v2", "--db", str(folder)).stdout
+
+
+@pytest.mark.parametrize("damage", ["", "{not json", '{"schema": "weightdiag.row-summary/1", "of": [1, 2, 3]}', "[]"])
+def test_a_damaged_or_foreign_summary_is_never_trusted(database, damage):
+    folder, path = database
+    (path.parent / db.SUMMARY_DIR / path.name).write_text(damage)
+    (record,) = api.list_rows(folder, fitted_only=True)
+    assert record["matrices"] == 40
+
+
+def test_a_row_copied_in_by_hand_is_listed_and_gets_its_summary(database, tmp_path):
+    _folder, path = database
+    other = tmp_path / "other"
+    (other / "rows").mkdir(parents=True)
+    shutil.copy(path, other / "rows" / path.name)
+    assert not (other / "rows" / db.SUMMARY_DIR).exists()
+    assert [r["matrices"] for r in api.list_rows(other, fitted_only=True)] == [40]
+    assert (other / "rows" / db.SUMMARY_DIR / path.name).is_file()
+
+
+def test_a_damaged_row_is_skipped_by_the_listing_and_refused_by_name(database):
+    folder, path = database
+    path.write_text(path.read_text()[:1000])  # truncated: its summary no longer matches
+    skipped = []
+    assert api.list_rows(folder, fitted_only=True, on_skip=skipped.append) == []
+    assert len(skipped) == 1
+    with pytest.raises(RowError):
+        api.show_row(path.name, folder)
+
+
+def test_a_summary_never_shadows_a_row_file_in_listings(database):
+    _folder, path = database
+    names = [p.name for p in db._row_paths(path.parent)]
+    assert names == [path.name]
