@@ -64,7 +64,8 @@ def test_json_output_and_env_database(minilm_dir, tmp_path):
     row = json.loads(out.stdout)
     assert row["protocol"]["name"] == "exact"
     assert all(m["block"] == 0 for m in row["matrices"])
-    assert [p.name.endswith(".exact.json") for p in row_files(tmp_path / "envdb")] == [True]
+    # the exact protocol, and a fit restricted by --include: a row of its own beside the full fit's
+    assert [".exact.sel-" in p.name for p in row_files(tmp_path / "envdb")] == [True]
 
 
 def test_no_save(minilm_dir, tmp_path):

@@ -1,7 +1,10 @@
 """The database folder: rows as JSON files, written atomically, found by model and revision.
 
 Layout under the database folder (default $WEIGHTDIAG_DB, else ./DATABASE):
-    rows/<model>@<revision>[.<protocol>].json   fitted rows (one per model@revision@protocol)
+    rows/<model>@<revision>[.<protocol>][.centered][.sel-<hash>].json
+        fitted rows: one per model, revision, protocol and fit variant (a --center fit, a fit restricted
+        by --include/--exclude: never in place of the full fit, and named by id only when there is none)
+    rows/.summary/<row file name>   each row less its per-matrix records (see iter_summaries)
 Each name part is the readable slug of the id ('EleutherAI/pythia-70m' -> 'EleutherAI--pythia-70m'),
 followed by '~' and 12 hex digits of the sha256 of the exact text whenever the slug alone would not
 give the text back (other characters, '--' in the id, non-ASCII, too long): distinct ids never share
@@ -79,6 +82,8 @@ STALE_TEMP_SECONDS = 600.0  # a temporary row file this old is abandoned whoever
 # The protocol suffix follows the revision: a plain revision may not end like one (fit.PROTOCOLS,
 # not imported: it pulls in numpy, and `db list` needs none).
 _PROTOCOL_SUFFIXES = (".hist1024", ".exact")
+_RESERVED_ENDINGS = (*_PROTOCOL_SUFFIXES, ".centered")  # a revision's name part never ends like these
+_VARIANT_ENDING = re.compile(r"\.sel-[0-9a-f]{8}$")
 TEST_WRITE_DELAY_ENV = "WEIGHTDIAG_TEST_ROW_WRITE_DELAY"  # test-only: seconds between temp write and rename
 
 
@@ -119,12 +124,28 @@ def _identity(row: Row) -> tuple[str, str, str]:
     return str(model["id"]), str(revision), str(row["protocol"]["name"])
 
 
+def fit_variant(row: Row) -> str:
+    """'' for a full fit of |w|; else what sets the row apart: '.centered' (--center), '.sel-<8 hex>' (a fit
+    restricted by --include/--exclude: the hash of the sorted patterns). Such rows never replace, nor stand
+    for, the model's full fit."""
+    run = row.get("run") or {}
+    include, exclude = sorted(run.get("include") or []), sorted(run.get("exclude") or [])
+    variant = ".centered" if (row.get("protocol") or {}).get("centered") else ""
+    if include or exclude:
+        patterns = json.dumps({"include": include, "exclude": exclude}, sort_keys=True)
+        variant += f".sel-{hashlib.sha256(patterns.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+    return variant
+
+
 def row_filename(row: Row) -> str:
-    """rows/ file name of a row: one per (model id, revision or fingerprint, protocol), never shared."""
+    """rows/ file name of a row: one per (model id, revision or fingerprint, protocol, fit variant), never
+    shared."""
     model_id, revision, protocol = _identity(row)
     suffix = "" if protocol == "hist1024" else f".{name_part(protocol, 16)}"
-    rev = name_part(revision, REVISION_BYTES, _PROTOCOL_SUFFIXES)
-    return f"{name_part(model_id, ID_BYTES)}@{rev}{suffix}.json"
+    rev = name_part(revision, REVISION_BYTES, _RESERVED_ENDINGS)
+    if _VARIANT_ENDING.search(rev):  # a revision that ends like a variant: hashed, so that names stay unique
+        rev = name_part(revision + "\0", REVISION_BYTES, _RESERVED_ENDINGS)
+    return f"{name_part(model_id, ID_BYTES)}@{rev}{suffix}{fit_variant(row)}.json"
 
 
 def legacy_row_filename(row: Row) -> str:
@@ -535,7 +556,9 @@ def _names(row: Row) -> list[str]:
 
 
 def _newest(rows: list[Row]) -> Row:
-    return max(reversed(rows), key=lambda r: r.get("created") or "")  # ties: the last file by name, as before
+    """The newest full fit (a --center or --include row answers only when there is no full one)."""
+    # ties: the last file by name, as before
+    return max(reversed(rows), key=lambda r: (not fit_variant(r), r.get("created") or ""))
 
 
 def _one_checkpoint(spec: str, rows: list[Row]) -> Row:
