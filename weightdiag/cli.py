@@ -22,7 +22,7 @@ import typer
 import typer.core
 
 from . import __version__, settings
-from .errors import ExitCode, Stopped, WeightdiagError
+from .errors import DatabaseError, ExitCode, Stopped, WeightdiagError
 from .vocabulary import COHORT_TRIM
 
 # -h beside --help on every command (click passes help_option_names down to subcommands), and typer's
@@ -292,6 +292,11 @@ def fit(
         fitted = fit_api(
             model, options, progress, db_dir=db, save=save, revision=revision, token=token, download=download
         )
+    except DatabaseError as exc:  # the row could not be written (a full disk): it is not lost for --json
+        unsaved = exc.unsaved_row
+        if as_json and unsaved is not None:
+            _print_json(unsaved)
+        raise
     finally:
         progress.close()
     row = fitted.row

@@ -158,6 +158,7 @@ class DatabaseError(BadInputError):
     def __init__(self, message: str, *, folder: str | PathLike[str]) -> None:
         super().__init__(message)
         self.folder = str(folder)
+        self.unsaved_row: dict[str, Any] | None = None  # a fitted row that could not be written (fit --json)
 
 
 class MissingDependencyError(BadInputError):

@@ -13,6 +13,7 @@ from typing import Any
 from .db import default_db_dir, write_row
 from .diagnose import lambda_axis
 from .diagnose.kinds import interpret
+from .errors import DatabaseError
 from .pipeline import FitOptions, measure
 from .records import Row
 from .source.open import open_model
@@ -86,7 +87,13 @@ def fit_and_save(
             reader.close()
             raise
     row = fit_plan(plan, reader, options, progress)
-    return row, save_row(row, db) if db is not None else None
+    if db is None:
+        return row, None
+    try:
+        return row, save_row(row, db)
+    except DatabaseError as exc:  # the fit is done: hand its row to the caller all the same (fit --json prints it)
+        exc.unsaved_row = row
+        raise
 
 
 def resolve_row(

@@ -23,7 +23,15 @@ from typing import Any
 from . import settings
 from .db import check_writable, load_row, row_file, write_row
 from .diagnose.lambda_axis import step_from_revision
-from .errors import BadInputError, MissingDependencyError, ModelPathError, NotCachedError, OptionError, WeightdiagError
+from .errors import (
+    BadInputError,
+    DatabaseError,
+    MissingDependencyError,
+    ModelPathError,
+    NotCachedError,
+    OptionError,
+    WeightdiagError,
+)
 
 LOCAL_PATTERNS = ("step*", "checkpoint-*", "checkpoint_*", "global_step*", "iter_*", "epoch*")
 
@@ -221,6 +229,16 @@ def fit_revision(task: dict[str, Any]) -> dict[str, Any]:
                 time.perf_counter() - started,
                 row_path=str(path),
                 ffn_median_k=ffn_median_k(row),
+            )
+        )
+    except DatabaseError as exc:  # the database cannot take rows (a full disk): the sweep stops at this one
+        return asdict(
+            Outcome(
+                task["revision"],
+                "failed",
+                time.perf_counter() - started,
+                detail=exc.message,
+                extra={"write_failed": True},
             )
         )
     except WeightdiagError as exc:
@@ -438,7 +456,16 @@ def run_sweep(
                 }
             )
     for result in runner(tasks):
-        report(Outcome(**result))
+        outcome = Outcome(**result)
+        report(outcome)
+        if outcome.extra.get("write_failed"):  # stop at the first row that could not be written
+            kept = [o.revision for o in outcomes.values() if o.status in ("fitted", "existing", "reused")]
+            raise DatabaseError(
+                f"{outcome.detail}; the sweep stopped at {outcome.revision}: {len(kept)} rows are in the database"
+                + (f" ({', '.join(kept[:5])}{', ...' if len(kept) > 5 else ''})" if kept else "")
+                + "; free space or pass another --db, then run it again to go on",
+                folder=db,
+            )
     for rev, leader in followers:
         path = existing(rev)
         if path is not None:
