@@ -94,3 +94,12 @@ def test_a_summary_never_shadows_a_row_file_in_listings(database):
     _folder, path = database
     names = [p.name for p in db._row_paths(path.parent)]
     assert names == [path.name]
+
+
+@pytest.mark.parametrize("command", [["compare"], ["trajectory", "all-MiniLM-L6-v2"], ["db", "show", "nothing-here"]])
+def test_every_command_names_the_damaged_rows_it_skips(database, command):
+    folder, path = database
+    (path.parent / "broken.json").write_text('{"schema": "weightdiag.row/1", "model": ')  # truncated
+    out = run_cli(*command, "--db", str(folder))
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "broken.json" in warnings[0] and "skipped" in warnings[0], out.stderr

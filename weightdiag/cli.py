@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -53,6 +54,9 @@ class _Command(typer.core.TyperCommand):
     def invoke(self, ctx: Any) -> Any:
         # `weightdiag db list | head -1`: the reader closed the pipe. Stop quietly with exit 0, as other
         # command-line tools do, not click's exit 1 (which means "check found a regression").
+        from .db import default_on_skip
+
+        default_on_skip.set(_skipped_row_once())  # every command names the damaged rows it skips
         try:
             outcome = super().invoke(ctx)
         except BrokenPipeError:
@@ -501,6 +505,18 @@ def db_list(
 def _skipped_row(exc: Any) -> None:
     """A file in rows/ that is not a readable row (records.RowError): one warning line, then go on."""
     _stderr().print(f"warning: {exc.summary}; skipped ({exc.advice})", markup=False, highlight=False, soft_wrap=True)
+
+
+def _skipped_row_once() -> Callable[[Any], None]:
+    """_skipped_row, once per file in a command (a command may scan the database twice)."""
+    seen: set[str] = set()
+
+    def note(exc: Any) -> None:
+        if exc.summary not in seen:
+            seen.add(exc.summary)
+            _skipped_row(exc)
+
+    return note
 
 
 @db_app.command("show")

@@ -36,6 +36,7 @@ by id@revision (or @fingerprint) or by its file name.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import hashlib
 import json
@@ -360,6 +361,15 @@ def load_row(path: str | Path) -> Row:
 
 
 SkipHandler = Callable[[RowError], None]
+# Who hears about a damaged row when the caller named no one: the command line sets it for the whole
+# command, so that every command that skips a row (compare, trajectory, report ...) names it on stderr.
+default_on_skip: contextvars.ContextVar[SkipHandler | None] = contextvars.ContextVar("default_on_skip", default=None)
+
+
+def _skip(exc: RowError, on_skip: SkipHandler | None) -> None:
+    handler = on_skip or default_on_skip.get()
+    if handler is not None:
+        handler(exc)
 
 
 def _row_paths(folder: Path) -> list[Path]:
@@ -433,8 +443,7 @@ def iter_summaries(db_dir: Path | None = None, on_skip: SkipHandler | None = Non
             try:
                 row = read_row(path)
             except RowError as exc:
-                if on_skip is not None:
-                    on_skip(exc)
+                _skip(exc, on_skip)
                 continue
             _write_summary(path, row)
             summary = summary_of(row)
@@ -458,8 +467,7 @@ def iter_rows(db_dir: Path | None = None, on_skip: SkipHandler | None = None) ->
         try:
             row = read_row(path)
         except RowError as exc:
-            if on_skip is not None:
-                on_skip(exc)
+            _skip(exc, on_skip)
             continue
         yield path, row
 
@@ -638,4 +646,6 @@ def row_by_id(spec: str, db_dir: Path | None = None, summary: bool = False) -> R
         raise AmbiguousRowError(spec, matches)
     if matches:
         return whole(_newest(next(iter(matches.values()))))
+    for exc in damaged:  # the row asked for may be one of these: the command line names them on stderr
+        _skip(exc, None)
     raise RowNotFoundError(spec)
