@@ -434,10 +434,18 @@ def count_of(row: Row, key: str) -> int:
     return len(row.get(key, []))  # type: ignore[arg-type]
 
 
-def iter_summaries(db_dir: Path | None = None, on_skip: SkipHandler | None = None) -> Iterator[tuple[Path, Row]]:
+def iter_summaries(
+    db_dir: Path | None = None, on_skip: SkipHandler | None = None, model_id: str | None = None
+) -> Iterator[tuple[Path, Row]]:
     """Like iter_rows, but each row as its summary (no `matrices`, no `vectors`): read from rows/.summary
-    where fresh, else from the row itself, whose summary is then written for the next time."""
-    for path in _row_paths(_rows_folder(db_dir)):
+    where fresh, else from the row itself, whose summary is then written for the next time. With
+    `model_id`, only the files whose name says they may hold that model's rows (its name part, or the
+    old lossy slug, then '@'): every row of that id, without opening the others."""
+    paths = _row_paths(_rows_folder(db_dir))
+    if model_id is not None:
+        prefixes = (name_part(model_id, ID_BYTES) + "@", slug(model_id) + "@")
+        paths = [p for p in paths if p.name.startswith(prefixes)]
+    for path in paths:
         summary = _read_summary(path)
         if summary is None:
             try:
@@ -619,14 +627,22 @@ def row_by_id(spec: str, db_dir: Path | None = None, summary: bool = False) -> R
         if row["model"]["id"] == spec:
             return row
     damaged: list[RowError] = []
-    # Matched on summaries (no per-matrix records read), then the chosen row is read whole.
-    found = list(iter_summaries(db_dir, on_skip=damaged.append))
-    path_of = {id(row): path for path, row in found}
-    fitted = [row for _, row in found]
+    # Matched on summaries (no per-matrix records read), then the chosen row is read whole. An exact id
+    # (rule 4) is looked for first among the files named after it; the whole database only after that.
+    path_of: dict[int, Path] = {}
 
     def whole(row: Row) -> Row:
         return row if summary or id(row) not in path_of else read_row(path_of[id(row)])
 
+    named = list(iter_summaries(db_dir, on_skip=damaged.append, model_id=spec.split("@", 1)[0]))
+    path_of.update((id(row), path) for path, row in named)
+    exact = [row for _, row in named if spec in _names(row)]
+    if exact:
+        return whole(_one_checkpoint(spec, exact))
+    damaged.clear()
+    found = list(iter_summaries(db_dir, on_skip=damaged.append))
+    path_of.update((id(row), path) for path, row in found)
+    fitted = [row for _, row in found]
     exact = [row for row in fitted if spec in _names(row)]
     if exact:
         return whole(_one_checkpoint(spec, exact))

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .db import default_db_dir, write_row
+from .db import default_db_dir, iter_summaries, write_row
 from .diagnose import lambda_axis
 from .diagnose.kinds import interpret
 from .errors import DatabaseError
@@ -34,9 +34,7 @@ def fit_plan(
 ) -> Row:
     """Measure every selected tensor of an opened model and interpret the measurements: the row."""
     row = measure(plan, reader, options, progress)
-    return interpret(
-        row, lr=options.lr, weight_decay=options.weight_decay, steps=options.steps, preset=options.preset
-    )
+    return interpret(row, lr=options.lr, weight_decay=options.weight_decay, steps=options.steps, preset=options.preset)
 
 
 def fit_path(spec: str, options: FitOptions, progress: Callable[[str, Any], None] | None = None) -> Row:
@@ -114,7 +112,7 @@ def resolve_row(
     database fitted on the same commit with the same --include/--exclude when `reuse` is set, else
     it is fitted. Fresh fits are saved unless save=False.
     """
-    from .db import cohort_entry, find_rows, iter_rows, load_row, local_row
+    from .db import cohort_entry, find_rows, load_row, local_row
 
     options = options or FitOptions()
     check_options(options)
@@ -122,17 +120,20 @@ def resolve_row(
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".json":
         return load_row(path), "row file"
-    rows: list[Row] | None = None  # the database's rows, read at most once below
     if not path.exists():
         entry = cohort_entry(spec)  # the same naming rule as `db show`: exact id first
         if entry is not None:
             return entry, "cohort"
-        rows = [row for _, row in iter_rows(db)]
-        fitted = local_row(spec, rows=rows)  # a name `db list` shows for a local fit: never a Hub id to fetch
+        # A name `db list` shows for a local fit: never a Hub id to fetch. Looked for among the summaries of
+        # the rows filed under that id; the one found is read whole.
+        named = list(iter_summaries(db, model_id=spec.split("@", 1)[0]))
+        fitted = local_row(spec, rows=[row for _, row in named])
         if fitted is not None:
-            return fitted, "database"
+            return load_row(next(p for p, row in named if row is fitted)), "database"
     plan, reader = open_model(spec, model_id=options.model_id, token=token, download=download)
     if reuse and plan.source == "hub" and plan.commit:
+        named = list(iter_summaries(db, model_id=plan.model_id))
+        rows = [row for _, row in named]
         for row in reversed(find_rows(plan.model_id, protocol=options.protocol, rows=rows, db_dir=db)):
             run = row.get("run") or {}
             same_selection = run.get("include", []) == list(options.include) and run.get("exclude", []) == list(
@@ -140,6 +141,6 @@ def resolve_row(
             )
             if row["model"].get("commit") == plan.commit and same_selection:
                 reader.close()
-                return row, "database"
+                return load_row(next(p for p, r in named if r is row)), "database"
     row, _ = fit_and_save(plan, reader, options, progress, db if save else None)
     return row, "fitted"
