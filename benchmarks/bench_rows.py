@@ -6,6 +6,8 @@ command runs in a fresh process; reported: seconds and peak RSS (VmHWM). `--no-s
 summaries first, as for rows copied into rows/ by hand (the first listing reads them and writes them).
 
     python benchmarks/bench_rows.py
+    python benchmarks/bench_rows.py --database 5000   # 5,000 rows of a 226-matrix model (50 runs x 100 steps):
+                                                      # db list, db show ID, compare ID
 """
 
 from __future__ import annotations
@@ -54,6 +56,24 @@ def build(db: Path, matrices: int) -> Path:
     return write_row(row, db)
 
 
+def build_database(db: Path, rows: int) -> str:
+    """`rows` rows of a 226-matrix Llama-shaped model (32 blocks), 100 revisions per run id; returns one id."""
+    from weightdiag import api, synthetic
+    from weightdiag.db import write_row
+    from weightdiag.pipeline import FitOptions
+
+    spec = synthetic.ModelSpec(n_layers=32, d_model=64, n_heads=4, n_kv_heads=2, ffn_size=128, vocab=256)
+    folder = synthetic.write_model(db.parent / "model", spec)
+    row = api.fit_model(str(folder), FitOptions(device="cpu"))
+    assert len(row["matrices"]) == 226, len(row["matrices"])
+    for i in range(rows):
+        row["model"].update(id=f"acme/run-{i // 100}", revision=f"step{(i % 100) * 1000}", source="hub")
+        row["model"]["commit"] = f"{i:040x}"
+        row["created"] = f"2026-11-25T00:{(i % 100) // 60:02d}:{(i % 100) % 60:02d}Z"
+        write_row(row, db)
+    return "acme/run-7"
+
+
 def run(*args: str) -> tuple[float, int]:
     out = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True)
     line = next(x for x in out.stderr.splitlines() if x.startswith("RESULT"))
@@ -65,8 +85,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--matrices", type=int, default=50_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--database", type=int, default=0, help="instead: a database of this many 226-matrix rows")
     args = parser.parse_args()
     db = Path(tempfile.mkdtemp(prefix="bench_rows-")) / "db"
+    if args.database:
+        try:
+            start = time.perf_counter()
+            model_id = build_database(db, args.database)
+            print(f"{args.database} rows written in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+            for label, command in (
+                ("db list", ["db", "list", "--db", str(db)]),
+                (f"db show {model_id}", ["db", "show", model_id, "--db", str(db)]),
+                (f"compare {model_id}", ["compare", model_id, "--db", str(db), "--no-save"]),
+            ):
+                took, hwm = min(run(*command) for _ in range(args.repeat))
+                print(f"{label:<26} {took:6.2f} s {hwm / 1e6:8.1f} MB")
+        finally:
+            shutil.rmtree(db.parent, ignore_errors=True)
+        return
     try:
         path = build(db, args.matrices)
         print(f"row: {path.stat().st_size / 1e6:.1f} MB, {args.matrices} matrices", file=sys.stderr)

@@ -103,3 +103,16 @@ def test_every_command_names_the_damaged_rows_it_skips(database, command):
     out = run_cli(*command, "--db", str(folder))
     warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "broken.json" in warnings[0] and "skipped" in warnings[0], out.stderr
+
+
+def test_a_hub_row_is_compared_offline_from_the_database(tmp_path, minilm_row, monkeypatch):
+    """The Hub unreachable: `compare ORG/NAME` answers from the model's newest full row, and says so."""
+    folder = tmp_path / "db"
+    row = json.loads(json.dumps(minilm_row))
+    row["model"].update(id="acme/minilm", source="hub", revision="main", commit="0" * 40)
+    db.write_row(row, folder)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    out = run_cli("compare", "acme/minilm", "--db", str(folder), "--no-save")
+    assert out.returncode == 0, out.stderr
+    assert "acme/minilm" in out.stdout and "the Hub is unreachable" in out.stderr

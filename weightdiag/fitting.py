@@ -13,7 +13,7 @@ from typing import Any
 from .db import default_db_dir, iter_summaries, write_row
 from .diagnose import lambda_axis
 from .diagnose.kinds import interpret
-from .errors import DatabaseError
+from .errors import DatabaseError, HubUnreachableError, NotCachedError
 from .pipeline import FitOptions, measure
 from .records import Row
 from .source.open import open_model
@@ -112,7 +112,7 @@ def resolve_row(
     database fitted on the same commit with the same --include/--exclude when `reuse` is set, else
     it is fitted. Fresh fits are saved unless save=False.
     """
-    from .db import cohort_entry, find_rows, load_row, local_row
+    from .db import cohort_entry, find_rows, fit_variant, load_row, local_row
 
     options = options or FitOptions()
     check_options(options)
@@ -130,7 +130,17 @@ def resolve_row(
         fitted = local_row(spec, rows=[row for _, row in named])
         if fitted is not None:
             return load_row(next(p for p, row in named if row is fitted)), "database"
-    plan, reader = open_model(spec, model_id=options.model_id, token=token, download=download)
+    try:
+        plan, reader = open_model(spec, model_id=options.model_id, token=token, download=download)
+    except (HubUnreachableError, NotCachedError):
+        # Offline: a Hub model's newest full row in the database answers for it (its commit unchecked).
+        if not reuse or path.exists():
+            raise
+        named = list(iter_summaries(db, model_id=spec.split("@", 1)[0]))
+        rows = [r for r in find_rows(spec, protocol=options.protocol, rows=[r for _, r in named]) if not fit_variant(r)]
+        if not rows:
+            raise
+        return load_row(next(p for p, r in named if r is rows[-1])), "database (the Hub is unreachable)"
     if reuse and plan.source == "hub" and plan.commit:
         named = list(iter_summaries(db, model_id=plan.model_id))
         rows = [row for _, row in named]
