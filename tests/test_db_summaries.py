@@ -116,3 +116,18 @@ def test_a_hub_row_is_compared_offline_from_the_database(tmp_path, minilm_row, m
     out = run_cli("compare", "acme/minilm", "--db", str(folder), "--no-save")
     assert out.returncode == 0, out.stderr
     assert "acme/minilm" in out.stdout and "the Hub is unreachable" in out.stderr
+
+
+def test_a_long_listing_is_plain_aligned_text_with_whole_ids(database, monkeypatch):
+    from weightdiag.render import reports
+
+    folder, _ = database
+    monkeypatch.setattr(reports, "PLAIN_LIST_ROWS", 1)  # as for a database of thousands of rows
+    out = run_cli("db", "list", "--db", str(folder))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].endswith(" rows") and lines[1].split()[:3] == ["id", "revision", "source"]
+    body = lines[3:]
+    assert any(line.startswith("all-MiniLM-L6-v2 ") for line in body) and any("qwen3-8b" in line for line in body)
+    start = lines[1].index("matrices")
+    assert all(line[start - 2 : start] == "  " for line in body)  # one column for every row

@@ -494,6 +494,8 @@ def db_list(
     quiet: QuietOption = False,  # accepted everywhere; warnings about skipped files still print
 ) -> None:
     """List cohort entries and fitted rows (a file in rows/ that is not a readable row is skipped, with a warning)."""
+    from rich.text import Text
+
     from .api import list_rows
     from .render.reports import db_list_view
 
@@ -501,7 +503,12 @@ def db_list(
     if as_json:
         _print_json(records)
     else:
-        _stdout().print(db_list_view(records))  # ids whole, never cut with '…': `db show` takes them as printed
+        view = db_list_view(records)  # ids whole, never cut with '…': `db show` takes them as printed
+        if isinstance(view, Text):  # a long listing, already laid out: written as it is (rich would re-measure it)
+            _flush_stdout()
+            sys.stdout.write(view.plain + "\n")
+        else:
+            _stdout().print(view)
 
 
 def _skipped_row(exc: Any) -> None:

@@ -79,7 +79,12 @@ def check_view(result: dict[str, Any], show_passing: bool = False) -> FitWidth:
     return FitWidth(table, optional=("baseline k", "baseline λ", "λ", "k"))
 
 
-def db_list_view(rows: list[dict[str, Any]]) -> FitWidth:
+PLAIN_LIST_ROWS = 500  # beyond this many rows, a plain text table: rich measures every cell (12 s for 5,000)
+
+
+def db_list_view(rows: list[dict[str, Any]]) -> FitWidth | Text:
+    if len(rows) > PLAIN_LIST_ROWS:
+        return _plain_list(rows)
     table = Table(title=f"{len(rows)} rows")
     for col in ("id", "revision", "source", "protocol", "matrices", "FFN median k", "attention", "created"):
         # Ids and revisions whole, never cut: `db show ID@REVISION` takes them as printed. The attention
@@ -99,6 +104,33 @@ def db_list_view(rows: list[dict[str, Any]]) -> FitWidth:
             r["created"] or "-",
         )
     return FitWidth(table, optional=("source", "created", "protocol", "attention", "matrices"))
+
+
+def _plain_list(rows: list[dict[str, Any]]) -> Text:
+    """The same columns as db_list_view's table, aligned with spaces, every cell whole."""
+    header = ("id", "revision", "source", "protocol", "matrices", "FFN median k", "attention", "created")
+    cells = [
+        (
+            r["id"],
+            r["revision"] or "-",
+            r["source"],
+            r["protocol"],
+            str(r["matrices"]),
+            fmt(r["ffn_median_k"]),
+            r["attention"] or "-",
+            r["created"] or "-",
+        )
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
+    right = {4, 5}  # the numbers
+
+    def line(values: tuple[str, ...]) -> str:
+        parts = [v.rjust(w) if i in right else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths, strict=True))]
+        return "  ".join(parts).rstrip()
+
+    lines = [f"{len(rows)} rows", line(header), "  ".join("-" * w for w in widths), *map(line, cells)]
+    return Text("\n".join(lines), no_wrap=True, overflow="ignore")
 
 
 def trajectory_view(t: dict[str, Any]) -> Group:
