@@ -66,3 +66,22 @@ def test_an_old_probe_at_the_full_name_moves_aside_when_the_full_fit_is_written(
     path = db.write_row(api.fit_model(str(model), FitOptions(device="cpu")), folder)
     assert path.name == full_name
     assert (folder / "rows" / db.row_filename(probe)).is_file()
+
+
+def test_a_sweep_passes_every_fit_option_and_its_rows_are_that_variant(tmp_path):
+    run = tmp_path / "run"
+    spec = synthetic.ModelSpec(n_layers=2, d_model=64, ffn_size=128)
+    for step in (0, 100):
+        synthetic.write_model(run / f"step{step}", spec)
+    folder = tmp_path / "db"
+    options = FitOptions(device="cpu", include=("*layers.0.*",), center=True, trim="mid90")
+    first = api.sweep(str(run), db_dir=folder, options=options, everything=True)
+    assert {o.status for o in first.outcomes} == {"fitted"}
+    for path in db._row_paths(folder / "rows"):
+        row = db.load_row(path)
+        assert ".centered.sel-" in path.name and row["protocol"]["centered"] and row["protocol"]["trim"] == "mid90"
+        assert {m["block"] for m in row["matrices"]} == {0}
+    again = api.sweep(str(run), db_dir=folder, options=options, everything=True)
+    assert {o.status for o in again.outcomes} == {"existing"}
+    full = api.sweep(str(run), db_dir=folder, options=FitOptions(device="cpu"), everything=True)
+    assert {o.status for o in full.outcomes} == {"fitted"}  # the variant rows do not stand for the full fit

@@ -337,8 +337,11 @@ def sweep(
     names = [r.name for r in plan.revisions]
     if on_plan:
         on_plan(plan.model_id, names)
-    fields = ("protocol", "device", "lr", "weight_decay", "preset", "connections")
-    option_dict = {f: getattr(options, f) for f in fields}
+    # Every fit option goes to the workers (a --center or --include sweep writes rows of that variant), but
+    # the training steps: each revision's own step number gives them.
+    fields = ("protocol", "trim", "center", "device", "include", "exclude", "lr", "weight_decay", "preset")
+    option_dict: dict[str, Any] = {f: getattr(options, f) for f in (*fields, "connections", "split_fused")}
+    option_dict["include"], option_dict["exclude"] = list(options.include), list(options.exclude)
     db = Path(db_dir) if db_dir else default_db_dir()
     outcomes = sw.run_sweep(plan, db, option_dict, runner, token=token, download=download, on_outcome=on_outcome)
     return SweepRun(plan.model_id, names, outcomes)

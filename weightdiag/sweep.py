@@ -201,8 +201,14 @@ def local_identity(folder: Path) -> tuple[str, ...]:
 # --- running -----------------------------------------------------------------------------------------
 
 
-def row_path(db: Path, model_id: str, revision: str, protocol: str) -> Path:
-    stub = {"model": {"id": model_id, "revision": revision}, "protocol": {"name": protocol}}
+def row_path(db: Path, model_id: str, revision: str, protocol: str, options: dict[str, Any] | None = None) -> Path:
+    """Where the row of this revision, fitted with these options (--center, --include/--exclude), is."""
+    options = options or {}
+    stub = {
+        "model": {"id": model_id, "revision": revision},
+        "protocol": {"name": protocol, "centered": bool(options.get("center"))},
+        "run": {"include": list(options.get("include") or []), "exclude": list(options.get("exclude") or [])},
+    }
     return row_file(db, stub)  # rows written under the old lossy names count too
 
 
@@ -422,7 +428,7 @@ def run_sweep(
             on_outcome(outcome)
 
     def existing(rev: Revision) -> Path | None:
-        path = row_path(db, plan.model_id, rev.name, protocol)
+        path = row_path(db, plan.model_id, rev.name, protocol, options)
         try:
             load_row(path)
         except BadInputError:
