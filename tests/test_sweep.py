@@ -397,3 +397,25 @@ def test_a_parallel_sweep_leaves_the_environment_as_it_found_it(run_folder, tmp_
     monkeypatch.delenv("WEIGHTDIAG_THREADS", raising=False)
     api.sweep(str(run_folder), db_dir=tmp_path / "db", options=FitOptions(device="cpu"), steps="log:2", jobs=2)
     assert "WEIGHTDIAG_THREADS" not in os.environ
+
+
+def test_two_sweeps_of_one_run_share_the_work(run_folder, tmp_path):
+    """Two sweeps of the same run into one database at once: each revision is fitted by one of them (a claim
+    per revision while it is fitted), the other reports it claimed or existing; every row is written once."""
+    db = tmp_path / "db"
+    env = {**os.environ, "WEIGHTDIAG_TEST_ROW_WRITE_DELAY": "0.5", "WEIGHTDIAG_DB": str(db)}
+    command = [sys.executable, "-m", "weightdiag", "sweep", str(run_folder), "--all", "--json", "-q", "--device", "cpu"]
+    procs = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in (0, 1)
+    ]
+    results = [proc.communicate(timeout=300) for proc in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in results]
+    outcomes = [{o["revision"]: o["status"] for o in json.loads(out)} for out, _ in results]
+    revisions = set(outcomes[0])
+    fitted = [{r for r, s in o.items() if s == "fitted"} for o in outcomes]
+    assert not fitted[0] & fitted[1], "a revision was fitted twice"
+    reused = {r for o in outcomes for r, s in o.items() if s == "reused"}  # the run's duplicate checkpoint
+    assert fitted[0] | fitted[1] | reused == revisions
+    assert all(s in ("fitted", "claimed", "existing", "reused") for o in outcomes for s in o.values())
+    assert len(list((db / "rows").glob("*.json"))) == len(revisions)
+    assert not list((db / "rows" / ".claims").iterdir())  # every claim released

@@ -670,7 +670,12 @@ def sweep(
     if as_json:
         _print_json([asdict(o) for o in outcomes])
     else:
-        counts = {s: sum(o.status == s for o in outcomes) for s in ("fitted", "reused", "existing", "failed")}
+        statuses = ("fitted", "reused", "existing", "claimed", "failed")
+        counts = {
+            s: sum(o.status == s for o in outcomes)
+            for s in statuses
+            if s != "claimed" or any(o.status == s for o in outcomes)
+        }
         table = Table(title=f"sweep {escape(run.model_id)}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
         for col in ("revision", "status", "seconds", "FFN median k", "detail"):
             table.add_column(col, no_wrap=col != "detail")  # revisions whole, to copy; the detail folds

@@ -215,6 +215,57 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+CLAIMS_DIR = ".claims"  # rows/.claims/<row file name>: a sweep fitting that row now (two sweeps share the work)
+
+
+@contextlib.contextmanager
+def claim(path: Path) -> Iterator[str | None]:
+    """Claim the row at `path` for this process while it is fitted: yields None when claimed, else who holds
+    it (another live process on this host: it is fitting the row). A claim whose process is gone, or one
+    from another host older than STALE_TEMP_SECONDS, is taken over. Best effort: a database where no claim
+    can be made is fitted unclaimed."""
+    target = path.parent / CLAIMS_DIR / path.name
+    mine = json.dumps({"host": _host_tag(), "pid": os.getpid(), "time": time.time()})
+    held = False
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                holder = _live_claim(target)
+                if holder is not None:
+                    yield holder
+                    return
+                with contextlib.suppress(FileNotFoundError):
+                    target.unlink()  # stale: its process is gone
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(mine)
+            held = True
+            break
+    except OSError:
+        pass
+    try:
+        yield None
+    finally:
+        if held:
+            with contextlib.suppress(OSError):
+                target.unlink()
+
+
+def _live_claim(target: Path) -> str | None:
+    """Who holds the claim in `target`, when that process may still be at work; None when it is stale."""
+    try:
+        holder = json.loads(target.read_text())
+        host, pid, when = holder["host"], int(holder["pid"]), float(holder["time"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # unreadable: being written this instant, or damaged; treated as stale
+    if host == _host_tag():
+        return f"pid {pid}" if _pid_alive(pid) else None
+    return f"another host (pid {pid})" if time.time() - when < STALE_TEMP_SECONDS else None
+
+
 def is_temp_name(name: str) -> bool:
     """A temporary row file (.<row>.json.[<host>-<pid>.]<random>.tmp): never a row."""
     return _TEMP_NAME.match(name) is not None

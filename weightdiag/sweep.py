@@ -11,6 +11,7 @@ several workers (processes, Ray tasks) can share one database folder.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import settings
-from .db import check_writable, load_row, row_file, write_row
+from .db import check_writable, claim, load_row, row_file, write_row
 from .diagnose.lambda_axis import step_from_revision
 from .errors import (
     BadInputError,
@@ -51,7 +52,7 @@ class Revision:
 @dataclass
 class Outcome:
     revision: str
-    status: str  # fitted | reused | existing | failed
+    status: str  # fitted | reused | existing | claimed (another sweep is fitting it) | failed
     seconds: float = 0.0
     detail: str = ""
     row_path: str | None = None
@@ -213,12 +214,32 @@ def row_path(db: Path, model_id: str, revision: str, protocol: str, options: dic
 
 
 def fit_revision(task: dict[str, Any]) -> dict[str, Any]:
-    """Fit one revision and write its row (runs in worker processes and Ray tasks: plain dicts in and out)."""
+    """Fit one revision and write its row (runs in worker processes and Ray tasks: plain dicts in and out),
+    unless another sweep holds its claim or has written it meanwhile."""
+    started = time.perf_counter()
+    target = row_path(
+        Path(task["db"]),
+        task["model_id"],
+        task["revision"],
+        task["options"].get("protocol", "hist1024"),
+        task["options"],
+    )
+    with claim(target) as holder:
+        if holder is not None:  # another sweep of this run is fitting it now: the work is shared, not doubled
+            return asdict(Outcome(task["revision"], "claimed", detail=f"being fitted by another sweep ({holder})"))
+        with contextlib.suppress(BadInputError):
+            load_row(target)  # written by another sweep since this one looked
+            return asdict(
+                Outcome(task["revision"], "existing", row_path=str(target), detail="row already in the database")
+            )
+        return _fit_claimed(task, started)
+
+
+def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
     from .diagnose.functions import ffn_median_k
     from .fitting import fit_plan, open_model, save_row
     from .pipeline import FitOptions
 
-    started = time.perf_counter()
     try:
         options = FitOptions(**task["options"])
         plan, reader = open_model(
@@ -478,6 +499,9 @@ def run_sweep(
             report(Outcome(rev.name, "existing", row_path=str(path), detail="row already in the database"))
             continue
         source = outcomes.get(leader.name)
+        if source is not None and source.status == "claimed":
+            report(Outcome(rev.name, "claimed", detail=f"identical to {leader.name}, which another sweep is fitting"))
+            continue
         if source is None or source.row_path is None:
             report(Outcome(rev.name, "failed", detail=f"identical to {leader.name}, which failed"))
             continue
