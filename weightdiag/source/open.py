@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
-from ..errors import ModelPathError, OptionError
+from ..errors import HubUnreachableError, ModelPathError, NotCachedError, OptionError
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?(@[^\s]+)?$")
 
@@ -50,5 +51,27 @@ def open_model(
             raise OptionError(
                 f"--revision {revision} and {spec} name two revisions; give one of them", option="--revision"
             )
-        return open_hub(repo, revision or rev, token=token, download=download, model_id=model_id)
+        try:
+            return open_hub(repo, revision or rev, token=token, download=download, model_id=model_id)
+        except (HubUnreachableError, NotCachedError) as exc:
+            # Offline, a name that is no local path may just be mistyped: say both, and the nearest name here.
+            nearest = _nearest_local(spec)
+            if "/" not in repo or nearest:
+                hint = f" (did you mean {nearest}?)" if nearest else ""
+                exc.args = (f"no file or folder {spec} here{hint}, and {exc.message[0].lower()}{exc.message[1:]}",)
+            raise
     raise ModelPathError(f"{spec}: no such file or folder, and not a Hub id (ORG/NAME[@REVISION])", path=spec)
+
+
+def _nearest_local(spec: str) -> str | None:
+    """The entry of the folder `spec` names (the current one for a bare name) closest to it, if any is close."""
+    import difflib
+
+    path = Path(spec).expanduser()
+    folder = path.parent if str(path.parent) not in ("", ".") else Path(".")
+    try:
+        names = [entry.name for entry in os.scandir(folder) if not entry.name.startswith(".")]
+    except OSError:
+        return None
+    close = difflib.get_close_matches(path.name, names, n=1, cutoff=0.75)
+    return str(folder / close[0]) if close else None
