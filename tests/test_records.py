@@ -455,9 +455,10 @@ def test_db_show_takes_a_row_file_name_or_path(tmp_path, fitted_row):
 def test_an_unknown_name_is_exit_2_with_one_line():
     out = cli("db", "show", "no-such-model")
     assert out.code == ExitCode.BAD_INPUT
-    assert out.stderr.splitlines() == [
-        "error: no-such-model: no such row (not a row file, cohort entry or fitted model id); see `weightdiag db list`"
-    ]
+    (line,) = out.stderr.splitlines()
+    # the folder searched and how to point elsewhere: rows "vanish" when run from another directory
+    assert line.startswith("error: no-such-model: no such row in /") and "DATABASE (not a row file" in line
+    assert line.endswith("see `weightdiag db list`, or pass the database that holds it with --db (or WEIGHTDIAG_DB)")
 
 
 # --- the listing ----------------------------------------------------------------------------------------

@@ -368,7 +368,12 @@ def trajectory(
 
     rows = [r for r in find_rows(model, Path(db_dir) if db_dir else None) if r["model"]["id"] == model]
     if not rows:
-        raise RowNotFoundError(model, f"{model}: no rows in the database; run `weightdiag sweep {model}` first")
+        folder = (Path(db_dir) if db_dir else default_db_dir()).resolve()
+        raise RowNotFoundError(
+            model,
+            f"{model}: no rows in the database {folder}; run `weightdiag sweep {model}` first, or pass the "
+            "database that holds them with --db (or WEIGHTDIAG_DB)",
+        )
     # One protocol per trajectory: hist1024 and exact differ by more than a step's change late in a run.
     fitted = Counter(r["protocol"]["name"] for r in rows)
     chosen = protocol or ("hist1024" if "hist1024" in fitted else fitted.most_common(1)[0][0])

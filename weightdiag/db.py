@@ -595,11 +595,13 @@ class RowNotFoundError(BadInputError):
 
     field_names = ("spec",)
 
-    def __init__(self, spec: str, message: str | None = None) -> None:
+    def __init__(self, spec: str, message: str | None = None, folder: Path | None = None) -> None:
         self.spec = spec
+        where = f" in {folder}" if folder is not None else ""
         super().__init__(
             message
-            or f"{spec}: no such row (not a row file, cohort entry or fitted model id); see `weightdiag db list`"
+            or f"{spec}: no such row{where} (not a row file, cohort entry or fitted model id); see `weightdiag db "
+            "list`, or pass the database that holds it with --db (or WEIGHTDIAG_DB)"
         )
 
 
@@ -715,4 +717,4 @@ def row_by_id(spec: str, db_dir: Path | None = None, summary: bool = False) -> R
         return whole(_newest(next(iter(matches.values()))))
     for exc in damaged:  # the row asked for may be one of these: the command line names them on stderr
         _skip(exc, None)
-    raise RowNotFoundError(spec)
+    raise RowNotFoundError(spec, folder=(db_dir or default_db_dir()).resolve())
