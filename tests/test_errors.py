@@ -372,7 +372,10 @@ def test_an_empty_db_and_a_model_without_rows(tmp_path: Path) -> None:
     with pytest.raises(RowNotFoundError) as no_rows:
         api.trajectory("acme/run", db_dir=tmp_path)
     assert no_rows.value.spec == "acme/run"
-    assert no_rows.value.message == "acme/run: no rows in the database; run `weightdiag sweep acme/run` first"
+    assert no_rows.value.message == (
+        f"acme/run: no rows in the database {tmp_path.resolve()}; run `weightdiag sweep acme/run` first, or pass "
+        "the database that holds them with --db (or WEIGHTDIAG_DB)"
+    )
 
 
 def test_outputs_that_cannot_be_written_name_the_path(tmp_path: Path) -> None:
