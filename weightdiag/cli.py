@@ -148,6 +148,17 @@ def _say_fallbacks(row: dict[str, Any], quiet: bool) -> None:
     for line in (dequantized_line(row), grid_line(row)):
         if line:  # a quantized checkpoint, or floats that hold dequantized values: say what the numbers are of
             _say(f"note: {row['model']['id']}: {line}", quiet)
+    hp = row.get("hyperparameters") or {}
+    missing = [flag for key, flag in _TAU_INPUTS if hp.get(key) is None]
+    if missing and len(missing) < len(_TAU_INPUTS) and hp.get("t_over_tau") is None:  # some given, not all
+        _say(
+            f"note: T/τ (the lambda axis) needs the learning rate, weight decay and steps: give {', '.join(missing)} "
+            "too (or --preset NAME)",
+            quiet,
+        )
+
+
+_TAU_INPUTS = (("lr", "--lr"), ("weight_decay", "--weight-decay"), ("steps", "--train-steps"))
 
 
 def _show_version(value: bool) -> None:

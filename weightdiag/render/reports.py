@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .tables import FirstFit, FitWidth, fmt
+from .tables import FirstFit, FitWidth, counted, fmt
 
 
 def compare_view(report: dict[str, Any]) -> Group:
@@ -85,7 +85,7 @@ PLAIN_LIST_ROWS = 500  # beyond this many rows, a plain text table: rich measure
 def db_list_view(rows: list[dict[str, Any]]) -> FitWidth | Text:
     if len(rows) > PLAIN_LIST_ROWS:
         return _plain_list(rows)
-    table = Table(title=f"{len(rows)} rows")
+    table = Table(title=counted(len(rows), "row"))
     for col in ("id", "revision", "source", "protocol", "matrices", "FFN median k", "attention", "created"):
         # Ids and revisions whole, never cut: `db show ID@REVISION` takes them as printed. The attention
         # layout folds at spaces; a narrow terminal loses the source, creation time and protocol first (and
@@ -129,7 +129,7 @@ def _plain_list(rows: list[dict[str, Any]]) -> Text:
         parts = [v.rjust(w) if i in right else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths, strict=True))]
         return "  ".join(parts).rstrip()
 
-    lines = [f"{len(rows)} rows", line(header), "  ".join("-" * w for w in widths), *map(line, cells)]
+    lines = [counted(len(rows), "row"), line(header), "  ".join("-" * w for w in widths), *map(line, cells)]
     return Text("\n".join(lines), no_wrap=True, overflow="ignore")
 
 
