@@ -5,8 +5,6 @@ Layout under the database folder (default $WEIGHTDIAG_DB, else ./DATABASE):
         fitted rows: one per model, revision, protocol and fit variant (a --center fit, a fit restricted
         by --include/--exclude: never in place of the full fit, and named by id only when there is none)
     rows/.summary/<row file name>   each row less its per-matrix records (see iter_summaries)
-    rows/.records/<row name>.<hash>.npz   the records of a row of SPLIT_RECORDS or more, by column
-        (weightdiag.rowstore; written before the JSON that names it, see write_row and records.read_row)
 Each name part is the readable slug of the id ('EleutherAI/pythia-70m' -> 'EleutherAI--pythia-70m'),
 followed by '~' and 12 hex digits of the sha256 of the exact text whenever the slug alone would not
 give the text back (other characters, '--' in the id, non-ASCII, too long): distinct ids never share
@@ -53,7 +51,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from . import settings
 from .errors import BadInputError, DatabaseError
-from .records import RECORDS_DIR, SPLIT_SCHEMA, Row, RowError, read_row
+from .records import Row, RowError, read_row
 
 if TYPE_CHECKING:  # the type only: diagnose is not imported when the database is opened
     from .diagnose.results import FlatRecord
@@ -181,19 +179,14 @@ def _temp_prefix(path: Path) -> str:
 
 def write_text_atomic(path: Path, text: str, before_rename: Callable[[], None] | None = None) -> None:
     """Write text so that `path` holds either the old content or the complete new one."""
-    write_bytes_atomic(path, text.encode("utf-8"), before_rename)
-
-
-def write_bytes_atomic(path: Path, data: bytes, before_rename: Callable[[], None] | None = None) -> None:
-    """Write bytes so that `path` holds either the old content or the complete new one."""
     import tempfile  # here: tempfile (and random) cost ~3 ms at start-up and --no-save runs never write
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; rows are shared files like any other
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         if before_rename is not None:
@@ -209,7 +202,7 @@ def write_json_atomic(path: Path, document: Any) -> None:
     write_text_atomic(path, json.dumps(document, indent=1, allow_nan=False) + "\n")
 
 
-_TEMP_NAME = re.compile(r"^\..+\.(?:json|npz)\.(?:(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]{1,10})\.)?[A-Za-z0-9_]+\.tmp$")
+_TEMP_NAME = re.compile(r"^\..+\.json\.(?:(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]{1,10})\.)?[A-Za-z0-9_]+\.tmp$")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -360,7 +353,7 @@ def _test_write_delay() -> None:
 def _same_row(path: Path, name: str) -> bool | None:
     """Whether the row in `path` is the one named `name` (None when there is no readable row)."""
     try:
-        return row_filename(read_row(path, records=False)) == name
+        return row_filename(load_row(path)) == name
     except (BadInputError, KeyError, TypeError):
         return None
 
@@ -396,89 +389,14 @@ def row_file(db_dir: Path, row: Row) -> Path:
     return path
 
 
-# A row of this many records (matrices and vectors) or more is written in two files: the JSON, with
-# everything but its records, and the records by column in rows/.records/ (weightdiag.rowstore): a
-# 50,000-matrix row reads in 0.3 s instead of 1.8 s (benchmarks/bench_rows.py). Smaller rows stay one
-# JSON file, as every earlier version wrote them.
-SPLIT_RECORDS = 2000
-RECORDS_GRACE_SECONDS = 60.0  # a records file no row names is removed once this old (see _drop_old_records)
-
-
-def _split(folder: Path, path: Path, row: Row) -> tuple[dict[str, Any], str]:
-    """Write the row's records file (atomically, and durably before the JSON that names it); return the
-    JSON document that replaces `matrices` and `vectors` with where they are, and the records file's name."""
-    from . import rowstore
-
-    data = rowstore.encode({"matrices": row["matrices"], "vectors": row["vectors"]})
-    sha = rowstore.digest(data)
-    # Named by content: a reader holding an older JSON never pairs it with newer records.
-    name = f"{path.name[: -len('.json')]}.{sha[:16]}.npz"
-    records = folder / RECORDS_DIR
-    write_bytes_atomic(records / name, data)
-    _fsync_dir(records)  # the records file's name on disk before the JSON's (a crash between: an orphan)
-    ref = {
-        "encoding": rowstore.ENCODING,
-        "file": name,
-        "bytes": len(data),
-        "sha256": sha,
-        "matrices": len(row["matrices"]),
-        "vectors": len(row["vectors"]),
-    }
-    document: dict[str, Any] = {}
-    for key, value in row.items():
-        if key == "matrices":
-            document["records"] = ref
-        elif key != "vectors":
-            document[key] = value
-    document["schema"] = SPLIT_SCHEMA
-    return document, name
-
-
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # not every file system lets a folder be opened and synced
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _drop_old_records(folder: Path, row_name: str, keep: str | None) -> None:
-    """Remove the records files of the row `row_name` other than `keep` (the one its JSON names now),
-    once RECORDS_GRACE_SECONDS old: a younger one may be another writer's of this row, whose JSON is
-    about to name it. A reader that read the JSON naming a removed one reads the row again
-    (records.read_row)."""
-    stem = re.escape(row_name[: -len(".json")])
-    pattern = re.compile(stem + r"\.[0-9a-f]{16}\.npz")
-    now = time.time()
-    try:
-        entries = list(os.scandir(folder / RECORDS_DIR))
-    except OSError:
-        return
-    for entry in entries:
-        if entry.name == keep or not pattern.fullmatch(entry.name):
-            continue
-        with contextlib.suppress(OSError):
-            if now - entry.stat(follow_symlinks=False).st_mtime > RECORDS_GRACE_SECONDS:
-                os.unlink(entry.path)
-
-
 def write_row(row: Row, db_dir: Path | None = None) -> Path:
-    """Write the row into the database (atomically: a reader sees the old row or the whole new one), as
-    one JSON file, or JSON and records file for a row of SPLIT_RECORDS records or more."""
     folder = (db_dir or default_db_dir()) / ROWS_DIR
     path = folder / row_filename(row)
     try:
         _adopt_legacy(folder, path)
-        records_file = None
-        document: Any = row
-        if len(row.get("matrices", [])) + len(row.get("vectors", [])) >= SPLIT_RECORDS:
-            document, records_file = _split(folder, path, row)
-        write_text_atomic(path, json.dumps(document, indent=1, allow_nan=False) + "\n", _test_write_delay)
+        write_text_atomic(path, json.dumps(row, indent=1, allow_nan=False) + "\n", _test_write_delay)
         _write_summary(path, row)
         _drop_legacy_copy(folder, path, row)
-        _drop_old_records(folder, path.name, records_file)
-        clean_stale_temps(folder / RECORDS_DIR)
     except OSError as exc:
         raise DatabaseError(
             f"cannot write {path} ({exc.strerror or exc.__class__.__name__}); pass a writable --db, or --no-save",
@@ -531,8 +449,6 @@ def _identity_of(path: Path) -> list[int]:
 
 def summary_of(row: Row) -> Row:
     """The row without its per-matrix and per-vector records; `counts` says how many there were."""
-    if "counts" in row and "matrices" not in row:
-        return row  # a summary already (read_row(records=False) of a split row)
     summary = {k: v for k, v in row.items() if k not in ("matrices", "vectors")}
     summary["counts"] = {"matrices": len(row.get("matrices", [])), "vectors": len(row.get("vectors", []))}
     return cast(Row, summary)
@@ -584,7 +500,7 @@ def iter_summaries(
         summary = _read_summary(path)
         if summary is None:
             try:
-                row = read_row(path, records=False)  # a split row's records file is not read
+                row = read_row(path)
             except RowError as exc:
                 _skip(exc, on_skip)
                 continue

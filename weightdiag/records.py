@@ -14,9 +14,7 @@ as they are (adding fields does not bump the schema). The row is returned as giv
 filled in or rewritten.
 
 `read_row(path)` opens a row file (regular files only: a FIFO or a device named `*.json` is refused
-without being opened for a blocking read) and hands its JSON to `load_row`. A big row written in two
-files (`weightdiag.row/1+records`: its records by column in `.records/`, weightdiag.rowstore) comes
-back as the one `weightdiag.row/1` row it was, every record checked.
+without being opened for a blocking read) and hands its JSON to `load_row`.
 """
 
 from __future__ import annotations
@@ -32,10 +30,6 @@ from .errors import BadInputError
 
 SCHEMA = "weightdiag.row/1"
 SCHEMA_PREFIX = "weightdiag.row/"
-# A row whose matrices and vectors are stored by column in `.records/<file>` beside its JSON (rowstore):
-# still readable JSON for everything else; earlier versions refuse it by its schema, never misread it.
-SPLIT_SCHEMA = "weightdiag.row/1+records"
-RECORDS_DIR = ".records"
 MAX_ROW_BYTES = 1 << 31  # a row of a 1000-layer MoE is tens of MB; anything near this is not a row
 
 
@@ -548,41 +542,31 @@ VECTOR = _record(
     },
 )
 SKIPPED = _record({}, {"name": STR, "dtype": STR, "shape": _list_of(INT), "reason": STR})
-_ROW_REQUIRED: dict[str, Check] = {
-    "schema": STR,
-    "model": MODEL,
-    "protocol": PROTOCOL,
-    "kinds": _map_of(KIND_SUMMARY),
-    "part_kinds": _map_of(KIND_SUMMARY),
-    "matrices": _list_of(MATRIX),
-    "vectors": _list_of(VECTOR),
-    "skipped": _list_of(SKIPPED),
-    "unclassified": _STRS,
-}
-_ROW_OPTIONAL: dict[str, Check] = {
-    "files": _list_of(FILE),
-    "metadata": OPT_DICT,
-    "architecture": OPT_DICT,
-    "tool": TOOL,
-    "created": OPT_STR,
-    "run": RUN,
-    "hyperparameters": OPT_DICT,
-    "notes": _STRS,
-    "duplicate_of": OPT_STR,
-    "provenance": OPT_DICT,
-    "shallow_ffn": OPT_DICT,
-}
-ROW = _record(_ROW_REQUIRED, _ROW_OPTIONAL)
-
-
-RECORDS_REF = _record({"encoding": STR, "file": STR, "bytes": INT, "sha256": STR, "matrices": INT, "vectors": INT}, {})
-# The JSON of a split row: ROW's fields, with `records` (where the matrices and vectors are) for those two.
-SPLIT_ROW = _record(
+ROW = _record(
     {
-        **{k: v for k, v in _ROW_REQUIRED.items() if k not in ("matrices", "vectors")},
-        "records": RECORDS_REF,
+        "schema": STR,
+        "model": MODEL,
+        "protocol": PROTOCOL,
+        "kinds": _map_of(KIND_SUMMARY),
+        "part_kinds": _map_of(KIND_SUMMARY),
+        "matrices": _list_of(MATRIX),
+        "vectors": _list_of(VECTOR),
+        "skipped": _list_of(SKIPPED),
+        "unclassified": _STRS,
     },
-    _ROW_OPTIONAL,
+    {
+        "files": _list_of(FILE),
+        "metadata": OPT_DICT,
+        "architecture": OPT_DICT,
+        "tool": TOOL,
+        "created": OPT_STR,
+        "run": RUN,
+        "hyperparameters": OPT_DICT,
+        "notes": _STRS,
+        "duplicate_of": OPT_STR,
+        "provenance": OPT_DICT,
+        "shallow_ffn": OPT_DICT,
+    },
 )
 _COHORT_MODEL = _record({"cohort": STR}, {})  # kinds_table names the cohort of a cohort row
 
@@ -595,33 +579,23 @@ def _model_id(doc: object) -> str | None:
 
 def load_row(doc: object, file: str | Path | None = None) -> Row:
     """`doc` as a Row, checked field by field; RowError (naming `file` and the field) when it is not one."""
-    return _checked(doc, file, _check_schema(doc, file, SCHEMA))
-
-
-def _check_schema(doc: object, file: str | Path | None, expected: str) -> Check:
     where = str(file) if file is not None else None
     schema = doc.get("schema") if isinstance(doc, dict) else None
     if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
         raise RowError(where, "not a weightdiag row (no 'schema' field)", advice="give a row written by weightdiag")
-    if schema not in (SCHEMA, SPLIT_SCHEMA) or (schema == SPLIT_SCHEMA and expected == SCHEMA):
+    if schema != SCHEMA:
         raise RowError(
             where,
             f"schema {schema} is not {SCHEMA}, the one this weightdiag reads",
             advice="read it with the weightdiag version that wrote it, or refit the model",
         )
-    return SPLIT_ROW if schema == SPLIT_SCHEMA else ROW
-
-
-def _checked(doc: object, file: str | Path | None, check: Check) -> Row:
     try:
-        check(doc, "")
+        ROW(doc, "")
         model = cast(dict[str, Any], doc)["model"]
         if model["source"] == "cohort":
             _COHORT_MODEL(model, "model")
     except _Bad as bad:
-        raise RowError(
-            str(file) if file is not None else None, bad.problem, field=bad.field, model_id=_model_id(doc)
-        ) from None
+        raise RowError(where, bad.problem, field=bad.field, model_id=_model_id(doc)) from None
     return cast(Row, doc)
 
 
@@ -676,93 +650,14 @@ def _read_regular(path: Path) -> bytes:
             os.close(fd)
 
 
-def _parse(path: Path) -> object:
+def read_row(path: str | Path) -> Row:
+    """The row in the file `path` (regular files only), checked by load_row; RowError otherwise."""
+    path = Path(path)
     data = _read_regular(path)
     try:
-        return json.loads(data.decode("utf-8"))
+        doc = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested deeper than json parses
         raise RowError(
             str(path), f"cannot read a row ({type(exc).__name__})", advice="give a weightdiag row file"
         ) from None
-
-
-def _stamp(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns, st.st_ino
-
-
-def read_row(path: str | Path, records: bool = True) -> Row:
-    """The row in the file `path` (regular files only), checked by load_row; RowError otherwise.
-
-    A row written in two files (schema `weightdiag.row/1+records`: the JSON, and its per-matrix and
-    per-vector records in `.records/` beside it, docs/row-schema.md) comes back as one `weightdiag.row/1`
-    row, every record checked. With records=False such a row comes back without `matrices` and `vectors`
-    (`counts` says how many), its records file only looked at (there, of the size recorded), never
-    read: enough to list or name it. A row file of one piece is read whole either way."""
-    path = Path(path)
-    for attempt in range(3):
-        stamp = _stamp(path)
-        doc = _parse(path)
-        check = _check_schema(doc, path, SPLIT_SCHEMA)
-        if check is ROW:
-            return _checked(doc, path, ROW)
-        head = cast(dict[str, Any], _checked(doc, path, SPLIT_ROW))
-        try:
-            return _join(path, head, records)
-        except FileNotFoundError:
-            # Its writer replaced the row since it was read (the old records file is gone): read it again.
-            if attempt == 2 or _stamp(path) == stamp:
-                raise RowError(
-                    str(path),
-                    f"its records file {path.parent / RECORDS_DIR / head['records']['file']} is missing",
-                    field="records.file",
-                    model_id=_model_id(doc),
-                    advice="copy rows/.records/ along with the row file, or refit the model",
-                ) from None
-    raise AssertionError("unreachable")
-
-
-def _join(path: Path, head: dict[str, Any], records: bool) -> Row:
-    """The row of a split row file `path`: its records read from .records/ (FileNotFoundError when missing)."""
-    ref = head["records"]
-    name = ref["file"]
-
-    def bad(field: str, problem: str) -> RowError:
-        return RowError(str(path), problem, field=f"records.{field}", model_id=_model_id(head))
-
-    if name.startswith(".") or "/" in name or os.sep in name or "\0" in name:
-        raise bad("file", f"names {name!r}, not a file of {RECORDS_DIR}/")
-    target = path.parent / RECORDS_DIR / name
-    size = os.stat(target).st_size  # FileNotFoundError: missing
-    if size != ref["bytes"]:
-        raise bad("bytes", f"is {ref['bytes']}, but {target} has {size} bytes (damaged or replaced)")
-    if not records:
-        out = {k: v for k, v in head.items() if k != "records"}
-        out["schema"] = SCHEMA
-        out["counts"] = {"matrices": ref["matrices"], "vectors": ref["vectors"]}
-        return cast(Row, out)
-    from . import rowstore  # numpy: only for rows that have records files
-
-    data = _read_regular(target)
-    if rowstore.digest(data) != ref["sha256"]:
-        raise bad("sha256", f"does not match {target} (damaged or replaced)")
-    try:
-        tables = rowstore.decode(data, {"matrices": MATRIX, "vectors": VECTOR})
-    except rowstore.StoreError as exc:
-        raise bad("file", f"{target}: {exc}") from None
-    except _Bad as bad_record:
-        raise RowError(str(target), bad_record.problem, field=bad_record.field, model_id=_model_id(head)) from None
-    for table in ("matrices", "vectors"):
-        if len(tables[table]) != ref[table]:
-            raise bad(table, f"is {ref[table]}, but {target} holds {len(tables[table])} records")
-    row: dict[str, Any] = {}
-    for key, value in head.items():  # the records where the JSON had them, so that key order is kept
-        if key == "records":
-            row.update(tables)
-        else:
-            row[key] = value
-    row["schema"] = SCHEMA
-    return cast(Row, row)
+    return load_row(doc, path)
