@@ -42,6 +42,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import sys
 import time
 import unicodedata
@@ -225,33 +226,45 @@ def claim(path: Path) -> Iterator[str | None]:
     from another host older than STALE_TEMP_SECONDS, is taken over. Best effort: a database where no claim
     can be made is fitted unclaimed."""
     target = path.parent / CLAIMS_DIR / path.name
-    mine = json.dumps({"host": _host_tag(), "pid": os.getpid(), "time": time.time()})
-    held = False
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):
-            try:
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                holder = _live_claim(target)
-                if holder is not None:
-                    yield holder
-                    return
-                with contextlib.suppress(FileNotFoundError):
-                    target.unlink()  # stale: its process is gone
-                continue
-            with os.fdopen(fd, "w") as f:
-                f.write(mine)
-            held = True
-            break
-    except OSError:
-        pass
+    holder, held = _take_claim(target)
+    if holder is not None:
+        yield holder
+        return
     try:
         yield None
     finally:
         if held:
             with contextlib.suppress(OSError):
                 target.unlink()
+
+
+def _take_claim(target: Path) -> tuple[str | None, bool]:
+    """(who else holds `target`, whether this process now holds it); (None, False) when no claim can be made."""
+    mine = json.dumps({"host": _host_tag(), "pid": os.getpid(), "time": time.time()})
+    # The claim appears whole or not at all: written under a private name, then hard-linked into place (link
+    # fails when the name exists). A claim created empty and written after could be read empty by the other
+    # sweep in between, taken for stale and replaced: both would fit the row.
+    staged = target.parent / f".{target.name}.{_host_tag()}-{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged.write_text(mine)
+        for _ in range(2):
+            try:
+                os.link(staged, target)
+            except FileExistsError:
+                holder = _live_claim(target)
+                if holder is not None:
+                    return holder, False
+                with contextlib.suppress(FileNotFoundError):
+                    target.unlink()  # stale: its process is gone
+                continue
+            return None, True
+    except OSError:
+        pass  # no links or no writes here: fitted unclaimed
+    finally:
+        with contextlib.suppress(OSError):
+            staged.unlink()
+    return None, False
 
 
 def _live_claim(target: Path) -> str | None:
