@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from weightdiag.dtypes import DTYPES
+from weightdiag.engine.reduce import reduce_counted
 from weightdiag.errors import CheckpointFormatError
 from weightdiag.quant.decoder import Companion
 from weightdiag.quant.formats import build_decoder
@@ -84,12 +85,18 @@ def _counted_equals_decoded(dec, raw: np.ndarray, cuts: list[int]) -> None:
         values, first = dec.decode(raw[a:b], a)
         assert counted is not None and counted.first == first and counted.numel == values.size
         got = {}
-        for v, n in zip(counted.values.view(np.uint32).tolist(), counted.weights.tolist(), strict=True):
+        held = counted.weights.reshape(-1) > 0
+        for v, n in zip(
+            counted.values.reshape(-1)[held].view(np.uint32).tolist(),
+            counted.weights.reshape(-1)[held].tolist(),
+            strict=True,
+        ):
             got[v] = got.get(v, 0) + n
         keys, counts = np.unique(values.view(np.uint32), return_counts=True)
         assert got == dict(zip(keys.tolist(), counts.tolist(), strict=True))
         magnitudes = np.abs(values)
-        assert counted.argmax == first + int(np.argmax(magnitudes)) and counted.max_abs == magnitudes.max()
+        red = reduce_counted(counted.values, counted.weights, counted.numel, counted.locate)
+        assert red.argmax == first + int(np.argmax(magnitudes)) and red.max_abs == magnitudes.max()
 
 
 def _minilm(name: str = "encoder.layer.0.intermediate.dense.weight"):

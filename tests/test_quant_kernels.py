@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from weightdiag.engine import kernels
-from weightdiag.engine.codes import HIST_BINS, cohort_bins, cohort_bins_f32, f32_bin_tables
+from weightdiag.engine.codes import HIST_BINS, cohort_bins, f32_bin_tables
 from weightdiag.engine.reduce import reduce_array, reduce_counted
 
 needs_c = pytest.mark.skipif(not kernels.HAVE_C, reason="the C kernels are not built")
@@ -66,12 +66,17 @@ def test_a_counted_reduction_is_the_reduction_of_its_elements(monkeypatch, kerne
     elements = np.repeat(values, weights)
     top = np.where(np.isfinite(values) & (weights > 0), np.abs(values), -1).max()
     first = int(np.flatnonzero(np.abs(elements) == top)[0])
-    counted = reduce_counted(values, weights, elements.size, first)
+    entry_of = np.repeat(np.arange(values.size), weights)  # the entry each element holds
+
+    def locate(wanted: np.ndarray) -> int:
+        return int(np.flatnonzero(wanted[entry_of])[0])
+
+    counted = reduce_counted(values, weights, elements.size, locate)
     direct = reduce_array(elements.view(np.uint32), "F32")
     assert np.array_equal(counted.counts, direct.counts)
     assert np.array_equal(counted.hist1024, direct.hist1024)
     assert counted.n_inf == direct.n_inf == int(weights[1])
-    assert counted.max_abs == direct.max_abs and counted.argmax == direct.argmax
+    assert counted.max_abs == direct.max_abs and counted.argmax == direct.argmax == first
     assert counted.shift == direct.shift
     assert np.allclose(counted.power_sums, direct.power_sums, rtol=1e-12, atol=1e-12)
 
@@ -93,10 +98,15 @@ def test_cohort_bins_by_arithmetic_equal_a_binary_search():
     assert np.array_equal(cohort_bins(values), want)
 
 
-def test_bucket_bins_are_cohort_bins():
-    """The counted path bins its distinct values with a log10 only where a bin edge splits their 16-bit
-    bucket (cohort_bins_f32): the same bins as cohort_bins for every pattern of split buckets (sampled),
-    of whole unsplit ones, and of values over the whole range, signs, zeros, subnormals, Inf and NaN."""
+@pytest.mark.parametrize("kernel", ["c", "numpy"])
+def test_bucket_bins_are_cohort_bins(monkeypatch, kernel):
+    """The counted path bins its values with a log10 only where a bin edge splits their 16-bit bucket: the
+    same histogram as cohort_bins of every pattern of split buckets (sampled), of whole unsplit ones, and
+    of values over the whole range, signs, zeros, subnormals, Inf and NaN."""
+    if kernel == "numpy":
+        _numpy(monkeypatch)
+    elif not kernels.HAVE_C:
+        pytest.skip("the C kernels are not built")
     tables = f32_bin_tables()
     low = np.arange(65536, dtype=np.uint32)
     split = np.flatnonzero(tables.thresholds != 0xFFFFFFFF).astype(np.uint32)
@@ -111,8 +121,9 @@ def test_bucket_bins_are_cohort_bins():
         ((unsplit[::97, None] << 16) | low).reshape(-1),
         np.concatenate([values, special]).view(np.uint32),
     ):
-        want = cohort_bins(bits.view(np.float32))
-        got = cohort_bins_f32(bits.view(np.float32))
-        inside = (want >= 0) & (want < HIST_BINS)
-        assert np.array_equal(got[inside], want[inside])
-        assert np.array_equal((got >= 0) & (got < HIST_BINS), inside)
+        weights = rng.integers(0, 3, bits.size).astype(np.int64)
+        want_bins = cohort_bins(bits.view(np.float32))
+        inside = (want_bins >= 0) & (want_bins < HIST_BINS)
+        want = np.bincount(want_bins[inside], weights=weights[inside], minlength=HIST_BINS).astype(np.int64)
+        got = reduce_counted(bits.view(np.float32), weights, int(weights.sum()), lambda wanted: 0)
+        assert np.array_equal(got.hist1024, want)

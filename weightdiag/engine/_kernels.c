@@ -411,6 +411,83 @@ fail:
     return NULL;
 }
 
+/* reduce_slots(counts int64[n], table f32[n], first int32[32768], last int32[32768], counts16 int64[65536],
+ * hist int64[1024], split int64[n], tops int64[TOPS]) -> (n_split, n_inf, top, n_tops): one pass over a
+ * quantized piece counted per (slot, code), entry i being table[i] held counts[i] times. Adds the entries'
+ * top-16-bit counts into counts16 and, where the value's 16-bit magnitude bucket lies inside one cohort bin
+ * (first == last), its count into hist; entries in a bucket a bin edge splits are listed in split (their
+ * bins need the cohort's float32 log10, taken by the caller). n_inf: elements that are +-Inf. top: the
+ * largest finite |value| held (-1 when none); tops lists the entries holding it (n_tops may exceed TOPS:
+ * then the caller finds them itself). */
+#define TOPS 64
+static PyObject *reduce_slots(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *c_obj, *t_obj, *f_obj, *l_obj, *c16_obj, *h_obj, *s_obj, *tops_obj;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &c_obj, &t_obj, &f_obj, &l_obj, &c16_obj, &h_obj, &s_obj, &tops_obj))
+        return NULL;
+    Py_buffer cb, tb, fb, lb, c16b, hb, sb, topb;
+    int got = 0;
+    if (PyObject_GetBuffer(c_obj, &cb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    got = 1;
+    Py_ssize_t n = cb.len / 8;
+    if (!in_buffer(t_obj, &tb, n * 4)) goto fail;
+    got = 2;
+    if (!in_buffer(f_obj, &fb, 32768 * 4)) goto fail;
+    got = 3;
+    if (!in_buffer(l_obj, &lb, 32768 * 4)) goto fail;
+    got = 4;
+    if (!out_buffer(c16_obj, &c16b, 65536 * 8)) goto fail;
+    got = 5;
+    if (!out_buffer(h_obj, &hb, 1024 * 8)) goto fail;
+    got = 6;
+    if (!out_buffer(s_obj, &sb, n * 8)) goto fail;
+    got = 7;
+    if (!out_buffer(tops_obj, &topb, TOPS * 8)) goto fail;
+    got = 8;
+    const int64_t *w = cb.buf;
+    const uint32_t *bits = tb.buf;
+    const int32_t *first = fb.buf, *last = lb.buf;
+    int64_t *counts16 = c16b.buf, *hist = hb.buf, *split = sb.buf, *tops = topb.buf;
+    Py_ssize_t n_split = 0, n_tops = 0;
+    int64_t n_inf = 0;
+    uint32_t top = 0;
+    int have_top = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t wi = w[i];
+        if (!wi) continue;
+        uint32_t b = bits[i], mag = b & 0x7FFFFFFFu;
+        counts16[b >> 16] += wi;
+        if (mag >= 0x7F800000u) {  /* Inf or NaN: outside the histogram, never the largest |w| */
+            if (mag == 0x7F800000u) n_inf += wi;
+            continue;
+        }
+        uint32_t key = mag >> 16;
+        int32_t bin = first[key];
+        if (bin != last[key]) split[n_split++] = i;
+        else if (bin >= 0 && bin < 1024) hist[bin] += wi;
+        /* finite magnitudes order as their bit patterns */
+        if (!have_top || mag > top) { top = mag; have_top = 1; n_tops = 0; }
+        if (mag == top) { if (n_tops < TOPS) tops[n_tops] = i; n_tops++; }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&cb); PyBuffer_Release(&tb); PyBuffer_Release(&fb); PyBuffer_Release(&lb);
+    PyBuffer_Release(&c16b); PyBuffer_Release(&hb); PyBuffer_Release(&sb); PyBuffer_Release(&topb);
+    float topf;
+    memcpy(&topf, &top, 4);
+    return Py_BuildValue("nLdn", n_split, (long long)n_inf, have_top ? (double)topf : -1.0, n_tops);
+fail:
+    if (got > 0) PyBuffer_Release(&cb);
+    if (got > 1) PyBuffer_Release(&tb);
+    if (got > 2) PyBuffer_Release(&fb);
+    if (got > 3) PyBuffer_Release(&lb);
+    if (got > 4) PyBuffer_Release(&c16b);
+    if (got > 5) PyBuffer_Release(&hb);
+    if (got > 6) PyBuffer_Release(&sb);
+    if (got > 7) PyBuffer_Release(&topb);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"hist16", hist16, METH_VARARGS, "Add the 65,536-bin histogram of 16-bit codes."},
     {"find16", find16, METH_VARARGS, "First flat index with (x & mask) == target (16-bit)."},
@@ -420,6 +497,7 @@ static PyMethodDef methods[] = {
     {"power_sums", power_sums, METH_VARARGS, "Add float64 power sums of (x - shift) and the sum of |x|."},
     {"count_slots", count_slots, METH_VARARGS, "Count quantized codes per (slot, code) over a rectangle."},
     {"weighted32", weighted32, METH_VARARGS, "Counts and power sums of F32 values held a weight each."},
+    {"reduce_slots", reduce_slots, METH_VARARGS, "One pass over counted (slot, code) entries: counts, bins, top."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -172,6 +172,13 @@ def _bucket_bins() -> tuple[np.ndarray, np.ndarray]:
     return cohort_bins(mags.view(np.float32)), cohort_bins((mags | 0xFFFF).view(np.float32))
 
 
+@cache
+def bucket_bins32() -> tuple[np.ndarray, np.ndarray]:
+    """_bucket_bins as contiguous int32 arrays, for the counted reduction's C pass."""
+    first, last = _bucket_bins()
+    return np.ascontiguousarray(first, dtype=np.int32), np.ascontiguousarray(last, dtype=np.int32)
+
+
 def cohort_bins_f32(values: np.ndarray) -> np.ndarray:
     """cohort_bins of float32 values, with a log10 only for those in a bucket that a bin edge splits (about a
     quarter): the others take their bucket's bin, as F32BinTables assumes for its regular buckets. Cheap to

@@ -228,6 +228,43 @@ def count_slots(codes: np.ndarray, slots: np.ndarray, col0: int, group: int, bit
     np.add.at(out, (slot * ncodes + values).reshape(-1), 1)
 
 
+SLOT_TOPS = 64  # entries holding the largest |value| that reduce_slots lists (more: the caller finds them)
+
+
+def reduce_slots(
+    weights: np.ndarray, values: np.ndarray, first_bins: np.ndarray, last_bins: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, float, np.ndarray | None]:
+    """One pass over float32 `values` held `weights` times each (a quantized piece counted per slot and
+    code): (top-16-bit counts, cohort histogram of the entries whose 16-bit bucket lies in one bin, the
+    entries in a bucket a bin edge splits, elements that are +-Inf, the largest finite |value| (-1: none),
+    the entries holding it or None when more than SLOT_TOPS do). `first_bins`/`last_bins`: each 16-bit
+    magnitude bucket's bin at its first and last pattern (int32 [32768])."""
+    counts = np.zeros(65536, dtype=np.int64)
+    hist = np.zeros(1024, dtype=np.int64)
+    if HAVE_C:
+        split = np.empty(values.size, dtype=np.int64)
+        tops = np.empty(SLOT_TOPS, dtype=np.int64)
+        n_split, n_inf, top, n_tops = _c.reduce_slots(weights, values, first_bins, last_bins, counts, hist, split, tops)
+        return counts, hist, split[:n_split], n_inf, top, tops[:n_tops] if n_tops <= SLOT_TOPS else None
+    held = np.flatnonzero(weights)
+    w, bits = weights[held], values[held].view(np.uint32)
+    np.add.at(counts, bits >> 16, w)
+    mags = bits & np.uint32(0x7FFFFFFF)
+    finite = mags < F32_INF
+    n_inf = int(w[mags == F32_INF].sum())
+    keys = (mags >> 16).astype(np.intp)
+    first, last = first_bins[keys], last_bins[keys]
+    whole = finite & (first == last) & (first >= 0) & (first < 1024)
+    np.add.at(hist, first[whole], w[whole])
+    split = held[finite & (first != last)]
+    if not finite.any():
+        return counts, hist, split, n_inf, -1.0, np.empty(0, dtype=np.int64)
+    top_mag = mags[finite].max()
+    tops = held[finite & (mags == top_mag)]
+    top = float(np.array([top_mag], dtype=np.uint32).view(np.float32)[0])
+    return counts, hist, split, n_inf, top, tops if tops.size <= SLOT_TOPS else None
+
+
 def weighted_counts(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """The 65,536 top-16-bit counts of float32 `values` held `weights` times each."""
     if HAVE_C:

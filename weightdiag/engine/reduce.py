@@ -12,6 +12,7 @@ This module is the CPU path; reduce_torch.py computes the same summary with torc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from ..segments import Segments, clip
 from . import kernels
-from .codes import FINITE_LIMIT16, HIST_BINS, code_values, cohort_bins_f32, f32_bin_tables
+from .codes import FINITE_LIMIT16, HIST_BINS, bucket_bins32, code_values, cohort_bins, f32_bin_tables
 
 
 @dataclass
@@ -156,26 +157,34 @@ def f32_shift(counts: np.ndarray) -> float:
     return float((held * values).sum() / n_finite) if n_finite else 0.0
 
 
-def reduce_counted(
-    values: np.ndarray, weights: np.ndarray, numel: int, argmax: int, max_abs: float | None = None
-) -> Reduction:
-    """The F32 reduction of `numel` elements given as distinct float32 `values` held `weights` times each
-    (a quantized weight counted per scale group and code: weightdiag.quant), with `argmax` the flat index
-    of the first largest finite |value| (-1: none) and `max_abs` that value when the caller knows it.
-    Counts and histograms are exactly those of the elements themselves; the power sums are the same sums
-    taken value by value."""
-    values = np.ascontiguousarray(values, dtype=np.float32)
-    weights = np.ascontiguousarray(weights, dtype=np.int64)
-    counts = kernels.weighted_counts(values, weights)
-    bins = cohort_bins_f32(values)
-    inside = (bins >= 0) & (bins < HIST_BINS) & (weights > 0)
-    hist = np.bincount(bins[inside], weights=weights[inside], minlength=HIST_BINS).astype(np.int64)
-    n_inf = int(weights[np.isinf(values)].sum())
+Locate = Callable[[np.ndarray], int]  # entries wanted (bool, one per value) -> flat index of the first element
+
+
+def reduce_counted(values: np.ndarray, weights: np.ndarray, numel: int, locate: Locate) -> Reduction:
+    """The F32 reduction of `numel` elements given as float32 `values` held `weights` times each (a
+    quantized weight counted per scale group and code: weightdiag.quant; zero weights allowed). `locate`
+    maps the entries holding the largest finite |value| to the flat index of the first element holding
+    one of them. Counts and histograms are exactly those of the elements themselves; the power sums are
+    the same sums taken value by value. One C pass does the counts, the histogram and the largest |value|;
+    only values in a 16-bit bucket that a bin edge splits take a log10 (the cohort's own rule)."""
+    values = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+    weights = np.ascontiguousarray(weights, dtype=np.int64).reshape(-1)
+    first_bins, last_bins = bucket_bins32()
+    counts, hist, split, n_inf, top, tops = kernels.reduce_slots(weights, values, first_bins, last_bins)
+    if split.size:
+        bins = cohort_bins(values[split])
+        inside = (bins >= 0) & (bins < HIST_BINS)
+        np.add.at(hist, bins[inside], weights[split][inside])
     shift = f32_shift(counts)
     sums = kernels.weighted_power_sums(values, weights, shift)
-    if max_abs is None:
-        held = np.isfinite(values) & (weights > 0)
-        max_abs = float(np.abs(values[held]).max()) if held.any() else float("nan")
+    argmax, max_abs = -1, float("nan")
+    if top >= 0:
+        if tops is None:  # many entries share the largest |value|: find them all
+            wanted = (weights > 0) & (np.abs(values) == np.float32(top))
+        else:
+            wanted = np.zeros(values.size, dtype=bool)
+            wanted[tops] = True
+        argmax, max_abs = locate(wanted), top
     return Reduction("F32", numel, counts, False, argmax, max_abs, hist, sums, shift, n_inf)
 
 

@@ -189,9 +189,7 @@ def reduce_chunked(
                     decoder = target.decoder.get()
                     counted = decoder.counts(raw, piece.lo) if target.selections == (None,) else None
                     if counted is not None:  # counted per scale group and code: no value materialised
-                        red = reduce_counted(
-                            counted.values, counted.weights, counted.numel, counted.argmax, counted.max_abs
-                        )
+                        red = reduce_counted(counted.values, counted.weights, counted.numel, counted.locate)
                         out.append((piece.item, [[red]]))
                         continue
                     values, first = decoder.decode(raw, piece.lo)

@@ -39,14 +39,14 @@ Companions = Mapping[str, Companion]
 
 @dataclass(frozen=True)
 class Counted:
-    """A piece counted instead of decoded: distinct float32 values and how many elements hold each."""
+    """A piece counted instead of decoded: per (slot, code) entry, its float32 value and how many elements
+    hold it (zeros allowed), and how to find the first element holding one of a set of entries."""
 
-    values: np.ndarray  # float32 [m]
-    weights: np.ndarray  # int64 [m]
+    values: np.ndarray  # float32, one per entry (any shape; read flat)
+    weights: np.ndarray  # int64, the same shape
     numel: int
     first: int  # decoded index of the piece's first element
-    argmax: int  # decoded index of its first largest finite |value|, -1 when none
-    max_abs: float  # that largest finite |value| (nan when none)
+    locate: Callable[[np.ndarray], int]  # entries wanted (bool, flat) -> decoded index of the first element
 
 
 class Decoder(Protocol):
@@ -186,20 +186,12 @@ class RowMajorDecoder:
                 kernels.count_slots(part.reshape(row1 - row0, -1), sub, col0, group, bits, ncodes, out)
         if bits == 4:  # byte = high nibble * 16 + low nibble
             pairs = out.reshape(-1, 16, 16)
-            out = (pairs.sum(axis=1) + pairs.sum(axis=2)).reshape(-1)
-        held = np.flatnonzero(out)  # a block holds a few of the 256 codes: keep only those entries
-        values, weights = table.reshape(-1)[held], out[held]
-        magnitudes = np.abs(values)
-        finite = np.isfinite(magnitudes)
-        if not finite.all():  # NaN/Inf codes (FP8 E4M3 has NaN) never count as the largest |w|
-            magnitudes = np.where(finite, magnitudes, np.float32(-1.0))
-        top = float(magnitudes.max()) if magnitudes.size else -1.0
-        argmax = -1
-        if top >= 0:
-            wanted = np.zeros(table.size, dtype=bool)
-            wanted[held[magnitudes == top]] = True
-            argmax = first + self._locate(raw, rects, slots, row_lo, wanted.reshape(table.shape))
-        return Counted(values, weights, count, first, argmax, top if argmax >= 0 else float("nan"))
+            out = pairs.sum(axis=1) + pairs.sum(axis=2)
+
+        def locate(wanted: np.ndarray) -> int:
+            return first + self._locate(raw, rects, slots, row_lo, wanted.reshape(table.shape))
+
+        return Counted(table, out.reshape(table.shape), count, first, locate)
 
     def _locate(self, raw: np.ndarray, rects, slots: np.ndarray, row_lo: int, wanted: np.ndarray) -> int:
         """Offset in the piece of its first element whose (slot, code) is `wanted` (one is, by construction)."""

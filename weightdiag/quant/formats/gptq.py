@@ -120,19 +120,8 @@ class _PackedLinear:
     def _counted(counts: np.ndarray, table: np.ndarray, first: int, numel: int, locate) -> Counted:
         """The Counted of a piece from its (slot, code) counts; `locate(wanted)` finds the offset in the
         piece of its first element whose (slot, code) is wanted [slots, codes]."""
-        held = np.flatnonzero(counts)
-        values, weights = table.reshape(-1)[held], counts[held]
-        magnitudes = np.abs(values)
-        finite = np.isfinite(magnitudes)
-        if not finite.all():  # an Inf or NaN scale: never the largest |w|
-            magnitudes = np.where(finite, magnitudes, np.float32(-1.0))
-        top = float(magnitudes.max()) if magnitudes.size else -1.0
-        argmax = -1
-        if top >= 0:
-            wanted = np.zeros(table.size, dtype=bool)
-            wanted[held[magnitudes == top]] = True
-            argmax = first + locate(wanted.reshape(table.shape))
-        return Counted(values, weights, numel, first, argmax, top if argmax >= 0 else float("nan"))
+        shape = table.shape
+        return Counted(table, counts.reshape(shape), numel, first, lambda wanted: first + locate(wanted.reshape(shape)))
 
     def selection(self, rows: Segments) -> Segments:
         cols, out, a, b = self.inputs, self.out, self._a, self._b
