@@ -20,10 +20,16 @@ def _numpy(monkeypatch):
 @needs_c
 @pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("col0", [0, 6, 130])
-def test_count_slots_c_equals_numpy(monkeypatch, bits, col0):
-    rng = np.random.default_rng(bits + col0)
-    rows, width, group = 37, 300, 64
+@pytest.mark.parametrize("group", [64, 256])
+@pytest.mark.parametrize("skewed", [False, True])
+def test_count_slots_c_equals_numpy(monkeypatch, bits, col0, group, skewed):
+    """Groups of 4-bit codes of 64+ bytes take the AVX2 path (64 bytes at a time, then a scalar tail); skewed
+    codes (most of a group one code) reach its per-lane limits."""
+    rng = np.random.default_rng(bits + col0 + group)
+    rows, width = 37, 1100
     codes = rng.integers(0, 256, (rows, width * bits // 8), dtype=np.uint8)
+    if skewed:
+        codes[:, : codes.shape[1] * 3 // 4] = 0x77
     groups = (col0 + width - 1) // group - col0 // group + 1
     # runs of identical slot rows (a block's rows) and single rows, both kernels' loops
     slots = rng.integers(0, 9, (rows, groups), dtype=np.int32)

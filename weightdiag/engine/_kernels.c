@@ -289,6 +289,60 @@ static PyObject *power_sums(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* count_nibbles(p, n, h): h[code] += how many of the 2n 4-bit codes of bytes p[0..n) are code (16 counters).
+ * A group of 4-bit codes is counted by comparing every byte's two nibbles with each of the 16 codes, 32
+ * bytes at a time (AVX2), into byte-wide accumulators summed once per run: one scatter increment per nibble
+ * (the scalar loop) serialises on the few codes a group mostly holds. */
+static void count_nibbles_scalar(const uint8_t *restrict p, Py_ssize_t n, int64_t *restrict h) {
+    int64_t lo[16] = {0}, hi[16] = {0};  /* two sets: a byte's two increments never wait on each other */
+    for (Py_ssize_t i = 0; i < n; i++) { lo[p[i] & 15]++; hi[p[i] >> 4]++; }
+    for (int k = 0; k < 16; k++) h[k] += lo[k] + hi[k];
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_NIBBLES_AVX2 1
+__attribute__((target("avx2"))) static void count_nibbles_avx2(const uint8_t *p, Py_ssize_t n, int64_t *h) {
+    const __m256i mask = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
+    Py_ssize_t i = 0;
+    /* 64 bytes (128 codes, a usual group) at a time: their nibbles held in four registers, each code
+     * compared with all four, the matches summed by one SAD; the four sums of a code land in the 16-bit
+     * fields of four codes' 64-bit lanes, so four codes take one horizontal add. */
+    for (; i + 64 <= n; i += 64) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + i));
+        __m256i v1 = _mm256_loadu_si256((const __m256i *)(p + i + 32));
+        __m256i l0 = _mm256_and_si256(v0, mask), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), mask);
+        __m256i l1 = _mm256_and_si256(v1, mask), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), mask);
+        for (int k0 = 0; k0 < 16; k0 += 4) {
+            __m256i packed = zero;
+            for (int j = 0; j < 4; j++) {
+                __m256i code = _mm256_set1_epi8((char)(k0 + j));
+                __m256i e = _mm256_add_epi8(_mm256_add_epi8(_mm256_cmpeq_epi8(l0, code), _mm256_cmpeq_epi8(h0, code)),
+                                            _mm256_add_epi8(_mm256_cmpeq_epi8(l1, code), _mm256_cmpeq_epi8(h1, code)));
+                __m256i s = _mm256_sad_epu8(_mm256_sub_epi8(zero, e), zero);  /* <= 32 in each 64-bit lane */
+                packed = _mm256_or_si256(packed, _mm256_slli_epi64(s, 16 * j));
+            }
+            __m128i t = _mm_add_epi64(_mm256_castsi256_si128(packed), _mm256_extracti128_si256(packed, 1));
+            uint64_t f = (uint64_t)_mm_cvtsi128_si64(t) + (uint64_t)_mm_extract_epi64(t, 1);  /* fields <= 128 */
+            h[k0] += f & 0xFFFF; h[k0 + 1] += (f >> 16) & 0xFFFF; h[k0 + 2] += (f >> 32) & 0xFFFF; h[k0 + 3] += f >> 48;
+        }
+    }
+    if (i < n) count_nibbles_scalar(p + i, n - i, h);
+}
+#endif
+
+static int nibbles_avx2_ok = -1;
+
+static void count_nibbles(const uint8_t *p, Py_ssize_t n, int64_t *h) {
+#ifdef HAVE_NIBBLES_AVX2
+    if (n >= 32) {
+        if (nibbles_avx2_ok < 0) nibbles_avx2_ok = __builtin_cpu_supports("avx2") ? 1 : 0;
+        if (nibbles_avx2_ok) { count_nibbles_avx2(p, n, h); return; }
+    }
+#endif
+    count_nibbles_scalar(p, n, h);
+}
+
 /* count_slots(codes2d uint8, slots2d int32 [rows, groups], col0, group, bits, ncodes, out int64):
  * for quantized weights, how many elements of each (slot, code) a rectangle of packed codes holds. Row r's
  * element c (c counted from the rectangle's first column, col0 in the matrix) has code = its byte (bits 8)
@@ -339,6 +393,8 @@ static PyObject *count_slots(PyObject *self, PyObject *args) {
                 Py_ssize_t i = c;
                 for (; i + 4 <= end; i += 4) { h[p[i]]++; h[p[i + 1]]++; h[p[i + 2]]++; h[p[i + 3]]++; }
                 for (; i < end; i++) h[p[i]]++;
+            } else if (ncodes == 16) {
+                count_nibbles(p + c / 2, (end - c) / 2, h);
             } else {
                 const uint8_t *restrict b = p + c / 2;
                 Py_ssize_t n = (end - c) / 2;

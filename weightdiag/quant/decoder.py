@@ -172,21 +172,12 @@ class RowMajorDecoder:
         row_lo, row_hi = first // self.cols, (first + count - 1) // self.cols + 1
         slots, table = self.slot_table(row_lo, row_hi)
         ncodes = table.shape[1]
-        # 4-bit codes are counted a byte (two codes) at a time, 256 counters per slot, then folded into
-        # 16 per slot: one increment per two elements.
-        per_slot = 256 if bits == 4 else ncodes
-        out = np.zeros(table.shape[0] * per_slot, dtype=np.int64)
+        out = np.zeros(table.size, dtype=np.int64)
         rects = list(row_rects(first, count, self.cols))
         for row0, row1, col0, col1, offset in rects:
             part = raw[offset * bits // 8 : (offset + (row1 - row0) * (col1 - col0)) * bits // 8]
             sub = slots[row0 - row_lo : row1 - row_lo, col0 // group :]
-            if bits == 4:
-                kernels.count_slots(part.reshape(row1 - row0, -1), sub, col0 // 2, group // 2, 8, 256, out)
-            else:
-                kernels.count_slots(part.reshape(row1 - row0, -1), sub, col0, group, bits, ncodes, out)
-        if bits == 4:  # byte = high nibble * 16 + low nibble
-            pairs = out.reshape(-1, 16, 16)
-            out = pairs.sum(axis=1) + pairs.sum(axis=2)
+            kernels.count_slots(part.reshape(row1 - row0, -1), sub, col0, group, bits, ncodes, out)
 
         def locate(wanted: np.ndarray) -> int:
             return first + self._locate(raw, rects, slots, row_lo, wanted.reshape(table.shape))
