@@ -1,0 +1,229 @@
+"""Exact per-tensor figures of a pair (W_base, W_tuned), accumulated over row blocks.
+
+Each block gives a `BlockPart` (computable in any thread); `Totals` folds them in order. Every sum is
+float64 over float64 differences of the decoded values, so relative_change and cosine equal numpy's on
+the full tensors (up to float64 summation order, ~1e-12 relative). Distributions go through the engine's
+own reductions (weightdiag.engine.reduce): |W_base| and |W_tuned| in their storage dtype (exactly as `fit`
+reduces them, decoded float32 for a quantized side), |ΔW| and |ΔW|/|W_base| as float32 (the F32 path: the
+Weibull fit of |ΔW|, and quantiles from 2^-7-wide buckets, relative error below 2^-8; values below 1e-40
+count as zeros).
+
+unchanged_fraction: elements bit-identical at storage precision. Both sides stored in the same dtype and
+neither quantized: the stored bit patterns are compared (so +0 vs -0 and two NaNs with the same payload
+are as stored). Otherwise (a quantized side, or F32 against BF16): the decoded float32 bit patterns.
+sign_flips: elements with W_base * W_tuned < 0 (a zero on either side is no flip).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..engine.fit import WeibullFit
+from ..engine.reduce import Reduction, merge, reduce_array
+from ..engine.stats import Summary
+from ..source.plan import STORAGE_NUMPY
+from ..vocabulary import COHORT_TRIM
+
+QUANTILES = (0.5, 0.9, 0.99, 0.999)
+
+
+@dataclass
+class BlockPart:
+    numel: int
+    d2: float  # Σ (t - b)^2
+    b2: float  # Σ b^2
+    t2: float  # Σ t^2
+    bt: float  # Σ b t
+    unchanged: int
+    flips: int
+    nonfinite: int  # elements where either side is NaN or Inf (excluded from the sums)
+    base: Reduction
+    tuned: Reduction
+    delta: Reduction  # of ΔW (float32)
+    ratio: Reduction  # of |ΔW| / |W_base| where W_base != 0 (float32)
+
+
+def as_float(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """Stored elements (storage form, see plan.STORAGE_NUMPY) -> float32 values (float64 for F64)."""
+    if dtype == "BF16":
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    if dtype == "F16":
+        return raw.view(np.float16).astype(np.float32)
+    if dtype == "F32":
+        return raw.view(np.float32)
+    if dtype == "F64":
+        return raw.view(np.float64)
+    if dtype in ("F8_E4M3", "F8_E5M2"):
+        from ..quant.values import code_table_f32
+
+        return code_table_f32(dtype)[raw.view(np.uint8)]
+    raise ValueError(f"no float values for dtype {dtype}")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a block: its values, and its stored bits when it is stored plainly (not quantized)."""
+
+    values: np.ndarray  # float32 (float64 for F64), flat
+    dtype: str  # storage dtype; "F32" for a decoded quantized side
+    stored: np.ndarray | None  # storage-form elements (uint16 for BF16, ...) when not quantized
+
+
+def block_part(base: Side, tuned: Side) -> tuple[BlockPart, np.ndarray]:
+    """The figures of one block of elements (the same elements on both sides), and ΔW there (float64;
+    0 where either side is not finite) for the spectrum."""
+    b, t = base.values, tuned.values
+    b64, t64 = b.astype(np.float64), t.astype(np.float64)
+    finite = np.isfinite(b64) & np.isfinite(t64)
+    nonfinite = int(b64.size - np.count_nonzero(finite))
+    if nonfinite:
+        b64, t64 = np.where(finite, b64, 0.0), np.where(finite, t64, 0.0)
+    d64 = t64 - b64
+    if base.stored is not None and tuned.stored is not None and base.dtype == tuned.dtype:
+        unchanged = int(np.count_nonzero(base.stored == tuned.stored))
+    else:
+        b32, t32 = np.ascontiguousarray(b, dtype=np.float32), np.ascontiguousarray(t, dtype=np.float32)
+        unchanged = int(np.count_nonzero(b32.view(np.uint32) == t32.view(np.uint32)))
+    d32 = d64.astype(np.float32)
+    nz = b64 != 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = (np.abs(d64[nz]) / np.abs(b64[nz])).astype(np.float32)
+    part = BlockPart(
+        numel=b.size,
+        d2=float(np.dot(d64, d64)),
+        b2=float(np.dot(b64, b64)),
+        t2=float(np.dot(t64, t64)),
+        bt=float(np.dot(b64, t64)),
+        unchanged=unchanged,
+        flips=int(np.count_nonzero(b64 * t64 < 0)),
+        nonfinite=nonfinite,
+        base=_reduce(base),
+        tuned=_reduce(tuned),
+        delta=reduce_array(d32.view(np.uint32), "F32"),
+        ratio=reduce_array(ratio.view(np.uint32), "F32"),
+    )
+    return part, d64
+
+
+def _reduce(side: Side) -> Reduction:
+    """The side as `fit` reduces it: its storage dtype, or float32 values for a quantized side."""
+    if side.stored is not None and side.dtype in STORAGE_NUMPY:
+        return reduce_array(side.stored, side.dtype)
+    return reduce_array(np.ascontiguousarray(side.values, dtype=np.float32).view(np.uint32), "F32")
+
+
+@dataclass
+class Totals:
+    """The folded parts of one tensor (fold in block order: the same sums for any run)."""
+
+    numel: int = 0
+    d2: float = 0.0
+    b2: float = 0.0
+    t2: float = 0.0
+    bt: float = 0.0
+    unchanged: int = 0
+    flips: int = 0
+    nonfinite: int = 0
+    base: Reduction | None = None
+    tuned: Reduction | None = None
+    delta: Reduction | None = None
+    ratio: Reduction | None = None
+
+    def fold(self, part: BlockPart) -> None:
+        self.numel += part.numel
+        self.d2 += part.d2
+        self.b2 += part.b2
+        self.t2 += part.t2
+        self.bt += part.bt
+        self.unchanged += part.unchanged
+        self.flips += part.flips
+        self.nonfinite += part.nonfinite
+        for name in ("base", "tuned", "delta", "ratio"):
+            red = getattr(part, name)
+            held = getattr(self, name)
+            setattr(self, name, red if held is None else merge([held, red]))
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The exact figures of one tensor pair."""
+
+    numel: int
+    relative_change: float  # ||ΔW||_F / ||W_base||_F (inf when W_base is zero and ΔW is not)
+    cosine: float  # <W_base, W_tuned> / (||W_base|| ||W_tuned||)
+    unchanged_fraction: float
+    sign_flip_fraction: float
+    delta_norm: float  # ||ΔW||_F
+    base_norm: float
+    tuned_norm: float
+    alignment: float  # <ΔW, W_base> / (||ΔW|| ||W_base||): 1 for a pure scaling up, -1 down
+    scale: float  # 1 + <ΔW, W_base> / ||W_base||^2: the best factor c in W_tuned ≈ c W_base
+    nonfinite: int
+    delta_quantiles: dict[str, float]
+    ratio_quantiles: dict[str, float]
+    delta_fit: WeibullFit | None
+    base_fit: WeibullFit | None
+    tuned_fit: WeibullFit | None
+
+    @property
+    def delta_k(self) -> float | None:
+        if self.base_fit is None or self.tuned_fit is None or not (self.base_fit.ok and self.tuned_fit.ok):
+            return None
+        return self.tuned_fit.k - self.base_fit.k
+
+    @property
+    def delta_lambda(self) -> float | None:
+        """Relative: λ_tuned / λ_base - 1."""
+        if self.base_fit is None or self.tuned_fit is None or not (self.base_fit.ok and self.tuned_fit.ok):
+            return None
+        return self.tuned_fit.lam / self.base_fit.lam - 1.0
+
+
+def figures(totals: Totals, *, fits: bool = True, trim: str = COHORT_TRIM) -> Figures:
+    """Figures from the folded sums and reductions (`fits`: Weibull fits of the 2-D tensors only)."""
+    dn, bn, tn = math.sqrt(totals.d2), math.sqrt(totals.b2), math.sqrt(totals.t2)
+    if bn > 0:
+        rel = dn / bn
+    else:
+        rel = 0.0 if dn == 0 else math.inf
+    cosine = totals.bt / (bn * tn) if bn > 0 and tn > 0 else (1.0 if bn == tn == 0 else 0.0)
+    db = totals.bt - totals.b2  # <ΔW, W_base>
+    alignment = db / (dn * bn) if dn > 0 and bn > 0 else 0.0
+    scale = 1.0 + db / totals.b2 if totals.b2 > 0 else float("nan")
+    n = max(totals.numel, 1)
+
+    def quantiles(red: Reduction | None) -> dict[str, float]:
+        if red is None:
+            return {}
+        dist = Summary(red).magnitudes
+        return {f"q{_label(q)}": dist.quantile(q) for q in QUANTILES} | {"max": float(red.max_abs)}
+
+    def fit(red: Reduction | None) -> WeibullFit | None:
+        return Summary(red).fit("hist1024", trim) if fits and red is not None else None
+
+    return Figures(
+        numel=totals.numel,
+        relative_change=rel,
+        cosine=min(max(cosine, -1.0), 1.0),
+        unchanged_fraction=totals.unchanged / n,
+        sign_flip_fraction=totals.flips / n,
+        delta_norm=dn,
+        base_norm=bn,
+        tuned_norm=tn,
+        alignment=min(max(alignment, -1.0), 1.0),
+        scale=scale,
+        nonfinite=totals.nonfinite,
+        delta_quantiles=quantiles(totals.delta),
+        ratio_quantiles=quantiles(totals.ratio),
+        delta_fit=fit(totals.delta) if dn > 0 else None,
+        base_fit=fit(totals.base),
+        tuned_fit=fit(totals.tuned),
+    )
+
+
+def _label(q: float) -> str:
+    return f"{q * 100:g}".replace(".", "_")

@@ -1,0 +1,212 @@
+"""Paired reads: two checkpoints streamed in lockstep, row block against row block of the same tensor.
+
+A tensor of logical shape [..., n] is read as an m x n matrix (m = the product of the leading dims; a vector
+is an n x 1 column) in blocks of whole rows, the same rows on both sides whatever each side's dtype (F32
+against BF16, FP8 block codes against F32): the element ranges match, the byte ranges follow each side's
+own row size. A block is at most BLOCK_BYTES of either side's stored bytes and BLOCK_ELEMS elements, so
+memory is a few blocks per side (about twice a fit's chunks, plus the float64 arithmetic on them),
+whatever the tensor. Each side's bytes come from its own reader through the engine's ChunkReader protocol
+(`start`, then `chunk` as a context manager): local mappings or ranged GETs into pooled buffers.
+
+A quantized side is decoded by the same decoders `fit` uses (weightdiag.quant.decoder), built from its
+companions when its first block is read; formats decoded in row-major order only (GPTQ and AWQ pack
+columns across rows: refused, exit 2).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..chunks import Chunk
+from ..engine import kernels
+from ..errors import CheckpointFormatError, QuantizationError
+from ..source.plan import STORAGE_NUMPY, TensorRef
+from .measures import Side, as_float
+from .pairing import Pair
+
+BLOCK_BYTES = 8 << 20  # stored bytes of one side in one block (a Hub reader's buffers hold 16 MiB)
+BLOCK_ELEMS = 1 << 20  # elements per block: the float64 arithmetic holds a few arrays of this many
+
+
+def matrix_shape(shape: Sequence[int]) -> tuple[int, int]:
+    """(m, n): leading dims flattened into rows; a vector is a column (so it is cut into blocks too)."""
+    if len(shape) <= 1:
+        return (math.prod(shape) if shape else 1), 1
+    return math.prod(shape[:-1]), int(shape[-1])
+
+
+def row_bytes(ref: TensorRef, m: int) -> int:
+    """Stored bytes of one logical row (codes for a quantized side), refusing layouts not cut by rows."""
+    if ref.nbytes % m:
+        raise CheckpointFormatError(
+            f"{ref.name}: {ref.nbytes} stored bytes are not {m} equal rows; weightdiag cannot read it by rows",
+            file=ref.name,
+        )
+    return ref.nbytes // m
+
+
+def rows_per_block(n: int, base_row: int, tuned_row: int) -> int:
+    widest = max(base_row, tuned_row, 1)
+    return max(1, min(BLOCK_BYTES // widest, BLOCK_ELEMS // max(n, 1)))
+
+
+@dataclass(frozen=True)
+class Block:
+    pair: int  # index into the pairs
+    r0: int
+    r1: int
+    base: Chunk
+    tuned: Chunk
+    first: bool  # the tensor's first block
+    last: bool
+
+
+def plan_blocks(pairs: Sequence[Pair]) -> list[Block]:
+    """Every pair cut into row blocks, in the pairs' order; chunk indices count per side."""
+    blocks: list[Block] = []
+    for i, pair in enumerate(pairs):
+        m, n = matrix_shape(pair.base.shape)
+        rb, rt = row_bytes(pair.base, m), row_bytes(pair.tuned, m)
+        step = rows_per_block(n, rb, rt)
+        if max(rb, rt) > BLOCK_BYTES and max(rb, rt) > 16 << 20:
+            raise CheckpointFormatError(
+                f"{pair.name}: one row of {n} elements is more than 16 MiB; diff reads whole rows", file=pair.name
+            )
+        for r0 in range(0, m, step):
+            r1 = min(m, r0 + step)
+            idx = len(blocks)
+            blocks.append(
+                Block(
+                    i,
+                    r0,
+                    r1,
+                    Chunk(idx, pair.base.shard, pair.base.start + r0 * rb, pair.base.start + r1 * rb, ()),
+                    Chunk(idx, pair.tuned.shard, pair.tuned.start + r0 * rt, pair.tuned.start + r1 * rt, ()),
+                    r0 == 0,
+                    r1 == m,
+                )
+            )
+    return blocks
+
+
+ReadTensor = Callable[[TensorRef], np.ndarray]
+
+
+def decoder_for(ref: TensorRef, read: ReadTensor):
+    """The row-major decoder of a quantized weight, its companions read now (they are small)."""
+    from ..quant.decoder import FACTORIES, Companion, RowMajorDecoder
+    from ..quant.formats import build_decoder
+
+    q = ref.quant
+    assert q is not None
+    factory = FACTORIES.get(q.spec.format)
+    if not (isinstance(factory, type) and issubclass(factory, RowMajorDecoder)):
+        raise QuantizationError(
+            f"{ref.name}: {q.spec.label} packs columns across rows; diff reads whole rows and cannot decode it; "
+            "diff the unquantized model instead",
+            method=q.spec.method,
+        )
+    companions = {
+        role: Companion(read(c), c.dtype.name, c.shape)
+        for role, c in q.companions.items()
+        if not role.startswith("activation")
+    }
+    return build_decoder(q, companions)
+
+
+def side_values(ref: TensorRef, raw: np.ndarray, byte_lo: int, decoder: Any, first: int) -> Side:
+    """One side of a block: decoded float32 values for a quantized weight, else its stored elements."""
+    if ref.quant is not None:
+        values, at = decoder.decode(raw, byte_lo)
+        if at != first:
+            raise CheckpointFormatError(f"{ref.name}: decoded block starts at {at}, not {first}", file=ref.name)
+        return Side(values, "F32", None)
+    dtype = ref.dtype.name
+    stored = raw.view(STORAGE_NUMPY[dtype])
+    return Side(as_float(stored, dtype), dtype, stored)
+
+
+BlockWork = Callable[[Block, Side, Side], Any]
+
+
+def stream_pairs(
+    pairs: Sequence[Pair],
+    base_reader: Any,
+    tuned_reader: Any,
+    work: BlockWork,
+    *,
+    workers: int | None = None,
+    before_tensor: Callable[[int], None] | None = None,
+) -> Iterator[tuple[Block, Any]]:
+    """(block, work(block, base side, tuned side)) for every block, in order. `work` runs in worker threads
+    (several blocks at once); `before_tensor(pair index)` runs in this thread before a tensor's first block
+    is queued (to set up its accumulators)."""
+    blocks = plan_blocks(pairs)
+    base_reader.start([b.base for b in blocks], verify=False)
+    tuned_reader.start([b.tuned for b in blocks], verify=False)
+    decoders: dict[tuple[int, int], Any] = {}
+    workers = workers or max(1, min(4, kernels.threads()))
+
+    def read_tensor(reader: Any) -> ReadTensor:
+        def read(ref: TensorRef) -> np.ndarray:
+            out = np.empty(ref.nbytes, dtype=np.uint8)
+            reader.read_into(ref, out)
+            return out
+
+        return read
+
+    def task(block: Block) -> Any:
+        pair = pairs[block.pair]
+        m, n = matrix_shape(pair.base.shape)
+        first = block.r0 * n
+        with base_reader.chunk(block.base) as raw_b, tuned_reader.chunk(block.tuned) as raw_t:
+            with kernels.thread_budget(1):  # blocks run side by side: no threads inside the kernels
+                b = side_values(pair.base, raw_b, block.base.start - pair.base.start, decoders.get((block.pair, 0)), first)
+                t = side_values(
+                    pair.tuned, raw_t, block.tuned.start - pair.tuned.start, decoders.get((block.pair, 1)), first
+                )
+                return work(block, b, t)
+
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="weightdiag-diff")
+    pending: deque[tuple[Block, Future[Any]]] = deque()
+    finished = False
+    try:
+        queue = iter(blocks)
+        window = 2 * workers
+
+        def top_up() -> None:
+            while len(pending) < window:
+                block = next(queue, None)
+                if block is None:
+                    return
+                if block.first:
+                    pair = pairs[block.pair]
+                    if before_tensor is not None:
+                        before_tensor(block.pair)
+                    for side, (ref, reader) in enumerate(((pair.base, base_reader), (pair.tuned, tuned_reader))):
+                        if ref.quant is not None:
+                            decoders[(block.pair, side)] = decoder_for(ref, read_tensor(reader))
+                pending.append((block, pool.submit(task, block)))
+
+        top_up()
+        while pending:
+            block, future = pending.popleft()
+            result = future.result()
+            if block.last:
+                decoders.pop((block.pair, 0), None)
+                decoders.pop((block.pair, 1), None)
+            top_up()
+            yield block, result
+        finished = True
+    finally:
+        if not finished:
+            for reader in (base_reader, tuned_reader):
+                reader.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,178 @@
+"""The typed result of a diff (what `api.diff` returns and the CLI renders), and its JSON form.
+
+Schema `weightdiag.diff/1`, documented in docs/diff-schema.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.fit import WeibullFit
+from .measures import Figures
+from .spectrum import SKETCH_CAP, Spectrum
+
+SCHEMA = "weightdiag.diff/1"
+
+
+@dataclass
+class DiffOptions:
+    device: str = "cpu"  # where the spectral sketch runs: cpu, cuda, cuda:N, auto
+    include: Sequence[str] = ()  # only tensors (base names) matching one of these globs
+    exclude: Sequence[str] = ()
+    sketch: int = SKETCH_CAP  # k of the randomized range sketch (matrices wider than spectrum.GRAM_COLS)
+    seed: int = 0  # of the sketch's random test matrices
+    spectrum: bool = True  # False: skip singular values and rank90 (the exact figures only)
+    connections: int = 8  # ranged requests in flight per Hub side
+    token: str | None = None
+    workers: int | None = None  # blocks processed at once (default: the engine's thread count, at most 4)
+
+
+def num(value: float | None) -> float | None:
+    """JSON-safe float: NaN and infinities become null."""
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _fit_json(fit: WeibullFit | None) -> dict[str, Any] | None:
+    if fit is None:
+        return None
+    return {"k": num(fit.k), "lambda": num(fit.lam), "r2": num(fit.r2), "ok": fit.ok, "reason": fit.reason}
+
+
+@dataclass(frozen=True)
+class TensorDiff:
+    """One paired tensor: its place in the model, its exact figures, its spectrum (matrices) and verdicts."""
+
+    name: str
+    tuned_name: str
+    kind: str
+    block: int | None
+    shape: tuple[int, ...]
+    base_dtype: str  # stored dtype (for a quantized side, its label: "FP8 e4m3, block 128x128")
+    tuned_dtype: str
+    figures: Figures
+    spectrum: Spectrum | None
+    untouched: bool
+    low_rank: bool
+    scaled: bool
+
+    @property
+    def relative_change(self) -> float:
+        return self.figures.relative_change
+
+    @property
+    def rank90(self) -> int | None:
+        return self.spectrum.rank90 if self.spectrum is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        f = self.figures
+        out: dict[str, Any] = {
+            "name": self.name,
+            "kind": self.kind,
+            "block": self.block,
+            "shape": list(self.shape),
+            "base_dtype": self.base_dtype,
+            "tuned_dtype": self.tuned_dtype,
+            "numel": f.numel,
+            "relative_change": num(f.relative_change),
+            "cosine": num(f.cosine),
+            "unchanged_fraction": f.unchanged_fraction,
+            "sign_flip_fraction": f.sign_flip_fraction,
+            "rank90": self.rank90,
+            "delta_norm": num(f.delta_norm),
+            "base_norm": num(f.base_norm),
+            "tuned_norm": num(f.tuned_norm),
+            "alignment": num(f.alignment),
+            "scale": num(f.scale),
+            "nonfinite": f.nonfinite,
+            "delta_abs_quantiles": {k: num(v) for k, v in f.delta_quantiles.items()},
+            "ratio_quantiles": {k: num(v) for k, v in f.ratio_quantiles.items()},
+            "delta_weibull": _fit_json(f.delta_fit),
+            "base_weibull": _fit_json(f.base_fit),
+            "tuned_weibull": _fit_json(f.tuned_fit),
+            "delta_k": num(f.delta_k),
+            "delta_lambda": num(f.delta_lambda),
+            "spectrum": self.spectrum.to_json() if self.spectrum is not None else None,
+            "untouched": self.untouched,
+            "low_rank": self.low_rank,
+            "scaled": self.scaled,
+        }
+        if self.tuned_name != self.name:
+            out["tuned_name"] = self.tuned_name
+        return out
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """Matrices of one block or one kind together: energy-weighted relative change, how many untouched."""
+
+    key: str  # "block 3", "q", "embed", ...
+    matrices: int
+    relative_change: float  # sqrt(Σ ||ΔW||^2 / Σ ||W_base||^2)
+    max_relative_change: float
+    untouched: int
+    unchanged_fraction: float  # over all their elements
+    low_rank: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "matrices": self.matrices,
+            "relative_change": num(self.relative_change),
+            "max_relative_change": num(self.max_relative_change),
+            "untouched": self.untouched,
+            "unchanged_fraction": self.unchanged_fraction,
+            "low_rank": self.low_rank,
+        }
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str  # untouched | frozen-blocks | changed-most | low-rank | scaled | embeddings | nothing-changed | ...
+    message: str  # one line for people
+    names: tuple[str, ...] = ()  # the matrices or blocks it is about
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "names": list(self.names), "evidence": self.evidence}
+
+
+@dataclass
+class DiffResult:
+    base: dict[str, Any]
+    tuned: dict[str, Any]
+    matrices: list[TensorDiff]
+    vectors: list[TensorDiff]
+    only_base: list[str]
+    only_tuned: list[str]
+    shape_mismatches: list[dict[str, Any]]
+    skipped: list[dict[str, Any]]
+    blocks: list[GroupSummary]
+    kinds: list[GroupSummary]
+    findings: list[Finding]
+    totals: dict[str, Any]
+    run: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "base": self.base,
+            "tuned": self.tuned,
+            "totals": self.totals,
+            "findings": [f.to_json() for f in self.findings],
+            "blocks": [b.to_json() for b in self.blocks],
+            "kinds": [k.to_json() for k in self.kinds],
+            "matrices": [m.to_json() for m in self.matrices],
+            "vectors": [v.to_json() for v in self.vectors],
+            "only_base": self.only_base,
+            "only_tuned": self.only_tuned,
+            "shape_mismatches": self.shape_mismatches,
+            "skipped": self.skipped,
+            "run": self.run,
+            "notes": self.notes,
+        }

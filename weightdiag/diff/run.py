@@ -1,0 +1,235 @@
+"""A diff from start to end: open both checkpoints, pair their tensors, stream the pairs in lockstep,
+fold the exact figures and the spectra, then the verdicts, summaries and findings: a `DiffResult`.
+
+The only module of the package that opens models (I/O); the numerics live in measures, spectrum, findings.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..errors import ModelPathError, OptionError
+from ..layout import arch_from_config, classify_tensor, complete_arch
+from ..pipeline import selected
+from ..source.open import open_model
+from ..source.plan import ModelPlan, TensorRef
+from .findings import block_key, find, is_low_rank, is_scaled, summarize
+from .measures import Totals, block_part, figures
+from .paired import Block, matrix_shape, row_bytes, rows_per_block, stream_pairs
+from .pairing import Pair, pair_tensors
+from .result import DiffOptions, DiffResult, TensorDiff
+from .spectrum import Accumulator, accumulator
+
+
+def check_options(options: DiffOptions) -> None:
+    if not (isinstance(options.sketch, int) and 2 <= options.sketch <= 4096):
+        raise OptionError(f"--sketch {options.sketch}: choose a whole number from 2 to 4096", option="--sketch")
+    if not (isinstance(options.connections, int) and 1 <= options.connections <= 64):
+        raise OptionError(
+            f"--connections {options.connections}: choose a whole number from 1 to 64", option="--connections"
+        )
+
+
+def open_side(spec: str, options: DiffOptions) -> tuple[ModelPlan, Any]:
+    """One checkpoint, opened for ranged reads (safetensors, local or Hub), its quantized weights grouped."""
+    from ..quant.group import group_quantized
+
+    plan, reader = open_model(spec, token=options.token)
+    if not hasattr(reader, "chunk"):
+        reader.close()
+        raise ModelPathError(
+            f"{spec}: diff reads safetensors checkpoints (a file, a folder or a Hub repo); this is {plan.file_format}",
+            path=spec,
+        )
+    if hasattr(reader, "set_connections"):
+        reader.set_connections(options.connections)
+
+    def read_small(ref: TensorRef) -> np.ndarray:
+        out = np.empty(ref.nbytes, dtype=np.uint8)
+        reader.read_into(ref, out)
+        return out
+
+    try:
+        group_quantized(plan, read_small)
+    except BaseException:
+        reader.close()
+        raise
+    return plan, reader
+
+
+def base_of(tuned: str, options: DiffOptions) -> str:
+    """`diff TUNED` alone: the base model its model card names."""
+    plan, reader = open_model(tuned, token=options.token)
+    reader.close()
+    if not plan.base_model:
+        raise OptionError(
+            f"{tuned}: its model card names no base_model; give both: weightdiag diff BASE {tuned}", option="BASE"
+        )
+    return plan.base_model
+
+
+def describe_side(plan: ModelPlan) -> dict[str, Any]:
+    return {
+        "id": plan.model_id,
+        "source": plan.source,
+        "location": plan.location,
+        "revision": plan.revision,
+        "commit": plan.commit,
+        "files": [{"name": s.name, "size": s.size, "sha256": s.sha256} for s in plan.shards],
+    }
+
+
+def _dtype_label(ref: TensorRef) -> str:
+    return ref.quantization or ref.dtype.name
+
+
+def diff(base_spec: str | None, tuned_spec: str, options: DiffOptions | None = None) -> DiffResult:
+    """Compare two checkpoints tensor by tensor (see the package docstring)."""
+    options = options or DiffOptions()
+    check_options(options)
+    from ..engine.device import resolve_device
+
+    device = resolve_device(options.device)
+    if base_spec is None:
+        base_spec = base_of(tuned_spec, options)
+    base_plan, base_reader = open_side(base_spec, options)
+    try:
+        tuned_plan, tuned_reader = open_side(tuned_spec, options)
+    except BaseException:
+        base_reader.close()
+        raise
+    started = time.perf_counter()
+    try:
+        base_refs = [t for t in base_plan.tensors if selected(t.name, options.include, options.exclude)]
+        pairing = pair_tensors(base_refs, tuned_plan.tensors)
+        if options.include or options.exclude:  # a tuned tensor outside the selection is not "only tuned"
+            names = {p.tuned.name for p in pairing.pairs}
+            pairing.only_tuned = [
+                n for n in pairing.only_tuned if n not in names and selected(n, options.include, options.exclude)
+            ]
+        if not pairing.pairs:
+            raise OptionError(
+                f"{base_spec} and {tuned_spec} have no tensor in common to compare"
+                + (" (check --include/--exclude)" if options.include or options.exclude else ""),
+                option="--include" if options.include else "BASE",
+            )
+        matrices, vectors = _compare(pairing.pairs, base_plan, base_reader, tuned_reader, options, device)
+    finally:
+        base_reader.close()
+        tuned_reader.close()
+    elapsed = time.perf_counter() - started
+    blocks = summarize(matrices, block_key)
+    blocks.sort(key=lambda g: int(g.key.split()[1]))
+    kinds = summarize(matrices, lambda t: t.kind)
+    everything = [*matrices, *vectors]
+    numel = sum(t.figures.numel for t in everything)
+    d2 = sum(t.figures.delta_norm**2 for t in everything)
+    b2 = sum(t.figures.base_norm**2 for t in everything)
+    bytes_read = sum(p.base.nbytes + p.tuned.nbytes for p in pairing.pairs)
+    totals = {
+        "tensors": len(everything),
+        "matrices": len(matrices),
+        "elements": numel,
+        "relative_change": (d2 / b2) ** 0.5 if b2 > 0 else None,
+        "unchanged_fraction": sum(t.figures.unchanged_fraction * t.figures.numel for t in everything) / max(numel, 1),
+        "untouched_matrices": sum(t.untouched for t in matrices),
+        "low_rank_matrices": sum(t.low_rank for t in matrices),
+        "scaled_matrices": sum(t.scaled for t in matrices),
+    }
+    notes = [*base_plan.notes, *tuned_plan.notes]
+    if base_plan.source == "hub" or tuned_plan.source == "hub":
+        notes.append("Hub shards read by ranges in pair order: their sha256 is not checked by diff (fit checks it)")
+    return DiffResult(
+        base=describe_side(base_plan),
+        tuned=describe_side(tuned_plan),
+        matrices=matrices,
+        vectors=vectors,
+        only_base=pairing.only_base,
+        only_tuned=pairing.only_tuned,
+        shape_mismatches=pairing.shape_mismatches,
+        skipped=pairing.skipped,
+        blocks=blocks,
+        kinds=kinds,
+        findings=find(matrices, vectors, blocks),
+        totals=totals,
+        run={
+            "device": device,
+            "seconds": round(elapsed, 3),
+            "bytes_read": bytes_read,
+            "include": list(options.include),
+            "exclude": list(options.exclude),
+            "sketch": options.sketch,
+            "seed": options.seed,
+            "tool": {"name": "weightdiag", "version": __version__},
+            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        notes=notes,
+    )
+
+
+def _compare(
+    pairs: list[Pair], base_plan: ModelPlan, base_reader: Any, tuned_reader: Any, options: DiffOptions, device: str
+) -> tuple[list[TensorDiff], list[TensorDiff]]:
+    arch = complete_arch(arch_from_config(base_plan.config, []), [(t.name, t.shape) for t in base_plan.tensors])
+    totals: dict[int, Totals] = {}
+    spectra: dict[int, Accumulator | None] = {}
+
+    def start(i: int) -> None:
+        pair = pairs[i]
+        totals[i] = Totals()
+        m, n = matrix_shape(pair.base.shape)
+        spectral = options.spectrum and len(pair.base.shape) >= 2 and min(m, n) > 1
+        if spectral:
+            step = rows_per_block(n, row_bytes(pair.base, m), row_bytes(pair.tuned, m))
+            spectra[i] = accumulator(m, n, step >= m, seed=options.seed, cap=options.sketch, device=device)
+        else:
+            spectra[i] = None
+
+    def work(block: Block, b, t) -> tuple[Any, Any]:
+        part, d64 = block_part(b, t)
+        acc = spectra[block.pair]
+        n = matrix_shape(pairs[block.pair].base.shape)[1]
+        spec = acc.block_part(block.r0, d64.reshape(block.r1 - block.r0, n)) if acc is not None else None
+        return part, spec
+
+    matrices: list[TensorDiff] = []
+    vectors: list[TensorDiff] = []
+    for block, (part, spec) in stream_pairs(
+        pairs, base_reader, tuned_reader, work, workers=options.workers, before_tensor=start
+    ):
+        i = block.pair
+        totals[i].fold(part)
+        acc = spectra[i]
+        if acc is not None:
+            acc.fold(spec)
+        if not block.last:
+            continue
+        pair = pairs[i]
+        is_matrix = len(pair.base.shape) >= 2
+        fig = figures(totals.pop(i), fits=is_matrix)
+        spectrum = acc.result(fig.delta_norm**2) if acc is not None else None
+        spectra.pop(i)
+        role = classify_tensor(pair.name, tuple(pair.base.shape), arch.n_layers, arch.family, arch.n_experts)
+        m, n = matrix_shape(pair.base.shape)
+        untouched = fig.delta_norm == 0 and fig.nonfinite == 0
+        item = TensorDiff(
+            name=pair.name,
+            tuned_name=pair.tuned.name,
+            kind=role.kind,
+            block=role.block,
+            shape=tuple(pair.base.shape),
+            base_dtype=_dtype_label(pair.base),
+            tuned_dtype=_dtype_label(pair.tuned),
+            figures=fig,
+            spectrum=spectrum,
+            untouched=untouched,
+            low_rank=is_matrix and is_low_rank((m, n), spectrum.rank90 if spectrum else None, fig.relative_change),
+            scaled=is_matrix and is_scaled(fig.alignment, fig.relative_change),
+        )
+        (matrices if is_matrix else vectors).append(item)
+    return matrices, vectors

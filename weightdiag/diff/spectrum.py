@@ -1,0 +1,219 @@
+"""The spectrum of ΔW from one pass over its row blocks: exact when small enough, else a randomized sketch.
+
+Every path takes ΔW as row blocks (rows [r0, r1) of an m x n matrix, in order) and never holds ΔW whole:
+
+- `Gram` (n <= GRAM_COLS): G = ΔW^T ΔW accumulated in float64; its eigenvalues are the σ_i^2 exactly
+  (up to float64 rounding: σ_i^2 below ~1e-13 σ_1^2 are noise, far below any 90% energy cut).
+- `Sketch` (wider matrices): the single-pass low-rank approximation of Tropp, Yurtsever, Udell and
+  Cevher, "Practical sketching algorithms for low-rank matrix approximation" (SIAM J. Matrix Anal. Appl.
+  38(4), 2017), Algorithm 4 ("simplest" one-pass with a range and a co-range sketch):
+      Y = ΔW Ω (m x k)    -- row block r0:r1 of Y is ΔW[r0:r1] Ω, written once
+      W = Ψ ΔW (l x n)    -- sum over row blocks of Ψ[:, r0:r1] ΔW[r0:r1]
+      Q = orth(Y),  X = (Ψ Q)^+ W,  Â = Q X,  σ̂ = singular values of X.
+  with Gaussian Ω (n x k) and Ψ (l x m), k = min(cap, m, n), l = min(2k + 1, m). Their Theorem 4.3:
+      E ||ΔW - Â||_F^2 <= (1 + f(k, l)) * min_{ρ < k-1} (1 + f(ρ, k)) * τ_{ρ+1}^2(ΔW),
+      f(s, t) = s / (t - s - 1),  τ_{ρ+1}^2 = Σ_{j > ρ} σ_j^2 (the energy beyond the best rank-ρ fit).
+  In particular a ΔW of rank <= k is recovered exactly (up to rounding). How far the σ̂ can be from the σ
+  follows from Mirsky's inequality: ||σ̂ - σ||_2 <= ||ΔW - Â||_F =: e, so sqrt of the energy the top r
+  σ̂ hold is within ±e of that of the top r σ (see `rank90_bounds`). e is estimated a posteriori from a
+  third, small sketch S = Θ ΔW (Θ: s x m Gaussian): e^2 ≈ ||S - Θ Q X||_F^2 / s, an unbiased estimate
+  (Tropp, Yurtsever, Udell, Cevher, "Streaming low-rank matrix approximation with an application to
+  scientific simulation", SIAM J. Sci. Comput. 2019, Sec. 6).
+
+Ψ and Θ are drawn per row block from a seed and the block's first row, so they are never held whole
+(an embedding's m can be 150,000) and are drawn again, block by block, for Ψ Q and Θ Q at the end.
+Pure numerics: arrays in, numbers out. Deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+GRAM_COLS = 1024  # up to this many columns the spectrum is exact (Gram matrix, 8 MB at most)
+SKETCH_CAP = 128  # k: largest range sketch; l = 2k + 1 (Tropp et al.'s advice for a decaying spectrum)
+ERROR_ROWS = 16  # s: rows of the error sketch Θ
+TOP_SINGULAR = 8  # singular values reported per matrix
+ENERGY = 0.9  # rank90: singular values holding 90% of ||ΔW||_F^2
+TOL = 1e-9  # relative slack on the energy cut (float64 rounding of the sums)
+
+
+@dataclass(frozen=True)
+class Spectrum:
+    """What the spectrum of one ΔW says."""
+
+    method: str  # "exact" (Gram or SVD of the whole) | "sketch"
+    singular: tuple[float, ...]  # largest σ (or σ̂), descending, at most TOP_SINGULAR
+    rank90: int | None  # None: the sketch's k σ̂ hold less than 90% (rank90 > k)
+    rank90_at_least: int  # rank90 itself when known; k + 1 when the sketch could not reach 90%
+    sketch_size: int | None = None  # k (sketch only)
+    error: float | None = None  # sketch only: estimated ||ΔW - Â||_F / ||ΔW||_F (0: exact)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "singular_values": [float(s) for s in self.singular],
+            "rank90": self.rank90,
+            "rank90_at_least": self.rank90_at_least,
+            "sketch_size": self.sketch_size,
+            "sketch_error": self.error,
+        }
+
+
+def rank_at(singular_sq: np.ndarray, total: float, energy: float = ENERGY) -> int | None:
+    """Smallest r with σ_1^2 + ... + σ_r^2 >= energy * total (None when all of them do not reach it);
+    0 for a zero matrix."""
+    if total <= 0:
+        return 0
+    cum = np.cumsum(np.sort(np.asarray(singular_sq, dtype=np.float64))[::-1])
+    hit = np.flatnonzero(cum >= energy * total * (1 - TOL))
+    return int(hit[0]) + 1 if hit.size else None
+
+
+def rank90_bounds(singular: np.ndarray, total: float, error: float, energy: float = ENERGY) -> tuple[int, int]:
+    """The range in which rank90 of any matrix whose σ vector is within `error` (2-norm, Mirsky) of
+    `singular` must lie, with total energy `total`: (lowest, highest); highest = len + 1 when unbounded."""
+    s = np.sort(np.abs(np.asarray(singular, dtype=np.float64)))[::-1]
+    if total <= 0:
+        return 0, 0
+    target = math.sqrt(energy * total)
+    head = np.sqrt(np.cumsum(s**2))  # sqrt of the energy of the top r
+    lo = np.flatnonzero(head + error >= target * (1 - TOL))
+    hi = np.flatnonzero(head - error >= target * (1 - TOL))
+    return (int(lo[0]) + 1 if lo.size else s.size + 1), (int(hi[0]) + 1 if hi.size else s.size + 1)
+
+
+class Accumulator:
+    """Takes ΔW's row blocks (float32 or float64, shape [r1 - r0, n]); `add_block` may run in several threads
+    at once (each block writes its own rows or returns its partial sums), `fold` runs in order."""
+
+    def block_part(self, r0: int, block: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def fold(self, part: Any) -> None:
+        raise NotImplementedError
+
+    def result(self, total: float) -> Spectrum:
+        raise NotImplementedError
+
+
+class Gram(Accumulator):
+    """ΔW^T ΔW in float64: exact singular values for matrices up to GRAM_COLS wide."""
+
+    def __init__(self, m: int, n: int) -> None:
+        self.gram = np.zeros((n, n), dtype=np.float64)
+
+    def block_part(self, r0: int, block: np.ndarray) -> np.ndarray:
+        b = np.asarray(block, dtype=np.float64)
+        return b.T @ b
+
+    def fold(self, part: np.ndarray) -> None:
+        self.gram += part
+
+    def result(self, total: float) -> Spectrum:
+        eig = np.linalg.eigvalsh(self.gram)[::-1]
+        eig = np.clip(eig, 0.0, None)
+        return Spectrum("exact", tuple(np.sqrt(eig[:TOP_SINGULAR])), rank_at(eig, total), _known(rank_at(eig, total)))
+
+
+def _known(rank: int | None) -> int:
+    return rank if rank is not None else 0
+
+
+class Sketch(Accumulator):
+    """The one-pass sketch of Tropp et al. (2017), Algorithm 4, with an a-posteriori error sketch."""
+
+    def __init__(self, m: int, n: int, seed: int = 0, cap: int = SKETCH_CAP, device: str = "cpu") -> None:
+        self.m, self.n = m, n
+        self.k = max(1, min(cap, m, n))
+        self.l = max(self.k, min(2 * self.k + 1, m))
+        self.s = ERROR_ROWS
+        self.seed = seed
+        self.device = device
+        self.omega = np.random.default_rng([seed, 0, n]).standard_normal((n, self.k)).astype(np.float32)
+        self.y = np.zeros((m, self.k), dtype=np.float64)
+        self.w = np.zeros((self.l + self.s, n), dtype=np.float64)  # [Ψ; Θ] ΔW
+        self.blocks: list[tuple[int, int]] = []
+        self._omega_dev = None
+
+    def _test(self, r0: int, rows: int) -> np.ndarray:
+        """[Ψ; Θ][:, r0:r0 + rows]: drawn from the seed and the block's first row, never held whole."""
+        return np.random.default_rng([self.seed, 1, r0, rows]).standard_normal((self.l + self.s, rows)).astype(
+            np.float32
+        )
+
+    def block_part(self, r0: int, block: np.ndarray) -> tuple[int, int, np.ndarray]:
+        d = np.asarray(block, dtype=np.float32)
+        rows = d.shape[0]
+        test = self._test(r0, rows)
+        if self.device != "cpu":
+            y_rows, w_part = self._on_device(d, test)
+        else:
+            y_rows, w_part = d @ self.omega, test @ d
+        self.y[r0 : r0 + rows] = y_rows  # each block its own rows: safe from several threads
+        return r0, rows, w_part
+
+    def _on_device(self, d: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        if self._omega_dev is None:
+            self._omega_dev = torch.from_numpy(self.omega).to(self.device)
+        dd = torch.from_numpy(np.ascontiguousarray(d)).to(self.device)
+        tt = torch.from_numpy(test).to(self.device)
+        return (dd @ self._omega_dev).cpu().numpy(), (tt @ dd).cpu().numpy()
+
+    def fold(self, part: tuple[int, int, np.ndarray]) -> None:
+        r0, rows, w_part = part
+        self.w += w_part
+        self.blocks.append((r0, rows))
+
+    def factors(self) -> tuple[np.ndarray, np.ndarray]:
+        """(Q, X) with Â = Q X (tests compare Â with ΔW)."""
+        q, _ = np.linalg.qr(self.y)
+        psi_q = np.zeros((self.l + self.s, q.shape[1]), dtype=np.float64)
+        for r0, rows in self.blocks:
+            psi_q += self._test(r0, rows).astype(np.float64) @ q[r0 : r0 + rows]
+        self._theta_q = psi_q[self.l :]
+        x, *_ = np.linalg.lstsq(psi_q[: self.l], self.w[: self.l], rcond=None)
+        return q, x
+
+    def result(self, total: float) -> Spectrum:
+        q, x = self.factors()
+        sv = np.linalg.svd(x, compute_uv=False)
+        residual = self.w[self.l :] - self._theta_q @ x
+        err = math.sqrt(max(float(np.sum(residual**2)) / self.s, 0.0))
+        rank = rank_at(sv**2, total)
+        at_least = rank if rank is not None else self.k + 1
+        rel = err / math.sqrt(total) if total > 0 else 0.0
+        return Spectrum("sketch", tuple(float(v) for v in sv[:TOP_SINGULAR]), rank, at_least, self.k, rel)
+
+
+def accumulator(m: int, n: int, single_block: bool, *, seed: int = 0, cap: int = SKETCH_CAP, device: str = "cpu"):
+    """Exact (Gram) for matrices up to GRAM_COLS wide or read in one block (SVD), else the sketch."""
+    if n <= GRAM_COLS:
+        return Gram(m, n)
+    if single_block and min(m, n) <= GRAM_COLS:
+        return _Whole(m, n)
+    return Sketch(m, n, seed=seed, cap=cap, device=device)
+
+
+class _Whole(Accumulator):
+    """A wide matrix read in one block: ΔW ΔW^T (m x m) gives its σ exactly."""
+
+    def __init__(self, m: int, n: int) -> None:
+        self.gram = np.zeros((m, m), dtype=np.float64)
+
+    def block_part(self, r0: int, block: np.ndarray) -> np.ndarray:
+        b = np.asarray(block, dtype=np.float64)
+        return b @ b.T
+
+    def fold(self, part: np.ndarray) -> None:
+        self.gram += part
+
+    def result(self, total: float) -> Spectrum:
+        eig = np.clip(np.linalg.eigvalsh(self.gram)[::-1], 0.0, None)
+        rank = rank_at(eig, total)
+        return Spectrum("exact", tuple(np.sqrt(eig[:TOP_SINGULAR])), rank, _known(rank))
