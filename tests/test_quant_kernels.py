@@ -133,3 +133,26 @@ def test_bucket_bins_are_cohort_bins(monkeypatch, kernel):
         want = np.bincount(want_bins[inside], weights=weights[inside], minlength=HIST_BINS).astype(np.int64)
         got = reduce_counted(bits.view(np.float32), weights, int(weights.sum()), lambda wanted: 0)
         assert np.array_equal(got.hist1024, want)
+
+
+@needs_c
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("high_first", [False, True])
+@pytest.mark.parametrize("col0", [0, 6, 130])
+def test_locate_slots_c_equals_numpy(monkeypatch, bits, high_first, col0):
+    """The first element whose (slot, code) is wanted: the same in C (groups of unwanted slots skipped) and numpy."""
+    rng = np.random.default_rng(bits + col0 + high_first)
+    rows, width, group, nslots = 23, 700, 64, 9
+    codes = rng.integers(0, 256, (rows, width * bits // 8), dtype=np.uint8)
+    groups = (col0 + width - 1) // group - col0 // group + 1
+    slots = rng.integers(0, nslots, (rows, groups), dtype=np.int32)
+    ncodes = 256 if bits == 8 else 16
+    for trial in range(20):
+        wanted = np.zeros((nslots, ncodes), dtype=bool)
+        wanted[rng.integers(0, nslots, 1 + trial % 3), rng.integers(0, ncodes, 1 + trial % 3)] = True
+        got = kernels.locate_slots(codes, slots, col0, group, bits, wanted, high_first)
+        with monkeypatch.context() as m:
+            _numpy(m)
+            want = kernels.locate_slots(codes, slots, col0, group, bits, wanted, high_first)
+        assert got == want
+    assert kernels.locate_slots(codes, slots, col0, group, bits, np.zeros((nslots, ncodes), bool), high_first) == -1

@@ -411,6 +411,79 @@ static PyObject *count_slots(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* locate_slots(codes2d uint8, slots2d int32, col0, group, bits, ncodes, wanted uint8[slots * ncodes],
+ * high_first) -> the rectangle's first element (row-major: r * elements + c) whose (slot, code) is wanted,
+ * -1 when none; elements, slots and codes as count_slots reads them (high_first: a byte's high nibble is
+ * its first element). Groups whose slot holds no wanted code are skipped whole. */
+static PyObject *locate_slots(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *data, *slots_obj, *wanted_obj;
+    Py_ssize_t col0, group, ncodes;
+    int bits, high_first;
+    if (!PyArg_ParseTuple(args, "OOnninOp", &data, &slots_obj, &col0, &group, &bits, &ncodes, &wanted_obj, &high_first))
+        return NULL;
+    Grid g, sg;
+    if (grid_open(data, 1, &g) < 0) return NULL;
+    if (grid_open(slots_obj, 4, &sg) < 0) { PyBuffer_Release(&g.view); return NULL; }
+    Py_buffer wb;
+    if (PyObject_GetBuffer(wanted_obj, &wb, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&g.view); PyBuffer_Release(&sg.view); return NULL;
+    }
+    const uint8_t *wanted = wb.buf;
+    Py_ssize_t nslots = ncodes > 0 ? wb.len / ncodes : 0;
+    Py_ssize_t per_byte = bits == 4 ? 2 : 1;
+    Py_ssize_t elements = g.cols * per_byte;
+    int bad = sg.rows != g.rows || group <= 0 || ncodes <= 0 || (bits != 4 && bits != 8) || (bits == 4 && (group % 2 || col0 % 2));
+    if (!bad && elements > 0 && (col0 + elements - 1) / group - col0 / group >= sg.cols) bad = 1;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "locate_slots: inconsistent shapes");
+        PyBuffer_Release(&g.view); PyBuffer_Release(&sg.view); PyBuffer_Release(&wb);
+        return NULL;
+    }
+    uint8_t *any_wanted = calloc(nslots ? nslots : 1, 1);  /* per slot: does it hold a wanted code */
+    if (!any_wanted) {
+        PyBuffer_Release(&g.view); PyBuffer_Release(&sg.view); PyBuffer_Release(&wb);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t found = -1;
+    int overflow = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < nslots * ncodes; k++) if (wanted[k]) any_wanted[k / ncodes] = 1;
+    Py_ssize_t first_group = col0 / group;
+    for (Py_ssize_t r = 0; r < g.rows && found < 0 && !overflow; r++) {
+        const int32_t *srow = ROW(sg, int32_t, r);
+        const uint8_t *p = ROW(g, uint8_t, r);
+        Py_ssize_t c = 0;
+        while (c < elements && found < 0) {
+            Py_ssize_t gi = (col0 + c) / group;
+            Py_ssize_t end = (gi + 1) * group - col0;
+            if (end > elements) end = elements;
+            int64_t slot = srow[gi - first_group];
+            if (slot < 0 || slot >= nslots) { overflow = 1; break; }
+            const uint8_t *w = wanted + slot * ncodes;
+            if (any_wanted[slot]) {
+                for (Py_ssize_t i = c; i < end; i++) {
+                    unsigned code;
+                    if (bits == 8) code = p[i];
+                    else {
+                        uint8_t b = p[i / 2];
+                        code = ((i & 1) ^ (high_first != 0)) ? b >> 4 : b & 15;
+                    }
+                    if (w[code]) { found = r * elements + i; break; }
+                }
+            }
+            c = end;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(any_wanted);
+    PyBuffer_Release(&g.view);
+    PyBuffer_Release(&sg.view);
+    PyBuffer_Release(&wb);
+    if (overflow) { PyErr_SetString(PyExc_ValueError, "locate_slots: slot out of range"); return NULL; }
+    return PyLong_FromSsize_t(found);
+}
+
 /* weighted32(values f32[m], weights int64[m], shift, counts int64[65536] or None, sums f64[5] or None): the F32
  * reduction of elements given as distinct values held weights[i] times each (quantized weights counted per
  * scale group and code). Adds weights into counts by the top 16 bits; adds sum w*d, w*d^2, w*d^3, w*d^4 for
@@ -553,6 +626,7 @@ static PyMethodDef methods[] = {
     {"power_sums", power_sums, METH_VARARGS, "Add float64 power sums of (x - shift) and the sum of |x|."},
     {"count_slots", count_slots, METH_VARARGS, "Count quantized codes per (slot, code) over a rectangle."},
     {"weighted32", weighted32, METH_VARARGS, "Counts and power sums of F32 values held a weight each."},
+    {"locate_slots", locate_slots, METH_VARARGS, "First element whose (slot, code) is wanted, -1 if none."},
     {"reduce_slots", reduce_slots, METH_VARARGS, "One pass over counted (slot, code) entries: counts, bins, top."},
     {NULL, NULL, 0, NULL},
 };

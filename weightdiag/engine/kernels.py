@@ -228,6 +228,30 @@ def count_slots(codes: np.ndarray, slots: np.ndarray, col0: int, group: int, bit
     np.add.at(out, (slot * ncodes + values).reshape(-1), 1)
 
 
+def locate_slots(
+    codes: np.ndarray, slots: np.ndarray, col0: int, group: int, bits: int, wanted: np.ndarray, high_first: bool
+) -> int:
+    """Offset (row * elements + column) in the rectangle `codes` (as count_slots reads it) of its first
+    element whose (slot, code) is wanted (bool [slots, codes]); -1 when none. `high_first`: 4-bit codes
+    whose first element is a byte's high nibble."""
+    ncodes = wanted.shape[1]
+    if HAVE_C:
+        flags = np.ascontiguousarray(wanted, dtype=np.uint8)
+        return int(
+            _c.locate_slots(
+                codes, np.ascontiguousarray(slots, dtype=np.int32), col0, group, bits, ncodes, flags, high_first
+            )
+        )
+    if bits == 4:
+        lo, hi = codes & 15, codes >> 4
+        values = np.stack((hi, lo) if high_first else (lo, hi), axis=-1).reshape(codes.shape[0], -1)
+    else:
+        values = codes
+    cols = col0 + np.arange(values.shape[1])
+    hit = wanted[slots[:, cols // group - col0 // group], values]
+    return int(np.argmax(hit)) if hit.any() else -1
+
+
 SLOT_TOPS = 64  # entries holding the largest |value| that reduce_slots lists (more: the caller finds them)
 
 

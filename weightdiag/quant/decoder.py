@@ -186,28 +186,17 @@ class RowMajorDecoder:
 
     def _locate(self, raw: np.ndarray, rects, slots: np.ndarray, row_lo: int, wanted: np.ndarray) -> int:
         """Offset in the piece of its first element whose (slot, code) is `wanted` (one is, by construction)."""
+        from ..engine import kernels
+
         bits, group = self.bits, self.group_cols or 1
-        wanted_slot = wanted.any(axis=1)
         for row0, row1, col0, col1, offset in rects:
-            sub = slots[row0 - row_lo : row1 - row_lo, col0 // group : (col1 - 1) // group + 1]
-            rows = np.flatnonzero(wanted_slot[sub].any(axis=1))
-            if not rows.size:
-                continue
-            width = col1 - col0
-            part = raw[offset * bits // 8 : (offset + (row1 - row0) * width) * bits // 8].reshape(row1 - row0, -1)
-            codes = part[rows]  # only the rows holding a wanted slot: one or a few
-            if bits == 4:
-                lo, hi = codes & 15, codes >> 4
-                codes = np.stack((hi, lo) if self.high_nibble_first else (lo, hi), axis=-1).reshape(rows.size, -1)
-            cols = np.arange(col0, col1)
-            groups = cols // group - col0 // group
-            slots_here = sub[rows]
-            keep = wanted_slot[slots_here].any(axis=0)[groups]  # only the column groups holding a wanted slot
-            cols, groups = cols[keep], groups[keep]
-            hit = wanted[slots_here[:, groups], codes[:, cols - col0]]
-            if hit.any():
-                at = int(np.argmax(hit))  # row-major over ascending rows and columns: the first hit
-                return offset + int(rows[at // cols.size]) * width + int(cols[at % cols.size]) - col0
+            part = raw[offset * bits // 8 : (offset + (row1 - row0) * (col1 - col0)) * bits // 8]
+            sub = slots[row0 - row_lo : row1 - row_lo, col0 // group :]
+            at = kernels.locate_slots(
+                part.reshape(row1 - row0, -1), sub, col0, group, bits, wanted, self.high_nibble_first
+            )
+            if at >= 0:
+                return offset + at
         raise AssertionError("a counted value was not found in its piece")
 
 
