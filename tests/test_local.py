@@ -144,10 +144,10 @@ def test_reader_fails_clearly_if_the_file_shrinks(tmp_path):
     plan, reader = open_local(f)
     os.truncate(f, f.stat().st_size - 100)
     ref = plan.tensors[-1]
-    with pytest.raises(CheckpointFormatError, match="file ended"):
+    with pytest.raises(CheckpointFormatError, match=r"changed while being read \(its size went from"):
         reader.read_into(ref, np.empty(ref.nbytes, dtype=np.uint8))
     chunk = Chunk(0, ref.shard, ref.start, ref.end, ())
-    with pytest.raises(CheckpointFormatError, match="file ends before byte"), reader.chunk(chunk):
+    with pytest.raises(CheckpointFormatError, match="changed while being read"), reader.chunk(chunk):
         pass
     reader.close()
 

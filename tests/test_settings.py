@@ -40,3 +40,33 @@ def test_bad_values_are_bad_input_naming_the_variable(monkeypatch, name, value, 
     monkeypatch.setenv(name, value)
     with pytest.raises(BadInputError, match=name):
         read()
+
+
+def test_threads_and_chunk_workers_follow_the_cores_this_process_may_use(monkeypatch):
+    """Workers come from the CPU affinity (a container's or taskset's share), not the machine's count; one
+    per core up to 8 (past 8 the issue 19 measurements got slower), WEIGHTDIAG_THREADS overrides (up to 64)."""
+    monkeypatch.delenv("WEIGHTDIAG_THREADS", raising=False)
+    monkeypatch.setattr(settings.os, "cpu_count", lambda: 64)
+    for allowed, workers in ((1, 1), (2, 2), (6, 6), (8, 8), (16, 8), (48, 8)):
+        monkeypatch.setattr(settings.os, "sched_getaffinity", lambda pid, n=allowed: set(range(n)), raising=False)
+        assert settings.available_cores() == allowed
+        assert settings.threads() == allowed
+        assert settings.chunk_workers() == workers
+    monkeypatch.delattr(settings.os, "sched_getaffinity", raising=False)  # macOS: no affinity, the CPU count
+    assert settings.available_cores() == 64 and settings.chunk_workers() == 8
+    for raw, workers in (("1", 1), ("12", 12), ("1024", 64)):
+        monkeypatch.setenv("WEIGHTDIAG_THREADS", raw)
+        assert settings.chunk_workers() == workers
+    monkeypatch.setenv("WEIGHTDIAG_THREADS", "0")
+    with pytest.raises(BadInputError, match="WEIGHTDIAG_THREADS"):
+        settings.chunk_workers()
+
+
+def test_the_local_reader_takes_its_workers_from_the_settings(monkeypatch, tmp_path):
+    from weightdiag.source.local import LocalReader
+
+    monkeypatch.setenv("WEIGHTDIAG_THREADS", "5")
+    assert LocalReader(tmp_path, []).workers == 5
+    monkeypatch.delenv("WEIGHTDIAG_THREADS")
+    monkeypatch.setattr(settings.os, "sched_getaffinity", lambda pid: set(range(12)), raising=False)
+    assert LocalReader(tmp_path, []).workers == 8

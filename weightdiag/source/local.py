@@ -1,7 +1,8 @@
 """Local checkpoints: a .safetensors file, a model folder (single or sharded), an HF cache folder.
 
-Only headers are read here; tensor bytes are read later, one tensor at a time, with pread into
-a caller-provided buffer. Paths named by a shard index must stay inside the model folder.
+Only headers are read here; tensor bytes are read later, chunk by chunk (LocalReader), each shard
+checked to be the file planned, unchanged (filecheck.py). Paths named by a shard index must stay
+inside the model folder.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import numpy as np
 
 from ..chunks import Chunk
 from ..errors import CheckpointFormatError, ModelPathError
+from ..settings import chunk_workers
+from .filecheck import FileIdentity, break_pending, changed, check, open_checked, release_lease, take_read_lease
 from .files import (
     blob_sha256,
     default_model_id,
@@ -33,47 +36,48 @@ from .safetensors_header import PREFIX_BYTES, SafetensorsHeader, read_header
 
 
 class LocalReader:
-    """Reads tensors of the plan's shard files (opened lazily, closed by close()).
+    """Reads tensors of the plan's shard files, each opened only while it is read (filecheck.py).
 
-    `chunk` gives zero-copy access to a chunk of bytes (weightdiag.chunks) through a mapping of just
-    that range; `read_into` copies one tensor with pread (histograms, tests).
-
-    A file that shrinks below a chunk's end before it is mapped gives CheckpointFormatError; one
-    truncated by another process *while* a mapped chunk is being reduced cannot be caught (the kernel
-    sends SIGBUS): do not fit files that are still being written.
+    `chunk` gives access to a chunk of bytes (weightdiag.chunks): zero-copy through a mapping of just that
+    range, held under a read lease so that no truncation can pull the pages away (SIGBUS) while it is
+    reduced, else copied with pread; `read_into` copies one tensor with pread (companions, tests). Every
+    read checks, before and after, that the shard is still the file planned, unchanged.
     """
 
-    def __init__(self, root: Path, shards: list[ShardInfo]) -> None:
+    def __init__(self, root: Path, shards: list[ShardInfo], identities: list[FileIdentity] | None = None) -> None:
         self._paths = [root / s.name for s in shards]
-        self._fds: dict[int, int] = {}
-        self._lock = threading.Lock()  # several tensors are read at once; open each shard once
+        # Recorded where the headers were read; a reader built without them records each shard at first use.
+        self._identities: list[FileIdentity | None] = list(identities) if identities else [None] * len(shards)
+        self._lock = threading.Lock()
+        self._buffers = threading.local()  # pread fallback: one reusable buffer per worker thread
 
-    def _fd(self, shard: int) -> int:
-        with self._lock:
-            fd = self._fds.get(shard)
-            if fd is None:
-                fd = self._fds[shard] = os.open(self._paths[shard], os.O_RDONLY)
-            return fd
-
-    def _truncated(self, ref: TensorRef, how: str) -> CheckpointFormatError:
-        return CheckpointFormatError(
-            f"{self._paths[ref.shard]}: {how} tensor {ref.name!r}; the file is truncated or changed while "
-            "reading; re-download it",
-            file=self._paths[ref.shard],
-        )
+    @contextmanager
+    def _open(self, shard: int) -> Iterator[tuple[int, Path, FileIdentity]]:
+        path, identity = self._paths[shard], self._identities[shard]
+        if identity is None:
+            with self._lock:
+                identity = self._identities[shard]
+                if identity is None:
+                    identity = self._identities[shard] = FileIdentity.of(os.stat(path))
+        fd = open_checked(path, identity)
+        try:
+            yield fd, path, identity
+        finally:
+            os.close(fd)
 
     def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
-        fd, done, view = self._fd(ref.shard), 0, memoryview(out).cast("B")
-        while done < ref.nbytes:
-            got = os.preadv(fd, [view[done:]], ref.start + done)
-            if got == 0:
-                raise self._truncated(ref, "file ended while reading")
-            done += got
+        with self._open(ref.shard) as (fd, path, identity):
+            _pread_exact(fd, memoryview(out).cast("B")[: ref.nbytes], ref.start, path, identity)
+            check(fd, path, identity)
 
     # Chunked reading (weightdiag.chunks): 32 MiB mappings measured fastest on two cores from the page
-    # cache (76% of `cat` against 47% for pread into reused buffers); two chunks reduced at a time.
+    # cache (76% of `cat` against 47% for pread into reused buffers).
     chunk_bytes = 32 << 20
-    workers = max(1, min(4, os.cpu_count() or 1))
+
+    @property
+    def workers(self) -> int:
+        """Chunks read and reduced at once: the cores this process may use (settings.chunk_workers)."""
+        return chunk_workers()
 
     def regions(self) -> dict[int, tuple[int, int]] | None:
         return None
@@ -83,31 +87,57 @@ class LocalReader:
 
     @contextmanager
     def chunk(self, chunk: Chunk) -> Iterator[np.ndarray]:
-        """The chunk's bytes through a mapping of just that range, populated up front (one system call
-        instead of a page fault per 4 KiB), unmapped when the last view of it is dropped."""
-        fd = self._fd(chunk.shard)
-        if os.fstat(fd).st_size < chunk.end:  # touching mapped pages past the end would be SIGBUS
-            raise CheckpointFormatError(
-                f"{self._paths[chunk.shard]}: the file ends before byte {chunk.end}; it is truncated or changed "
-                "while reading; re-download it",
-                file=self._paths[chunk.shard],
-            )
-        start = chunk.start - chunk.start % mmap.ALLOCATIONGRANULARITY
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        try:
-            mapping = mmap.mmap(fd, chunk.end - start, flags=flags, prot=mmap.PROT_READ, offset=start)
-        except (ValueError, OSError) as exc:
-            where = self._paths[chunk.shard]
-            raise CheckpointFormatError(f"{where}: cannot map bytes ({exc}); re-download it", file=where) from None
-        yield np.frombuffer(mapping, dtype=np.uint8, count=chunk.nbytes, offset=chunk.start - start)
+        """The chunk's bytes, valid inside the `with`: mapped under a read lease (populated up front: one
+        system call instead of a page fault per 4 KiB), else copied into this thread's buffer."""
+        with self._open(chunk.shard) as (fd, path, identity):
+            if not take_read_lease(fd):
+                buf = self._buffer(chunk.nbytes)
+                _pread_exact(fd, buf, chunk.start, path, identity)
+                check(fd, path, identity)  # not torn by a write while it was copied
+                yield buf
+                return
+            try:
+                check(fd, path, identity)  # unchanged when the lease was taken: from now on a writer waits
+                yield _mapped(fd, chunk, path)
+                if break_pending(fd):
+                    raise changed(path, "another process is truncating or writing to it")
+                check(fd, path, identity)  # renamed or replaced meanwhile (a lease does not stop a rename)
+            finally:
+                release_lease(fd)
+
+    def _buffer(self, nbytes: int) -> np.ndarray:
+        buf = getattr(self._buffers, "buf", None)
+        if buf is None or buf.size < nbytes:
+            buf = self._buffers.buf = np.empty(max(nbytes, self.chunk_bytes), dtype=np.uint8)
+        return buf[:nbytes]
 
     def cancel(self) -> None:
         pass
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        pass  # nothing stays open between reads
+
+
+def _mapped(fd: int, chunk: Chunk, path: Path) -> np.ndarray:
+    """Bytes [chunk.start, chunk.end) of `fd` through a mapping of just that range, unmapped when the last
+    view of it is dropped."""
+    start = chunk.start - chunk.start % mmap.ALLOCATIONGRANULARITY
+    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+    try:
+        mapping = mmap.mmap(fd, chunk.end - start, flags=flags, prot=mmap.PROT_READ, offset=start)
+    except (ValueError, OSError) as exc:
+        raise CheckpointFormatError(f"{path}: cannot map bytes ({exc}); re-download it", file=path) from None
+    return np.frombuffer(mapping, dtype=np.uint8, count=chunk.nbytes, offset=chunk.start - start)
+
+
+def _pread_exact(fd: int, out: np.ndarray | memoryview, offset: int, path: Path, identity: FileIdentity) -> None:
+    view, done = memoryview(out).cast("B"), 0
+    while done < view.nbytes:
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if got == 0:  # the file ended early: it shrank after it was opened
+            check(fd, path, identity)
+            raise changed(path, f"it ends before byte {offset + view.nbytes}")
+        done += got
 
 
 def _pread(path: Path):
@@ -119,16 +149,16 @@ def _pread(path: Path):
     return fd, read_at
 
 
-def read_file_header(path: Path, where: str) -> tuple[SafetensorsHeader, str]:
-    """Header of one local file and the sha256 of its prefix + header bytes."""
-    size = path.stat().st_size
+def read_file_header(path: Path, where: str) -> tuple[SafetensorsHeader, str, FileIdentity]:
+    """Header of one local file, the sha256 of its prefix + header bytes, and the file's identity then."""
     fd, read_at = _pread(path)
     try:
-        header = read_header(read_at, size, where)
+        identity = FileIdentity.of(os.fstat(fd))
+        header = read_header(read_at, identity.size, where)
         digest = hashlib.sha256(read_at(0, PREFIX_BYTES + header.header_length)).hexdigest()
     finally:
         os.close(fd)
-    return header, digest
+    return header, digest, identity
 
 
 def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tuple[ModelPlan, Any]:
@@ -172,6 +202,7 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
             return _open_other_formats(p, model_id or guessed_id, revision, commit)
     headers: list[SafetensorsHeader] = []
     shards: list[ShardInfo] = []
+    identities: list[FileIdentity] = []
     for name in files:
         file_path = root / name
         if not file_path.is_file():
@@ -179,8 +210,9 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
             raise ModelPathError(
                 f"{where}: shard {name!r} is missing from {root}; download the missing file", path=file_path
             )
-        header, header_digest = read_file_header(file_path, str(file_path))
+        header, header_digest, identity = read_file_header(file_path, str(file_path))
         headers.append(header)
+        identities.append(identity)
         shards.append(ShardInfo(name, header.file_size, blob_sha256(file_path), header_digest))
     tensors = _tensor_refs(headers, shards)
     if index is not None and weight_map is not None:
@@ -202,7 +234,7 @@ def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tup
         quant_config=load_quant_config(root),
         base_model=load_base_model(root),
     )
-    return plan, LocalReader(root, shards)
+    return plan, LocalReader(root, shards, identities)
 
 
 def _find_index(folder: Path) -> Path | None:
