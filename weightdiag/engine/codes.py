@@ -177,17 +177,3 @@ def bucket_bins32() -> tuple[np.ndarray, np.ndarray]:
     """_bucket_bins as contiguous int32 arrays, for the counted reduction's C pass."""
     first, last = _bucket_bins()
     return np.ascontiguousarray(first, dtype=np.int32), np.ascontiguousarray(last, dtype=np.int32)
-
-
-def cohort_bins_f32(values: np.ndarray) -> np.ndarray:
-    """cohort_bins of float32 values, with a log10 only for those in a bucket that a bin edge splits (about a
-    quarter): the others take their bucket's bin, as F32BinTables assumes for its regular buckets. Cheap to
-    set up (65,536 logs), unlike F32BinTables, which a run without F32 tensors never builds."""
-    first, last = _bucket_bins()
-    key = (np.ascontiguousarray(values, dtype=np.float32).view(np.uint32) & np.uint32(0x7FFFFFFF)) >> np.uint32(16)
-    bins = first[key]
-    split = np.flatnonzero(first[key] != last[key])
-    if split.size:
-        with np.errstate(invalid="ignore"):
-            bins[split] = cohort_bins(values[split])
-    return bins

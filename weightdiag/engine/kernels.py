@@ -289,15 +289,6 @@ def reduce_slots(
     return counts, hist, split, n_inf, top, tops if tops.size <= SLOT_TOPS else None
 
 
-def weighted_counts(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """The 65,536 top-16-bit counts of float32 `values` held `weights` times each."""
-    if HAVE_C:
-        counts = np.zeros(65536, dtype=np.int64)
-        _c.weighted32(values, weights, 0.0, counts, None)
-        return counts
-    return np.bincount(values.view(np.uint32) >> 16, weights=weights, minlength=65536).astype(np.int64)
-
-
 def weighted_power_sums(values: np.ndarray, weights: np.ndarray, shift: float) -> np.ndarray:
     """power_sums of float32 `values` held `weights` times each (finite values only)."""
     sums = np.zeros(POWER_SUMS, dtype=np.float64)
