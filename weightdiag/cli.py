@@ -326,6 +326,10 @@ def fit(
     if others:
         shown = ", ".join(others[:5]) + (f" and {counted(len(others) - 5, 'more')}" if len(others) > 5 else "")
         _say(f"{counted(len(others), 'matrix', 'matrices')} of unknown role fitted as 'other': {shown}", quiet)
+    run = row["run"]
+    why = " (--device auto: the CPU is faster end to end; --device cuda uses a GPU)" if device == "auto" else ""
+    took = f" in {run['seconds']:.2f} s" if run.get("seconds") is not None else ""
+    _say(f"reduced on {run['device']}{took}{why}", quiet)
     if fitted.path:
         _say(f"row written to {fitted.path}", quiet)
 

@@ -1,0 +1,63 @@
+"""--device: `auto` is the CPU and imports no torch (issue 19: CUDA measured 3x slower end to end)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from weightdiag.engine import device
+from weightdiag.errors import OptionError
+
+from .conftest import run_cli, write_safetensors
+
+
+def _model(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    return write_safetensors(
+        tmp_path / "model.safetensors",
+        {"model.layers.0.mlp.down_proj.weight": ("BF16", rng.standard_normal((64, 128)).astype(np.float32))},
+    )
+
+
+def test_auto_is_the_cpu_even_where_a_gpu_driver_is(monkeypatch) -> None:
+    monkeypatch.setattr(device, "nvidia_present", lambda: True)
+    assert device.resolve_device("auto") == "cpu"
+    assert device.resolve_device("") == "cpu"
+    assert device.resolve_device("CPU") == "cpu"
+    with pytest.raises(OptionError, match="choose auto, cpu, cuda or cuda:N"):
+        device.resolve_device("tpu")
+
+
+@pytest.mark.parametrize("flags", [[], ["--device", "auto"]])
+def test_fit_with_auto_or_the_default_imports_no_torch_even_with_a_driver(tmp_path: Path, flags: list[str]) -> None:
+    """In a fresh interpreter that believes an NVIDIA driver is loaded: the fit runs on the CPU, says so, records
+    it in the row, and torch is never imported."""
+    model = _model(tmp_path)
+    code = (
+        "import sys\nfrom weightdiag.engine import device\ndevice.nvidia_present = lambda: True\n"
+        "from weightdiag.cli import main\n"
+        "try:\n"
+        f"    main(['fit', {str(model)!r}, '--no-save', '--json', *{flags!r}])\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "sys.stderr.write('imported: ' + repr('torch' in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.endswith("imported: False"), out.stderr
+    assert json.loads(out.stdout)["run"]["device"] == "cpu"
+    assert "reduced on cpu" in out.stderr
+
+
+def test_the_device_that_ran_is_said_unless_quiet(tmp_path: Path) -> None:
+    model = _model(tmp_path)
+    out = run_cli("fit", str(model), "--no-save", "--device", "cpu")
+    assert out.returncode == 0, out.stderr
+    assert "reduced on cpu" in out.stdout + out.stderr
+    quiet = run_cli("fit", str(model), "--no-save", "--device", "cpu", "-q")
+    assert "reduced on" not in quiet.stdout + quiet.stderr
