@@ -69,7 +69,9 @@ def block_key(item: TensorDiff) -> str | None:
     return f"block {item.block}" if item.block is not None else None
 
 
-def find(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], blocks: Sequence[GroupSummary]) -> list[Finding]:
+def find(
+    matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], blocks: Sequence[GroupSummary]
+) -> list[Finding]:
     """What a reader should know first, each with its evidence."""
     out: list[Finding] = []
     everything = [*matrices, *vectors]
@@ -133,7 +135,8 @@ def find(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], blocks: 
         out.append(
             Finding(
                 "scaled",
-                "scaled: " + ", ".join(f"{m.name} x{m.figures.scale:.4g}" for m in scaled[:5])
+                "scaled: "
+                + ", ".join(f"{m.name} x{m.figures.scale:.4g}" for m in scaled[:5])
                 + (f" and {len(scaled) - 5} more" if len(scaled) > 5 else "")
                 + " (ΔW along W: cosine 1, relative change > 0)",
                 tuple(m.name for m in scaled),
@@ -142,7 +145,9 @@ def find(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], blocks: 
         )
     emb = [m for m in matrices if m.kind in EMBEDDING_KINDS]
     if emb:
-        others = [m.relative_change for m in matrices if m.kind not in EMBEDDING_KINDS and math.isfinite(m.relative_change)]
+        others = [
+            m.relative_change for m in matrices if m.kind not in EMBEDDING_KINDS and math.isfinite(m.relative_change)
+        ]
         median = statistics.median(others) if others else float("nan")
         out.append(
             Finding(

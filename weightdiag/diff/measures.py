@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -186,10 +185,7 @@ class Figures:
 def figures(totals: Totals, *, fits: bool = True, trim: str = COHORT_TRIM) -> Figures:
     """Figures from the folded sums and reductions (`fits`: Weibull fits of the 2-D tensors only)."""
     dn, bn, tn = math.sqrt(totals.d2), math.sqrt(totals.b2), math.sqrt(totals.t2)
-    if bn > 0:
-        rel = dn / bn
-    else:
-        rel = 0.0 if dn == 0 else math.inf
+    rel = dn / bn if bn > 0 else 0.0 if dn == 0 else math.inf
     cosine = totals.bt / (bn * tn) if bn > 0 and tn > 0 else (1.0 if bn == tn == 0 else 0.0)
     db = totals.bt - totals.b2  # <ΔW, W_base>
     alignment = db / (dn * bn) if dn > 0 and bn > 0 else 0.0

@@ -164,15 +164,15 @@ def stream_pairs(
 
     def task(block: Block) -> Any:
         pair = pairs[block.pair]
-        m, n = matrix_shape(pair.base.shape)
+        _m, n = matrix_shape(pair.base.shape)
         first = block.r0 * n
-        with base_reader.chunk(block.base) as raw_b, tuned_reader.chunk(block.tuned) as raw_t:
-            with kernels.thread_budget(1):  # blocks run side by side: no threads inside the kernels
-                b = side_values(pair.base, raw_b, block.base.start - pair.base.start, decoders.get((block.pair, 0)), first)
-                t = side_values(
-                    pair.tuned, raw_t, block.tuned.start - pair.tuned.start, decoders.get((block.pair, 1)), first
-                )
-                return work(block, b, t)
+        # blocks run side by side: no threads inside the kernels
+        with base_reader.chunk(block.base) as raw_b, tuned_reader.chunk(block.tuned) as raw_t, kernels.thread_budget(1):
+            b = side_values(pair.base, raw_b, block.base.start - pair.base.start, decoders.get((block.pair, 0)), first)
+            t = side_values(
+                pair.tuned, raw_t, block.tuned.start - pair.tuned.start, decoders.get((block.pair, 1)), first
+            )
+            return work(block, b, t)
 
     pool = ThreadPoolExecutor(workers, thread_name_prefix="weightdiag-diff")
     pending: deque[tuple[Block, Future[Any]]] = deque()

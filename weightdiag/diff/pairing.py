@@ -76,6 +76,7 @@ def pair_tensors(base: Sequence[TensorRef], tuned: Sequence[TensorRef]) -> Pairi
 
 def _by_suffix(unmatched: list[TensorRef], left: dict[str, TensorRef]) -> dict[str, TensorRef]:
     """Names equal once one side's leading dotted components are dropped, and only one way."""
+
     def tails(name: str) -> list[str]:
         parts = name.split(".")
         return [".".join(parts[i:]) for i in range(len(parts) - 1)]  # longest first, at least two components

@@ -36,6 +36,7 @@ import numpy as np
 GRAM_COLS = 1024  # up to this many columns the spectrum is exact (Gram matrix, 8 MB at most)
 SKETCH_CAP = 128  # k: largest range sketch; l = 2k + 1 (Tropp et al.'s advice for a decaying spectrum)
 ERROR_ROWS = 16  # s: rows of the error sketch Θ
+ERROR_SAFETY = 1.5  # the error estimate is a 16-sample mean: widen it before bounding rank90 with it
 TOP_SINGULAR = 8  # singular values reported per matrix
 ENERGY = 0.9  # rank90: singular values holding 90% of ||ΔW||_F^2
 TOL = 1e-9  # relative slack on the energy cut (float64 rounding of the sums)
@@ -51,6 +52,9 @@ class Spectrum:
     rank90_at_least: int  # rank90 itself when known; k + 1 when the sketch could not reach 90%
     sketch_size: int | None = None  # k (sketch only)
     error: float | None = None  # sketch only: estimated ||ΔW - Â||_F / ||ΔW||_F (0: exact)
+    # Where the true rank90 lies (the stated bound, see the module docstring); None as the upper end: beyond
+    # what the sketch can bound. (rank90, rank90) when exact.
+    rank90_range: tuple[int, int | None] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +64,7 @@ class Spectrum:
             "rank90_at_least": self.rank90_at_least,
             "sketch_size": self.sketch_size,
             "sketch_error": self.error,
+            "rank90_range": list(self.rank90_range) if self.rank90_range is not None else None,
         }
 
 
@@ -114,25 +119,34 @@ class Gram(Accumulator):
         self.gram += part
 
     def result(self, total: float) -> Spectrum:
-        eig = np.linalg.eigvalsh(self.gram)[::-1]
-        eig = np.clip(eig, 0.0, None)
-        return Spectrum("exact", tuple(np.sqrt(eig[:TOP_SINGULAR])), rank_at(eig, total), _known(rank_at(eig, total)))
+        eig = np.clip(np.linalg.eigvalsh(self.gram)[::-1], 0.0, None)
+        return _exact(eig, total)
 
 
-def _known(rank: int | None) -> int:
-    return rank if rank is not None else 0
+def _exact(eig: np.ndarray, total: float) -> Spectrum:
+    """From the exact σ^2 (descending). The energy cut uses the exact ||ΔW||_F^2 of the sums."""
+    rank = rank_at(eig, total)
+    if rank is None:  # the eigenvalues' total fell short of the sums' by rounding: count them all
+        rank = rank_at(eig, float(np.sum(eig)))
+    rank = rank or 0
+    singular = tuple(float(v) for v in np.sqrt(eig[:TOP_SINGULAR]))
+    return Spectrum("exact", singular, rank, rank, rank90_range=(rank, rank))
 
 
 class Sketch(Accumulator):
     """The one-pass sketch of Tropp et al. (2017), Algorithm 4, with an a-posteriori error sketch."""
 
-    def __init__(self, m: int, n: int, seed: int = 0, cap: int = SKETCH_CAP, device: str = "cpu") -> None:
+    def __init__(
+        self, m: int, n: int, seed: int = 0, cap: int = SKETCH_CAP, device: str = "cpu", backend: str | None = None
+    ) -> None:
         self.m, self.n = m, n
         self.k = max(1, min(cap, m, n))
         self.l = max(self.k, min(2 * self.k + 1, m))
         self.s = ERROR_ROWS
         self.seed = seed
         self.device = device
+        # numpy on the CPU; torch on a GPU (or, for tests, torch on the CPU)
+        self.backend = backend or ("numpy" if device == "cpu" else "torch")
         self.omega = np.random.default_rng([seed, 0, n]).standard_normal((n, self.k)).astype(np.float32)
         self.y = np.zeros((m, self.k), dtype=np.float64)
         self.w = np.zeros((self.l + self.s, n), dtype=np.float64)  # [Ψ; Θ] ΔW
@@ -141,15 +155,15 @@ class Sketch(Accumulator):
 
     def _test(self, r0: int, rows: int) -> np.ndarray:
         """[Ψ; Θ][:, r0:r0 + rows]: drawn from the seed and the block's first row, never held whole."""
-        return np.random.default_rng([self.seed, 1, r0, rows]).standard_normal((self.l + self.s, rows)).astype(
-            np.float32
+        return (
+            np.random.default_rng([self.seed, 1, r0, rows]).standard_normal((self.l + self.s, rows)).astype(np.float32)
         )
 
     def block_part(self, r0: int, block: np.ndarray) -> tuple[int, int, np.ndarray]:
         d = np.asarray(block, dtype=np.float32)
         rows = d.shape[0]
         test = self._test(r0, rows)
-        if self.device != "cpu":
+        if self.backend == "torch":
             y_rows, w_part = self._on_device(d, test)
         else:
             y_rows, w_part = d @ self.omega, test @ d
@@ -181,14 +195,26 @@ class Sketch(Accumulator):
         return q, x
 
     def result(self, total: float) -> Spectrum:
-        q, x = self.factors()
+        _q, x = self.factors()
         sv = np.linalg.svd(x, compute_uv=False)
         residual = self.w[self.l :] - self._theta_q @ x
         err = math.sqrt(max(float(np.sum(residual**2)) / self.s, 0.0))
-        rank = rank_at(sv**2, total)
-        at_least = rank if rank is not None else self.k + 1
+        # rank90 is given only where the bound pins it: every matrix whose σ are within ERROR_SAFETY * e of
+        # the σ̂ (Mirsky) has its rank90 in [lo, hi]; hi beyond the sketch: unknown, at least lo.
+        lo, hi = rank90_bounds(sv, total, ERROR_SAFETY * err)
+        point = rank_at(sv**2, total)
+        bounded = hi <= sv.size
+        rank = point if point is not None and bounded else None
         rel = err / math.sqrt(total) if total > 0 else 0.0
-        return Spectrum("sketch", tuple(float(v) for v in sv[:TOP_SINGULAR]), rank, at_least, self.k, rel)
+        return Spectrum(
+            "sketch",
+            tuple(float(v) for v in sv[:TOP_SINGULAR]),
+            rank,
+            rank if rank is not None else lo,
+            self.k,
+            rel,
+            (lo, hi if bounded else None),
+        )
 
 
 def accumulator(m: int, n: int, single_block: bool, *, seed: int = 0, cap: int = SKETCH_CAP, device: str = "cpu"):
@@ -215,5 +241,4 @@ class _Whole(Accumulator):
 
     def result(self, total: float) -> Spectrum:
         eig = np.clip(np.linalg.eigvalsh(self.gram)[::-1], 0.0, None)
-        rank = rank_at(eig, total)
-        return Spectrum("exact", tuple(np.sqrt(eig[:TOP_SINGULAR])), rank, _known(rank))
+        return _exact(eig, total)
