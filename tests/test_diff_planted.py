@@ -1,0 +1,186 @@
+"""diff on planted pairs with known answers (untouched block, rank-r update, noise, scaled matrix) and on a
+null pair (small full-rank noise everywhere), every per-tensor figure checked against numpy on the full
+tensors; pairing (renamed prefixes, one-sided tensors, shape mismatches); BF16 storage; the sketch path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from weightdiag.diff import paired
+from weightdiag.diff.result import DiffOptions
+from weightdiag.diff.run import diff
+
+from .diff_checkpoints import base_tensors, low_rank_update, noise, stored, values, write
+
+Q1 = "model.layers.1.self_attn.q_proj.weight"
+O2 = "model.layers.2.self_attn.o_proj.weight"
+
+
+def run(base: Path, tuned: Path, **options) -> dict:
+    return diff(str(base), str(tuned), DiffOptions(device="cpu", **options)).to_json()
+
+
+def by_name(result: dict) -> dict[str, dict]:
+    return {m["name"]: m for m in result["matrices"] + result["vectors"]}
+
+
+def findings(result: dict) -> dict[str, dict]:
+    return {f["code"]: f for f in result["findings"]}
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("planted")
+    base = base_tensors()
+    tuned = noise(base, 1e-3, seed=1, keep=lambda n: n.startswith("model.layers.0."))  # block 0 frozen
+    tuned[Q1] = low_rank_update(base[Q1], rank=2, seed=2)  # LoRA-like
+    tuned[O2] = (base[O2] * np.float32(1.05)).astype(np.float32)  # scaled
+    return write(root / "base", base), write(root / "tuned", tuned)
+
+
+@pytest.fixture(scope="module")
+def planted_result(planted) -> dict:
+    return run(*planted)
+
+
+def test_every_figure_equals_numpy_on_the_full_tensors(planted, planted_result):
+    b_all, t_all = values(planted[0]), values(planted[1])
+    b_bits, t_bits = stored(planted[0]), stored(planted[1])
+    records = by_name(planted_result)
+    assert set(records) == set(b_all)
+    for name, rec in records.items():
+        b, t = b_all[name], t_all[name]
+        d = t - b
+        rel = np.linalg.norm(d) / np.linalg.norm(b)
+        assert rec["relative_change"] == pytest.approx(rel, rel=1e-6, abs=0), name
+        cos = np.sum(b * t) / (np.linalg.norm(b) * np.linalg.norm(t))
+        assert rec["cosine"] == pytest.approx(cos, rel=1e-9), name
+        same = np.count_nonzero(b_bits[name].view(torch.int32).numpy() == t_bits[name].view(torch.int32).numpy())
+        assert rec["unchanged_fraction"] == same / b.size, name  # exactly
+        assert rec["sign_flip_fraction"] == np.count_nonzero(b * t < 0) / b.size, name
+        if rec["delta_norm"]:
+            q50 = np.quantile(np.abs(d), 0.5, method="inverted_cdf")
+            assert rec["delta_abs_quantiles"]["q50"] == pytest.approx(q50, rel=2**-7), name  # F32 buckets
+            assert rec["delta_abs_quantiles"]["max"] == pytest.approx(np.abs(d).max(), rel=1e-6), name
+        if b.ndim == 2 and rec["spectrum"]["method"] == "exact":
+            s = np.linalg.svd(d, compute_uv=False)
+            energy = np.cumsum(s**2)
+            truth = int(np.searchsorted(energy, 0.9 * energy[-1] * (1 - 1e-9))) + 1 if energy[-1] > 0 else 0
+            assert rec["rank90"] == truth, name
+
+
+def test_untouched_matrices_are_exactly_zero(planted_result):
+    for name, rec in by_name(planted_result).items():
+        if name.startswith("model.layers.0."):
+            assert rec["relative_change"] == 0.0 and rec["unchanged_fraction"] == 1.0 and rec["untouched"], name
+            assert rec["cosine"] == 1.0 and rec["sign_flip_fraction"] == 0.0
+            if rec["spectrum"]:
+                assert rec["rank90"] == 0 and rec["spectrum"]["singular_values"][0] == 0.0
+        else:
+            assert not rec["untouched"], name
+
+
+def test_planted_changes_are_found_with_evidence(planted_result):
+    found = findings(planted_result)
+    assert found["frozen-blocks"]["evidence"]["blocks"] == [0]
+    assert list(found["low-rank"]["names"]) == [Q1]
+    assert found["low-rank"]["evidence"][Q1]["rank90"] <= 2
+    assert list(found["scaled"]["names"]) == [O2]
+    assert found["scaled"]["evidence"][O2]["scale"] == pytest.approx(1.05, rel=1e-6)
+    o2 = by_name(planted_result)[O2]
+    assert o2["cosine"] == pytest.approx(1.0, abs=1e-12) and o2["relative_change"] == pytest.approx(0.05, rel=1e-5)
+    assert "untouched" not in found  # block 0's matrices are reported as a frozen block, not one by one
+    assert set(found["embeddings"]["names"]) == {"model.embed_tokens.weight", "lm_head.weight"}
+    blocks = {b["key"]: b for b in planted_result["blocks"]}
+    assert blocks["block 0"]["relative_change"] == 0.0 and blocks["block 0"]["untouched"] == 7
+    assert "block 0" not in found["changed-most"]["names"]
+
+
+def test_a_null_pair_flags_nothing(tmp_path):
+    """Full fine-tune-like noise everywhere: no LoRA-like, scaled, frozen or untouched finding."""
+    base = base_tensors(seed=3)
+    result = run(write(tmp_path / "b", base), write(tmp_path / "t", noise(base, 2e-3, seed=4)))
+    found = findings(result)
+    assert not {"low-rank", "scaled", "frozen-blocks", "untouched", "nothing-changed"} & set(found), found
+    assert all(m["rank90"] > 0.3 * min(m["shape"]) for m in result["matrices"])
+    assert all(abs(m["alignment"]) < 0.1 for m in result["matrices"])
+
+
+def test_identical_checkpoints_changed_nothing(tmp_path):
+    base = write(tmp_path / "b", base_tensors())
+    result = run(base, base)
+    assert [f["code"] for f in result["findings"]] == ["nothing-changed"]
+    assert result["totals"]["relative_change"] == 0.0 and result["totals"]["unchanged_fraction"] == 1.0
+
+
+def test_pairing_lists_one_sided_tensors_shape_mismatches_and_matches_renamed_prefixes(tmp_path):
+    base = base_tensors()
+    tuned = {("base_model." + k if k.startswith("model.") else k): v for k, v in noise(base, 1e-3, 5).items()}
+    del tuned["lm_head.weight"]
+    tuned["score.weight"] = np.zeros((2, 128), dtype=np.float32)  # a new classification head
+    tuned["base_model.model.embed_tokens.weight"] = np.zeros((321, 128), dtype=np.float32)  # a grown vocabulary
+    result = run(write(tmp_path / "b", base), write(tmp_path / "t", tuned))
+    assert result["only_base"] == ["lm_head.weight"]
+    assert result["only_tuned"] == ["score.weight"]
+    assert result["shape_mismatches"] == [
+        {
+            "name": "model.embed_tokens.weight",
+            "tuned_name": "base_model.model.embed_tokens.weight",
+            "base": [320, 128],
+            "tuned": [321, 128],
+        }
+    ]
+    q = by_name(result)[Q1]
+    assert q["tuned_name"] == "base_model." + Q1 and q["relative_change"] > 0
+
+
+def test_bf16_unchanged_fraction_compares_stored_bits(tmp_path):
+    """An update below BF16's resolution leaves most elements bit-identical: counted on the stored bits."""
+    base = base_tensors()
+    tuned = noise(base, 1e-3, seed=6)
+    b, t = write(tmp_path / "b", base, torch.bfloat16), write(tmp_path / "t", tuned, torch.bfloat16)
+    result = run(b, t)
+    bs, ts = stored(b), stored(t)
+    for name, rec in by_name(result).items():
+        same = np.count_nonzero(bs[name].view(torch.int16).numpy() == ts[name].view(torch.int16).numpy())
+        assert rec["unchanged_fraction"] == same / bs[name].numel(), name
+        assert rec["base_dtype"] == rec["tuned_dtype"] == "BF16"
+    q = by_name(result)[Q1]
+    assert 0.5 < q["unchanged_fraction"] < 1.0  # BF16 rounding hides most of a 1e-3 update
+
+
+def test_mixed_dtypes_compare_decoded_values(tmp_path):
+    base = base_tensors()
+    b = write(tmp_path / "b", base)  # F32
+    t = write(tmp_path / "t", base, torch.bfloat16)  # the same weights rounded to BF16
+    result = run(b, t)
+    bv, tv = values(b), values(t)
+    for name, rec in by_name(result).items():
+        assert rec["unchanged_fraction"] == np.count_nonzero(bv[name] == tv[name]) / bv[name].size
+        rel = np.linalg.norm(tv[name] - bv[name]) / np.linalg.norm(bv[name])
+        assert rec["relative_change"] == pytest.approx(rel, rel=1e-6)
+        if name != "model.norm.weight":  # all ones: exact in BF16
+            assert 0 < rec["relative_change"] < 2**-8
+
+
+def test_the_sketch_path_finds_a_low_rank_update_in_a_wide_matrix(tmp_path, monkeypatch):
+    """Small blocks force the one-pass sketch on the 256-wide matrices; a rank-3 update is pinned, the
+    noise of the others is not called low rank."""
+    monkeypatch.setattr(paired, "BLOCK_ELEMS", 4096)
+    monkeypatch.setattr("weightdiag.diff.spectrum.GRAM_COLS", 64)
+    base = base_tensors()
+    tuned = noise(base, 1e-3, seed=7)
+    down = "model.layers.3.mlp.down_proj.weight"  # 128 x 256
+    tuned[down] = low_rank_update(base[down], rank=3, seed=8)
+    result = run(write(tmp_path / "b", base), write(tmp_path / "t", tuned), sketch=32)
+    rec = by_name(result)[down]
+    assert rec["spectrum"]["method"] == "sketch" and rec["rank90"] <= 3 and rec["low_rank"]
+    others = [m for m in result["matrices"] if m["name"] != down]
+    assert not any(m["low_rank"] for m in others)
+    d = values(tmp_path / "t")[down] - values(tmp_path / "b")[down]
+    s = np.linalg.svd(d, compute_uv=False)
+    np.testing.assert_allclose(rec["spectrum"]["singular_values"][:3], s[:3], rtol=1e-4)
