@@ -186,10 +186,8 @@ def figures(totals: Totals, *, fits: bool = True, trim: str = COHORT_TRIM) -> Fi
     """Figures from the folded sums and reductions (`fits`: Weibull fits of the 2-D tensors only)."""
     dn, bn, tn = math.sqrt(totals.d2), math.sqrt(totals.b2), math.sqrt(totals.t2)
     rel = dn / bn if bn > 0 else 0.0 if dn == 0 else math.inf
-    if totals.d2 == 0:  # untouched: exactly 1, not the rounding of Σ b^2 / sqrt(Σ b^2 Σ b^2)
-        cosine = 1.0
-    else:
-        cosine = totals.bt / math.sqrt(totals.b2 * totals.t2) if bn > 0 and tn > 0 else 0.0
+    # untouched: exactly 1, not the rounding of Σ b^2 / sqrt(Σ b^2 Σ b^2)
+    cosine = 1.0 if totals.d2 == 0 else (totals.bt / math.sqrt(totals.b2 * totals.t2) if bn and tn else 0.0)
     db = totals.bt - totals.b2  # <ΔW, W_base>
     alignment = db / (dn * bn) if dn > 0 and bn > 0 else 0.0
     scale = 1.0 + db / totals.b2 if totals.b2 > 0 else float("nan")
