@@ -45,13 +45,13 @@ def cli(*args: str) -> Outcome:
         return Outcome(code, out.getvalue().decode(), err.getvalue().decode())
 
 
-def cli_subprocess(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def cli_subprocess(*args: str, timeout: float = 120, columns: str = "160") -> subprocess.CompletedProcess[str]:
     """The real command in a subprocess, killed after `timeout` (a hang fails the test instead of the suite)."""
     return subprocess.run(
         [sys.executable, "-W", "error::RuntimeWarning", "-m", "weightdiag", *args],
         capture_output=True,
         text=True,
-        env={**os.environ, "COLUMNS": "160"},
+        env={**os.environ, "COLUMNS": columns},
         timeout=timeout,
     )
 
@@ -475,8 +475,12 @@ def test_db_list_has_no_none_cells_and_whole_ids(tmp_path, fitted_row):
     assert out.stderr == ""
     ids = [entry["id"] for entry in json.loads(cli("db", "list", "--json", "--db", str(dbdir)).stdout)]
     assert "an-organisation-with-a-long-name/a-model-with-a-long-name-too" in ids
-    for model_id in ids:  # whole, never cut with '…', so that it can be copied into `db show`
-        assert f" {model_id} " in out.stdout
+    for columns in ("80", "60", "160"):  # the width of a terminal or COLUMNS: ids fold nowhere
+        shown = cli_subprocess("db", "list", "--db", str(dbdir), columns=columns)
+        assert shown.returncode == 0, shown.stderr
+        cells = {cell for line in shown.stdout.splitlines() for cell in line.replace("│", " ").split()}
+        for model_id in ids:  # whole, never cut with '…' nor folded, so that it can be copied into `db show`
+            assert model_id in cells, (columns, model_id, shown.stdout)
 
 
 def test_db_show_of_a_cohort_entry_credits_the_paper():

@@ -495,6 +495,87 @@ def check(
     raise typer.Exit(verdict)
 
 
+@app.command()
+def diff(
+    first: Annotated[
+        str,
+        typer.Argument(
+            metavar="BASE",
+            help="The base model (file, folder or Hub id ORG/NAME[@REV]); alone, the tuned model (its card's base_model).",
+        ),
+    ],
+    second: Annotated[
+        str | None, typer.Argument(metavar="TUNED", help="The tuned model (file, folder or Hub id).", show_default=False)
+    ] = None,
+    include: Annotated[
+        list[str] | None,
+        typer.Option("--include", metavar="GLOB", help="Only tensors matching this glob (repeatable)."),
+    ] = None,
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option("--exclude", metavar="GLOB", help="Skip tensors matching this glob (repeatable)."),
+    ] = None,
+    fail_above: Annotated[
+        float | None,
+        typer.Option(
+            "--fail-above",
+            metavar="CHANGE",
+            help="CI gate: exit 1 if a compared tensor's relative change exceeds this (0: any change).",
+        ),
+    ] = None,
+    blocks: Annotated[
+        str | None,
+        typer.Option("--blocks", metavar="LIST", help="Gate only these blocks, e.g. 0-3,7 (with --fail-above)."),
+    ] = None,
+    sketch: Annotated[
+        int,
+        typer.Option("--sketch", metavar="K", help="Range sketch size for matrices over 1024 columns (default 128)."),
+    ] = 128,
+    spectrum: Annotated[
+        bool, typer.Option("--spectrum/--no-spectrum", help="Singular values and rank90 of each ΔW.")
+    ] = True,
+    db: DbOption = None,
+    device: DeviceOption = "auto",
+    token: TokenOption = None,
+    connections: ConnectionsOption = 8,
+    save: Annotated[bool, typer.Option("--save/--no-save", help="Write the diff row into the database folder.")] = True,
+    every: Annotated[bool, typer.Option("--all", help="List every matrix, not the 15 that changed most.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    quiet: QuietOption = False,
+) -> None:
+    """What changed from BASE to TUNED, matrix by matrix: exact figures, rank90, findings; a CI gate."""
+    from .api import diff as diff_api
+    from .diff.gate import gate, parse_blocks
+    from .diff.render import diff_view
+    from .diff.result import DiffOptions
+
+    base, tuned = (first, second) if second is not None else (None, first)
+    chosen_blocks = parse_blocks(blocks)
+    if blocks is not None and fail_above is None:
+        raise OptionError("--blocks selects what --fail-above gates; give --fail-above too", option="--blocks")
+    options = DiffOptions(
+        device=device,
+        include=include or (),
+        exclude=exclude or (),
+        sketch=sketch,
+        spectrum=spectrum,
+        connections=connections,
+        token=token,
+    )
+    result = diff_api(base, tuned, options, db_dir=db, save=save)
+    verdict = gate(result, fail_above, blocks=chosen_blocks) if fail_above is not None else None
+    if as_json:
+        document = result.to_json()
+        if verdict is not None:
+            document["gate"] = verdict.to_json()
+        _print_json(document)
+    else:
+        _stdout().print(diff_view(result, every, verdict))
+        if save and not quiet and result.run.get("saved"):
+            _say(f"diff row written to {result.run['saved']}", quiet)
+    raise typer.Exit(ExitCode.OK if verdict is None or verdict.passed else ExitCode.REGRESSION)
+
+
 db_app = typer.Typer(
     help="The database: the shipped cohorts and your fitted rows.", no_args_is_help=True, context_settings=CONTEXT
 )
@@ -518,7 +599,7 @@ def db_list(
     if as_json:
         _print_json(records)
     else:
-        view = db_list_view(records)  # ids whole, never cut with '…': `db show` takes them as printed
+        view = db_list_view(records, _stdout().width)  # ids whole, never cut or folded: `db show` takes them
         if isinstance(view, Text):  # a long listing, already laid out: written as it is (rich would re-measure it)
             _flush_stdout()
             sys.stdout.write(view.plain + "\n")

@@ -82,8 +82,10 @@ def check_view(result: dict[str, Any], show_passing: bool = False) -> FitWidth:
 PLAIN_LIST_ROWS = 500  # beyond this many rows, a plain text table: rich measures every cell (12 s for 5,000)
 
 
-def db_list_view(rows: list[dict[str, Any]]) -> FitWidth | Text:
-    if len(rows) > PLAIN_LIST_ROWS:
+def db_list_view(rows: list[dict[str, Any]], width: int | None = None) -> FitWidth | Text:
+    """The listing: a table, or plain aligned text when there are many rows or when even the narrowest table
+    could not show every id and revision whole on `width` columns (the table would fold them across lines)."""
+    if len(rows) > PLAIN_LIST_ROWS or (width is not None and rows and _narrowest_list_table(rows) > width):
         return _plain_list(rows)
     table = Table(title=counted(len(rows), "row"))
     for col in ("id", "revision", "source", "protocol", "matrices", "FFN median k", "attention", "created"):
@@ -104,6 +106,15 @@ def db_list_view(rows: list[dict[str, Any]]) -> FitWidth | Text:
             r["created"] or "-",
         )
     return FitWidth(table, optional=("source", "created", "protocol", "attention", "matrices"))
+
+
+def _narrowest_list_table(rows: list[dict[str, Any]]) -> int:
+    """Columns the narrowest db list table takes with ids and revisions whole: those two and FFN median k (its
+    header folded to "median"), plus borders and padding (4 bars, 2 spaces per column)."""
+    ids = max(len(r["id"]) for r in rows)
+    revisions = max(len("revision"), *(len(r["revision"] or "-") for r in rows))
+    numbers = max(len("median"), *(len(fmt(r["ffn_median_k"])) for r in rows))
+    return ids + revisions + numbers + 4 + 3 * 2
 
 
 def _plain_list(rows: list[dict[str, Any]]) -> Text:
