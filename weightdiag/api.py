@@ -6,6 +6,7 @@
     fitted = api.fit("path/to/model")                    # fit and save: fitted.row, fitted.path
     reports = api.compare(["path/to/model", "pythia-410m"])
     result = api.check("path/to/model", "baseline.json")
+    changes = api.diff("base/model", "tuned/model")        # DiffResult: .matrices, .findings, .to_json()
     report = api.report("path/to/model")                 # report.result, .how, .notes
     run = api.sweep("EleutherAI/pythia-70m", steps="log:6")
     summary = api.trajectory("EleutherAI/pythia-70m")
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .db import ROWS_DIR, RowNotFoundError, default_db_dir
 from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthReport, TrajectoryResult
+from .diff.result import DiffOptions, DiffResult
 from .errors import DatabaseError, OptionError, OutputError
 from .fitting import check_options, fit_and_save, fit_model, fit_path, fit_plan, resolve_row, save_row
 from .pipeline import FitOptions
@@ -43,6 +45,8 @@ __all__ = [
     "SCHEDULES",
     "CheckResult",
     "CompareReport",
+    "DiffOptions",
+    "DiffResult",
     "FitOptions",
     "Fitted",
     "FlatRecord",
@@ -53,6 +57,7 @@ __all__ = [
     "check",
     "check_options",
     "compare",
+    "diff",
     "export_rows",
     "fit",
     "fit_model",
@@ -484,3 +489,27 @@ def export_rows(
                 path=out_path,
             ) from None
     return text, len(records)
+
+
+def diff(
+    base: str | None,
+    tuned: str,
+    options: DiffOptions | None = None,
+    *,
+    db_dir: str | Path | None = None,
+    save: bool = False,
+) -> DiffResult:
+    """What changed from `base` to `tuned`, tensor by tensor (weightdiag.diff); base None: the base_model its
+    model card names. With save=True the diff row is written to DATABASE/diffs/ (result.run["saved"])."""
+    from .diff.run import diff as run_diff
+
+    if save:
+        from .db import check_writable
+
+        check_writable(Path(db_dir) if db_dir else None)
+    result = run_diff(base, tuned, options)
+    if save:
+        from .diff.store import save_diff
+
+        result.run["saved"] = str(save_diff(result, db_dir))
+    return result

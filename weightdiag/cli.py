@@ -330,6 +330,13 @@ def fit(
     why = " (--device auto: the CPU is faster end to end; --device cuda uses a GPU)" if device == "auto" else ""
     took = f" in {run['seconds']:.2f} s" if run.get("seconds") is not None else ""
     _say(f"reduced on {run['device']}{took}{why}", quiet)
+    resumed = run.get("resumed")
+    if resumed:
+        size = resumed["bytes"]
+        amount = f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
+        since = f" started {resumed['since']}" if resumed.get("since") else ""
+        reused = f"{counted(resumed['tensors'], 'tensor')} ({amount})"
+        _say(f"resumed an interrupted fit: {reused} measured by the fit{since} were not read again", quiet)
     if fitted.path:
         _say(f"row written to {fitted.path}", quiet)
 
@@ -501,11 +508,13 @@ def diff(
         str,
         typer.Argument(
             metavar="BASE",
-            help="The base model (file, folder or Hub id ORG/NAME[@REV]); alone, the tuned model (its card's base_model).",
+            help="The base model (file, folder or Hub id ORG/NAME[@REV]); given alone: the tuned model, diffed "
+            "against the base_model its model card names.",
         ),
     ],
     second: Annotated[
-        str | None, typer.Argument(metavar="TUNED", help="The tuned model (file, folder or Hub id).", show_default=False)
+        str | None,
+        typer.Argument(metavar="TUNED", help="The tuned model (file, folder or Hub id).", show_default=False),
     ] = None,
     include: Annotated[
         list[str] | None,
@@ -552,6 +561,8 @@ def diff(
     base, tuned = (first, second) if second is not None else (None, first)
     chosen_blocks = parse_blocks(blocks)
     if blocks is not None and fail_above is None:
+        from .errors import OptionError
+
         raise OptionError("--blocks selects what --fail-above gates; give --fail-above too", option="--blocks")
     options = DiffOptions(
         device=device,
@@ -984,6 +995,7 @@ SHORT_HELP = {
     "fit": "Fit Weibulls to a model's weights; write a row.",
     "compare": "Compare models with the paper's cohort.",
     "check": "Regression check against a baseline row.",
+    "diff": "What changed from a base to a tuned model.",
     "sweep": "Fit every checkpoint of a training run.",
     "trajectory": "k and λ over a swept run's steps.",
     "report": "Health report: what is unusual, and why.",
