@@ -1,0 +1,201 @@
+"""diff on real training: all-MiniLM-L6-v2 (PyPI) fine-tuned on the CPU for a few dozen steps, and a rank-4 LoRA
+merged into its q and v; figures against numpy on the full tensors; the Hub-to-Hub diff (loopback Hub) equal
+to the local one; one side FP8-block quantized."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from weightdiag.diff.result import DiffOptions
+from weightdiag.diff.run import diff
+
+from .quant_checkpoints import FP8_BLOCK_CONFIG, fp8_block, write_pair
+
+STEPS = 20
+LORA_RANK = 4
+
+
+def _copy_with(folder: Path, minilm_dir: Path, tensors: dict[str, torch.Tensor]) -> Path:
+    folder.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    shutil.copy(minilm_dir / "config.json", folder / "config.json")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def fine_tuned(minilm_dir, tmp_path_factory) -> Path:
+    """STEPS of AdamW on a tiny regression task (mean-pooled embedding of random sentences -> fixed targets).
+    The pooler gets no gradient (the task reads the hidden states): it stays bit for bit."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    shipped = load_file(str(minilm_dir / "model.safetensors"))
+    model = BertModel(BertConfig.from_pretrained(str(minilm_dir)))
+    model.load_state_dict(shipped, strict=False)
+    model.train()
+    ids = torch.randint(1000, 20000, (64, 16))
+    targets = torch.randn(64, 384) * 0.1
+    opt = torch.optim.AdamW([p for p in model.parameters()], lr=2e-5, weight_decay=0.0)
+    for step in range(STEPS):
+        batch = slice((step * 8) % 64, (step * 8) % 64 + 8)
+        hidden = model(input_ids=ids[batch]).last_hidden_state.mean(dim=1)
+        loss = torch.nn.functional.mse_loss(hidden, targets[batch])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    state = model.state_dict()
+    tuned = {k: (state[k].detach().clone() if k in state else v) for k, v in shipped.items()}
+    return _copy_with(tmp_path_factory.mktemp("ft") / "minilm-ft", minilm_dir, tuned)
+
+
+@pytest.fixture(scope="module")
+def lora_merged(minilm_dir, tmp_path_factory) -> Path:
+    """W + (alpha / r) B A merged into every q and v (rank 4), everything else as shipped."""
+    g = torch.Generator().manual_seed(1)
+    tensors = load_file(str(minilm_dir / "model.safetensors"))
+    for name, w in tensors.items():
+        if name.endswith(("self.query.weight", "self.value.weight")):
+            b = torch.randn(w.shape[0], LORA_RANK, generator=g) * 0.01
+            a = torch.randn(LORA_RANK, w.shape[1], generator=g) * 0.01
+            tensors[name] = w + 2.0 * (b @ a)
+    return _copy_with(tmp_path_factory.mktemp("lora") / "minilm-lora", minilm_dir, tensors)
+
+
+def _run(base: Path | str, tuned: Path | str, **kw) -> dict:
+    return diff(str(base), str(tuned), DiffOptions(device="cpu", **kw)).to_json()
+
+
+@pytest.fixture(scope="module")
+def ft_result(minilm_dir, fine_tuned) -> dict:
+    return _run(minilm_dir, fine_tuned)
+
+
+def test_fine_tune_figures_equal_numpy(minilm_dir, fine_tuned, ft_result):
+    base = load_file(str(minilm_dir / "model.safetensors"))
+    tuned = load_file(str(fine_tuned / "model.safetensors"))
+    records = {m["name"]: m for m in ft_result["matrices"] + ft_result["vectors"]}
+    assert len(records) == 103  # every float tensor; position_ids (I64) is listed as skipped
+    assert [s["name"] for s in ft_result["skipped"]] == ["embeddings.position_ids"]
+    for name, rec in records.items():
+        b, t = base[name].to(torch.float64).numpy(), tuned[name].to(torch.float64).numpy()
+        if not np.any(b):  # a zero base (an unused bias): relative change 0 or infinite (null in JSON)
+            assert rec["relative_change"] == (0.0 if not np.any(t) else None), name
+        else:
+            rel = np.linalg.norm(t - b) / np.linalg.norm(b)
+            assert rec["relative_change"] == pytest.approx(rel, rel=1e-6, abs=0), name
+        same = np.count_nonzero(base[name].view(torch.int32).numpy() == tuned[name].view(torch.int32).numpy())
+        assert rec["unchanged_fraction"] == same / b.size, name
+        if b.ndim == 2:
+            s = np.linalg.svd(t - b, compute_uv=False)
+            energy = np.cumsum(s**2)
+            truth = int(np.searchsorted(energy, 0.9 * energy[-1] * (1 - 1e-9))) + 1 if energy[-1] > 0 else 0
+            assert rec["rank90"] == truth, name  # exact path: MiniLM's matrices are at most 1536 wide
+
+
+def test_fine_tune_findings(ft_result):
+    found = {f["code"]: f for f in ft_result["findings"]}
+    pooler = {m["name"]: m for m in ft_result["matrices"]}["pooler.dense.weight"]
+    assert pooler["untouched"] and pooler["relative_change"] == 0.0 and pooler["rank90"] == 0
+    assert "pooler.dense.weight" in found["untouched"]["names"]
+    assert "scaled" not in found and "frozen-blocks" not in found
+    changed = [m for m in ft_result["matrices"] if not m["untouched"]]
+    assert len(changed) >= 36 and all(0 < m["relative_change"] < 0.05 for m in changed)
+
+
+def test_lora_merge_is_low_rank_in_q_and_v_and_exactly_zero_elsewhere(minilm_dir, lora_merged):
+    result = _run(minilm_dir, lora_merged)
+    for m in result["matrices"] + result["vectors"]:
+        if m["name"].endswith(("self.query.weight", "self.value.weight")):
+            assert 1 <= m["rank90"] <= LORA_RANK and m["low_rank"], m["name"]
+            assert m["relative_change"] > 0
+        else:
+            assert m["untouched"] and m["relative_change"] == 0.0 and m["unchanged_fraction"] == 1.0, m["name"]
+    found = {f["code"]: f for f in result["findings"]}
+    assert len(found["low-rank"]["names"]) == 12
+    assert "scaled" not in found
+
+
+def test_hub_to_hub_equals_local(fake_hub, minilm_dir, lora_merged):
+    fake_hub.add_folder("acme/minilm", minilm_dir)
+    fake_hub.add_folder("acme/minilm-lora", lora_merged)
+    local = _run(minilm_dir, lora_merged)
+    remote = _run("acme/minilm", "acme/minilm-lora@main", connections=4)
+    science = ("matrices", "vectors", "findings", "blocks", "kinds", "totals", "only_base", "only_tuned", "skipped")
+    assert {k: remote[k] for k in science} == {k: local[k] for k in science}
+    assert remote["base"]["source"] == remote["tuned"]["source"] == "hub"
+    assert fake_hub.requests_to("minilm-lora", method="GET")  # the bytes did come from the Hub
+
+
+def test_hub_against_local(fake_hub, minilm_dir, fine_tuned, ft_result):
+    fake_hub.add_folder("acme/minilm", minilm_dir)
+    mixed = _run("acme/minilm", fine_tuned)
+    assert mixed["matrices"] == ft_result["matrices"]
+
+
+def test_one_side_fp8_block_quantized(minilm_dir, tmp_path):
+    """The quantized side is dequantized while streaming exactly as `fit` does: against its float32 twin
+    (the dequantized values written out) every tensor is unchanged; against the original, the change is
+    the quantization error, as numpy computes it on the twin."""
+    qdir, tdir = write_pair(tmp_path, minilm_dir, fp8_block(), FP8_BLOCK_CONFIG)
+    twin = _run(tdir, qdir)
+    linear = [m for m in twin["matrices"] if m["tuned_dtype"] != "F32"]
+    assert len(linear) == 37 and all("FP8" in m["tuned_dtype"] or "fp8" in m["tuned_dtype"].lower() for m in linear)
+    assert all(m["untouched"] and m["unchanged_fraction"] == 1.0 for m in twin["matrices"] + twin["vectors"])
+    original = _run(minilm_dir, qdir)
+    base = load_file(str(minilm_dir / "model.safetensors"))
+    deq = load_file(str(tdir / "model.safetensors"))
+    for m in original["matrices"]:
+        b, t = base[m["name"]].double().numpy(), deq[m["name"]].double().numpy()
+        assert m["relative_change"] == pytest.approx(np.linalg.norm(t - b) / np.linalg.norm(b), rel=1e-6)
+        assert (
+            m["unchanged_fraction"]
+            == np.count_nonzero(base[m["name"]].view(torch.int32).numpy() == deq[m["name"]].view(torch.int32).numpy())
+            / b.size
+        )
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    """weightdiag.cli.main in this process, as the console script runs it: (exit code, stdout, stderr)."""
+    from weightdiag import cli
+
+    cli._console.cache_clear()
+    capsys.readouterr()
+    try:
+        cli.main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_json_and_gate_on_the_lora_pair(minilm_dir, lora_merged, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    db = tmp_path / "db"
+    code, out, err = run_cli(capsys, "diff", str(minilm_dir), str(lora_merged), "--json", "--db", str(db), "-q")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["schema"] == "weightdiag.diff/1"
+    assert {"name", "relative_change", "cosine", "unchanged_fraction", "rank90"} <= set(document["matrices"][0])
+    (saved,) = (db / "diffs").glob("*.json")
+    assert json.loads(saved.read_text())["matrices"] == document["matrices"]
+    assert not (db / "rows").exists() or not list((db / "rows").glob("*.json"))  # never among the fit rows
+    # "blocks 0-1 must not change": q and v of every block did -> exit 1 naming them
+    code, out, err = run_cli(
+        capsys, "diff", str(minilm_dir), str(lora_merged), "--fail-above", "0", "--blocks", "0-1", "--no-save"
+    )
+    assert code == 1
+    assert "FAIL: 4 of 32 tensors" in out and "encoder.layer.0.attention.self.query.weight" in out
+    # only what LoRA did not touch: nothing moved
+    code, out, err = run_cli(
+        capsys, "diff", str(minilm_dir), str(lora_merged), "--fail-above", "0", "--exclude", "*.query.*",
+        "--exclude", "*.value.*", "--no-save",
+    )  # fmt: skip
+    assert code == 0 and "PASS" in out
