@@ -16,6 +16,7 @@ from .diagnose.kinds import interpret
 from .errors import DatabaseError, HubUnreachableError, NotCachedError
 from .pipeline import FitOptions, measure
 from .records import Row
+from .resume import Journal, resume_options
 from .source.open import open_model
 from .source.plan import ModelPlan, TensorReader
 
@@ -31,9 +32,11 @@ def fit_plan(
     reader: TensorReader,
     options: FitOptions,
     progress: Callable[[str, Any], None] | None = None,
+    journal: Journal | None = None,
 ) -> Row:
-    """Measure every selected tensor of an opened model and interpret the measurements: the row."""
-    row = measure(plan, reader, options, progress)
+    """Measure every selected tensor of an opened model and interpret the measurements: the row. With a
+    journal, an interrupted fit of the same checkpoint is resumed (weightdiag.resume)."""
+    row = measure(plan, reader, options, progress, journal)
     return interpret(row, lr=options.lr, weight_decay=options.weight_decay, steps=options.steps, preset=options.preset)
 
 
@@ -84,14 +87,33 @@ def fit_and_save(
         except BaseException:
             reader.close()
             raise
-    row = fit_plan(plan, reader, options, progress)
+    journal = open_journal(plan, reader, options, db) if db is not None else None
+    row = fit_plan(plan, reader, options, progress, journal)
     if db is None:
         return row, None
     try:
-        return row, save_row(row, db)
+        path = save_row(row, db)
     except DatabaseError as exc:  # the fit is done: hand its row to the caller all the same (fit --json prints it)
         exc.unsaved_row = row
         raise
+    if journal is not None:
+        journal.discard()  # the row holds it all now
+    return row, path
+
+
+def open_journal(plan: ModelPlan, reader: TensorReader, options: FitOptions, db: Path) -> Journal:
+    """The journal of this fit, beside the row it will write (rows/.partial/<row file name>/)."""
+    from .db import ROWS_DIR, row_file
+
+    stub = {
+        "model": {"id": plan.model_id, "revision": plan.revision},
+        "protocol": {"name": options.protocol, "centered": bool(options.center)},
+        "run": {"include": list(options.include), "exclude": list(options.exclude)},
+    }
+    regions = getattr(reader, "regions", None)
+    # The reader checks shards by sha256 while streaming (whole shards read): only verified ones are reused.
+    verifies = bool(regions and regions() is not None and not (options.include or options.exclude))
+    return Journal.for_row(db / ROWS_DIR, row_file(db, stub).name, plan, resume_options(options), verifies)
 
 
 def resolve_row(

@@ -26,7 +26,7 @@ from .engine.device import resolve_device
 from .engine.fit import PROTOCOLS, TRIMS
 from .engine.reduce import Reduction, reduce_array
 from .engine.vectors import VectorSummary, values_of
-from .errors import ModelPathError, OptionError, QuantizationError
+from .errors import BadInputError, ModelPathError, OptionError, QuantizationError, VerificationError
 from .layout import (
     ArchInfo,
     TensorRole,
@@ -40,6 +40,7 @@ from .layout import (
 from .layout.views import View, views_of, whole_rows
 from .prefetch import Prefetcher
 from .quant.group import describe, group_quantized
+from .resume import Journal, Resumed
 from .row import SCHEMA, matrix_record, vector_offset, vector_record
 from .segments import Segments
 from .source.plan import ModelPlan, TensorReader, TensorRef
@@ -197,10 +198,12 @@ def measure(
     reader: TensorReader,
     options: FitOptions,
     progress: Callable[[str, Any], None] | None = None,
+    journal: Journal | None = None,
 ) -> dict[str, Any]:
     """Stream every selected tensor of `plan` through the reducer and build the measured row: a record
     per matrix and vector (diagnose.kinds.interpret adds the per-kind summaries). `options` must have
-    been checked (api.check_options)."""
+    been checked (api.check_options). With a `journal` (weightdiag.resume), tensors an interrupted fit
+    already measured are not read again, and each one measured now is journaled as it is done."""
     kernels.threads()  # a bad WEIGHTDIAG_THREADS fails here, before any tensor is read
     device = resolve_device(options.device)
     # Quantized weights become one logical tensor each (codes + companions), or the fit stops here (exit 2).
@@ -220,15 +223,22 @@ def measure(
             raise OptionError(message + " (check --include/--exclude)", option="/".join(given))
         raise ModelPathError(message, path=plan.location)
     total_bytes = sum(w.ref.file_nbytes for w in work)  # read from the files (GGUF: quantized, not dequantized)
+    kept = _resume(journal, work, reader, options)
+    todo = [w for w in work if w.ref.name not in kept.records]
     if progress:
-        progress("start", {"tensors": len(work), "bytes": total_bytes, "model": plan.model_id})
-    matrices: list[dict[str, Any]] = []
-    vectors: list[dict[str, Any]] = []
+        todo_bytes = sum(w.ref.file_nbytes for w in todo)
+        progress("start", {"tensors": len(todo), "bytes": todo_bytes, "model": plan.model_id})
+    entries: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
+        name: (e.matrices, e.vectors) for name, e in kept.records.items()
+    }
     started = time.perf_counter()
     verification = None
+    journaled_shards: set[int] = set(kept.skip_shards)
     try:
-        for item, reduced in _reduce_all(work, reader, device, arch, options, progress):
+        for item, reduced in _reduce_all(todo, reader, device, arch, options, progress):
             ref, role = item.ref, item.role
+            matrices: list[dict[str, Any]] = []
+            vectors: list[dict[str, Any]] = []
             note = "F64 rounded to F32 for fitting" if ref.dtype.name == "F64" else ref.note
             if item.views:
                 _view_records(item, reduced, arch, options, note, matrices, vectors)
@@ -262,15 +272,53 @@ def measure(
                         describe(ref.quant) if ref.quant is not None else None,
                     )
                 )
+            entries[ref.name] = (matrices, vectors)
+            if journal is not None:
+                journal.add(ref.name, ref.shard, matrices, vectors)
+                if journal.verifies:
+                    journal.verified(getattr(reader, "verified_shards", set)() - journaled_shards)
+                    journaled_shards.update(getattr(reader, "verified_shards", set)())
             if progress:
                 progress("advance", ref)
         finish = getattr(reader, "finish", None)
         # finish() raises when a streamed shard's bytes do not match its hash; a download was checked at open.
         verification = finish() if finish else plan.verification
+    except BaseException as exc:
+        if journal is not None:
+            if isinstance(exc, (BadInputError, VerificationError)):
+                journal.discard()  # a file that changed or bytes that do not match: nothing here to resume from
+            else:
+                journal.suspend()  # interrupted (a signal, the network, a crash): kept for the next run
+        raise
     finally:
         reader.close()
     elapsed = time.perf_counter() - started
-    return build_row(plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes, verification)
+    matrices = [m for w in work for m in entries[w.ref.name][0]]  # file order, whichever run measured them
+    vectors = [v for w in work for v in entries[w.ref.name][1]]
+    row = build_row(plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes, verification)
+    if kept.records:
+        reused = [w for w in work if w.ref.name in kept.records]
+        row["run"]["resumed"] = {
+            "tensors": len(reused),
+            "bytes": sum(w.ref.file_nbytes for w in reused),
+            "since": kept.started,
+        }
+    return row
+
+
+def _resume(journal: Journal | None, work: list[_Work], reader: TensorReader, options: FitOptions) -> Resumed:
+    """Open the journal: the records an interrupted fit of the same checkpoint left, the shards to skip."""
+    if journal is None:
+        return Resumed()
+    shard_of = {w.ref.name: w.ref.shard for w in work}
+    per_shard: dict[int, int] = {}
+    for w in work:
+        per_shard[w.ref.shard] = per_shard.get(w.ref.shard, 0) + 1
+    kept = journal.load(shard_of, per_shard)
+    if kept.skip_shards and hasattr(reader, "skip_shards"):
+        reader.skip_shards(kept.skip_shards)
+    journal.start(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), kept)
+    return kept
 
 
 def _view_records(

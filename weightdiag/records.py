@@ -118,6 +118,17 @@ class ToolInfo(TypedDict, total=False):
     version: str | None
 
 
+class _ResumedRequired(TypedDict):
+    tensors: int
+    bytes: int
+
+
+class ResumedInfo(_ResumedRequired, total=False):
+    """`run.resumed`: the tensors (and their stored bytes) whose records came from the interrupted fit."""
+
+    since: str | None  # when the interrupted fit started
+
+
 class RunInfo(TypedDict, total=False):
     """`run`: where and how long the fit ran."""
 
@@ -127,6 +138,7 @@ class RunInfo(TypedDict, total=False):
     include: list[str]
     exclude: list[str]
     verification: str
+    resumed: ResumedInfo  # present when this fit reused an interrupted fit's records (weightdiag.resume)
 
 
 _KindSummaryRequired = TypedDict(
@@ -446,9 +458,18 @@ PROTOCOL = _record(
     {"trims": _STRS, "centered": BOOL, "bins": INT, "log10_range": _list_of(NUM), "plotting_positions": STR},
 )
 TOOL = _record({}, {"name": STR, "version": OPT_STR}, nullable=True)
+RESUMED = _record({"tensors": INT, "bytes": INT}, {"since": OPT_STR})
 RUN = _record(
     {},
-    {"device": STR, "seconds": OPT_NUM, "bytes_read": OPT_INT, "include": _STRS, "exclude": _STRS, "verification": STR},
+    {
+        "device": STR,
+        "seconds": OPT_NUM,
+        "bytes_read": OPT_INT,
+        "include": _STRS,
+        "exclude": _STRS,
+        "verification": STR,
+        "resumed": RESUMED,
+    },
     nullable=True,
 )
 KIND_SUMMARY = _record(

@@ -237,7 +237,7 @@ def fit_revision(task: dict[str, Any]) -> dict[str, Any]:
 
 def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
     from .diagnose.functions import ffn_median_k
-    from .fitting import fit_plan, open_model, save_row
+    from .fitting import fit_plan, open_journal, open_model, save_row
     from .pipeline import FitOptions
 
     try:
@@ -247,8 +247,10 @@ def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
         )
         plan.model_id = task["model_id"]
         plan.revision = task["revision"]
-        row = fit_plan(plan, reader, options)
+        journal = open_journal(plan, reader, options, Path(task["db"]))  # a revision cut off resumes next time
+        row = fit_plan(plan, reader, options, journal=journal)
         path = save_row(row, task["db"])
+        journal.discard()
         return asdict(
             Outcome(
                 task["revision"],

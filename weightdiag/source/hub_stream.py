@@ -55,6 +55,16 @@ class HubReader:
         self._tail_from = 0
         self._turn = 0  # the chunk whose turn it is to get a buffer
         self._tail_pool: ThreadPoolExecutor | None = None
+        self._skipped: set[int] = set()  # shards a resumed fit does not read (verified by the interrupted one)
+
+    def skip_shards(self, shards: set[int]) -> None:
+        """Leave these shards out of the stream and of the verification (before start()): a resumed fit
+        reuses their records, measured and verified by the fit it resumes (weightdiag.resume)."""
+        self._skipped = set(shards)
+
+    def verified_shards(self) -> set[int]:
+        """Shards read whole whose sha256 matched so far (a resumed fit's journal keeps those)."""
+        return self._hash.verified() if self._hash is not None else set()
 
     def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
         """Fill `out` (uint8, ref.nbytes) with one tensor's stored bytes: a ranged read outside the chunk
@@ -77,7 +87,7 @@ class HubReader:
     def regions(self) -> dict[int, tuple[int, int]] | None:
         if not all(s.sha256 for s in self._shards):
             return None  # nothing to verify against: read only what is needed
-        return {i: (len(s.head), s.remote.size) for i, s in enumerate(self._shards)}
+        return {i: (len(s.head), s.remote.size) for i, s in enumerate(self._shards) if i not in self._skipped}
 
     def start(self, chunks: list[Chunk], verify: bool) -> None:
         self._hash = _OrderedHasher(self._shards, chunks, self._release) if verify else None
@@ -157,7 +167,9 @@ class HubReader:
             reason = "--include/--exclude read part of the shards" if self.regions() else "no sha256 published"
             return {"summary": f"not verified: {reason}", "shards": [False] * len(self._shards)}
         digests = self._hash.digests()
-        for shard, digest in zip(self._shards, digests, strict=True):
+        for index, (shard, digest) in enumerate(zip(self._shards, digests, strict=True)):
+            if index in self._skipped:
+                continue
             if digest != shard.sha256:
                 raise VerificationError(
                     f"{shard.remote.where}: the bytes read do not match the Hub's sha256 (got {digest[:12]}..., "
@@ -168,7 +180,10 @@ class HubReader:
                     expected=shard.sha256,
                     got=digest,
                 )
-        return {"summary": "sha256 of every shard verified against the Hub", "shards": [True] * len(self._shards)}
+        summary = "sha256 of every shard verified against the Hub"
+        if self._skipped:
+            summary += f" ({len(self._skipped)} of them by the interrupted fit this one resumed)"
+        return {"summary": summary, "shards": [True] * len(self._shards)}
 
     def close(self) -> None:
         self._free.clear()
@@ -213,6 +228,12 @@ class _OrderedHasher:
         self._waiting: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
         self._hashing = threading.Lock()
+        last: dict[int, int] = {}
+        for chunk in chunks:
+            last[chunk.shard] = chunk.index
+        self._last_chunk = {index: shard for shard, index in last.items()}  # a shard's last chunk -> the shard
+        self._expected = [s.sha256 for s in shards]
+        self._verified: set[int] = set()
 
     def put(self, chunk: Chunk, buf: np.ndarray) -> None:
         with self._lock:
@@ -227,12 +248,21 @@ class _OrderedHasher:
                     chunk = self._chunks[self._next]
                     self._hashers[chunk.shard].update(memoryview(buf)[: chunk.nbytes])
                     self._release(buf)
+                    shard = self._last_chunk.get(self._next)
+                    if shard is not None and self._hashers[shard].copy().hexdigest() == self._expected[shard]:
+                        with self._lock:
+                            self._verified.add(shard)
                     self._next += 1
             finally:
                 self._hashing.release()
             with self._lock:  # a chunk may have arrived while the lock was being let go
                 if self._next not in self._waiting:
                     return
+
+    def verified(self) -> set[int]:
+        """Shards whose every byte is hashed and matched the published sha256."""
+        with self._lock:
+            return set(self._verified)
 
     def digests(self) -> list[str]:
         if self._next != len(self._chunks):
