@@ -1,0 +1,121 @@
+"""The README cannot go stale (issue 21): its outputs, its Python example and the paths it names are checked here
+against what the tool does today, so a change in the output fails until the README follows.
+
+Also checked elsewhere: the `compare` example (tests/test_cli.py), the set-up commands (tests/test_scripts.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import re
+from pathlib import Path
+
+from .conftest import run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+
+def _section(title: str) -> str:
+    text = README.read_text()
+    start = text.index(f"\n## {title}")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def _blocks(text: str, lang: str = "") -> list[str]:
+    """The fenced blocks of `text` opened with exactly ```lang (fences paired in order)."""
+    blocks: list[tuple[str, list[str]]] = []
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if current is None:
+                current = []
+                blocks.append((line[3:], current))
+            else:
+                current = None
+        elif current is not None:
+            current.append(line)
+    return ["\n".join(body) + "\n" for opened, body in blocks if opened == lang]
+
+
+def _excerpt_matches(excerpt: str, printed: str) -> None:
+    """Every line of the excerpt is a line of the output, in order; `...` alone elides lines, `(...)` inside a
+    line elides a parenthesis."""
+    lines = printed.splitlines()
+    at = 0
+    for want in excerpt.strip("\n").splitlines():
+        if want == "...":
+            continue
+        pattern = re.compile("^" + ".*?".join(re.escape(part) for part in want.split("(...)")) + "$")
+        while at < len(lines) and not pattern.match(lines[at].rstrip()):
+            at += 1
+        assert at < len(lines), f"README line not in the output (in order):\n{want}\n--- output:\n{printed}"
+        at += 1
+
+
+def test_the_readme_report_excerpt_is_a_real_run(minilm_dir, tmp_path):
+    section = _section("Health report: `report`")
+    excerpt = section.split("On MiniLM (excerpt):", 1)[1]
+    excerpt = _blocks(excerpt)[0]
+    out = run_cli("report", str(minilm_dir), "--db", str(tmp_path / "db"), "-q", env={"COLUMNS": "100000"})
+    assert out.returncode == 0, out.stderr
+    _excerpt_matches(excerpt, out.stdout)
+    findings = re.search(r"^Findings \((\d+)\)$", out.stdout, re.M)
+    assert findings is not None and f"Findings ({findings.group(1)})" in excerpt
+    # Every finding the tool prints is in the excerpt, whole (the excerpt elides bullets, never findings).
+    for line in out.stdout.splitlines():
+        if re.match(r"^  F\d+ \[", line):
+            assert line.rstrip() in excerpt, line
+
+
+def test_the_readme_python_example_runs_on_the_demo_model(minilm_dir, tmp_path, monkeypatch):
+    section = _section("Python API")
+    code, shown = _blocks(section, "python")[0], _blocks(section)[0]
+    assert '"path/to/model"' in code
+    monkeypatch.setenv("WEIGHTDIAG_DB", str(tmp_path / "db"))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code.replace('"path/to/model"', repr(str(minilm_dir))), "README.md", "exec"), {})
+    lines = printed.getvalue().splitlines()
+    saved = Path(lines[-1])
+    assert saved.is_file() and saved.parent == tmp_path / "db" / "rows"
+    assert lines[:-1] == shown.strip("\n").splitlines()
+
+
+_PATH = re.compile(r"(?<![\w/.-])((?:weightdiag|scripts|benchmarks|docs|tests)/[\w./-]*[\w/])")
+_MODULE = re.compile(r"`(weightdiag(?:\.\w+)+)(?:\(\))?`")
+
+
+def test_every_path_and_module_the_readme_names_exists():
+    text = README.read_text()
+    missing = [p for p in sorted(set(_PATH.findall(text))) if not (ROOT / p).exists()]
+    assert not missing, f"README names paths that do not exist: {missing}"
+    for dotted in sorted(set(_MODULE.findall(text))):
+        parts = dotted.split(".")
+        for cut in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except ModuleNotFoundError:
+                continue
+            for attr in parts[cut:]:
+                assert hasattr(obj, attr), f"README names {dotted}: {obj.__name__} has no {attr}"
+                obj = getattr(obj, attr)
+            break
+        else:
+            raise AssertionError(f"README names {dotted}, which does not import")
+    # The code layout lists files under their package folder: each of them exists there.
+    layout = _section("How the code is laid out")
+    block = _blocks(layout)[0]
+    folder = None
+    for line in block.splitlines():
+        named = re.search(r"(weightdiag/[\w/]*/)\s", line)
+        if named:
+            folder = named.group(1)
+            continue
+        files = re.match(r"^ {4}([\w, .]+\.(?:py|c))\s", line)
+        if files and folder:
+            for name in re.split(r",\s*", files.group(1)):
+                assert (ROOT / folder / name).exists(), f"README's code layout names {folder}{name}"
