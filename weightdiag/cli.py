@@ -184,7 +184,8 @@ def _db_path(value: str) -> Path:
         from .errors import OptionError
 
         raise OptionError(
-            "--db '': give a database folder (or leave --db out for $WEIGHTDIAG_DB, else ./DATABASE)", option="--db"
+            "--db '': give a database folder (or leave --db out for the default that `weightdiag env` shows)",
+            option="--db",
         )
     return Path(value)
 
@@ -192,7 +193,11 @@ def _db_path(value: str) -> Path:
 DbOption = Annotated[
     Path | None,
     typer.Option(
-        "--db", parser=_db_path, metavar="DIR", help="Database folder (default: $WEIGHTDIAG_DB, else ./DATABASE)."
+        "--db",
+        parser=_db_path,
+        metavar="DIR",
+        help="Database folder (default: $WEIGHTDIAG_DB, else the nearest DATABASE folder here or above, else "
+        "~/.local/share/weightdiag; `weightdiag env` shows which).",
     ),
 ]
 # Range-checked by FitOptions.validate (1..64), so a bad value is one error line with exit code 2.
@@ -947,7 +952,6 @@ def _environment() -> dict[str, Any]:
     import platform
     from importlib import metadata
 
-    from .db import default_db_dir
     from .engine.kernels import BACKEND
 
     try:
@@ -966,7 +970,8 @@ def _environment() -> dict[str, Any]:
         "Torch version": torch_version or "not installed (only needed for .bin files and CUDA)",
         "CUDA": _cuda_summary() if torch_version else "no (torch is not installed)",
         "huggingface_hub version": hub_version,
-        "Database folder": str(default_db_dir().absolute()),
+        "Database folder": str(Path(settings.db_dir()).absolute()),
+        "Database folder chosen": settings.db_location()[1] + "; a command's --db DIR overrides it",
         "HF endpoint": settings.hf_endpoint(),
         "HF cache": settings.hf_cache_dir(),
         "HF offline": settings.hf_offline(),

@@ -1,6 +1,7 @@
 """The database folder: rows as JSON files, written atomically, found by model and revision.
 
-Layout under the database folder (default $WEIGHTDIAG_DB, else ./DATABASE):
+Layout under the database folder (default: settings.db_location, $WEIGHTDIAG_DB, else the nearest DATABASE folder
+here or above, else the per-user data folder):
     rows/<model>@<revision>[.<protocol>][.centered][.sel-<hash>].json
         fitted rows: one per model, revision, protocol and fit variant (a --center fit, a fit restricted
         by --include/--exclude: never in place of the full fit, and named by id only when there is none)

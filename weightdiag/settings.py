@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 from .errors import OptionError
 
@@ -167,8 +168,49 @@ def http_retries() -> tuple[int, float]:
 
 
 def db_dir() -> str:
-    """WEIGHTDIAG_DB, else ./DATABASE: the database folder when --db is not given."""
-    return os.environ.get("WEIGHTDIAG_DB") or "DATABASE"
+    """The database folder when --db is not given (db_location says why this one)."""
+    return db_location()[0]
+
+
+DB_FOLDER_NAME = "DATABASE"
+
+
+def user_data_dir() -> Path | None:
+    """$XDG_DATA_HOME/weightdiag, else ~/.local/share/weightdiag (None where no home folder is known)."""
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    if xdg and os.path.isabs(xdg):  # the XDG spec: a relative value is invalid and ignored
+        return Path(xdg) / "weightdiag"
+    try:
+        return Path.home() / ".local" / "share" / "weightdiag"
+    except RuntimeError:
+        return None
+
+
+def db_location() -> tuple[str, str]:
+    """(folder, why) of the database when --db is not given, first rule that applies:
+    1. $WEIGHTDIAG_DB;
+    2. the nearest folder named DATABASE in the current folder or one above it (as git finds .git), so a
+       project's database is found from any of its subfolders (`DATABASE` itself when it is the current one's);
+    3. the per-user data folder (user_data_dir), the same from every folder.
+    The folder is never chosen by the current folder alone: rows written from one folder are found from another.
+    """
+    env = os.environ.get("WEIGHTDIAG_DB")
+    if env:
+        return env, "from $WEIGHTDIAG_DB"
+    try:
+        here = Path.cwd()
+    except OSError:  # the current folder was removed
+        here = None
+    if here is not None:
+        if (here / DB_FOLDER_NAME).is_dir():
+            return DB_FOLDER_NAME, "./DATABASE, in the current folder"
+        for parent in here.parents:
+            if (parent / DB_FOLDER_NAME).is_dir():
+                return str(parent / DB_FOLDER_NAME), "the nearest DATABASE folder above the current folder"
+    user = user_data_dir()
+    if user is None:
+        return DB_FOLDER_NAME, "no DATABASE folder here or above, and no home folder for the per-user one"
+    return str(user), "the per-user data folder: no DATABASE folder here or above"
 
 
 def numpy_kernels_forced() -> bool:

@@ -1,0 +1,94 @@
+"""Where the database is when --db is not given (issue 21: rows that vanished from another folder).
+
+$WEIGHTDIAG_DB, else the nearest DATABASE folder in the current folder or above it, else the per-user data folder
+($XDG_DATA_HOME/weightdiag, ~/.local/share/weightdiag): never a folder made from the current one alone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from weightdiag import settings
+
+from .conftest import run_cli, write_safetensors
+
+
+@pytest.fixture
+def away(tmp_path, monkeypatch):
+    """A home folder and a working folder with no DATABASE anywhere above them."""
+    home = tmp_path / "home"
+    work = tmp_path / "work" / "deep"
+    work.mkdir(parents=True)
+    home.mkdir()
+    monkeypatch.delenv("WEIGHTDIAG_DB", raising=False)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    assert not any((p / "DATABASE").exists() for p in [work, *work.parents])
+    return home, work
+
+
+def test_the_rules_in_order(away, monkeypatch):
+    home, work = away
+    assert settings.db_location() == (str(home / ".local" / "share" / "weightdiag"), settings.db_location()[1])
+    assert "per-user" in settings.db_location()[1]
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/data")  # invalid by the XDG spec: ignored
+    assert settings.db_dir() == str(home / ".local" / "share" / "weightdiag")
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "xdg"))
+    assert settings.db_dir() == str(home / "xdg" / "weightdiag")
+    (work.parent / "DATABASE").mkdir()  # a project's database, found from its subfolders
+    assert settings.db_location() == (str(work.parent / "DATABASE"), settings.db_location()[1])
+    assert "above" in settings.db_location()[1]
+    (work / "DATABASE").mkdir()  # the nearest wins
+    assert settings.db_location()[0] == "DATABASE"
+    monkeypatch.setenv("WEIGHTDIAG_DB", str(home / "mine"))
+    assert settings.db_location() == (str(home / "mine"), "from $WEIGHTDIAG_DB")
+
+
+def _model(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    write_safetensors(folder / "model.safetensors", {"layers.0.mlp.up.weight": ("F32", rng.normal(size=(64, 64)))})
+    return folder
+
+
+def test_rows_written_from_one_folder_are_found_from_another(away, tmp_path):
+    home, work = away
+    model = _model(tmp_path / "tiny-model")
+    fitted = run_cli("fit", str(model), "-q", cwd=work)
+    assert fitted.returncode == 0, fitted.stderr
+    user_db = home / ".local" / "share" / "weightdiag"
+    assert list((user_db / "rows").glob("tiny-model@*.json"))
+    assert not (work / "DATABASE").exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shown = run_cli("db", "show", "tiny-model", cwd=elsewhere)
+    assert shown.returncode == 0, shown.stderr
+    listed = run_cli("db", "list", "--fitted", "--json", cwd=elsewhere)
+    assert [r["id"] for r in json.loads(listed.stdout)] == ["tiny-model"]
+    # --db still wins, and a project folder's DATABASE is found from below it
+    (tmp_path / "project" / "DATABASE").mkdir(parents=True)
+    (tmp_path / "project" / "src").mkdir()
+    run_cli("fit", str(model), "-q", cwd=tmp_path / "project" / "src")
+    assert list((tmp_path / "project" / "DATABASE" / "rows").glob("tiny-model@*.json"))
+    run_cli("fit", str(model), "-q", "--db", str(tmp_path / "chosen"), cwd=tmp_path / "project" / "src")
+    assert list((tmp_path / "chosen" / "rows").glob("tiny-model@*.json"))
+
+
+def test_env_says_which_folder_and_why(away, tmp_path):
+    home, work = away
+    out = run_cli("env", "--json", cwd=work)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    assert document["Database folder"] == str(home / ".local" / "share" / "weightdiag")
+    assert document["Database folder chosen"].startswith("the per-user data folder")
+    (work.parent / "DATABASE").mkdir()
+    document = json.loads(run_cli("env", "--json", cwd=work).stdout)
+    assert document["Database folder"] == str(work.parent / "DATABASE")
+    assert "nearest DATABASE folder above" in document["Database folder chosen"]
+    text = run_cli("env", cwd=work, env={"WEIGHTDIAG_DB": str(tmp_path / "x")}).stdout
+    assert f"- Database folder: {tmp_path / 'x'}\n- Database folder chosen: from $WEIGHTDIAG_DB" in text
