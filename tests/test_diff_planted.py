@@ -66,6 +66,11 @@ def test_every_figure_equals_numpy_on_the_full_tensors(planted, planted_result):
             q50 = np.quantile(np.abs(d), 0.5, method="inverted_cdf")
             assert rec["delta_abs_quantiles"]["q50"] == pytest.approx(q50, rel=2**-7), name  # F32 buckets
             assert rec["delta_abs_quantiles"]["max"] == pytest.approx(np.abs(d).max(), rel=1e-6), name
+            nz = b != 0
+            ratio = (np.abs(d[nz]) / np.abs(b[nz])).astype(np.float32)
+            for q, key in ((0.5, "q50"), (0.99, "q99")):
+                exact = np.quantile(ratio, q, method="inverted_cdf")
+                assert exact * (1 - 2**-7) <= rec["ratio_quantiles"][key] <= exact, (name, key)  # bucket's lower edge
         if b.ndim == 2 and rec["spectrum"]["method"] == "exact":
             s = np.linalg.svd(d, compute_uv=False)
             energy = np.cumsum(s**2)

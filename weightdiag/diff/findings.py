@@ -124,8 +124,8 @@ def find(
         out.append(
             Finding(
                 "low-rank",
-                f"LoRA-like: {len(low)} of {len(matrices)} matrices changed at low rank (rank90 "
-                f"{ranks[0]}-{ranks[-1]}): {_names([m.name for m in low])}",
+                f"low rank (LoRA-like): {len(low)} of {len(matrices)} matrices changed at rank90 "
+                f"{_ranges(ranks) if len(ranks) <= 3 else f'{ranks[0]}-{ranks[-1]}'}: {_names([m.name for m in low])}",
                 tuple(m.name for m in low),
                 {m.name: {"rank90": m.rank90, "shape": list(m.shape)} for m in low},
             )

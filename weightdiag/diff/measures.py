@@ -1,17 +1,18 @@
 """Exact per-tensor figures of a pair (W_base, W_tuned), accumulated over row blocks.
 
-Each block gives a `BlockPart` (computable in any thread); `Totals` folds them in order. Every sum is
-float64 over float64 differences of the decoded values, so relative_change and cosine equal numpy's on
-the full tensors (up to float64 summation order, ~1e-12 relative). Distributions go through the engine's
-own reductions (weightdiag.engine.reduce): |W_base| and |W_tuned| in their storage dtype (exactly as `fit`
-reduces them, decoded float32 for a quantized side), |ΔW| and |ΔW|/|W_base| as float32 (the F32 path: the
-Weibull fit of |ΔW|, and quantiles from 2^-7-wide buckets, relative error below 2^-8; values below 1e-40
-count as zeros).
+Each block gives a `BlockPart` (computable in any thread); `Totals` folds them in order. Sums of squares and
+products are float64: from the engine's reductions of ΔW = W_tuned - W_base (float32, each element within
+2^-24 relative of the exact difference) and of each side (exact for 16-bit dtypes), or, for F64 sides and
+blocks holding NaN/Inf, from float64 arrays; relative_change and cosine equal numpy's on the full tensors to
+~1e-7 relative or better. Distributions go through the engine's own reductions (weightdiag.engine.reduce):
+|W_base| and |W_tuned| in their storage dtype (exactly as `fit` reduces them, decoded float32 for a quantized
+side), |ΔW| on the F32 path (its Weibull fit, and quantiles from 2^-7-wide buckets, within 2^-8 relative;
+values below 1e-40 count as zeros), |ΔW|/|W_base| by its top 16 bits (quantiles only, see ratio_reduction).
 
 unchanged_fraction: elements bit-identical at storage precision. Both sides stored in the same dtype and
 neither quantized: the stored bit patterns are compared (so +0 vs -0 and two NaNs with the same payload
 are as stored). Otherwise (a quantized side, or F32 against BF16): the decoded float32 bit patterns.
-sign_flips: elements with W_base * W_tuned < 0 (a zero on either side is no flip).
+sign_flips: elements of opposite signs on the two sides (a zero on either side is no flip).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engine.codes import code_values
 from ..engine.fit import WeibullFit
-from ..engine.reduce import Reduction, merge, reduce_array
+from ..engine.reduce import Reduction, finite_mask, merge, reduce_array
 from ..engine.stats import Summary
 from ..source.plan import STORAGE_NUMPY
 from ..vocabulary import COHORT_TRIM
@@ -73,21 +75,44 @@ class Side:
 
 
 def block_part(base: Side, tuned: Side) -> tuple[BlockPart, np.ndarray]:
-    """The figures of one block of elements (the same elements on both sides), and ΔW there (float64;
-    0 where either side is not finite) for the spectrum."""
+    """The figures of one block of elements (the same elements on both sides), and ΔW there (0 where either
+    side is not finite) for the spectrum.
+
+    Values that are float32 (every dtype but F64) take the fast path: ΔW in float32 (each element within
+    2^-24 relative of the exact difference, and 0 exactly where the values are equal), the sums of squares
+    taken in float64 by the engine's reductions (see `square_sum`), one pass each. F64, or a block holding
+    NaN or Inf, takes the float64 path."""
     b, t = base.values, tuned.values
+    unchanged = _unchanged(base, tuned)
+    if b.dtype == np.float32 and t.dtype == np.float32:
+        d32 = t - b
+        delta = reduce_array(d32.view(np.uint32), "F32")
+        if _finite_count(delta) == d32.size:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.abs(d32) / np.abs(b)  # W_base = 0: Inf or NaN, outside the finite distribution
+            base_red, tuned_red = _reduce(base), _reduce(tuned)
+            d2, b2, t2 = square_sum(delta), square_sum(base_red), square_sum(tuned_red)
+            part = BlockPart(
+                numel=b.size,
+                d2=d2,
+                b2=b2,
+                t2=t2,
+                bt=(b2 + t2 - d2) / 2,  # <b, t>; its rounding (~1e-16 of Σ b^2) moves the cosine by as little
+                unchanged=unchanged,
+                flips=_flips(b, t),
+                nonfinite=0,
+                base=base_red,
+                tuned=tuned_red,
+                delta=delta,
+                ratio=ratio_reduction(ratio),
+            )
+            return part, d32
     b64, t64 = b.astype(np.float64), t.astype(np.float64)
     finite = np.isfinite(b64) & np.isfinite(t64)
     nonfinite = int(b64.size - np.count_nonzero(finite))
     if nonfinite:
         b64, t64 = np.where(finite, b64, 0.0), np.where(finite, t64, 0.0)
     d64 = t64 - b64
-    if base.stored is not None and tuned.stored is not None and base.dtype == tuned.dtype:
-        unchanged = int(np.count_nonzero(base.stored == tuned.stored))
-    else:
-        b32, t32 = np.ascontiguousarray(b, dtype=np.float32), np.ascontiguousarray(t, dtype=np.float32)
-        unchanged = int(np.count_nonzero(b32.view(np.uint32) == t32.view(np.uint32)))
-    d32 = d64.astype(np.float32)
     nz = b64 != 0
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = (np.abs(d64[nz]) / np.abs(b64[nz])).astype(np.float32)
@@ -98,14 +123,52 @@ def block_part(base: Side, tuned: Side) -> tuple[BlockPart, np.ndarray]:
         t2=float(np.dot(t64, t64)),
         bt=float(np.dot(b64, t64)),
         unchanged=unchanged,
-        flips=int(np.count_nonzero(b64 * t64 < 0)),
+        flips=_flips(b64, t64),
         nonfinite=nonfinite,
         base=_reduce(base),
         tuned=_reduce(tuned),
-        delta=reduce_array(d32.view(np.uint32), "F32"),
-        ratio=reduce_array(ratio.view(np.uint32), "F32"),
+        delta=reduce_array(d64.astype(np.float32).view(np.uint32), "F32"),
+        ratio=ratio_reduction(ratio),
     )
     return part, d64
+
+
+def ratio_reduction(ratio: np.ndarray) -> Reduction:
+    """|ΔW| / |W_base| (float32) counted by its top 16 bits, as BF16 codes: the same 2^-7-wide buckets as the
+    F32 path's (whose codes are those bits), at a tenth of the cost; only its quantiles are read (no fit),
+    each the lower edge of its bucket (within 2^-7 relative below the exact order statistic)."""
+    top = (np.ascontiguousarray(ratio, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return reduce_array(top, "BF16")
+
+
+def _unchanged(base: Side, tuned: Side) -> int:
+    if base.stored is not None and tuned.stored is not None and base.dtype == tuned.dtype:
+        return int(np.count_nonzero(base.stored == tuned.stored))
+    b32 = np.ascontiguousarray(base.values, dtype=np.float32)
+    t32 = np.ascontiguousarray(tuned.values, dtype=np.float32)
+    return int(np.count_nonzero(b32.view(np.uint32) == t32.view(np.uint32)))
+
+
+def _flips(b: np.ndarray, t: np.ndarray) -> int:
+    """Elements of opposite signs (comparisons, not a product that could underflow to 0)."""
+    return int(np.count_nonzero((b < 0) & (t > 0)) + np.count_nonzero((b > 0) & (t < 0)))
+
+
+def _finite_count(red: Reduction) -> int:
+    return int(red.counts[finite_mask(red.dtype)].sum())
+
+
+def square_sum(red: Reduction) -> float:
+    """Σ x^2 over the finite elements of a reduction: exact from the counts of a 16- or 8-bit dtype (the codes
+    are the values), from the float64 power sums of an F32 one (Σ (x - s)^2 + 2 s Σ (x - s) + n s^2)."""
+    red.unpack()
+    if red.power_sums is not None:
+        s = red.shift
+        n = float(_finite_count(red))
+        return float(red.power_sums[1] + 2 * s * red.power_sums[0] + n * s * s)
+    values = code_values(red.dtype).astype(np.float64)
+    finite = finite_mask(red.dtype)
+    return float(np.sum(red.counts[finite] * values[finite] ** 2))
 
 
 def _reduce(side: Side) -> Reduction:

