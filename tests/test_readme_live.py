@@ -119,3 +119,30 @@ def test_every_path_and_module_the_readme_names_exists():
         if files and folder:
             for name in re.split(r",\s*", files.group(1)):
                 assert (ROOT / folder / name).exists(), f"README's code layout names {folder}{name}"
+
+
+def test_the_readme_fit_and_db_show_examples_are_real_runs(minilm_dir, tmp_path):
+    """`fit` on MiniLM (its table, the class legend, the notes) and `db show pythia-160m`, as the README shows
+    them; to a file, so at full width, and with no caption line folded."""
+    usage = _section("Usage")
+    fit_example = _blocks(usage.split("On MiniLM (`scripts/demo`):", 1)[1])[0]
+    (tmp_path / "DATABASE").mkdir()
+    out = run_cli("fit", str(minilm_dir), env={"COLUMNS": "100000"}, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    printed = re.sub(r"local-[0-9a-f]{12}", "local-FP", out.stdout + out.stderr)
+    _excerpt_matches(re.sub(r"local-[0-9a-f]{12}", "local-FP", fit_example), printed)
+    shown_db = _blocks(_section("The database: `db`"))[0]
+    out = run_cli("db", "show", "pythia-160m", "--db", str(tmp_path / "DATABASE"), env={"COLUMNS": "100000"})
+    assert out.returncode == 0, out.stderr
+    lines = [line.rstrip() for line in out.stdout.splitlines()]
+    assert lines[: len(shown_db.splitlines())] == shown_db.strip("\n").splitlines()
+
+
+def test_the_class_legend_is_under_every_kinds_table_and_in_the_readme():
+    from weightdiag.render.tables import CLASS_LEGEND
+
+    readme = README.read_text()
+    for line in CLASS_LEGEND.splitlines():
+        assert readme.count(line) >= 2, line  # under the fit and the db show examples
+    assert "**The two class columns.**" in readme
+    assert "┃ k class        ┃ cohort k range ┃" in readme  # compare's column says which class it is

@@ -18,9 +18,10 @@ def compare_view(report: dict[str, Any]) -> Group:
         title=f"{escape(title)} vs the 12-entry cohort",
         caption=f"attention {report['attention']}; group {report['group']}",
     )
-    for col in ("kind", "k", "λ", "class", "cohort k range", "same-group k range", "nearest by k"):
+    # "k class": the class the kind's median k falls in (fit's "k class"), not the kind's role
+    for col in ("kind", "k", "λ", "k class", "cohort k range", "same-group k range", "nearest by k"):
         # Numbers, ranges and entry ids stay whole; a narrow terminal loses the group range, then λ.
-        table.add_column(col, justify="right" if col in ("k", "λ") else "left", no_wrap=col != "class")
+        table.add_column(col, justify="right" if col in ("k", "λ") else "left", no_wrap=col != "k class")
     for kind, s in report["kinds"].items():
         rng = s["cohort_k_range"]
         grp = s["group_k_range"]

@@ -188,6 +188,13 @@ class FirstFit:
         yield from self.choices[-1]
 
 
+# The two class columns, said under every per-kind table (issue 21): what the kind is, and what its k says.
+CLASS_LEGEND = (
+    "class: the kind's role (Weibull paper, Sec. 2.2): Q/K select, V/O/FFN transmit\n"
+    "k class: from median k (transmission >= 1.18 > selection-mild >= 1.045 > deep)"
+)
+
+
 def kinds_table(row: dict[str, Any], title: str | None = None) -> FitWidth:
     model = row["model"]
     arch = row.get("architecture", {})
@@ -204,7 +211,9 @@ def kinds_table(row: dict[str, Any], title: str | None = None) -> FitWidth:
             f"{counted(n_matrices, 'matrix', 'matrices')}, {counted(n_vectors, 'vector')}, "
             f"{len(row['skipped'])} skipped"
         )
-    caption = f"protocol {row['protocol']['name']}, trim {row['protocol']['trim']}; {contents}"
+    caption = f"protocol {row['protocol']['name']}, trim {row['protocol']['trim']}"
+    if model["source"] != "cohort":
+        caption += f"; {contents}"
     table = Table(
         title=escape(title or f"{model['id']}" + (f"@{model['revision']}" if model.get("revision") else "")),
         caption=caption,
@@ -248,6 +257,9 @@ def kinds_table(row: dict[str, Any], title: str | None = None) -> FitWidth:
         )
     if arch.get("attention"):
         table.caption += f"; attention {arch['attention']}"
+    if model["source"] == "cohort":  # a line of its own: caption lines never fold, even in a file (issue 21)
+        table.caption += f"\n{contents}"
+    table.caption += "\n" + CLASS_LEGEND
     # Narrow terminals (80 columns) lose the least needed columns first rather than show "0.0712…".
     return FitWidth(table, optional=("median R²", "R²<0.95", "flags"))
 
