@@ -55,3 +55,14 @@ def test_the_readme_gives_two_set_up_commands_and_how_to_run_the_tool():
     assert ". .venv/bin/activate" in setup
     assert ".venv/bin/weightdiag" in setup
     assert "pip install weightdiag" not in readme  # not on PyPI: installs are from the repository
+
+
+def test_ci_runs_the_cli_tests_on_the_lowest_declared_versions():
+    """scripts/test ends with scripts/test-floor: every dependency at the floor pyproject.toml declares (torch
+    at the local 2.13.0 build), in its own .venv-floor, running the command-line tests."""
+    test = (ROOT / "scripts" / "test").read_text()
+    floor = (ROOT / "scripts" / "test-floor").read_text()
+    assert test.rstrip().endswith("bash scripts/test-floor")
+    assert 'pins.append("torch==2.13.0")' in floor and ".venv-floor" in floor
+    assert "tests/test_cli.py tests/test_cli_surface.py" in floor
+    assert ".venv-floor/" in (ROOT / ".gitignore").read_text().splitlines()
