@@ -146,3 +146,35 @@ def test_the_class_legend_is_under_every_kinds_table_and_in_the_readme():
         assert readme.count(line) >= 2, line  # under the fit and the db show examples
     assert "**The two class columns.**" in readme
     assert "┃ k class        ┃ cohort k range ┃" in readme  # compare's column says which class it is
+
+
+def test_the_readme_trajectory_walk_through_runs_offline(tmp_path):
+    """The offline block of "Training runs" runs as written, in an empty folder with no network, and
+    `trajectory` prints what the README shows."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    section = _section("Training runs: `sweep` and `trajectory`")
+    commands = [line.split("  #", 1)[0].strip() for line in _blocks(section, "bash")[0].strip().splitlines()]
+    assert commands[0].startswith("python -c ") and "synthetic.write_training_run" in commands[0]
+    shown = _blocks(section)[0]
+    env = {"WEIGHTDIAG_DB": str(tmp_path / "db"), "COLUMNS": "100000", "HF_HUB_OFFLINE": "1"}
+    printed = {}
+    for command in commands:
+        words = shlex.split(command)
+        if words[0] == "python":
+            done = subprocess.run(
+                [sys.executable, *words[1:]], cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True
+            )
+        else:
+            assert words[0] == "weightdiag", command
+            done = run_cli(*words[1:], env=env, cwd=tmp_path)
+        assert done.returncode == 0, (command, done.stderr)
+        assert "Traceback" not in done.stderr
+        printed[command] = done.stdout
+    trajectory = next(c for c in commands if c.startswith("weightdiag trajectory") and "--plot" not in c)
+    lines = [line.rstrip() for line in printed[trajectory].strip("\n").splitlines()]
+    assert lines == shown.strip("\n").splitlines()
+    assert list((tmp_path / "plots").glob("*.png"))
