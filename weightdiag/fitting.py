@@ -104,9 +104,13 @@ def fit_and_save(
 def open_journal(plan: ModelPlan, reader: TensorReader, options: FitOptions, db: Path) -> Journal:
     """The journal of this fit, beside the row it will write (rows/.partial/<row file name>/)."""
     from .db import ROWS_DIR, row_file
+    from .source.local import content_fingerprint
 
+    # Named as the row will be (a local checkpoint by its fingerprint): fits of two folders of one name never
+    # share a journal.
+    fingerprint = f"local-{content_fingerprint(plan)}" if plan.source == "local" else None
     stub = {
-        "model": {"id": plan.model_id, "revision": plan.revision},
+        "model": {"id": plan.model_id, "revision": plan.revision, "fingerprint": fingerprint},
         "protocol": {"name": options.protocol, "centered": bool(options.center)},
         "run": {"include": list(options.include), "exclude": list(options.exclude)},
     }

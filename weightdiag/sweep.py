@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import settings
-from .db import check_writable, claim, load_row, row_file, write_row
+from .db import ROWS_DIR, check_writable, claim, clean_stale_temps, load_row, row_file, write_row
 from .diagnose.lambda_axis import step_from_revision
 from .errors import (
     BadInputError,
@@ -352,12 +352,15 @@ def process_runner(jobs: int) -> Runner:
             finished = True
         finally:
             # Ctrl-C (or an error) stops the sweep: queued revisions are cancelled and the workers end now,
-            # so no row is written after the interrupt (a killed worker leaves only a temp file, which the
-            # next write removes; the rerun resumes from the rows already there).
+            # so no row is written after the interrupt (a killed worker's temporary file is removed once it is
+            # gone; the rerun resumes from the rows already there and the journals of the revisions cut off).
             if not finished:
                 for worker in list(getattr(pool, "_processes", {}).values()):
                     worker.terminate()
             pool.shutdown(wait=True, cancel_futures=True)
+            if not finished:  # the workers are gone: remove the temporary row files they were writing
+                for folder in {Path(t["db"]) / ROWS_DIR for t in tasks}:
+                    clean_stale_temps(folder)
 
     return run
 
