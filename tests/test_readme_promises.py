@@ -46,17 +46,28 @@ def _temps(db: Path) -> list[Path]:
 
 
 def _journals(db: Path) -> list[Path]:
-    folder = db / "rows" / PARTIAL_DIR
-    return sorted(folder.iterdir()) if folder.exists() else []
+    try:
+        return sorted((db / "rows" / PARTIAL_DIR).iterdir())
+    except OSError:  # none (yet, or no more)
+        return []
+
+
+def _journal_lines(journal: Path) -> list[dict]:
+    """The whole lines of a journal's records (none while it is being created)."""
+    lines = []
+    try:
+        text = (journal / "records.jsonl").read_text()
+    except OSError:
+        return lines
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):  # a line torn by the interruption
+            lines.append(json.loads(line))
+    return lines
 
 
 def _journaled(journal: Path) -> int:
-    """Tensors whose records a journal holds (whole lines only)."""
-    count = 0
-    for line in (journal / "records.jsonl").read_text().splitlines():
-        with contextlib.suppress(ValueError):  # a line torn by the interruption
-            count += "name" in json.loads(line)
-    return count
+    """Tensors whose records a journal holds."""
+    return sum("name" in line for line in _journal_lines(journal))
 
 
 def _start(*args: str, db: Path, delay: float = WAIT) -> subprocess.Popen:
@@ -421,3 +432,36 @@ def test_a_hub_shard_that_fails_its_sha256_leaves_nothing(fake_hub, tiny_on_hub,
     assert out.returncode == 3, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and tiny_on_hub[-1] in out.stderr, out.stderr
     assert not (db / "rows").exists() or not [p for p in (db / "rows").rglob("*") if p.is_file()]
+
+
+def test_a_hub_fit_stopped_by_sigterm_while_streaming_resumes_from_its_verified_shards(fake_hub, tmp_path, monkeypatch):
+    """README: "143 | stopped by SIGTERM (`kill PID`, a job runner, `Popen.terminate()`), handled like Ctrl-C";
+    "An interrupted fit resumes": "From the Hub, ... a shard's records are reused only once the whole shard was
+    read and its hash matched; the shard that was cut off is read again"; "The row equals an uninterrupted
+    fit's in every measured field". A real process streaming from the loopback Hub at a trickle."""
+    from .hub_server import write_small_model
+
+    folder = write_small_model(tmp_path / "tiny", shard_bytes=50_000)
+    fake_hub.add_folder("acme/tiny", folder)
+    whole = api.fit("acme/tiny", FitOptions(device="cpu"), db_dir=tmp_path / "ref").row
+    db = tmp_path / "db"
+    fake_hub.bandwidth = 100_000  # bytes per second: the fit takes seconds, the signal lands mid-stream
+    proc = _start("fit", "acme/tiny", "--device", "cpu", "-q", "--connections", "1", db=db)
+
+    def verified() -> bool:
+        return any("verified_shard" in line for j in _journals(db) for line in _journal_lines(j))
+
+    _wait_for(verified, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=WAIT)
+    assert proc.returncode == 143, err
+    assert len(err.strip().splitlines()) == 1 and "SIGTERM" in err, err
+    assert _rows(db) == [] and _temps(db) == []
+    fake_hub.bandwidth = None
+    monkeypatch.setattr("weightdiag.source.hub.HEAD_GUESS", 4096)  # else planning reads these small shards whole
+    fake_hub.reset_counters()
+    row = api.fit("acme/tiny", FitOptions(device="cpu"), db_dir=db).row
+    assert row["run"]["resumed"]["tensors"] > 0
+    assert _science(row) == _science(whole)
+    sizes = [p.stat().st_size for p in folder.glob("*.safetensors")]
+    assert fake_hub.file_bytes_sent < sum(sizes) - min(sizes) // 2  # verified shards' bodies were not read again
