@@ -465,3 +465,34 @@ def test_a_hub_fit_stopped_by_sigterm_while_streaming_resumes_from_its_verified_
     assert _science(row) == _science(whole)
     sizes = [p.stat().st_size for p in folder.glob("*.safetensors")]
     assert fake_hub.file_bytes_sent < sum(sizes) - min(sizes) // 2  # verified shards' bodies were not read again
+
+
+def test_a_probe_is_named_by_id_only_while_there_is_no_full_row(tmp_path):
+    """README, `fit --include`: "Such a fit, like a `--center` one, is saved as a row of its own
+    (`rows/<model>@<rev>.sel-<hash>.json`, `.centered.json`): it never replaces the model's full row, `db show ID`
+    and `compare ID` name it only when there is no full one"."""
+    model = synthetic.write_model(tmp_path / "m", synthetic.ModelSpec(n_layers=2, d_model=64, ffn_size=128))
+    db = str(tmp_path / "db")
+
+    def fit(*extra: str) -> None:
+        assert run_cli("fit", str(model), "--db", db, "-q", "--device", "cpu", *extra).returncode == 0
+
+    def shown() -> dict:
+        return json.loads(run_cli("db", "show", "m", "--db", db, "--json").stdout)
+
+    def compared_q_k() -> float:
+        return json.loads(run_cli("compare", "m", "--db", db, "--json", "-q").stdout)["kinds"]["q"]["k"]
+
+    fit("--include", "*layers.0.*")
+    (probe,) = _rows(tmp_path / "db")
+    assert ".sel-" in probe.name
+    assert len(shown()["matrices"]) == len(load_row(probe)["matrices"])  # the only row: named by id
+    probe_k = compared_q_k()
+    fit()
+    full = [p for p in _rows(tmp_path / "db") if ".sel-" not in p.name]
+    assert len(full) == 1 and probe.exists()  # beside it, not in its place
+    assert len(shown()["matrices"]) == len(load_row(full[0])["matrices"]) > len(load_row(probe)["matrices"])
+    assert compared_q_k() == load_row(full[0])["kinds"]["q"]["k_median"] != probe_k
+    fit("--center")
+    assert len(_rows(tmp_path / "db")) == 3
+    assert not shown()["protocol"]["centered"] and compared_q_k() == load_row(full[0])["kinds"]["q"]["k_median"]
