@@ -131,3 +131,18 @@ def test_torch_device_path_matches_numpy():
     on_torch = feed(Sketch(120, 1100, seed=0, cap=16, device="cpu", backend="torch"), a, 30).result(total)
     assert on_torch.rank90 == cpu.rank90 == 5
     np.testing.assert_allclose(on_torch.singular[:5], cpu.singular[:5], rtol=1e-4)  # the rest is rounding
+
+
+def test_blas_is_single_threaded_only_inside_and_restored():
+    from weightdiag.diff.blas import _openblas, single_threaded
+
+    funcs = _openblas()
+    if funcs is None:
+        pytest.skip("numpy's BLAS is not OpenBLAS here")
+    get, _ = funcs
+    before = get()
+    with single_threaded():
+        assert get() == 1
+    assert get() == before
+    with single_threaded(active=False):
+        assert get() == before

@@ -28,6 +28,7 @@ from ..chunks import Chunk
 from ..engine import kernels
 from ..errors import CheckpointFormatError, QuantizationError
 from ..source.plan import STORAGE_NUMPY, TensorRef
+from .blas import single_threaded
 from .measures import Side, as_float
 from .pairing import Pair
 
@@ -175,6 +176,8 @@ def stream_pairs(
             return work(block, b, t)
 
     pool = ThreadPoolExecutor(workers, thread_name_prefix="weightdiag-diff")
+    blas = single_threaded(workers > 1)
+    blas.__enter__()
     pending: deque[tuple[Block, Future[Any]]] = deque()
     finished = False
     try:
@@ -210,3 +213,4 @@ def stream_pairs(
             for reader in (base_reader, tuned_reader):
                 reader.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
+        blas.__exit__(None, None, None)
