@@ -243,7 +243,9 @@ def report(
         from .render.plots import write_plots
 
         names = histogram_choice(result, row, list(hist))
-        data, why = read_histograms(row, names, spec if how == "fitted" else None, token)
+        data, why = read_histograms(row, list(names), spec if how == "fitted" else None, token)
+        for name, drawn in data.items():
+            drawn["why"] = names[name]  # said under the plot: why this matrix is drawn
         if why:
             out.notes.append(why)
         with tempfile.TemporaryDirectory(prefix="weightdiag-plots-") as scratch:

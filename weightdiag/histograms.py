@@ -19,8 +19,9 @@ from .vocabulary import COHORT_TRIM, FFN_KEYS
 DEFAULT_HISTOGRAMS = 3
 
 
-def histogram_choice(result: dict[str, Any], row: dict[str, Any], asked: list[str]) -> list[str]:
-    """--hist names/globs, else the most extreme max/q99, the lowest k and a typical FFN matrix."""
+def histogram_choice(result: dict[str, Any], row: dict[str, Any], asked: list[str]) -> dict[str, str]:
+    """--hist names/globs, else the most extreme max/q99, the lowest k and a typical FFN matrix: {name: why it is
+    drawn} (said under each histogram, so a reader knows why a second or third one appears)."""
     names = [m["name"] for m in row["matrices"]]
     if asked:
         chosen: list[str] = []
@@ -32,14 +33,14 @@ def histogram_choice(result: dict[str, Any], row: dict[str, Any], asked: list[st
                     option="--hist",
                 )
             chosen += [h for h in hits if h not in chosen]
-        return chosen
+        return dict.fromkeys(chosen, "asked for with --hist")
     from .diagnose.health.towers import tower_of  # the language model's blocks, never a vision tower's
 
     in_blocks = [
         m for m in row["matrices"] if m["block"] is not None and m["fits"][COHORT_TRIM]["ok"] and not tower_of(m)
     ]
     if not in_blocks:
-        return names[:1]
+        return dict.fromkeys(names[:1], "the first matrix (no block matrix has a fit)")
     # A super weight the report found, else the most extreme max/q99; the heaviest body; a typical FFN matrix.
     found = [f["tensor"] for f in result["findings"] if f["category"] == "super-weight"]
     extreme = found[0] if found else max(in_blocks, key=lambda m: m["stats"].get("max_over_q99") or 0)["name"]
@@ -47,7 +48,15 @@ def histogram_choice(result: dict[str, Any], row: dict[str, Any], asked: list[st
     ffn = [m for m in in_blocks if m["kind"] in FFN_KEYS] or in_blocks
     median_k = sorted(m["fits"][COHORT_TRIM]["k"] for m in ffn)[len(ffn) // 2]
     typical = min(ffn, key=lambda m: (abs(m["fits"][COHORT_TRIM]["k"] - median_k), m["stats"]["max_over_q99"]))["name"]
-    return list(dict.fromkeys([extreme, lowest, typical]))[:DEFAULT_HISTOGRAMS]
+    reasons = [
+        (extreme, "the super weight a finding names" if found else "the largest max/q99 (|w| far beyond its body)"),
+        (lowest, "the lowest k of the block matrices (the heaviest-tailed body)"),
+        (typical, "a typical FFN matrix (k nearest the FFN median), to compare the others with"),
+    ]
+    why: dict[str, list[str]] = {}
+    for name, reason in reasons:
+        why.setdefault(name, []).append(reason)
+    return {name: ", and as ".join(text) for name, text in list(why.items())[:DEFAULT_HISTOGRAMS]}
 
 
 def read_histograms(

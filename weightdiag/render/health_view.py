@@ -82,9 +82,20 @@ def block_tables(result: dict[str, Any]) -> list[FitWidth]:
         shape.add_row(*_plain(label, *ks, fmt(b.get("max_over_q99"), 3), fmt(b.get("kurtosis"), 3), marks))
     # 80 columns: the numbers per projection stay whole; the parameter counts, biases, QK-norm and norm
     # weights (scale), the kurtosis and max/q99 (shape) give way first.
+    # Titles name only the columns drawn (issue 21: at 80 columns they named the norm weights and kurtosis left out).
+    def scale_title(kept: list[str]) -> str:
+        norms = ", norm weight ‖γ‖/√d" if any(h.startswith("γ ") for h in kept) else ""
+        return f"blocks: structure and scale (std per projection{norms})"
+
+    def shape_title(kept: list[str]) -> str:
+        extra = " and ".join(h for h in ("max/q99", "kurtosis") if h in kept)
+        return "blocks: shape and tails (k per projection" + (f"; block {extra}" if extra else "") + ")"
+
     return [
-        FitWidth(scale, optional=("params", "biases", "QK-norm", *(f"γ {s}" for s in reversed(sites)))),
-        FitWidth(shape, optional=("kurtosis", "max/q99")),
+        FitWidth(
+            scale, optional=("params", "biases", "QK-norm", *(f"γ {s}" for s in reversed(sites))), retitle=scale_title
+        ),
+        FitWidth(shape, optional=("kurtosis", "max/q99"), retitle=shape_title),
     ]
 
 

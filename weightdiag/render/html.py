@@ -26,6 +26,7 @@ th { background: #f3f3f3; } td.l, th.l { text-align: left; }
 .deep { background: #f8c9c4; } .mild { background: #fbeec1; } .quant { font-style: italic; color: #777; }
 figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: #555; max-width: 1000px; }
 img { max-width: 100%; border: 1px solid #eee; }
+.wide { overflow-x: auto; max-width: 100%; }
 """
 
 
@@ -45,7 +46,9 @@ def _table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
         "<tr>" + "".join(f'<td class="l">{c}</td>' if i < left else f"<td>{c}</td>" for i, c in enumerate(r)) + "</tr>"
         for r in rows
     )
-    return f"<table><tr>{head}</tr>{body}</table>"
+    # In a box of its own that scrolls sideways: a wide table (the blocks of a model with many kinds) never
+    # pushes the page past the window (issue 21: cut off at the right of a 1280-px window).
+    return f'<div class="wide"><table><tr>{head}</tr>{body}</table></div>'
 
 
 def _k_cell(cell: dict[str, Any] | None) -> str:

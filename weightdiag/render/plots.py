@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..diagnose.classes import INIT_ANCHOR_K, SELECTION_DEEP_BELOW_K, TRANSMISSION_MIN_K
+from ..diagnose.classes import ABOVE_BAND_K, BAND, INIT_ANCHOR_K, SELECTION_DEEP_BELOW_K, TRANSMISSION_MIN_K
 from ..diagnose.health import NORM_COLLAPSE, NORM_EXPLOSION, TABLE2, short_name
 from ..engine.codes import BIN_EDGES
 from ..errors import MissingDependencyError
@@ -105,10 +105,9 @@ def heatmap_k(plt, result: dict[str, Any], folder: Path) -> PlotFile:
             cell = b["kinds"].get(k)
             if cell and cell["k"] is not None:
                 grid[i, j] = cell["k"]
-    lo = min(0.7, float(np.nanmin(grid))) if np.isfinite(grid).any() else 0.7
-    hi = max(1.3, float(np.nanmax(grid))) if np.isfinite(grid).any() else 1.3
+    lo, hi = k_color_range(grid)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.42 * len(blocks) + 2.5), 0.45 * len(kinds) + 1.8))
-    image = ax.imshow(grid, aspect="auto", cmap="RdYlBu", norm=TwoSlopeNorm(vmin=lo, vcenter=INIT_ANCHOR_K, vmax=hi))
+    image = ax.imshow(grid, aspect="auto", cmap="RdBu", norm=TwoSlopeNorm(vmin=lo, vcenter=INIT_ANCHOR_K, vmax=hi))
     ax.set_xticks(range(len(blocks)), [str(b["block"]) for b in blocks], fontsize=7)
     ax.set_yticks(range(len(kinds)), kinds)
     ax.set_xlabel("block")
@@ -119,18 +118,66 @@ def heatmap_k(plt, result: dict[str, Any], folder: Path) -> PlotFile:
             if cell is None or cell["k"] is None:
                 continue
             if len(blocks) <= 32:
-                ax.text(j, i, f"{cell['k']:.2f}" + ("*" if cell["quant"] else ""), ha="center", va="center", fontsize=6)
+                dark = abs(image.norm(cell["k"]) - 0.5) > 0.3  # white digits on the deep reds and blues
+                ax.text(
+                    j,
+                    i,
+                    f"{cell['k']:.2f}" + ("*" if cell["quant"] else ""),
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white" if dark else "black",
+                )
             if (b["block"], k) in flagged:
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.6))
-    fig.colorbar(image, ax=ax, label=f"k (mid80); white = init anchor {INIT_ANCHOR_K}")
+    bar = fig.colorbar(image, ax=ax, label=f"k (mid80); white = init anchor {INIT_ANCHOR_K}")
+    # The paper's cuts on the scale: the Transmission band shaded, the class thresholds as lines.
+    bar.ax.axhspan(*BAND, facecolor="none", edgecolor="black", hatch="////", linewidth=0.6)
+    cuts = [
+        (TRANSMISSION_MIN_K, "1.18 transmission ≥"),
+        (SELECTION_DEEP_BELOW_K, "1.045 deep <"),
+        (ABOVE_BAND_K, "1.22"),
+    ]
+    for v, _ in cuts:
+        if lo <= v <= hi:
+            bar.ax.axhline(v, color="black", linewidth=0.8)
+    bar.ax.set_yticks(*zip(*colorbar_ticks(lo, hi, cuts), strict=True))
+    bar.ax.tick_params(labelsize=7)
     ax.set_title("Weibull shape k per block and kind (cf. the paper's Fig. 6)", fontsize=10)
     path = save_figure(plt, fig, folder / "heatmap_k.png")
     return PlotFile(
         path,
         "k per block and kind",
-        "Red: heavier tails (Selection, k < 1.18; deep below 1.045); blue: lighter than the Gaussian init. Boxed "
-        "cells carry a finding; * marks quantized matrices (class withheld).",
+        f"The colour scale is fitted to this model: {lo:.3f} to {hi:.3f}, white at the half-normal init anchor "
+        f"{INIT_ANCHOR_K} (the paper's App. A.1), as far from it on either side. Red: heavier tails than the init "
+        "(the paper's Selection reading below 1.18, deep below 1.045); blue: lighter. Hatched on the scale: the "
+        f"Transmission band {BAND[0]}-{BAND[1]} of the cohort's FFN medians. Boxed cells carry a finding; * marks "
+        "quantized matrices (class withheld).",
     )
+
+
+def colorbar_ticks(lo: float, hi: float, cuts: list[tuple[float, str]]) -> list[tuple[float, str]]:
+    """The scale's labelled ticks: the anchor, the paper's cuts within the range, the two ends; a tick closer
+    than 6% of the range to one already kept loses its label (its line stays), so labels never overlap."""
+    wanted = [(INIT_ANCHOR_K, f"{INIT_ANCHOR_K} anchor"), *cuts, (lo, f"{lo:.3f}"), (hi, f"{hi:.3f}")]
+    kept: list[tuple[float, str]] = []
+    for v, label in wanted:
+        if lo <= v <= hi and all(abs(v - u) >= 0.06 * (hi - lo) for u, _ in kept):
+            kept.append((v, label))
+    return sorted(kept)
+
+
+K_COLOR_MIN_SPAN = 0.03  # about 10x the sampling noise of one matrix's k: a model at its init stays pale
+
+
+def k_color_range(grid: np.ndarray) -> tuple[float, float]:
+    """The heatmap's k scale: centred on the init anchor, reaching the model's farthest k (5% margin), at least
+    K_COLOR_MIN_SPAN either side, so a model's spread of k uses the whole scale (issue 21: a fixed 0.7-1.3
+    painted every MiniLM cell alike) while a colour keeps one meaning: its distance from the anchor."""
+    finite = grid[np.isfinite(grid)]
+    span = float(np.max(np.abs(finite - INIT_ANCHOR_K))) * 1.05 if finite.size else 0.0
+    span = max(span, K_COLOR_MIN_SPAN)
+    return INIT_ANCHOR_K - span, INIT_ANCHOR_K + span
 
 
 def depth_profile(plt, result: dict[str, Any], folder: Path) -> PlotFile:
@@ -284,14 +331,16 @@ def histogram(plt, data: dict[str, Any], folder: Path) -> PlotFile:
         right.set_title(f"tail beyond q99: max/q99 = {top / q99:.1f}, log10 P_tail = {log10_ptail:.1f}", fontsize=9)
     right.axvline(top, color="tab:red", linestyle=":", label="max |w|")
     right.set_xscale("log")
+    readable_log_ticks(right.xaxis, float(tail_edges[0]), float(tail_edges[-1]))
     right.set_yscale("log")
     right.set_ylim(bottom=0.05, top=max(float(observed.max()), 1.0) * 3)
     right.set_xlabel("|w|")
     right.set_ylabel("count")
     right.legend(fontsize=7)
     where = f"block {data['block']}, " if data["block"] is not None else ""
+    drawn = f"\ndrawn as {data['why']}" if data.get("why") else ""
     fig.suptitle(
-        literal(f"{data['name']} ({where}{data['kind']})" + (f" — {data['note']}" if data.get("note") else "")),
+        literal(f"{data['name']} ({where}{data['kind']})" + (f" — {data['note']}" if data.get("note") else "") + drawn),
         fontsize=9,
     )
     path = save_figure(plt, fig, folder / f"hist_{safe_name(data['name'])}.png")
@@ -299,9 +348,28 @@ def histogram(plt, data: dict[str, Any], folder: Path) -> PlotFile:
     return PlotFile(
         path,
         f"|w| of {data['name']}",
-        f"{n:,} nonzero |w|; the fitted Weibull body (mid80 window) on log axes and the tail beyond q99 = "
+        (f"Drawn as {data['why']}. " if data.get("why") else "")
+        + f"{n:,} nonzero |w|; the fitted Weibull body (mid80 window) on log axes and the tail beyond q99 = "
         f"{q99:.4g}; largest |w| = {top:.4g}{at}." + caption_tail,
     )
+
+
+def readable_log_ticks(axis: Any, lo: float, hi: float) -> None:
+    """Plain-number labels (0.2, 0.5, 1) on a log axis over [lo, hi], never overlapping: matplotlib's default
+    labels every minor tick of a range under a decade ("3x10^-1 4x10^-1" ran together, issue 21)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    decades = math.log10(hi / lo) if hi > lo > 0 else 1.0
+    # 1-2-5 steps within about two decades, else powers of ten (thinned to at most 8 labels)
+    mantissas = tuple(range(1, 10)) if decades <= 0.7 else (1.0, 2.0, 5.0) if decades <= 2.5 else (1.0,)
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    ticks = [m * 10.0**e for e in range(first, last + 1) for m in mantissas if lo <= m * 10.0**e <= hi]
+    if len(ticks) < 2:  # a range narrower than one 1-2-5 step: its two ends
+        ticks = [lo, hi]
+    ticks = ticks[:: math.ceil(len(ticks) / 8)]
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def _no_histogram(plt, data: dict[str, Any], folder: Path) -> PlotFile:

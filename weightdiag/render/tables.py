@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
@@ -42,9 +42,12 @@ class FitWidth:
     with an ellipsis, and a title or caption word (a model id) is never split while the width allows it.
     """
 
-    def __init__(self, table: Table, optional: Iterable[str] = ()) -> None:
+    def __init__(
+        self, table: Table, optional: Iterable[str] = (), retitle: Callable[[list[str]], str] | None = None
+    ) -> None:
         self.table = table
         self.optional = tuple(optional)
+        self.retitle = retitle  # the title for the columns a variant keeps: it never names a dropped one
         for column in table.columns:
             column.overflow = "fold"
 
@@ -60,6 +63,8 @@ class FitWidth:
     def _without(self, names: set[str]) -> Table:
         narrower = copy.copy(self.table)
         narrower.columns = [c for c in self.table.columns if str(c.header) not in names]
+        if self.retitle is not None:
+            narrower.title = self.retitle([str(c.header) for c in narrower.columns])
         return narrower
 
     @staticmethod

@@ -1,0 +1,166 @@
+"""Plots a reader would keep (issue 21), checked as images: the k heatmap's colours tell MiniLM's cells apart and
+keep white at the init anchor, tick labels never overlap, every histogram says why it is drawn, the HTML tables
+scroll inside the page, and the report's table titles name only the columns drawn at 80 columns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import numpy as np
+import pytest
+
+from .conftest import run_cli
+
+pytest.importorskip("matplotlib")
+
+
+@pytest.fixture(scope="module")
+def minilm_report(minilm_dir, tmp_path_factory):
+    from weightdiag import api
+    from weightdiag.pipeline import FitOptions
+
+    folder = tmp_path_factory.mktemp("plots")
+    report = api.report(
+        str(minilm_dir),
+        db_dir=folder / "db",
+        options=FitOptions(device="cpu"),
+        plot=folder / "plots",
+        html=folder / "report.html",
+    )
+    return report, folder
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plot functions make, kept open (save_figure still writes them)."""
+    from weightdiag.render import plots
+
+    kept = []
+
+    def keep(plt, fig, path):
+        fig.tight_layout()
+        fig.savefig(path, dpi=plots.DPI)
+        kept.append(fig)
+        return path
+
+    monkeypatch.setattr(plots, "save_figure", keep)
+    yield kept
+    import matplotlib.pyplot as plt
+
+    for fig in kept:
+        plt.close(fig)
+
+
+def _overlaps(fig, labels) -> list[tuple[str, str]]:
+    renderer = fig.canvas.get_renderer()
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in labels if t.get_visible() and t.get_text()]
+    return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)]
+
+
+def test_the_k_heatmap_scale_fits_the_model_and_is_centred_on_the_anchor(minilm_report, figures, tmp_path):
+    from weightdiag.diagnose.classes import INIT_ANCHOR_K
+    from weightdiag.render import plots
+
+    report, _ = minilm_report
+    plots.heatmap_k(plots.pyplot(), report.result, tmp_path)
+    (fig,) = figures
+    image = fig.axes[0].images[0]
+    grid = np.ma.masked_invalid(np.asarray(image.get_array(), dtype=float))
+    ks = grid.compressed()
+    assert 1.07 < ks.min() < 1.09 and 1.19 < ks.max() < 1.21  # MiniLM's k: 1.08 (block 3 o) to 1.20
+    assert image.norm(INIT_ANCHOR_K) == pytest.approx(0.5)  # white at the anchor
+    colours = image.cmap(image.norm(ks))[:, :3]
+    lowest, highest = colours[ks.argmin()], colours[ks.argmax()]
+    assert np.linalg.norm(lowest - highest) > 0.6  # the deepest red against near white (was: one pale yellow)
+    # cells 0.02 apart in k are told apart by eye (an RGB distance of at least 0.05)
+    for i, j in itertools.combinations(range(ks.size), 2):
+        if abs(ks[i] - ks[j]) >= 0.02:
+            assert np.linalg.norm(colours[i] - colours[j]) > 0.05, (ks[i], ks[j])
+    # the scale reaches the model's farthest k and no farther than 10% beyond it
+    lo, hi = image.norm.vmin, image.norm.vmax
+    assert lo <= ks.min() and hi - INIT_ANCHOR_K == pytest.approx(INIT_ANCHOR_K - lo)
+    assert INIT_ANCHOR_K - lo < 1.1 * (INIT_ANCHOR_K - ks.min())
+    bar = fig.axes[1]
+    assert "anchor" in " ".join(t.get_text() for t in bar.get_yticklabels())
+    assert not _overlaps(fig, bar.get_yticklabels())
+
+
+@pytest.mark.parametrize(
+    "grid",
+    [[[1.2054, 1.2060]], [[0.5, 1.19], [1.7, 1.2]], [[1.18, 1.22], [1.05, 1.1]]],
+    ids=["at-init", "very-wide", "around-the-cuts"],
+)
+def test_the_k_scale_of_other_models(grid):
+    from weightdiag.diagnose.classes import INIT_ANCHOR_K
+    from weightdiag.render import plots
+
+    grid = np.asarray(grid, dtype=float)
+    lo, hi = plots.k_color_range(grid)
+    assert hi - INIT_ANCHOR_K == pytest.approx(INIT_ANCHOR_K - lo)
+    assert hi - lo >= 2 * plots.K_COLOR_MIN_SPAN  # a model at its init stays pale, not painted by its noise
+    assert lo <= grid.min() and grid.max() <= hi
+    ticks = plots.colorbar_ticks(lo, hi, [(1.18, "1.18"), (1.045, "1.045"), (1.22, "1.22")])
+    values = [v for v, _ in ticks]
+    assert INIT_ANCHOR_K in values
+    assert all(b - a >= 0.06 * (hi - lo) - 1e-12 for a, b in itertools.pairwise(values))
+
+
+def test_histogram_tick_labels_never_overlap(minilm_report, figures, tmp_path):
+    from weightdiag.render import plots
+
+    report, folder = minilm_report
+    hist = [p for p in report.result["plots"] if "hist_" in p["file"]]
+    assert hist
+    plt = plots.pyplot()
+    # the MiniLM tails (0.17 to 1.5 and 0.17 to 0.34) and other spans, on the tail panel's axis
+    for lo, hi in [(0.173, 1.52), (0.173, 0.342), (0.5, 0.52), (1e-3, 12.0), (2e-5, 3e-2), (0.9, 40.0)]:
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        ax.set_xscale("log")
+        ax.set_xlim(lo, hi)
+        plots.readable_log_ticks(ax.xaxis, lo, hi)
+        fig.canvas.draw()
+        labels = [*ax.get_xticklabels(), *ax.get_xticklabels(minor=True)]
+        shown = [t.get_text() for t in labels if t.get_text()]
+        assert len(shown) >= 2, (lo, hi, shown)
+        assert not _overlaps(fig, labels), (lo, hi, shown)
+        assert not any("times" in s or "^" in s for s in shown), shown  # plain numbers, not 3x10^-1
+        plt.close(fig)
+
+
+def test_every_histogram_says_why_it_is_drawn(minilm_report):
+    report, _ = minilm_report
+    hist = [p for p in report.result["plots"] if "hist_" in p["file"]]
+    assert len(hist) >= 2  # MiniLM: the super weight, and the lowest k
+    for plot in hist:
+        assert plot["caption"].startswith("Drawn as "), plot["caption"]
+    captions = " ".join(p["caption"] for p in hist)
+    assert "super weight" in captions and "lowest k" in captions
+
+
+def test_html_tables_scroll_inside_the_page(minilm_report):
+    _, folder = minilm_report
+    page = (folder / "report.html").read_text()
+    assert re.search(r"\.wide \{ overflow-x: auto; max-width: 100%; \}", page)
+    tables = page.count("<table")
+    assert tables >= 3 and page.count('<div class="wide"><table>') == tables
+
+
+def test_report_titles_name_only_the_columns_drawn(minilm_dir, tmp_path):
+    for width in ("80", "200"):
+        out = run_cli("report", str(minilm_dir), "--db", str(tmp_path / "db"), "-q", env={"COLUMNS": width})
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        for title in ("blocks: structure and scale", "blocks: shape and tails"):
+            at = next(i for i, line in enumerate(lines) if line.startswith(title))
+            header = "\n".join(lines[at + 1 : at + 5])
+            if "‖γ‖/√d" in lines[at]:
+                assert "γ " in header, (width, lines[at], header)
+            for column in ("kurtosis", "max/q99"):
+                if column in lines[at]:
+                    assert column in header, (width, lines[at], header)
+        if width == "80":
+            assert any(line.startswith("blocks: shape and tails (k per projection)") for line in lines)
+        else:
+            assert any("block max/q99 and kurtosis" in line for line in lines)
