@@ -110,7 +110,7 @@ def test_the_k_scale_of_other_models(grid):
 def test_histogram_tick_labels_never_overlap(minilm_report, figures, tmp_path):
     from weightdiag.render import plots
 
-    report, folder = minilm_report
+    report, _ = minilm_report
     hist = [p for p in report.result["plots"] if "hist_" in p["file"]]
     assert hist
     plt = plots.pyplot()
