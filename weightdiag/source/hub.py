@@ -337,7 +337,10 @@ def _network_error(repo: str, exc: BaseException, revision: str | None = None) -
         return _malformed(repo, f"a file's answer lacks the Hub's headers ({str(exc).split('.')[0][:120]})", revision)
     if "TooManyRedirects" in names:
         return _malformed(repo, "it redirects in a loop", revision)
-    if names & {"UnsupportedProtocol", "InvalidURL"} or (type(exc) is ValueError and "URL" in str(exc)):
+    # httpx (huggingface_hub 1.x) reports a Location it cannot parse as a RemoteProtocolError ("Invalid URL in
+    # location header"), httpx2 as InvalidURL: a malformed answer either way, not an unreachable Hub.
+    bad_location = "RemoteProtocolError" in names and "location header" in str(exc).lower()
+    if names & {"UnsupportedProtocol", "InvalidURL"} or bad_location or (type(exc) is ValueError and "URL" in str(exc)):
         if urlsplit(settings.hf_endpoint()).scheme not in ("http", "https"):
             return OptionError(
                 f"HF_ENDPOINT={settings.hf_endpoint()!r} is not an http(s) URL; fix or unset it", option="HF_ENDPOINT"
