@@ -4,6 +4,7 @@ tensors; pairing (renamed prefixes, one-sided tensors, shape mismatches); BF16 s
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -189,3 +190,31 @@ def test_the_sketch_path_finds_a_low_rank_update_in_a_wide_matrix(tmp_path, monk
     d = values(tmp_path / "t")[down] - values(tmp_path / "b")[down]
     s = np.linalg.svd(d, compute_uv=False)
     np.testing.assert_allclose(rec["spectrum"]["singular_values"][:3], s[:3], rtol=1e-4)
+
+
+def test_side_reads_tile_every_shard_around_the_blocks_in_file_order():
+    from weightdiag.chunks import Chunk
+
+    blocks = [Chunk(0, 0, 100, 150, ()), Chunk(1, 0, 150, 170, ()), Chunk(2, 1, 40, 60, ())]
+    reads = paired.side_reads(blocks, {0: (10, 300), 1: (8, 64), 2: (8, 30)}, chunk_bytes=64)
+    assert reads.verify
+    spans = [(c.shard, c.start, c.end) for c in reads.chunks]
+    assert [c.index for c in reads.chunks] == list(range(len(spans)))
+    for shard, (lo, hi) in {0: (10, 300), 1: (8, 64), 2: (8, 30)}.items():  # tiled without a hole
+        mine = [(a, b) for s_, a, b in spans if s_ == shard]
+        assert mine[0][0] == lo and mine[-1][1] == hi
+        assert all(b == a2 for (_, b), (a2, _) in itertools.pairwise(mine))
+        assert all(b - a <= 64 for a, b in mine)
+    assert [(c.start, c.end) for c in reads.block] == [(100, 150), (150, 170), (40, 60)]
+    assert [(c.start, c.end) for c in reads.before[0]] == [(10, 74), (74, 100)]
+    assert reads.before[1] == [] and [(c.shard, c.start) for c in reads.before[2]] == [
+        (0, 170),
+        (0, 234),
+        (0, 298),
+        (1, 8),
+    ]
+    assert [(c.shard, c.start, c.end) for c in reads.after] == [(1, 60, 64), (2, 8, 30)]
+    # blocks out of file order (the other side stores its tensors differently): read alone, unverified
+    shuffled = paired.side_reads([blocks[1], blocks[0]], {0: (10, 300)}, chunk_bytes=64)
+    assert not shuffled.verify and [(c.start, c.index) for c in shuffled.chunks] == [(150, 0), (100, 1)]
+    assert not paired.side_reads(blocks, None, 64).verify

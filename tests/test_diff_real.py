@@ -130,7 +130,21 @@ def test_hub_to_hub_equals_local(fake_hub, minilm_dir, lora_merged):
     science = ("matrices", "vectors", "findings", "blocks", "kinds", "totals", "only_base", "only_tuned", "skipped")
     assert {k: remote[k] for k in science} == {k: local[k] for k in science}
     assert remote["base"]["source"] == remote["tuned"]["source"] == "hub"
+    verification = remote["run"]["verification"]
+    assert verification == {"base": "sha256 of every shard verified against the Hub"} | {
+        "tuned": "sha256 of every shard verified against the Hub"
+    }
     assert fake_hub.requests_to("minilm-lora", method="GET")  # the bytes did come from the Hub
+
+
+def test_a_corrupted_hub_transfer_fails_the_sha256_check(fake_hub, minilm_dir, lora_merged):
+    from weightdiag.errors import VerificationError
+
+    fake_hub.add_folder("acme/minilm", minilm_dir)
+    fake_hub.add_folder("acme/minilm-lora", lora_merged)
+    fake_hub.fail("corrupt", "model.safetensors", times=1, method="GET")
+    with pytest.raises(VerificationError, match="sha256"):
+        _run("acme/minilm", "acme/minilm-lora")
 
 
 def test_hub_against_local(fake_hub, minilm_dir, fine_tuned, ft_result):

@@ -15,11 +15,12 @@ columns across rows: refused, exit 2).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -137,6 +138,67 @@ def side_values(ref: TensorRef, raw: np.ndarray, byte_lo: int, decoder: Any, fir
 BlockWork = Callable[[Block, Side, Side], Any]
 
 
+@dataclass
+class SideReads:
+    """One side's reads in the order they are made: each block's chunk, and (when its shards are verified) the
+    filler chunks that make every shard's bytes pass through the reader's hash, in file order."""
+
+    chunks: list[Chunk]  # what reader.start() gets: every read, indexed in order
+    block: list[Chunk]  # the chunk of block i
+    before: list[list[Chunk]]  # fillers to read just before block i's chunk
+    after: list[Chunk]  # fillers after the last block
+    verify: bool
+
+
+def side_reads(block_chunks: list[Chunk], regions: dict[int, tuple[int, int]] | None, chunk_bytes: int) -> SideReads:
+    """With `regions` ({shard: (data start, size)}: the reader can verify), tile every shard around the blocks'
+    chunks, if these come in file order (they do when both checkpoints store their tensors in the same order);
+    otherwise read the blocks only, unverified."""
+    plain = SideReads(
+        [replace(c, index=i) for i, c in enumerate(block_chunks)], [], [[] for _ in block_chunks], [], False
+    )
+    plain.block = plain.chunks
+    if regions is None or any((a.shard, a.end) > (b.shard, b.start) for a, b in itertools.pairwise(block_chunks)):
+        return plain
+    if any(c.shard not in regions for c in block_chunks):
+        return plain
+    order: list[tuple[str, Chunk]] = []
+    at = {shard: start for shard, (start, _) in regions.items()}
+
+    def fill(shard: int, lo: int, hi: int) -> None:
+        for a in range(lo, hi, chunk_bytes):
+            order.append(("fill", Chunk(0, shard, a, min(a + chunk_bytes, hi), ())))
+
+    shards = sorted(regions)
+    done: set[int] = set()
+    for c in block_chunks:
+        for shard in shards:  # shards before this chunk's: tiled to their end
+            if shard >= c.shard or shard in done:
+                continue
+            fill(shard, at[shard], regions[shard][1])
+            done.add(shard)
+        if c.start < at[c.shard]:
+            return plain
+        fill(c.shard, at[c.shard], c.start)
+        order.append(("block", c))
+        at[c.shard] = c.end
+    for shard in shards:
+        if shard not in done:
+            fill(shard, at[shard], regions[shard][1])
+    chunks = [replace(c, index=i) for i, (_, c) in enumerate(order)]
+    out = SideReads(chunks, [], [], [], True)
+    pending: list[Chunk] = []
+    for (kind, _), c in zip(order, chunks, strict=True):
+        if kind == "block":
+            out.block.append(c)
+            out.before.append(pending)
+            pending = []
+        else:
+            pending.append(c)
+    out.after = pending
+    return out
+
+
 def stream_pairs(
     pairs: Sequence[Pair],
     base_reader: Any,
@@ -145,13 +207,23 @@ def stream_pairs(
     *,
     workers: int | None = None,
     before_tensor: Callable[[int], None] | None = None,
+    verify: bool = False,
+    verifying: dict[str, bool] | None = None,
 ) -> Iterator[tuple[Block, Any]]:
     """(block, work(block, base side, tuned side)) for every block, in order. `work` runs in worker threads
     (several blocks at once); `before_tensor(pair index)` runs in this thread before a tensor's first block
-    is queued (to set up its accumulators)."""
+    is queued (to set up its accumulators). With `verify`, a side whose reader can check its shards' hashes
+    (the Hub's) and whose blocks come in file order reads every byte of its shards (the bytes between and
+    around the blocks too), so that reader.finish() can compare each shard's sha256."""
     blocks = plan_blocks(pairs)
-    base_reader.start([b.base for b in blocks], verify=False)
-    tuned_reader.start([b.tuned for b in blocks], verify=False)
+    reads = []
+    for reader, chunks in ((base_reader, [b.base for b in blocks]), (tuned_reader, [b.tuned for b in blocks])):
+        plan = side_reads(chunks, reader.regions() if verify else None, reader.chunk_bytes)
+        reader.start(plan.chunks, verify=plan.verify)
+        reads.append(plan)
+    base_reads, tuned_reads = reads
+    if verifying is not None:  # which sides read every byte of their shards (the caller calls finish())
+        verifying.update(base=base_reads.verify, tuned=tuned_reads.verify)
     decoders: dict[tuple[int, int], Any] = {}
     workers = workers or max(1, min(4, kernels.threads()))
 
@@ -163,17 +235,27 @@ def stream_pairs(
 
         return read
 
-    def task(block: Block) -> Any:
+    def skip(reader: Any, fillers: list[Chunk]) -> None:
+        for filler in fillers:  # read for the hash only
+            with reader.chunk(filler):
+                pass
+
+    def task(i: int, block: Block) -> Any:
         pair = pairs[block.pair]
         _m, n = matrix_shape(pair.base.shape)
         first = block.r0 * n
-        # blocks run side by side: no threads inside the kernels
-        with base_reader.chunk(block.base) as raw_b, tuned_reader.chunk(block.tuned) as raw_t, kernels.thread_budget(1):
-            b = side_values(pair.base, raw_b, block.base.start - pair.base.start, decoders.get((block.pair, 0)), first)
-            t = side_values(
-                pair.tuned, raw_t, block.tuned.start - pair.tuned.start, decoders.get((block.pair, 1)), first
-            )
-            return work(block, b, t)
+        skip(base_reader, base_reads.before[i])
+        with base_reader.chunk(base_reads.block[i]) as raw_b:
+            skip(tuned_reader, tuned_reads.before[i])
+            # blocks run side by side: no threads inside the kernels
+            with tuned_reader.chunk(tuned_reads.block[i]) as raw_t, kernels.thread_budget(1):
+                b = side_values(
+                    pair.base, raw_b, block.base.start - pair.base.start, decoders.get((block.pair, 0)), first
+                )
+                t = side_values(
+                    pair.tuned, raw_t, block.tuned.start - pair.tuned.start, decoders.get((block.pair, 1)), first
+                )
+                return work(block, b, t)
 
     pool = ThreadPoolExecutor(workers, thread_name_prefix="weightdiag-diff")
     blas = single_threaded(workers > 1)
@@ -181,14 +263,15 @@ def stream_pairs(
     pending: deque[tuple[Block, Future[Any]]] = deque()
     finished = False
     try:
-        queue = iter(blocks)
+        queue = iter(enumerate(blocks))
         window = 2 * workers
 
         def top_up() -> None:
             while len(pending) < window:
-                block = next(queue, None)
-                if block is None:
+                item = next(queue, None)
+                if item is None:
                     return
+                i, block = item
                 if block.first:
                     pair = pairs[block.pair]
                     if before_tensor is not None:
@@ -196,7 +279,7 @@ def stream_pairs(
                     for side, (ref, reader) in enumerate(((pair.base, base_reader), (pair.tuned, tuned_reader))):
                         if ref.quant is not None:
                             decoders[(block.pair, side)] = decoder_for(ref, read_tensor(reader))
-                pending.append((block, pool.submit(task, block)))
+                pending.append((block, pool.submit(task, i, block)))
 
         top_up()
         while pending:
@@ -207,6 +290,8 @@ def stream_pairs(
                 decoders.pop((block.pair, 1), None)
             top_up()
             yield block, result
+        skip(base_reader, base_reads.after)
+        skip(tuned_reader, tuned_reads.after)
         finished = True
     finally:
         if not finished:

@@ -118,7 +118,15 @@ def diff(base_spec: str | None, tuned_spec: str, options: DiffOptions | None = N
                 + (" (check --include/--exclude)" if options.include or options.exclude else ""),
                 option="--include" if options.include else "BASE",
             )
-        matrices, vectors = _compare(pairing.pairs, base_plan, base_reader, tuned_reader, options, device)
+        verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
+        verifying: dict[str, bool] = {}
+        matrices, vectors = _compare(
+            pairing.pairs, base_plan, base_reader, tuned_reader, options, device, verify, verifying
+        )
+        verification = {
+            side: _verification(reader, plan, verifying.get(side, False), verify)
+            for side, reader, plan in (("base", base_reader, base_plan), ("tuned", tuned_reader, tuned_plan))
+        }
     finally:
         base_reader.close()
         tuned_reader.close()
@@ -142,8 +150,6 @@ def diff(base_spec: str | None, tuned_spec: str, options: DiffOptions | None = N
         "scaled_matrices": sum(t.scaled for t in matrices),
     }
     notes = [*base_plan.notes, *tuned_plan.notes]
-    if base_plan.source == "hub" or tuned_plan.source == "hub":
-        notes.append("Hub shards read by ranges in pair order: their sha256 is not checked by diff (fit checks it)")
     return DiffResult(
         base=describe_side(base_plan),
         tuned=describe_side(tuned_plan),
@@ -165,6 +171,7 @@ def diff(base_spec: str | None, tuned_spec: str, options: DiffOptions | None = N
             "exclude": list(options.exclude),
             "sketch": options.sketch,
             "seed": options.seed,
+            "verification": verification,
             "tool": {"name": "weightdiag", "version": __version__},
             "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         },
@@ -172,8 +179,26 @@ def diff(base_spec: str | None, tuned_spec: str, options: DiffOptions | None = N
     )
 
 
+def _verification(reader: Any, plan: ModelPlan, read_whole: bool, verify: bool) -> str:
+    """What was checked of one side's bytes: raises VerificationError (exit 3) when a Hub shard's sha256 differs."""
+    if plan.source != "hub":
+        return (plan.verification or {}).get("summary") or "not verified: read from local files"
+    if not verify:
+        return "not verified: --include/--exclude read part of the shards"
+    if not read_whole:
+        return "not verified: its tensors are stored in another order than the other side's, or no sha256 is published"
+    return reader.finish()["summary"]
+
+
 def _compare(
-    pairs: list[Pair], base_plan: ModelPlan, base_reader: Any, tuned_reader: Any, options: DiffOptions, device: str
+    pairs: list[Pair],
+    base_plan: ModelPlan,
+    base_reader: Any,
+    tuned_reader: Any,
+    options: DiffOptions,
+    device: str,
+    verify: bool = False,
+    verifying: dict[str, bool] | None = None,
 ) -> tuple[list[TensorDiff], list[TensorDiff]]:
     arch = complete_arch(arch_from_config(base_plan.config, []), [(t.name, t.shape) for t in base_plan.tensors])
     totals: dict[int, Totals] = {}
@@ -200,7 +225,14 @@ def _compare(
     matrices: list[TensorDiff] = []
     vectors: list[TensorDiff] = []
     for block, (part, spec) in stream_pairs(
-        pairs, base_reader, tuned_reader, work, workers=options.workers, before_tensor=start
+        pairs,
+        base_reader,
+        tuned_reader,
+        work,
+        workers=options.workers,
+        before_tensor=start,
+        verify=verify,
+        verifying=verifying,
     ):
         i = block.pair
         totals[i].fold(part)
