@@ -213,3 +213,23 @@ def test_cli_json_and_gate_on_the_lora_pair(minilm_dir, lora_merged, tmp_path, c
         "--exclude", "*.value.*", "--no-save",
     )  # fmt: skip
     assert code == 0 and "PASS" in out
+
+
+def test_diff_tuned_alone_takes_the_base_from_the_model_card(fake_hub, minilm_dir, lora_merged, tmp_path):
+    card = tmp_path / "card"
+    shutil.copytree(lora_merged, card)
+    (card / "README.md").write_text(f"---\nbase_model: {minilm_dir}\nlicense: apache-2.0\n---\n# a LoRA merge\n")
+    local = diff(None, str(card), DiffOptions(device="cpu")).to_json()
+    assert local["base"]["location"] == str(minilm_dir.resolve())
+    assert len([m for m in local["matrices"] if m["low_rank"]]) == 12
+    # on the Hub: the card names a Hub repo
+    fake_hub.add_folder("acme/minilm", minilm_dir)
+    (card / "README.md").write_text("---\nbase_model: acme/minilm\n---\n")
+    fake_hub.add_folder("acme/minilm-lora", card)
+    remote = diff(None, "acme/minilm-lora", DiffOptions(device="cpu")).to_json()
+    assert remote["base"]["id"] == "acme/minilm" and remote["matrices"] == local["matrices"]
+    # no card, or one without base_model: one line, exit 2
+    from weightdiag.errors import OptionError
+
+    with pytest.raises(OptionError, match="names no base_model"):
+        diff(None, str(lora_merged), DiffOptions(device="cpu"))

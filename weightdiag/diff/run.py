@@ -63,14 +63,33 @@ def open_side(spec: str, options: DiffOptions) -> tuple[ModelPlan, Any]:
 
 
 def base_of(tuned: str, options: DiffOptions) -> str:
-    """`diff TUNED` alone: the base model its model card names."""
+    """`diff TUNED` alone: the base model its model card names (base_model in the card's front matter)."""
     plan, reader = open_model(tuned, token=options.token)
     reader.close()
-    if not plan.base_model:
+    base = plan.base_model or (_hub_card_base(tuned, plan, options) if plan.source == "hub" else None)
+    if not base:
         raise OptionError(
             f"{tuned}: its model card names no base_model; give both: weightdiag diff BASE {tuned}", option="BASE"
         )
-    return plan.base_model
+    return base
+
+
+def _hub_card_base(spec: str, plan: ModelPlan, options: DiffOptions) -> str | None:
+    """base_model from a Hub repo's README.md (the Hub source reads the card of quantized repos only)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
+
+    from ..source.files import CARD_HEAD, base_model_of
+    from ..source.open import split_revision
+
+    try:
+        path = hf_hub_download(
+            split_revision(spec)[0], "README.md", revision=plan.commit or plan.revision, token=options.token
+        )
+    except (EntryNotFoundError, HfHubHTTPError):  # no card, or none to be had: the caller says so in one line
+        return None
+    with open(path, "rb") as card:
+        return base_model_of(card.read(CARD_HEAD).decode("utf-8", errors="replace"))
 
 
 def describe_side(plan: ModelPlan) -> dict[str, Any]:
