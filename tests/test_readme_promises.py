@@ -70,7 +70,9 @@ def _journaled(journal: Path) -> int:
     return sum("name" in line for line in _journal_lines(journal))
 
 
-def _start(*args: str, db: Path, delay: float = WAIT) -> subprocess.Popen:
+def _start(*args: str, db: Path, delay: float = WAIT, group: bool = False) -> subprocess.Popen:
+    """`weightdiag ARGS` in a process of its own (with group, the leader of a process group of its own, as a
+    terminal's foreground job is: a hangup or Ctrl-C reaches every process of it)."""
     env = {**os.environ, **CLI_ENV, "WEIGHTDIAG_TEST_ROW_WRITE_DELAY": str(delay), "WEIGHTDIAG_DB": str(db)}
     return subprocess.Popen(
         [sys.executable, "-m", "weightdiag", *args],
@@ -78,6 +80,7 @@ def _start(*args: str, db: Path, delay: float = WAIT) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        start_new_session=group,
     )
 
 
@@ -496,3 +499,49 @@ def test_a_probe_is_named_by_id_only_while_there_is_no_full_row(tmp_path):
     fit("--center")
     assert len(_rows(tmp_path / "db")) == 3
     assert not shown()["protocol"]["centered"] and compared_q_k() == load_row(full[0])["kinds"]["q"]["k_median"]
+
+
+def test_a_sweep_worker_killed_from_outside_fails_its_revisions_and_the_rerun_resumes(run_folder, tmp_path):
+    """README, `sweep`: "A worker killed from outside (the OOM killer, `kill -9`) fails the revisions not yet done
+    (exit 4) and rerunning resumes them"; exit codes: "4 | `sweep` finished but some checkpoints failed (listed as
+    `failed` with the reason); the others' rows are written, and rerunning resumes" (not 5, a bug)."""
+    db = tmp_path / "db"
+    proc = _start("sweep", str(run_folder), "--all", "--jobs", "2", "--device", "cpu", "--json", "-q", db=db)
+    _wait_for(lambda: len(_temps(db)) == 2, proc)
+    # the temporary file's name holds its writer's pid: .<row file>.<host>-<pid>.<random>.tmp
+    worker = int(re.search(r"-(\d+)\.[^.]+\.tmp$", _temps(db)[0].name).group(1))
+    os.kill(worker, signal.SIGKILL)
+    out, err = proc.communicate(timeout=WAIT)
+    assert proc.returncode == 4, err
+    outcomes = json.loads(out)
+    assert {o["status"] for o in outcomes} == {"failed"}
+    assert all("worker process of the sweep was killed" in o["detail"] for o in outcomes)
+    assert _rows(db) == [] and _temps(db) == []
+    cut_off = {j.name: _journaled(j) for j in _journals(db)}
+    assert len(cut_off) == 2
+
+    again = run_cli("sweep", str(run_folder), "--all", "--device", "cpu", "--db", str(db), "--json", "-q")
+    assert again.returncode == 0, again.stderr
+    assert {o["status"] for o in json.loads(again.stdout)} == {"fitted"}
+    rows = {p.name: load_row(p) for p in _rows(db)}
+    assert len(rows) == 4
+    for name, kept in cut_off.items():
+        assert rows[name]["run"]["resumed"]["tensors"] == kept
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGHUP, 129), (signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_closed_terminal_or_ctrl_c_reaching_every_process_of_a_parallel_sweep_prints_one_line(
+    run_folder, tmp_path, signum, code
+):
+    """README, exit codes: "129 | stopped by SIGHUP (a closed terminal, an ssh drop), handled like Ctrl-C: one line,
+    `sweep` workers ended, nothing written after it"; "130 | interrupted (Ctrl-C); no partial row is left behind".
+    A terminal signals its whole foreground process group: the sweep, its workers and multiprocessing's resource
+    tracker (which ignores SIGINT and SIGTERM, not SIGHUP)."""
+    db = tmp_path / "db"
+    proc = _start("sweep", str(run_folder), "--all", "--jobs", "2", "--device", "cpu", "-q", db=db, group=True)
+    _wait_for(lambda: len(_temps(db)) == 2, proc)
+    os.killpg(proc.pid, signum)
+    _, err = proc.communicate(timeout=WAIT)
+    assert proc.returncode == code, err
+    assert len(err.strip().splitlines()) == 1, err  # no resource-tracker warning or traceback below it
+    assert _rows(db) == [] and _temps(db) == []

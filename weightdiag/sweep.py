@@ -334,21 +334,55 @@ def serial_runner(tasks: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
         yield fit_revision(task)
 
 
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (before the pool would) with SIGHUP blocked, as it already
+    blocks SIGINT and SIGTERM: a closed terminal hangs up the whole process group, and a tracker killed by it
+    is relaunched by the sweep, which prints its warnings and tracebacks below the one line that says the sweep
+    stopped. The blocked mask is inherited across exec; the tracker still ends when the sweep does."""
+    import signal
+    from multiprocessing import resource_tracker
+
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is None or not hasattr(signal, "pthread_sigmask"):  # Windows: no SIGHUP, no tracker process
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {hangup})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {hangup})
+
+
 def process_runner(jobs: int) -> Runner:
     def run(tasks: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
 
         # Each worker reduces with its share of the cores (set in the workers: the caller's environment
         # stays as it was).
         ctx = mp.get_context("spawn")
         threads = settings.worker_threads(jobs)
+        start_resource_tracker()
         pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=start_worker, initargs=(os.getpid(), threads))
-        finished = False
+        finished = broken = False
         try:
-            futures = [pool.submit(fit_revision, t) for t in tasks]
+            futures = {pool.submit(fit_revision, t): t for t in tasks}
             for future in as_completed(futures):
-                yield future.result()
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    # A worker was killed (the OOM killer, kill -9): the pool ends its other workers and runs
+                    # nothing more. Each revision not done fails with the reason (exit 4); its journal is kept.
+                    broken = True
+                    result = asdict(
+                        Outcome(
+                            futures[future]["revision"],
+                            "failed",
+                            detail="a worker process of the sweep was killed (out of memory? kill -9) before this "
+                            "revision's row was written; run the sweep again to resume",
+                        )
+                    )
+                yield result
             finished = True
         finally:
             # Ctrl-C (or an error) stops the sweep: queued revisions are cancelled and the workers end now,
@@ -358,7 +392,7 @@ def process_runner(jobs: int) -> Runner:
                 for worker in list(getattr(pool, "_processes", {}).values()):
                     worker.terminate()
             pool.shutdown(wait=True, cancel_futures=True)
-            if not finished:  # the workers are gone: remove the temporary row files they were writing
+            if broken or not finished:  # the workers are gone: remove the temporary row files they were writing
                 for folder in {Path(t["db"]) / ROWS_DIR for t in tasks}:
                     clean_stale_temps(folder)
 
