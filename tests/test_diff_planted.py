@@ -218,3 +218,18 @@ def test_side_reads_tile_every_shard_around_the_blocks_in_file_order():
     shuffled = paired.side_reads([blocks[1], blocks[0]], {0: (10, 300)}, chunk_bytes=64)
     assert not shuffled.verify and [(c.start, c.index) for c in shuffled.chunks] == [(150, 0), (100, 1)]
     assert not paired.side_reads(blocks, None, 64).verify
+
+
+def test_plot_and_html_show_relative_change_and_rank_per_block_and_kind(planted, tmp_path):
+    pytest.importorskip("matplotlib")
+    from weightdiag import api
+
+    page = tmp_path / "out" / "diff.html"
+    result = api.diff(
+        str(planted[0]), str(planted[1]), DiffOptions(device="cpu"), plot_dir=tmp_path / "plots", html_file=page
+    )
+    names = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert names == ["diff_blocks.png", "diff_rank90.png", "diff_relative_change.png"]
+    text = page.read_text()
+    assert text.count("data:image/png;base64,") == 3
+    assert Q1 in text and "LoRA-like" in text and result.findings[0].message.split(":")[0] in text

@@ -500,11 +500,19 @@ def diff(
     *,
     db_dir: str | Path | None = None,
     save: bool = False,
+    plot_dir: Path | None = None,
+    html_file: Path | None = None,
 ) -> DiffResult:
     """What changed from `base` to `tuned`, tensor by tensor (weightdiag.diff); base None: the base_model its
-    model card names. With save=True the diff row is written to DATABASE/diffs/ (result.run["saved"])."""
+    model card names. With save=True the diff row is written to DATABASE/diffs/ (result.run["saved"]);
+    plot_dir and html_file: relative change and rank90 per block and kind as PNGs, and a page."""
     from .diff.run import diff as run_diff
 
+    _check_outputs(plot_dir, html_file)
+    if plot_dir is not None or html_file is not None:
+        from .render.plots import require_matplotlib
+
+        require_matplotlib()
     if save:
         from .db import check_writable
 
@@ -514,4 +522,13 @@ def diff(
         from .diff.store import save_diff
 
         result.run["saved"] = str(save_diff(result, db_dir))
+    if plot_dir is not None or html_file is not None:
+        import tempfile
+
+        from .diff.plots import write_html, write_plots
+
+        with tempfile.TemporaryDirectory() as scratch:
+            plots = write_plots(result, plot_dir or Path(scratch))
+            if html_file is not None:
+                write_html(result, plots, html_file)
     return result

@@ -554,6 +554,12 @@ def diff(
     connections: ConnectionsOption = 8,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Write the diff row into the database folder.")] = True,
     every: Annotated[bool, typer.Option("--all", help="List every matrix, not the 15 that changed most.")] = False,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", metavar="DIR", help="Write PNG plots into this folder.")
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option("--html", metavar="FILE", help="Write a self-contained HTML page here.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -578,7 +584,7 @@ def diff(
         connections=connections,
         token=token,
     )
-    result = diff_api(base, tuned, options, db_dir=db, save=save)
+    result = diff_api(base, tuned, options, db_dir=db, save=save, plot_dir=plot, html_file=html)
     verdict = gate(result, fail_above, blocks=chosen_blocks) if fail_above is not None else None
     if as_json:
         document = result.to_json()
