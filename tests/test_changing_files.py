@@ -185,3 +185,40 @@ def test_300_shards_fit_under_ulimit_256(tmp_path: Path) -> None:
     command = f"ulimit -n 256 && exec {sys.executable} -m weightdiag fit {model} --no-save -q --device cpu"
     out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_gguf_file_changed_during_a_fit_is_a_change(tmp_path: Path) -> None:
+    """GGUF files are read with pread (no SIGBUS), tensor by tensor: each read is checked against the file
+    planned, so a file rewritten or replaced between two tensors stops the fit instead of mixing two files."""
+    from weightdiag.source.gguf import open_gguf
+
+    from .test_gguf import gguf_file, llama_kv, write
+
+    rng = np.random.default_rng(3)
+    tensors = [
+        (f"t{i}.weight", (8, 64), "F32", rng.standard_normal((8, 64)).astype(np.float32).tobytes()) for i in range(3)
+    ]
+    path = write(tmp_path, gguf_file(llama_kv(), tensors))
+    plan, reader = open_gguf(path)
+    try:
+        out = np.empty(plan.tensors[0].nbytes, dtype=np.uint8)
+        reader.read_into(plan.tensors[0], out)
+        time.sleep(0.01)  # a later mtime even on coarse clocks
+        replacement = tmp_path / "next.gguf"
+        replacement.write_bytes(path.read_bytes())
+        os.replace(replacement, path)
+        with pytest.raises(CheckpointFormatError, match="changed while being read"):
+            reader.read_into(plan.tensors[1], out)
+    finally:
+        reader.close()
+    plan, reader = open_gguf(path)
+    try:
+        reader.read_into(plan.tensors[0], out)
+        time.sleep(0.05)  # file times tick every few milliseconds: a write in the same tick would not show
+        with open(path, "r+b") as f:  # rewritten in place, same size
+            f.seek(-4, os.SEEK_END)
+            f.write(b"\0\0\0\0")
+        with pytest.raises(CheckpointFormatError, match=r"changed while being read \(it was modified"):
+            reader.read_into(plan.tensors[1], out)
+    finally:
+        reader.close()

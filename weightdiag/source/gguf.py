@@ -46,6 +46,7 @@ import numpy as np
 
 from ..dtypes import DTYPES, DType
 from ..errors import CheckpointFormatError, ModelPathError
+from .filecheck import FileIdentity, check, open_checked
 from .files import blob_sha256
 from .plan import ModelPlan, ShardInfo, TensorRef
 
@@ -668,20 +669,26 @@ class _Stored:
 
 
 class GGUFReader:
-    """Reads tensors of one GGUF file with pread, dequantizing into the caller's buffer."""
+    """Reads tensors of one GGUF file with pread, dequantizing into the caller's buffer; each tensor checked to
+    come from the file planned, unchanged (filecheck.py: a file rewritten during a fit is exit 2, not a row)."""
 
-    def __init__(self, path: Path, stored: dict[str, _Stored]) -> None:
+    def __init__(self, path: Path, stored: dict[str, _Stored], identity: FileIdentity | None = None) -> None:
         self.path = path
         self.stored = stored
+        self._identity = identity
         self._fd: int | None = None
 
     def _read_exact(self, view: memoryview, offset: int, name: str) -> None:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
+            if self._identity is None:
+                self._identity = FileIdentity.of(os.stat(self.path))
+            self._fd = open_checked(self.path, self._identity)
         done = 0
         while done < len(view):
             got = os.preadv(self._fd, [view[done:]], offset + done)
             if got == 0:
+                if self._identity is not None:  # it shrank since it was planned: say so
+                    check(self._fd, self.path, self._identity)
                 raise CheckpointFormatError(
                     f"{self.path}: file ended while reading tensor {name!r} (truncated or changed while "
                     "reading); re-download it",
@@ -691,6 +698,11 @@ class GGUFReader:
 
     def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
         """Fill `out` (uint8, ref.nbytes) with the tensor's values in HF order and dtype."""
+        self._read_tensor(ref, out)
+        if self._fd is not None and self._identity is not None:  # not torn by a write while it was read
+            check(self._fd, self.path, self._identity)
+
+    def _read_tensor(self, ref: TensorRef, out: np.ndarray) -> None:
         s = self.stored[ref.name]
         if s.type.name in RAW_TYPES and not s.norm_shift:
             self._read_exact(memoryview(out).cast("B"), s.offset, ref.name)
@@ -778,11 +790,12 @@ def open_gguf(path: str | os.PathLike[str], model_id: str | None = None) -> tupl
     if not p.is_file():
         raise ModelPathError(f"{p}: no such file; give a .gguf file", path=p)
     try:
-        file_size = p.stat().st_size
         fd = os.open(p, os.O_RDONLY)
     except OSError as exc:
         raise ModelPathError(f"{p}: cannot open it ({exc.strerror}); check the path and permissions", path=p) from None
     try:
+        identity = FileIdentity.of(os.fstat(fd))
+        file_size = identity.size
         header = parse_gguf(lambda off, size: os.pread(fd, size, off), file_size, str(p))
         digest = hashlib.sha256()
         for at in range(0, header.data_start, _HEADER_CHUNK):
@@ -847,4 +860,4 @@ def open_gguf(path: str | os.PathLike[str], model_id: str | None = None) -> tupl
         metadata=metadata,
         notes=notes,
     )
-    return plan, GGUFReader(p, stored)
+    return plan, GGUFReader(p, stored, identity)
