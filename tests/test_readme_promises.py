@@ -451,10 +451,28 @@ def test_a_hub_fit_stopped_by_sigterm_while_streaming_resumes_from_its_verified_
     fake_hub.bandwidth = 100_000  # bytes per second: the fit takes seconds, the signal lands mid-stream
     proc = _start("fit", "acme/tiny", "--device", "cpu", "-q", "--connections", "1", db=db)
 
-    def verified() -> bool:
-        return any("verified_shard" in line for j in _journals(db) for line in _journal_lines(j))
+    def tensors_in(shard: Path) -> int:
+        with open(shard, "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        return len([name for name in header if name != "__metadata__"])
 
-    _wait_for(verified, proc)
+    count = {p.name: tensors_in(p) for p in folder.glob("*.safetensors")}
+
+    def a_shard_is_reusable() -> bool:
+        """A shard whose sha256 matched and whose every tensor is journaled (what a resumed Hub fit reuses)."""
+        for journal in _journals(db):
+            try:
+                shards = json.loads((journal / "manifest.json").read_text())["shards"]
+            except (OSError, ValueError, KeyError):
+                continue
+            lines = _journal_lines(journal)
+            done = [line["shard"] for line in lines if "name" in line]
+            for line in lines:
+                if "verified_shard" in line and done.count(s := line["verified_shard"]) == count[shards[s]["name"]]:
+                    return True
+        return False
+
+    _wait_for(a_shard_is_reusable, proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=WAIT)
     assert proc.returncode == 143, err
@@ -545,3 +563,17 @@ def test_a_closed_terminal_or_ctrl_c_reaching_every_process_of_a_parallel_sweep_
     assert proc.returncode == code, err
     assert len(err.strip().splitlines()) == 1, err  # no resource-tracker warning or traceback below it
     assert _rows(db) == [] and _temps(db) == []
+
+
+def test_a_fit_with_another_trim_resumes_because_the_records_do_not_depend_on_it(model, tmp_path):
+    """README: "the journal is used only for the same model, revision, tool version and options (`--center`,
+    `--include`/`--exclude`, `--protocol`)": `--trim` is not one of them (every trim's fit is in each record; the
+    trim picks the per-kind summaries), so a fit resumed with another trim reuses the records and equals an
+    uninterrupted fit with that trim."""
+    db = tmp_path / "db"
+    with pytest.raises(KeyboardInterrupt):
+        api.fit(str(model), FitOptions(device="cpu"), _StopAfter(5), db_dir=db)
+    row = api.fit(str(model), FitOptions(device="cpu", trim="mid90"), db_dir=db).row
+    assert row["run"]["resumed"]["tensors"] == 5
+    whole = api.fit(str(model), FitOptions(device="cpu", trim="mid90"), db_dir=tmp_path / "ref").row
+    assert _science(row) == _science(whole)

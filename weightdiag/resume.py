@@ -203,8 +203,7 @@ def _lines(path: Path) -> Iterable[dict[str, Any]]:
 def resume_options(options: Any) -> dict[str, Any]:
     """The fit options that change a tensor's records (not the device, threads or connections)."""
     return {
-        "protocol": options.protocol,
-        "trim": options.trim,
+        "protocol": options.protocol,  # not the trim: it picks the per-kind summaries, made from the records
         "center": bool(options.center),
         "include": sorted(options.include or []),
         "exclude": sorted(options.exclude or []),
