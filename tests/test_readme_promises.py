@@ -577,3 +577,29 @@ def test_a_fit_with_another_trim_resumes_because_the_records_do_not_depend_on_it
     assert row["run"]["resumed"]["tensors"] == 5
     whole = api.fit(str(model), FitOptions(device="cpu", trim="mid90"), db_dir=tmp_path / "ref").row
     assert _science(row) == _science(whole)
+
+
+def test_a_disk_full_from_the_start_still_prints_the_row_and_stops_the_sweep_at_the_first_row(
+    model, reference, run_folder, tmp_path, monkeypatch
+):
+    """README, `sweep`: "**Disk full**: the sweep stops at the first row it cannot write and says which rows are
+    kept; `fit --json` still prints the row it could not write (exit 2)". Here the disk is full before the fit
+    starts, so not even the journal can be written (it was exit 5, an internal error, with nothing printed)."""
+    import errno
+
+    from weightdiag import db as database
+
+    def full(path, text, before_rename=None):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(database, "write_text_atomic", full)
+    db = tmp_path / "db"
+    out = run_cli("fit", str(model), "--db", str(db), "--json", "-q", "--device", "cpu")
+    assert out.returncode == 2, out.stderr
+    assert _science(json.loads(out.stdout)) == _science(reference)
+    assert len(out.stderr.strip().splitlines()) == 1 and "No space left on device" in out.stderr, out.stderr
+    assert _rows(db) == [] and _journals(db) == []
+    out = run_cli("sweep", str(run_folder), "--all", "--db", str(db), "-q", "--device", "cpu")
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the sweep stopped at step0: 0 rows are in the database" in lines[0], out.stderr

@@ -137,16 +137,24 @@ class Journal:
     def start(self, started: str, kept: Resumed) -> None:
         """Begin (or continue) the journal: the manifest, then the records reused, then this fit's."""
         self.discard()
-        self.folder.mkdir(parents=True, exist_ok=True)
         from .db import write_json_atomic
 
-        write_json_atomic(self.folder / "manifest.json", {**self.document, "started": kept.started or started})
-        self._file = open(self.folder / "records.jsonl", "a", encoding="utf-8")  # noqa: SIM115 (open until close)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(self.folder / "manifest.json", {**self.document, "started": kept.started or started})
+            self._file = open(self.folder / "records.jsonl", "a", encoding="utf-8")  # noqa: SIM115 (open until close)
+        except OSError:  # a full disk: the fit goes on (its row may still reach --json), it only cannot be resumed
+            self.discard()
+            return
         for name, e in kept.records.items():
             self._append({"name": name, "shard": e.shard, "matrices": e.matrices, "vectors": e.vectors}, flush=False)
         for shard in sorted(kept.skip_shards):
             self._append({"verified_shard": shard}, flush=False)
-        self._file.flush()
+        if self._file is not None:
+            try:
+                self._file.flush()
+            except OSError:
+                self._close_file()
 
     def add(self, name: str, shard: int, matrices: list[dict[str, Any]], vectors: list[dict[str, Any]]) -> None:
         self._append({"name": name, "shard": shard, "matrices": matrices, "vectors": vectors})
