@@ -233,3 +233,41 @@ def test_plot_and_html_show_relative_change_and_rank_per_block_and_kind(planted,
     text = page.read_text()
     assert text.count("data:image/png;base64,") == 3
     assert Q1 in text and "LoRA-like" in text and result.findings[0].message.split(":")[0] in text
+
+
+def _cli(capsys, *args: str) -> tuple[int, str, str]:
+    from weightdiag import cli
+
+    cli._console.cache_clear()
+    capsys.readouterr()
+    try:
+        cli.main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--blocks", "0-3"], "--blocks selects what --fail-above gates"),
+        (["--fail-above", "-1"], "--fail-above -1"),
+        (["--fail-above", "0", "--blocks", "x"], "--blocks 'x'"),
+        (["--fail-above", "0", "--blocks", "40-41"], "no compared tensor is in the --blocks selection"),
+        (["--sketch", "1"], "--sketch 1"),
+        (["--include", "nothing.*"], "no tensor in common"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(planted, capsys, extra, needle):
+    code, out, err = _cli(capsys, "diff", str(planted[0]), str(planted[1]), "--no-save", *extra)
+    assert code == 2, (out, err)
+    assert err.count("\n") == 1 and err.startswith("error: ") and needle in err, err
+
+
+def test_gguf_and_missing_models_are_one_line_errors(planted, smollm_gguf, capsys, tmp_path):
+    code, _out, err = _cli(capsys, "diff", str(smollm_gguf), str(planted[1]), "--no-save")
+    assert code == 2 and "diff reads safetensors checkpoints" in err and err.count("\n") == 1
+    code, _out, err = _cli(capsys, "diff", str(tmp_path / "nothing"), str(planted[1]), "--no-save")
+    assert code == 2 and err.count("\n") == 1
