@@ -317,6 +317,7 @@ def sweep(
     download: bool = False,
     on_plan: Callable[[str, list[str]], None] | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
+    progress: Progress | None = None,
 ) -> SweepRun:
     """`weightdiag sweep`: fit the selected checkpoints of a training run (Hub revisions or a folder of
     checkpoint folders) into the database; resumable (rows already there are kept), in parallel."""
@@ -350,7 +351,9 @@ def sweep(
     option_dict: dict[str, Any] = {f: getattr(options, f) for f in (*fields, "connections", "split_fused")}
     option_dict["include"], option_dict["exclude"] = list(options.include), list(options.exclude)
     db = Path(db_dir) if db_dir else default_db_dir()
-    outcomes = sw.run_sweep(plan, db, option_dict, runner, token=token, download=download, on_outcome=on_outcome)
+    outcomes = sw.run_sweep(
+        plan, db, option_dict, runner, token=token, download=download, on_outcome=on_outcome, progress=progress
+    )
     return SweepRun(plan.model_id, names, outcomes)
 
 

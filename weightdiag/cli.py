@@ -763,27 +763,34 @@ def sweep(
     def planned(model_id: str, names: list[str]) -> None:
         _say(f"{model_id}: {counted(len(names), 'revision')}: {', '.join(names)}", quiet)
 
+    progress = _progress(quiet)  # a bar per revision while it is fitted (serial sweeps: --jobs 1, local)
+
     def show(outcome: Any) -> None:
+        progress.close()  # the revision's bar gives way to its outcome line
         if not as_json:
             _say(f"  {outcome.revision}: {outcome.status} {outcome.detail}".rstrip(), quiet)
 
-    run = sweep_api(
-        target,
-        db_dir=db,
-        options=options,
-        revisions=revisions.split(",") if revisions else None,
-        steps=steps,
-        everything=every,
-        glob=glob,
-        jobs=jobs,
-        executor=executor,
-        ray_address=ray_address,
-        model_id=name,
-        token=token,
-        download=download,
-        on_plan=planned,
-        on_outcome=show,
-    )
+    try:
+        run = sweep_api(
+            target,
+            db_dir=db,
+            options=options,
+            revisions=revisions.split(",") if revisions else None,
+            steps=steps,
+            everything=every,
+            glob=glob,
+            jobs=jobs,
+            executor=executor,
+            ray_address=ray_address,
+            model_id=name,
+            token=token,
+            download=download,
+            on_plan=planned,
+            on_outcome=show,
+            progress=progress,
+        )
+    finally:
+        progress.close()
     outcomes = run.outcomes
     if as_json:
         _print_json([asdict(o) for o in outcomes])

@@ -248,7 +248,7 @@ def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
         plan.model_id = task["model_id"]
         plan.revision = task["revision"]
         journal = open_journal(plan, reader, options, Path(task["db"]))  # a revision cut off resumes next time
-        row = fit_plan(plan, reader, options, journal=journal)
+        row = fit_plan(plan, reader, options, _named_progress(task), journal=journal)
         path = save_row(row, task["db"])
         journal.discard()
         return asdict(
@@ -327,6 +327,19 @@ def watch_parent(parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="weightdiag-parent-watch", daemon=True).start()
+
+
+def _named_progress(task: dict[str, Any]) -> Callable[[str, Any], None] | None:
+    """The task's progress callback (serial sweeps only), its bar named by the revision being fitted."""
+    inner = task.get("progress")
+    if inner is None:
+        return None
+    name = f"{task['model_id']}@{task['revision']}"
+
+    def progress(event: str, payload: Any) -> None:
+        inner(event, {**payload, "model": name} if event == "start" else payload)
+
+    return progress
 
 
 def serial_runner(tasks: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
@@ -475,8 +488,11 @@ def run_sweep(
     token: str | None = None,
     download: bool = False,
     on_outcome: Callable[[Outcome], None] | None = None,
+    progress: Callable[[str, Any], None] | None = None,
 ) -> list[Outcome]:
-    """Fit what is missing; reuse rows across identical revisions; return one outcome per revision."""
+    """Fit what is missing; reuse rows across identical revisions; return one outcome per revision. `progress`
+    hears each fit's events (fit_plan's, the model named <id>@<revision>) when the revisions run one by one
+    in this process (serial_runner): worker processes cannot call back."""
     db = db.resolve()
     check_writable(db)
     protocol = options.get("protocol", "hist1024")
@@ -519,6 +535,7 @@ def run_sweep(
                     "options": options,
                     "token": token,
                     "download": download,
+                    **({"progress": progress} if progress is not None and runner is serial_runner else {}),
                 }
             )
     for result in runner(tasks):

@@ -165,10 +165,15 @@ class FitWidth:
     def _whole_words(console: Console, options: ConsoleOptions, table: Table, width: int) -> Table:
         """A table at least as wide as the longest word of its title and caption (a model id, a path), so
         that the word is not split across lines, as long as the console is that wide."""
-        words = [Measurement.get(console, options, t).minimum for t in (table.title, table.caption) if t]
-        if words and max(words) > (table.min_width or 0):
+        texts = [t for t in (table.title, table.caption) if t]
+        words = [Measurement.get(console, options, t).minimum for t in texts]
+        # Where the width allows, each title and caption line whole too (issue 21: `db show X > file` and a
+        # sweep's summary folded theirs onto a second line under a narrower table).
+        lines = [Measurement.get(console, options, t).maximum for t in texts]
+        wanted = max(lines) if lines and max(lines) <= width else max(words, default=0)
+        if wanted > (table.min_width or 0):
             table = copy.copy(table)
-            table.min_width = min(width, max(words))
+            table.min_width = min(width, wanted)
         return table
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
@@ -284,6 +289,7 @@ class FitProgress:
         if not self.enabled:
             return
         if event == "start":
+            self.close()  # a sweep fits one revision after another: one bar each
             # Imported here: rich.progress costs ~10 ms and quiet or piped runs never draw a bar.
             from rich.progress import (
                 BarColumn,

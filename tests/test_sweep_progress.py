@@ -1,0 +1,111 @@
+"""`sweep` shows progress while each checkpoint is fitted (issue 21): a bar per revision, named by it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from weightdiag import api, synthetic
+from weightdiag.pipeline import FitOptions
+
+RUN = synthetic.RunSpec(steps=(0, 10, 100), n_layers=2, d_model=64, ffn_size=128, vocab=128, duplicate=None)
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("run") / "tiny-run"
+    synthetic.write_training_run(root, RUN)
+    return root
+
+
+def test_a_serial_sweep_reports_each_revisions_fit(run_folder, tmp_path):
+    events: list[tuple[str, object]] = []
+    outcomes: list[str] = []
+
+    def progress(event, payload):
+        events.append((event, payload))
+
+    def done(outcome):
+        outcomes.append(outcome.revision)
+        events.append(("outcome", outcome.revision))
+
+    run = api.sweep(
+        str(run_folder), db_dir=tmp_path / "db", options=FitOptions(device="cpu"), everything=True,
+        progress=progress, on_outcome=done,
+    )  # fmt: skip
+    assert [o.status for o in run.outcomes] == ["fitted"] * 3
+    starts = [payload for event, payload in events if event == "start"]
+    assert [s["model"] for s in starts] == [f"tiny-run@step_{step}" for step in RUN.steps]
+    assert all(s["tensors"] > 0 and s["bytes"] > 0 for s in starts)
+    # each revision's tensors are counted before its outcome is reported
+    for revision in outcomes:
+        at = events.index(("outcome", revision))
+        start = max(i for i, (e, p) in enumerate(events[:at]) if e == "start")
+        assert events[start][1]["model"].endswith("@" + revision)
+        assert any(e == "advance" for e, _ in events[start:at])
+
+
+def test_parallel_sweeps_take_no_callback_into_their_workers(run_folder, tmp_path):
+    calls = []
+    run = api.sweep(
+        str(run_folder), db_dir=tmp_path / "db", options=FitOptions(device="cpu"), everything=True, jobs=2,
+        progress=lambda e, p: calls.append(e),
+    )  # fmt: skip
+    assert [o.status for o in run.outcomes] == ["fitted"] * 3  # a callback is not pickled into a worker
+    assert calls == []
+
+
+@pytest.mark.e2e
+def test_the_sweep_bar_on_a_terminal(run_folder, tmp_path):
+    """In a real terminal (tmux), the bar names the revision being fitted; it is gone once the sweep ends."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux is not installed")
+    import sys
+
+    done = tmp_path / "done"
+    script = tmp_path / "run.sh"
+    script.write_text(
+        f"WEIGHTDIAG_TEST_ROW_WRITE_DELAY=0.6 {sys.executable} -m weightdiag sweep {run_folder} --all "
+        f"--db {tmp_path / 'db'}; touch {done}\nsleep 120\n"
+    )
+    socket = tmp_path / "tmux.sock"
+    base = [tmux, "-S", str(socket), "-f", os.devnull]
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    subprocess.run([*base, "new-session", "-d", "-x", "120", "-y", "40", f"sh '{script}'"], env=env, check=True)
+    screens = []
+    try:
+        for _ in range(1200):
+            screens.append(
+                subprocess.run([*base, "capture-pane", "-p"], env=env, capture_output=True, text=True).stdout
+            )
+            if done.exists():
+                break
+            time.sleep(0.05)
+        assert done.exists()
+        final = subprocess.run([*base, "capture-pane", "-p", "-S", "-"], env=env, capture_output=True, text=True)
+    finally:
+        subprocess.run([*base, "kill-server"], env=env, capture_output=True)
+    assert any("tiny-run@step_" in s and "tensors" in s for s in screens), screens[-1]
+    assert "Traceback" not in final.stdout
+    assert "tensors" not in final.stdout.split("sweep tiny-run:")[-1]  # the bar is gone at the end
+
+
+def test_titles_and_captions_stay_on_one_line_where_the_width_allows(run_folder, tmp_path):
+    """Issue 21: a sweep's summary title (and `db show X > file`'s caption) folded under a narrower table."""
+    from .conftest import run_cli
+
+    out = run_cli("sweep", str(run_folder), "--all", "--db", str(tmp_path / "db"), env={"COLUMNS": "100000"})
+    assert out.returncode == 0, out.stderr
+    (title,) = [line for line in out.stdout.splitlines() if line.startswith("sweep tiny-run:")]
+    assert title.rstrip().endswith("0 failed"), out.stdout
+    out = run_cli("db", "show", "olmo-2-7b", "--db", str(tmp_path / "db"), env={"COLUMNS": "100000"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    bottom = max(i for i, line in enumerate(lines) if line.startswith("└"))
+    caption = [line.strip() for line in lines[bottom + 1 :] if line.strip()]
+    assert caption[0].startswith("protocol ") and caption[0].count("(") == caption[0].count(")"), caption
