@@ -178,3 +178,30 @@ def test_the_readme_trajectory_walk_through_runs_offline(tmp_path):
     lines = [line.rstrip() for line in printed[trajectory].strip("\n").splitlines()]
     assert lines == shown.strip("\n").splitlines()
     assert list((tmp_path / "plots").glob("*.png"))
+
+
+def test_a_newcomer_outside_the_repository(minilm_dir, tmp_path):
+    """Issue 21's newcomer path: a fresh HOME, a folder outside the repository, no network, no --db. The row lands
+    in the per-user database, is found from another folder, and compare and report print what the README shows."""
+    home, first, second = tmp_path / "home", tmp_path / "projects" / "try", tmp_path / "elsewhere"
+    for folder in (home, first, second):
+        folder.mkdir(parents=True)
+    env = {"HOME": str(home), "XDG_DATA_HOME": "", "WEIGHTDIAG_DB": "", "HF_HUB_OFFLINE": "1", "COLUMNS": "100000"}
+    fitted = run_cli("fit", str(minilm_dir), env=env, cwd=first)
+    assert fitted.returncode == 0, fitted.stderr
+    rows = list((home / ".local" / "share" / "weightdiag" / "rows").glob("all-MiniLM-L6-v2@*.json"))
+    assert len(rows) == 1 and f"row written to {rows[0]}" in fitted.stderr
+    for args in (("db", "list"), ("db", "show", "all-MiniLM-L6-v2"), ("env",)):
+        out = run_cli(*args, env=env, cwd=second)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, (args, out.stderr)
+    assert "all-MiniLM-L6-v2" in run_cli("db", "list", env=env, cwd=second).stdout
+    section = _section("Comparing with the paper's cohort: `compare`")
+    compared = run_cli("compare", "all-MiniLM-L6-v2", "-q", env=env, cwd=second)
+    assert compared.returncode == 0, compared.stderr
+    shown = "\n".join(line.rstrip() for line in compared.stdout.strip("\n").splitlines())
+    assert shown == _blocks(section)[0].strip("\n")
+    reported = run_cli("report", "all-MiniLM-L6-v2", "-q", env=env, cwd=second)
+    assert reported.returncode == 0, reported.stderr
+    excerpt = _blocks(_section("Health report: `report`").split("On MiniLM (excerpt):", 1)[1])[0]
+    # read from the row, the first line says "database" where a fresh fit says "fitted"
+    _excerpt_matches(excerpt.replace("(fitted;", "(database;", 1), reported.stdout)
