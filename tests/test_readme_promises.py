@@ -603,3 +603,18 @@ def test_a_disk_full_from_the_start_still_prints_the_row_and_stops_the_sweep_at_
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "the sweep stopped at step0: 0 rows are in the database" in lines[0], out.stderr
+
+
+def test_check_fits_afresh_even_over_an_interrupted_fits_journal(model, tmp_path):
+    """README, `check`: "Fits the model (always afresh) and compares it with the baseline row matrix by matrix":
+    with `--save` too, an interrupted fit's journal is not resumed."""
+    baseline = api.fit(str(model), FitOptions(device="cpu"), db_dir=tmp_path / "ref").path
+    db = tmp_path / "db"
+    with pytest.raises(KeyboardInterrupt):
+        api.fit(str(model), FitOptions(device="cpu"), _StopAfter(5), db_dir=db)
+    out = run_cli("check", str(model), "--baseline", str(baseline), "--db", str(db), "--save", "--device", "cpu")
+    assert out.returncode == 0, out.stderr
+    assert "resumed" not in out.stderr
+    (path,) = _rows(db)
+    assert "resumed" not in load_row(path)["run"]
+    assert _journals(db) == []

@@ -76,9 +76,11 @@ def fit_and_save(
     options: FitOptions,
     progress: Callable[[str, Any], None] | None,
     db: Path | None,
+    fresh: bool = False,
 ) -> tuple[Row, Path | None]:
     """Fit an opened model and write its row into `db` (None: do not save). The folder is checked
-    before the fit, so a long fit never ends in a database that cannot take its row."""
+    before the fit, so a long fit never ends in a database that cannot take its row. An interrupted fit's
+    journal is resumed, unless `fresh` (every tensor read again; the journal is made anew)."""
     from .db import check_writable
 
     if db is not None:
@@ -88,6 +90,8 @@ def fit_and_save(
             reader.close()
             raise
     journal = open_journal(plan, reader, options, db) if db is not None else None
+    if journal is not None and fresh:
+        journal.discard()
     row = fit_plan(plan, reader, options, progress, journal)
     if db is None:
         return row, None
@@ -136,7 +140,8 @@ def resolve_row(
     A `.json` file is read as a row; a cohort entry id gives the shipped row. A local model is
     always fitted (its files may have changed since any earlier row). A Hub id reuses a row of the
     database fitted on the same commit with the same --include/--exclude when `reuse` is set, else
-    it is fitted. Fresh fits are saved unless save=False.
+    it is fitted. Fresh fits are saved unless save=False. Without `reuse` (check: always afresh) an
+    interrupted fit's journal is not resumed either.
     """
     from .db import cohort_entry, find_rows, fit_variant, load_row, local_row
 
@@ -178,5 +183,5 @@ def resolve_row(
             if row["model"].get("commit") == plan.commit and same_selection:
                 reader.close()
                 return load_row(next(p for p, r in named if r is row)), "database"
-    row, _ = fit_and_save(plan, reader, options, progress, db if save else None)
+    row, _ = fit_and_save(plan, reader, options, progress, db if save else None, fresh=not reuse)
     return row, "fitted"
