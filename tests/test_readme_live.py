@@ -205,3 +205,16 @@ def test_a_newcomer_outside_the_repository(minilm_dir, tmp_path):
     excerpt = _blocks(_section("Health report: `report`").split("On MiniLM (excerpt):", 1)[1])[0]
     # read from the row, the first line says "database" where a fresh fit says "fitted"
     _excerpt_matches(excerpt.replace("(fitted;", "(database;", 1), reported.stdout)
+
+
+def test_one_vocabulary_for_the_two_classes_in_json(minilm_dir, tmp_path):
+    """A row's kinds have `class` (the role) and `k_class`; compare's --json names them k_class and role too."""
+    import json
+
+    fitted = run_cli("fit", str(minilm_dir), "--json", "-q", "--db", str(tmp_path))
+    row = json.loads(fitted.stdout)
+    compared = json.loads(run_cli("compare", str(minilm_dir), "--json", "-q", "--db", str(tmp_path)).stdout)
+    for kind in ("q", "k", "ffn_out"):
+        assert compared["kinds"][kind]["k_class"] == row["kinds"][kind]["k_class"] == compared["kinds"][kind]["class"]
+        assert compared["kinds"][kind]["role"] == row["kinds"][kind]["class"]
+    assert row["kinds"]["q"]["class"] == "selection" and row["kinds"]["q"]["k_class"] == "transmission"

@@ -184,6 +184,8 @@ def compare(row: dict[str, Any]) -> CompareReport:
             "k_se": median_k_sigma(records),
             "lambda": s["lambda_median"],
             "class": WITHHELD if withheld else s.get("k_class"),
+            "k_class": WITHHELD if withheld else s.get("k_class"),
+            "role": s["class"],
             "class_withheld": withheld,
             "cohort_k_range": [min(p[1]["k_median"] for p in peers), max(p[1]["k_median"] for p in peers)]
             if peers

@@ -22,7 +22,9 @@ KindComparison = TypedDict(
         "k": float,  # the kind's median k at the cohort's trim
         "k_se": float,  # its standard error (classes.median_k_sigma)
         "lambda": float | None,
-        "class": str | None,  # the row's k_class, or "withheld"
+        "class": str | None,  # the row's k_class, or "withheld" (kept for scripts written before k_class below)
+        "k_class": str | None,  # the same: the class the median k falls in, named as in a row (issue 21)
+        "role": str,  # the kind's role, a row's `class` (selection, transmission, ...: vocabulary.kind_class)
         "class_withheld": str | None,  # why the class is withheld (quantized matrices)
         "cohort_k_range": list[float] | None,  # [min, max] over cohort entries with this kind
         "group_k_range": list[float] | None,  # the same over the model's architecture group
