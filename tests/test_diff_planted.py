@@ -271,3 +271,21 @@ def test_gguf_and_missing_models_are_one_line_errors(planted, smollm_gguf, capsy
     assert code == 2 and "diff reads safetensors checkpoints" in err and err.count("\n") == 1
     code, _out, err = _cli(capsys, "diff", str(tmp_path / "nothing"), str(planted[1]), "--no-save")
     assert code == 2 and err.count("\n") == 1
+
+
+def test_tensors_named_differently_pair_by_their_layout_role(tmp_path):
+    """Meta's native names (layers.N.attention.wq) against the HF ones: paired by block and kind."""
+    base = base_tensors()
+    native = {
+        "q_proj": "attention.wq", "k_proj": "attention.wk", "v_proj": "attention.wv", "o_proj": "attention.wo",
+        "gate_proj": "feed_forward.w1", "down_proj": "feed_forward.w2", "up_proj": "feed_forward.w3",
+    }  # fmt: skip
+    tuned = {}
+    for name, v in noise(base, 1e-3, seed=9).items():
+        for hf, meta in native.items():
+            name = name.replace(f"self_attn.{hf}", meta).replace(f"mlp.{hf}", meta)
+        tuned[name.removeprefix("model.")] = v
+    result = run(write(tmp_path / "b", base), write(tmp_path / "t", tuned))
+    q = by_name(result)[Q1]
+    assert q["tuned_name"] == "layers.1.attention.wq.weight" and 0 < q["relative_change"] < 0.01
+    assert len(result["matrices"]) == 30 and not result["only_base"] and not result["only_tuned"]

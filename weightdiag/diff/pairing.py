@@ -1,5 +1,7 @@
 """Match the tensors of two checkpoints: by name, else by a name that differs only by a leading prefix
-(`bert.encoder...` against `encoder...`, `model.layers...` against `layers...`), shapes checked.
+(`bert.encoder...` against `encoder...`, `model.layers...` against `layers...`), else by the layout's role
+(block, kind, parameter: `model.layers.0.self_attn.q_proj.weight` against Meta's `layers.0.attention.wq.weight`)
+when that role is held by one tensor on each side; shapes checked.
 
 Pure: two tensor tables in, a `Pairing` out. A quantized weight is matched by its logical name and shape
 (weightdiag.quant.group has already turned codes + companions into one logical TensorRef).
@@ -53,6 +55,8 @@ def pair_tensors(base: Sequence[TensorRef], tuned: Sequence[TensorRef]) -> Pairi
             matched[ref.name] = other
     left = {name: t for name, t in tuned_by_name.items() if name not in {m.name for m in matched.values()}}
     renames = _by_suffix(unmatched, left)
+    taken = {t.name for t in renames.values()}
+    renames |= _by_role([r for r in unmatched if r.name not in renames], [t for n, t in left.items() if n not in taken])
     used: set[str] = set()
     for ref in base:
         other = matched.get(ref.name) or renames.get(ref.name)
@@ -95,3 +99,26 @@ def _by_suffix(unmatched: list[TensorRef], left: dict[str, TensorRef]) -> dict[s
                 taken.add(candidates[0].name)
                 break
     return found
+
+
+def _by_role(unmatched: list[TensorRef], left: list[TensorRef]) -> dict[str, TensorRef]:
+    """Pairs of tensors that are the only holders of one layout role (kind, block, expert, parameter, site)
+    on each side; `other` (unrecognised) never pairs this way."""
+    from ..layout import classify_tensor
+
+    def key(ref: TensorRef) -> tuple | None:
+        role = classify_tensor(ref.name, tuple(ref.shape))
+        if role.kind == "other" or role.tower:
+            return None
+        return role.kind, role.block, role.expert, role.param, role.of_kind, role.site
+
+    def unique(refs: list[TensorRef]) -> dict[tuple, TensorRef]:
+        seen: dict[tuple, list[TensorRef]] = {}
+        for ref in refs:
+            k = key(ref)
+            if k is not None:
+                seen.setdefault(k, []).append(ref)
+        return {k: v[0] for k, v in seen.items() if len(v) == 1}
+
+    ours, theirs = unique(unmatched), unique(left)
+    return {ref.name: theirs[k] for k, ref in ours.items() if k in theirs}
