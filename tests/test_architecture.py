@@ -12,7 +12,8 @@ The stages, lowest first (a module may import its own stage and the ones before 
   diagnose  rows -> verdicts (pure)
   db        the database folder
   fitting   a model into a row (fitting), a run's revisions (sweep), matrices re-read for plots (histograms)
-  render    tables, plots, HTML
+  render    tables, plots, HTML; diff (two checkpoints in lockstep: pairing, exact figures, spectrum,
+            findings, and their views: it opens models like fitting and draws like render)
   api       the Python API: one function per command
   cli       the command line
 """
@@ -37,7 +38,7 @@ STAGES = {
     "diagnose": ["diagnose"],
     "db": ["db"],
     "fitting": ["fitting", "sweep", "histograms"],
-    "render": ["render"],
+    "render": ["render", "diff"],
     "api": ["api"],
     "cli": ["cli", "__main__"],
 }
