@@ -2,7 +2,27 @@
 acceptance 3). Each test quotes the sentence it checks. Signals go to real processes; the moment a signal
 lands is made certain, not timed: WEIGHTDIAG_TEST_ROW_WRITE_DELAY holds the writer between its temporary
 row file and the rename, and the test signals once that temporary file exists (the fit is measured, its
-row not yet written). Promises checked elsewhere are listed in the report of issue 20."""
+row not yet written).
+
+The README's other robustness promises are checked where their code is tested:
+- sweep --jobs 2 and SIGINT/SIGTERM/SIGHUP to the sweep alone, workers ended, no row after the signal; workers
+  of a sweep killed with kill -9 exit; kill -9 mid-sweep then rerun; two sweeps share the work (claims); api.sweep
+  leaves the environment alone: tests/test_sweep.py
+- a claim whose process is gone is taken over: tests/test_db_claims.py
+- disk full (ENOSPC at the row): fit --json prints the row, sweep stops at the first row: tests/test_disk_full.py
+- an interrupted fit resumed half-way and twice equals the uninterrupted row; stale journals (a file changed,
+  other options, another version); the Hub reuses verified shards only; a network failure keeps the journal,
+  a corrupt shard discards it; `fit` says what it reused: tests/test_resume.py
+- a shard changed while read: exit 2, one line, no row (nor journal); 300 shards under ulimit -n 256:
+  tests/test_changing_files.py
+- atomic rows (eight concurrent fits killed at random lose nothing), one file per model id, stale temporary
+  files removed, unwritable databases refused before the fit: tests/test_db_safety.py, tests/test_cli.py
+- variants never replace nor stand for the full row, in fit and sweep: tests/test_db_variants.py
+- exit codes 2, 3, 4, 5 with one line: tests/test_cli_surface.py, tests/test_errors.py; a closed pipe is exit 0:
+  tests/test_cli.py
+- Hub deadlines (metadata, refs, stalled and trickling bodies, --download): tests/test_hub_metadata.py,
+  tests/test_hub_stream.py
+"""
 
 from __future__ import annotations
 
