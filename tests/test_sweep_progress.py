@@ -1,4 +1,5 @@
-"""`sweep` shows progress while each checkpoint is fitted (issue 21): a bar per revision, named by it."""
+"""Issue 21's smaller items: `sweep` shows progress while each checkpoint is fitted (a bar per revision, named by
+it); titles and captions stay whole; a pipe read in a terminal gets its width."""
 
 from __future__ import annotations
 
@@ -109,3 +110,31 @@ def test_titles_and_captions_stay_on_one_line_where_the_width_allows(run_folder,
     bottom = max(i for i, line in enumerate(lines) if line.startswith("└"))
     caption = [line.strip() for line in lines[bottom + 1 :] if line.strip()]
     assert caption[0].startswith("protocol ") and caption[0].count("(") == caption[0].count(")"), caption
+
+
+@pytest.mark.e2e
+def test_a_pipe_read_in_a_terminal_gets_its_width_and_a_file_the_full_width(tmp_path):
+    """Issue 21: `weightdiag db show X | head` printed 150-character lines into an 90-column terminal."""
+    import fcntl
+    import pty
+    import struct
+    import sys
+    import termios
+
+    master, slave = pty.openpty()
+    try:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 90, 0, 0))
+        env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+        command = [sys.executable, "-m", "weightdiag", "db", "show", "pythia-160m", "--db", str(tmp_path / "db")]
+        piped = subprocess.run(command, stdout=subprocess.PIPE, stderr=slave, env=env, text=True, timeout=120)
+        assert piped.returncode == 0
+        assert max(len(line) for line in piped.stdout.splitlines()) <= 90, piped.stdout
+        with open(tmp_path / "out.txt", "w") as out:
+            done = subprocess.run(command, stdout=out, stderr=slave, env=env, timeout=120)
+        assert done.returncode == 0
+        assert max(len(line) for line in (tmp_path / "out.txt").read_text().splitlines()) > 90  # a file: whole
+        no_terminal = subprocess.run(command, capture_output=True, env=env, text=True, timeout=120)
+        assert max(len(line) for line in no_terminal.stdout.splitlines()) > 90  # CI: no terminal, full width
+    finally:
+        os.close(master)
+        os.close(slave)

@@ -9,6 +9,7 @@ Errors print one line on stderr, never a traceback (set WEIGHTDIAG_DEBUG=1 to se
 # annotations from strings at each start-up (~15 ms for all commands); real objects cost nothing.
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -94,8 +95,9 @@ def _console(err: bool) -> "Console":
 
     stream = sys.stderr if err else sys.stdout
     # A terminal: its width (or COLUMNS). A file or pipe: COLUMNS if set, else no width at all (rich would
-    # wrap at 80), so tables keep their natural width and long lines stay whole.
-    width = None if stream.isatty() else settings.columns() or UNLIMITED_WIDTH
+    # wrap at 80), so tables keep their natural width and long lines stay whole; but a pipe read in a
+    # terminal (`| head`, `| less`) gets that terminal's width, as its reader sees it (issue 21).
+    width = None if stream.isatty() else settings.columns() or _reader_terminal_width(stream) or UNLIMITED_WIDTH
     # emoji=False: paths and model ids are printed as given (`/tmp/p:fire:q` is no emoji code).
     console = Console(stderr=err, width=width, emoji=False)
     if not err:
@@ -110,6 +112,25 @@ def _broken_pipe() -> None:
 
 
 UNLIMITED_WIDTH = 100_000  # wider than any line weightdiag prints: output to a file is never hard-wrapped
+
+
+def _reader_terminal_width(stream: Any) -> int | None:
+    """The width of the terminal a pipe's output is most likely read in: `stream` is a pipe (not a file) and
+    stderr is a terminal (`weightdiag db list | head`). None for files, and where no terminal is
+    attached (CI, scripts, a job runner): their output keeps its full width."""
+    import stat
+
+    try:
+        if not stat.S_ISFIFO(os.fstat(stream.fileno()).st_mode):
+            return None
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # a captured stream: no descriptor
+        return None
+    try:
+        if sys.stderr is not None and sys.stderr is not stream and sys.stderr.isatty():
+            return os.get_terminal_size(sys.stderr.fileno()).columns or None
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+    return None
 
 
 def _stderr() -> "Console":
