@@ -222,3 +222,23 @@ def test_a_gguf_file_changed_during_a_fit_is_a_change(tmp_path: Path) -> None:
             reader.read_into(plan.tensors[1], out)
     finally:
         reader.close()
+
+
+def test_a_pytorch_bin_shard_changed_during_a_fit_is_a_change(tmp_path: Path) -> None:
+    """.bin shards are memory-mapped by torch.load at open: each tensor copied out is checked against the shard
+    loaded, so one replaced (rename) or rewritten afterwards stops the fit instead of mixing two files."""
+    import torch
+
+    from weightdiag.source.torch_bin import open_torch_bin
+
+    gen = torch.Generator().manual_seed(0)
+    state = {f"layers.{i}.weight": torch.randn(16, 16, generator=gen) for i in range(2)}
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    plan, reader = open_torch_bin(tmp_path, ["pytorch_model.bin"])
+    out = np.empty(plan.tensors[0].nbytes, dtype=np.uint8)
+    reader.read_into(plan.tensors[0], out)
+    torch.save(state, tmp_path / "next.bin")
+    os.replace(tmp_path / "next.bin", tmp_path / "pytorch_model.bin")
+    with pytest.raises(CheckpointFormatError, match=r"changed while being read \(another file now has its name"):
+        reader.read_into(plan.tensors[1], out)
+    reader.close()

@@ -8,6 +8,7 @@ file until a tensor is read, so memory stays at a few tensors here too.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import numpy as np
 
 from ..dtypes import DTYPES, DType
 from ..errors import CheckpointFormatError, ModelPathError
+from .filecheck import FileIdentity, changed
 from .files import default_model_id, file_header_digest, load_config, load_weight_map
 from .plan import ModelPlan, ShardInfo, TensorRef
 
@@ -235,10 +237,19 @@ def _dtype_of(tensor: Any) -> DType:
 
 
 class TorchBinReader:
-    """Copies one tensor at a time out of the memory-mapped checkpoints."""
+    """Copies one tensor at a time out of the memory-mapped checkpoints, each copy checked to come from the
+    shard loaded, unchanged: a shard rewritten, replaced or renamed during a fit is exit 2, not a mixed row.
+    (Truncating a mapped shard while it is read still ends the process with SIGBUS: convert to safetensors.)"""
 
-    def __init__(self, states: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        states: list[dict[str, Any]],
+        paths: list[Path] | None = None,
+        identities: list[FileIdentity] | None = None,
+    ) -> None:
         self._states = states
+        self._paths = paths or []
+        self._identities = identities or []
 
     def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
         import torch
@@ -246,9 +257,20 @@ class TorchBinReader:
         t = self._states[ref.shard][ref.name]
         # Straight into `out`: no contiguous() copy of the tensor first (strides were checked on load).
         torch.from_numpy(out.reshape(-1)[: ref.nbytes]).view(t.dtype).view(t.shape).copy_(t)
+        if ref.shard < len(self._identities):
+            _check_unchanged(self._paths[ref.shard], self._identities[ref.shard])
 
     def close(self) -> None:
         self._states.clear()
+
+
+def _check_unchanged(path: Path, identity: FileIdentity) -> None:
+    try:
+        why = identity.change(os.stat(path))
+    except FileNotFoundError:
+        why = "it was renamed or deleted"
+    if why is not None:
+        raise changed(path, why)
 
 
 def open_torch_bin(
@@ -256,14 +278,17 @@ def open_torch_bin(
 ) -> tuple[ModelPlan, TorchBinReader]:
     if not files:
         raise ModelPathError(f"{folder}: no pytorch_model*.bin weights found", path=folder)
-    states, shards, refs = [], [], []
+    states, shards, refs, identities = [], [], [], []
     seen: set[str] = set()
     for i, name in enumerate(files):
         path = folder / name
         if not path.is_file():
             raise ModelPathError(f"{folder}: shard {name!r} is missing; download the missing file", path=path)
+        identity = FileIdentity.of(os.stat(path))
         state = _load(path)
+        _check_unchanged(path, identity)  # not rewritten while it was unpickled
         states.append(state)
+        identities.append(identity)
         shards.append(ShardInfo(name, path.stat().st_size, (sha256 or {}).get(name), file_header_digest(path)))
         for key, tensor in state.items():
             if key in seen:
@@ -286,4 +311,4 @@ def open_torch_bin(
         file_format="torch",
         notes=[NOTE],
     )
-    return plan, TorchBinReader(states)
+    return plan, TorchBinReader(states, [folder / name for name in files], identities)
