@@ -127,6 +127,8 @@ def test_pairing_lists_one_sided_tensors_shape_mismatches_and_matches_renamed_pr
     base = base_tensors()
     tuned = {("base_model." + k if k.startswith("model.") else k): v for k, v in noise(base, 1e-3, 5).items()}
     del tuned["lm_head.weight"]
+    base = dict(base, **{"model.empty.weight": np.zeros((0, 128), dtype=np.float32)})
+    tuned["model.empty.weight"] = np.zeros((0, 128), dtype=np.float32)
     tuned["score.weight"] = np.zeros((2, 128), dtype=np.float32)  # a new classification head
     tuned["base_model.model.embed_tokens.weight"] = np.zeros((321, 128), dtype=np.float32)  # a grown vocabulary
     result = run(write(tmp_path / "b", base), write(tmp_path / "t", tuned))
@@ -142,6 +144,7 @@ def test_pairing_lists_one_sided_tensors_shape_mismatches_and_matches_renamed_pr
     ]
     q = by_name(result)[Q1]
     assert q["tuned_name"] == "base_model." + Q1 and q["relative_change"] > 0
+    assert {"name": "model.empty.weight", "reason": "empty tensor"} in result["skipped"]
 
 
 def test_bf16_unchanged_fraction_compares_stored_bits(tmp_path):

@@ -126,6 +126,12 @@ def decoder_for(ref: TensorRef, read: ReadTensor):
 def side_values(ref: TensorRef, raw: np.ndarray, byte_lo: int, decoder: Any, first: int) -> Side:
     """One side of a block: decoded float32 values for a quantized weight, else its stored elements."""
     if ref.quant is not None:
+        if byte_lo % getattr(decoder, "unit_bytes", 1):  # a row that does not start on a whole code unit
+            raise QuantizationError(
+                f"{ref.name}: its rows do not start on whole {ref.quant.spec.label} code units; diff reads whole "
+                "rows and cannot decode it; diff the unquantized model instead",
+                method=ref.quant.spec.method,
+            )
         values, at = decoder.decode(raw, byte_lo)
         if at != first:
             raise CheckpointFormatError(f"{ref.name}: decoded block starts at {at}, not {first}", file=ref.name)

@@ -69,6 +69,9 @@ def pair_tensors(base: Sequence[TensorRef], tuned: Sequence[TensorRef]) -> Pairi
                 {"name": ref.name, "tuned_name": other.name, "base": list(ref.shape), "tuned": list(other.shape)}
             )
             continue
+        if ref.numel == 0:
+            out.skipped.append({"name": ref.name, "reason": "empty tensor"})
+            continue
         if not (_readable(ref) and _readable(other)):
             odd = ref if not _readable(ref) else other
             out.skipped.append({"name": ref.name, "reason": f"dtype {odd.dtype.name} is not compared"})
