@@ -4,9 +4,11 @@ A tensor of logical shape [..., n] is read as an m x n matrix (m = the product o
 is an n x 1 column) in blocks of whole rows, the same rows on both sides whatever each side's dtype (F32
 against BF16, FP8 block codes against F32): the element ranges match, the byte ranges follow each side's
 own row size. A block is at most BLOCK_BYTES of either side's stored bytes and BLOCK_ELEMS elements, so
-memory is a few blocks per side (about twice a fit's chunks, plus the float64 arithmetic on them),
-whatever the tensor. Each side's bytes come from its own reader through the engine's ChunkReader protocol
-(`start`, then `chunk` as a context manager): local mappings or ranged GETs into pooled buffers.
+memory is a few blocks per side (about twice a fit's chunks, plus the arithmetic on them), whatever the
+tensor. Each side's bytes come from its own reader through the engine's ChunkReader protocol (`start`, then
+`chunk` as a context manager): local mappings or ranged GETs into pooled buffers. A Hub side is verified as a
+fit is (every shard byte through the reader's ordered sha256, see `side_reads`) when its blocks come in its
+own file order.
 
 A quantized side is decoded by the same decoders `fit` uses (weightdiag.quant.decoder), built from its
 companions when its first block is read; formats decoded in row-major order only (GPTQ and AWQ pack
