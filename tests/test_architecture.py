@@ -34,7 +34,7 @@ STAGES = {
     "source": ["source"],
     "layout": ["layout"],
     "engine": ["engine", "prefetch", "quant"],
-    "measure": ["row", "pipeline"],
+    "measure": ["row", "resume", "pipeline"],
     "diagnose": ["diagnose"],
     "db": ["db"],
     "fitting": ["fitting", "sweep", "histograms"],

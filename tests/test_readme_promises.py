@@ -612,7 +612,11 @@ def test_a_disk_full_from_the_start_still_prints_the_row_and_stops_the_sweep_at_
     def full(path, text, before_rename=None):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(database, "write_text_atomic", full)
+    def full_text(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(database, "write_text_atomic", full)  # the rows
+    monkeypatch.setattr(Path, "write_text", full_text)  # the journal's manifest
     db = tmp_path / "db"
     out = run_cli("fit", str(model), "--db", str(db), "--json", "-q", "--device", "cpu")
     assert out.returncode == 2, out.stderr

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -137,11 +138,13 @@ class Journal:
     def start(self, started: str, kept: Resumed) -> None:
         """Begin (or continue) the journal: the manifest, then the records reused, then this fit's."""
         self.discard()
-        from .db import write_json_atomic
-
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(self.folder / "manifest.json", {**self.document, "started": kept.started or started})
+            # Whole or absent (a manifest cut off by a crash is unreadable: the journal is discarded). Not
+            # db.write_text_atomic: the measurement stage imports nothing of the database.
+            temporary = self.folder / f".manifest.json.{os.getpid()}.tmp"
+            temporary.write_text(json.dumps({**self.document, "started": kept.started or started}), encoding="utf-8")
+            os.replace(temporary, self.folder / "manifest.json")
             self._file = open(self.folder / "records.jsonl", "a", encoding="utf-8")  # noqa: SIM115 (open until close)
         except OSError:  # a full disk: the fit goes on (its row may still reach --json), it only cannot be resumed
             self.discard()
