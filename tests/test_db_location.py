@@ -92,3 +92,17 @@ def test_env_says_which_folder_and_why(away, tmp_path):
     assert "nearest DATABASE folder above" in document["Database folder chosen"]
     text = run_cli("env", cwd=work, env={"WEIGHTDIAG_DB": str(tmp_path / "x")}).stdout
     assert f"- Database folder: {tmp_path / 'x'}\n- Database folder chosen: from $WEIGHTDIAG_DB" in text
+
+
+def test_db_list_says_where_it_looked_when_no_fitted_row_is_there(away, tmp_path):
+    home, work = away
+    out = run_cli("db", "list", cwd=work)
+    assert out.returncode == 0, out.stderr
+    folder = home / ".local" / "share" / "weightdiag"
+    assert f"note: no fitted rows in the database {folder} (the per-user data folder" in out.stderr
+    assert "--db" in out.stderr
+    assert run_cli("db", "list", "-q", cwd=work).stderr == ""
+    assert run_cli("db", "list", "--db", str(tmp_path / "chosen"), cwd=work).stderr == ""  # chosen: no surprise
+    _model_fitted = run_cli("fit", str(_model(tmp_path / "m")), "-q", cwd=work)
+    assert _model_fitted.returncode == 0, _model_fitted.stderr
+    assert run_cli("db", "list", cwd=work).stderr == ""  # rows are there: nothing to explain

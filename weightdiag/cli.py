@@ -639,6 +639,16 @@ def db_list(
     from .render.reports import db_list_view
 
     records = list_rows(db, fitted_only=fitted_only, on_skip=_skipped_row)
+    # No fitted row in the folder the default rules chose (rows fitted elsewhere "vanish"): say which folder, why.
+    if db is None and not os.environ.get("WEIGHTDIAG_DB") and all(
+        str(r.get("source", "")).startswith("cohort") for r in records
+    ):
+        folder, why = settings.db_location()
+        _say(
+            f"note: no fitted rows in the database {Path(folder).absolute()} ({why}); fit a model, or pass the "
+            "database that holds yours with --db (or WEIGHTDIAG_DB)",
+            quiet,
+        )
     if as_json:
         _print_json(records)
     else:
