@@ -7,6 +7,7 @@ $WEIGHTDIAG_DB, else the nearest DATABASE folder in the current folder or above 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -106,3 +107,13 @@ def test_db_list_says_where_it_looked_when_no_fitted_row_is_there(away, tmp_path
     _model_fitted = run_cli("fit", str(_model(tmp_path / "m")), "-q", cwd=work)
     assert _model_fitted.returncode == 0, _model_fitted.stderr
     assert run_cli("db", "list", cwd=work).stderr == ""  # rows are there: nothing to explain
+
+
+def test_no_text_users_read_claims_the_old_default():
+    """The default is no longer ./DATABASE of the current folder: the README, the docs and --help say the rules."""
+    root = Path(__file__).resolve().parent.parent
+    texts = [root / "README.md", *(root / "docs").glob("*.md"), root / "weightdiag" / "cli.py"]
+    stale = [str(p.relative_to(root)) for p in texts if re.search(r"else `?\./DATABASE`?", p.read_text())]
+    assert not stale, stale
+    readme = (root / "README.md").read_text()
+    assert "### Where rows are kept: the database folder" in readme and "~/.local/share/weightdiag" in readme
