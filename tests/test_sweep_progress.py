@@ -13,6 +13,8 @@ import pytest
 from weightdiag import api, synthetic
 from weightdiag.pipeline import FitOptions
 
+from .conftest import run_cli
+
 RUN = synthetic.RunSpec(steps=(0, 10, 100), n_layers=2, d_model=64, ffn_size=128, vocab=128, duplicate=None)
 
 
@@ -98,8 +100,6 @@ def test_the_sweep_bar_on_a_terminal(run_folder, tmp_path):
 
 def test_titles_and_captions_stay_on_one_line_where_the_width_allows(run_folder, tmp_path):
     """Issue 21: a sweep's summary title (and `db show X > file`'s caption) folded under a narrower table."""
-    from .conftest import run_cli
-
     out = run_cli("sweep", str(run_folder), "--all", "--db", str(tmp_path / "db"), env={"COLUMNS": "100000"})
     assert out.returncode == 0, out.stderr
     (title,) = [line for line in out.stdout.splitlines() if line.startswith("sweep tiny-run:")]
@@ -138,3 +138,33 @@ def test_a_pipe_read_in_a_terminal_gets_its_width_and_a_file_the_full_width(tmp_
     finally:
         os.close(master)
         os.close(slave)
+
+
+def test_an_offline_sweep_of_named_cached_revisions(fake_hub, run_folder, tmp_path, monkeypatch):
+    """Issue 21: HF_HUB_OFFLINE=1, which the unreachable-Hub error suggests, refused every sweep of a Hub repo.
+    Revisions named with --revisions need no listing: they are read from the HF cache."""
+    for step in RUN.steps:
+        fake_hub.add_folder("acme/run", run_folder / f"step_{step}", branch=f"step{step}")
+    for step in (0, 100):  # two revisions in the cache (fit --download)
+        api.fit_model(f"acme/run@step{step}", FitOptions(device="cpu"), download=True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    fake_hub.reset_counters()
+    options = FitOptions(device="cpu")
+    run = api.sweep("acme/run", db_dir=tmp_path / "db", options=options, revisions=["step100", "step0"])
+    assert [(o.revision, o.status) for o in run.outcomes] == [("step0", "fitted"), ("step100", "fitted")]
+    assert fake_hub.file_bytes_sent == 0
+    # listing still needs the Hub: the error says how to go on
+    out = run_cli("sweep", "acme/run", "--steps", "log:2", "--db", str(tmp_path / "db"))
+    assert out.returncode == 3 and "--revisions" in out.stderr, out.stderr
+    # a revision not in the cache fails alone, with the reason
+    out = run_cli("sweep", "acme/run", "--revisions", "step0,step10", "--db", str(tmp_path / "db2"))
+    assert out.returncode == 4, out.stderr
+    assert "step10: failed" in out.stderr and "not in the local cache" in out.stderr
+
+
+def test_an_unreachable_hub_does_not_advise_what_cannot_list_revisions(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    out = run_cli("sweep", "acme/run", "--steps", "log:2", "--db", str(tmp_path / "db"))
+    assert out.returncode == 3, out.stderr
+    assert "sweep lists acme/run's revisions there" in out.stderr and "--revisions" in out.stderr

@@ -27,6 +27,7 @@ from .diagnose.lambda_axis import step_from_revision
 from .errors import (
     BadInputError,
     DatabaseError,
+    HubUnreachableError,
     MissingDependencyError,
     ModelPathError,
     NotCachedError,
@@ -73,15 +74,21 @@ def hub_revisions(repo: str, token: str | None = None) -> list[Revision]:
 
     if settings.hf_offline():  # the list of revisions lives on the Hub only; the cache keeps no list of them
         raise NotCachedError(
-            f"{repo}: sweep lists the repo's revisions on the Hub, which HF_HUB_OFFLINE forbids; unset it, or fit "
-            "cached revisions one by one (weightdiag fit ORG/NAME@REV)",
+            f"{repo}: sweep lists the repo's revisions on the Hub, which HF_HUB_OFFLINE forbids; unset it, or name "
+            "cached revisions with --revisions a,b (read from the local HF cache)",
             repo=repo,
             revision=None,
         )
-    revisions = [
-        Revision(name, step_from_revision(name), f"{repo}@{name}", commit=commit)
-        for name, commit in list_refs(repo, token)
-    ]
+    try:
+        refs = list_refs(repo, token)
+    except HubUnreachableError as exc:  # its advice (HF_HUB_OFFLINE=1) would not list them either (issue 21)
+        raise HubUnreachableError(
+            f"{exc.message.split(';')[0]}; sweep lists {repo}'s revisions there: check the network, or with "
+            "HF_HUB_OFFLINE=1 name cached revisions with --revisions a,b (or sweep a local folder of checkpoints)",
+            endpoint=exc.endpoint,
+            repo=repo,
+        ) from None
+    revisions = [Revision(name, step_from_revision(name), f"{repo}@{name}", commit=commit) for name, commit in refs]
     return _order(revisions)
 
 
@@ -473,6 +480,12 @@ def plan_sweep(
             f"{target}: not a folder of checkpoints or a Hub repo id (ORG/NAME, without @REV)", path=target
         )
     repo, _ = split_revision(target)
+    wanted = [n.strip() for n in names or () if n.strip()]
+    if settings.hf_offline() and wanted and not everything:
+        # Offline with the revisions named: nothing to list; each is read from the HF cache (NotCachedError, per
+        # revision, when it is not there). Not deduplicated: that needs the Hub's file hashes.
+        named = [Revision(n, step_from_revision(n), f"{repo}@{n}") for n in wanted]
+        return SweepPlan(model_id or repo, True, _order(named))
     chosen = select(hub_revisions(repo, token), names=names, steps=steps, everything=everything)
     for r in chosen:
         r.identity = hub_identity(repo, r, token)
