@@ -61,3 +61,12 @@ def test_the_device_that_ran_is_said_unless_quiet(tmp_path: Path) -> None:
     assert "reduced on cpu" in out.stdout + out.stderr
     quiet = run_cli("fit", str(model), "--no-save", "--device", "cpu", "-q")
     assert "reduced on" not in quiet.stdout + quiet.stderr
+
+
+def test_env_says_the_cores_and_chunk_workers_even_with_a_bad_setting() -> None:
+    out = run_cli("env", env={"WEIGHTDIAG_THREADS": "3"})
+    assert out.returncode == 0, out.stderr
+    assert "Cores:" in out.stdout and "a fit reads 3 local chunks at once" in out.stdout
+    bad = run_cli("env", env={"WEIGHTDIAG_THREADS": "many"})
+    assert bad.returncode == 0, bad.stderr
+    assert "WEIGHTDIAG_THREADS='many'" in bad.stdout

@@ -605,7 +605,11 @@ def diff(
         connections=connections,
         token=token,
     )
-    result = diff_api(base, tuned, options, db_dir=db, save=save, plot_dir=plot, html_file=html)
+    progress = _progress(quiet)
+    try:
+        result = diff_api(base, tuned, options, db_dir=db, save=save, plot_dir=plot, html_file=html, progress=progress)
+    finally:
+        progress.close()
     verdict = gate(result, fail_above, blocks=chosen_blocks) if fail_above is not None else None
     if as_json:
         document = result.to_json()
@@ -1011,6 +1015,7 @@ def _environment() -> dict[str, Any]:
         "Python version": platform.python_version(),
         "Platform": platform.platform(),
         "Kernels": "C extension" if BACKEND == "c" else "numpy (the C extension is not built, or WEIGHTDIAG_KERNELS)",
+        "Cores": _cores_summary(),
         "Torch version": torch_version or "not installed (only needed for .bin files and CUDA)",
         "CUDA": _cuda_summary() if torch_version else "no (torch is not installed)",
         "huggingface_hub version": hub_version,
@@ -1023,6 +1028,17 @@ def _environment() -> dict[str, Any]:
         "Progress bars": "shown on a terminal" if settings.progress_bars() else "hidden (HF_HUB_DISABLE_PROGRESS_BARS)",
         "WEIGHTDIAG variables": settings.weightdiag_variables(),
     }
+
+
+def _cores_summary() -> str:
+    """The cores this process may use and how many local chunks a fit reads at once (settings.chunk_workers)."""
+    from .errors import OptionError
+
+    try:
+        workers = settings.chunk_workers()
+    except OptionError as exc:  # env still answers: it is where a bad setting is looked into
+        return f"{settings.available_cores()} available; {exc}"
+    return f"{settings.available_cores()} available; a fit reads {workers} local chunks at once"
 
 
 def _cuda_summary() -> str:
