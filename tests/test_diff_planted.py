@@ -292,3 +292,12 @@ def test_tensors_named_differently_pair_by_their_layout_role(tmp_path):
     q = by_name(result)[Q1]
     assert q["tuned_name"] == "layers.1.attention.wq.weight" and 0 < q["relative_change"] < 0.01
     assert len(result["matrices"]) == 30 and not result["only_base"] and not result["only_tuned"]
+
+
+def test_progress_counts_every_byte_and_tensor(planted):
+    events: list[tuple[str, object]] = []
+    diff(str(planted[0]), str(planted[1]), DiffOptions(device="cpu"), lambda e, p: events.append((e, p)))
+    (start,) = [p for e, p in events if e == "start"]
+    assert events[0][0] == "start" and start["tensors"] == 35
+    assert sum(p for e, p in events if e == "bytes") == start["bytes"]
+    assert len([e for e, _ in events if e == "advance"]) == 35

@@ -508,6 +508,7 @@ def diff(
     save: bool = False,
     plot_dir: Path | None = None,
     html_file: Path | None = None,
+    progress: Progress | None = None,
 ) -> DiffResult:
     """What changed from `base` to `tuned`, tensor by tensor (weightdiag.diff); base None: the base_model its
     model card names. With save=True the diff row is written to DATABASE/diffs/ (result.run["saved"]);
@@ -523,7 +524,7 @@ def diff(
         from .db import check_writable
 
         check_writable(Path(db_dir) if db_dir else None)
-    result = run_diff(base, tuned, options)
+    result = run_diff(base, tuned, options, progress)
     if save:
         from .diff.store import save_diff
 

@@ -605,7 +605,11 @@ def diff(
         connections=connections,
         token=token,
     )
-    result = diff_api(base, tuned, options, db_dir=db, save=save, plot_dir=plot, html_file=html)
+    progress = _progress(quiet)
+    try:
+        result = diff_api(base, tuned, options, db_dir=db, save=save, plot_dir=plot, html_file=html, progress=progress)
+    finally:
+        progress.close()
     verdict = gate(result, fail_above, blocks=chosen_blocks) if fail_above is not None else None
     if as_json:
         document = result.to_json()

@@ -7,6 +7,7 @@ The only module of the package that opens models (I/O); the numerics live in mea
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -107,7 +108,12 @@ def _dtype_label(ref: TensorRef) -> str:
     return ref.quantization or ref.dtype.name
 
 
-def diff(base_spec: str | None, tuned_spec: str, options: DiffOptions | None = None) -> DiffResult:
+Progress = Callable[[str, Any], None]  # the fit's progress events: start, bytes, advance (render.tables.FitProgress)
+
+
+def diff(
+    base_spec: str | None, tuned_spec: str, options: DiffOptions | None = None, progress: Progress | None = None
+) -> DiffResult:
     """Compare two checkpoints tensor by tensor (see the package docstring)."""
     options = options or DiffOptions()
     check_options(options)
@@ -139,8 +145,12 @@ def diff(base_spec: str | None, tuned_spec: str, options: DiffOptions | None = N
             )
         verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
         verifying: dict[str, bool] = {}
+        if progress is not None:
+            total = sum(p.base.nbytes + p.tuned.nbytes for p in pairing.pairs)
+            label = f"{base_plan.model_id} -> {tuned_plan.model_id}"
+            progress("start", {"tensors": len(pairing.pairs), "bytes": total, "model": label})
         matrices, vectors = _compare(
-            pairing.pairs, base_plan, base_reader, tuned_reader, options, device, verify, verifying
+            pairing.pairs, base_plan, base_reader, tuned_reader, options, device, verify, verifying, progress
         )
         verification = {
             side: _verification(reader, plan, verifying.get(side, False), verify)
@@ -218,6 +228,7 @@ def _compare(
     device: str,
     verify: bool = False,
     verifying: dict[str, bool] | None = None,
+    progress: Progress | None = None,
 ) -> tuple[list[TensorDiff], list[TensorDiff]]:
     arch = complete_arch(arch_from_config(base_plan.config, []), [(t.name, t.shape) for t in base_plan.tensors])
     totals: dict[int, Totals] = {}
@@ -254,6 +265,8 @@ def _compare(
         verifying=verifying,
     ):
         i = block.pair
+        if progress is not None:
+            progress("bytes", block.base.nbytes + block.tuned.nbytes)
         totals[i].fold(part)
         acc = spectra[i]
         if acc is not None:
@@ -283,4 +296,6 @@ def _compare(
             scaled=is_matrix and is_scaled(fig.alignment, fig.relative_change),
         )
         (matrices if is_matrix else vectors).append(item)
+        if progress is not None:
+            progress("advance", pair.base)
     return matrices, vectors
