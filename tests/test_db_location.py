@@ -117,3 +117,11 @@ def test_no_text_users_read_claims_the_old_default():
     assert not stale, stale
     readme = (root / "README.md").read_text()
     assert "### Where rows are kept: the database folder" in readme and "~/.local/share/weightdiag" in readme
+
+
+def test_db_list_shows_no_matrix_count_for_cohort_entries(tmp_path):
+    """Cohort entries hold per-kind medians, no matrices: '-' rather than 0 (issue 21)."""
+    out = run_cli("db", "list", "--db", str(tmp_path / "db"), env={"COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if "cohort:DATABASE_v9_1 " in line]
+    assert lines and all(re.search(r"│\s+-\s+│\s+1\.\d{4}\s+│", line) for line in lines), lines

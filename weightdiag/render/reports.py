@@ -101,12 +101,17 @@ def db_list_view(rows: list[dict[str, Any]], width: int | None = None) -> FitWid
             escape(r["revision"] or "-"),
             r["source"],
             r["protocol"],
-            str(r["matrices"]),
+            _matrices(r),
             fmt(r["ffn_median_k"]),
             r["attention"] or "-",
             r["created"] or "-",
         )
     return FitWidth(table, optional=("source", "created", "protocol", "attention", "matrices"))
+
+
+def _matrices(record: dict[str, Any]) -> str:
+    """A cohort entry holds per-kind medians, no matrix records: "-", not a count of 0 (issue 21)."""
+    return "-" if str(record["source"]).startswith("cohort") else str(record["matrices"])
 
 
 def _narrowest_list_table(rows: list[dict[str, Any]]) -> int:
@@ -127,7 +132,7 @@ def _plain_list(rows: list[dict[str, Any]]) -> Text:
             r["revision"] or "-",
             r["source"],
             r["protocol"],
-            str(r["matrices"]),
+            _matrices(r),
             fmt(r["ffn_median_k"]),
             r["attention"] or "-",
             r["created"] or "-",
