@@ -164,3 +164,19 @@ def test_report_titles_name_only_the_columns_drawn(minilm_dir, tmp_path):
             assert any(line.startswith("blocks: shape and tails (k per projection)") for line in lines)
         else:
             assert any("block max/q99 and kurtosis" in line for line in lines)
+
+
+def test_log_axes_of_the_depth_and_norm_plots_read_as_plain_numbers(minilm_report, figures, tmp_path):
+    from weightdiag.render import plots
+
+    report, _ = minilm_report
+    plt = plots.pyplot()
+    plots.depth_profile(plt, report.result, tmp_path)
+    plots.norms_plot(plt, report.result, tmp_path)
+    log_axes = [ax for fig in figures for ax in fig.axes if ax.get_yscale() == "log"]
+    assert len(log_axes) >= 4  # λ, std, max/q99, the block-to-block change; the norms
+    for ax in log_axes:
+        labels = [*ax.get_yticklabels(), *ax.get_yticklabels(minor=True)]
+        shown = [t.get_text() for t in labels if t.get_text()]
+        assert len(shown) >= 2 and not any("times" in s or "^" in s for s in shown), shown
+        assert not _overlaps(ax.figure, labels), shown

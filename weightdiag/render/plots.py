@@ -226,6 +226,9 @@ def depth_profile(plt, result: dict[str, Any], folder: Path) -> PlotFile:
         depth["placement"] or "", "norm placement ?"
     )
     fig.suptitle(f"Depth profile ({placement}); red bands: blocks with a warning", fontsize=10)
+    for ax in axes[1:]:
+        if ax.get_yscale() == "log":
+            _plain_log_labels(ax)
     path = save_figure(plt, fig, folder / "depth_profile.png")
     return PlotFile(
         path,
@@ -254,6 +257,7 @@ def norms_plot(plt, result: dict[str, Any], folder: Path) -> PlotFile:
     ratios = [r["ratio"] for r in result["norms"]["vectors"]]
     ax.set_ylim(min(0.3, min(ratios) / 1.3), max(2.2, max(ratios) * 1.3))
     ax.set_yscale("log")
+    _plain_log_labels(ax)
     ax.set_xlabel("block")
     ax.set_ylabel("‖γ‖₂ / √d")
     ax.legend(fontsize=7, ncol=3)
@@ -370,6 +374,14 @@ def readable_log_ticks(axis: Any, lo: float, hi: float) -> None:
     axis.set_major_locator(FixedLocator(ticks))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
     axis.set_minor_formatter(NullFormatter())
+
+
+def _plain_log_labels(ax: Any) -> None:
+    """readable_log_ticks on a log y axis over the range it shows now (its limits then kept)."""
+    lo, hi = ax.get_ylim()
+    if lo > 0 and hi > lo:
+        readable_log_ticks(ax.yaxis, lo, hi)
+        ax.set_ylim(lo, hi)
 
 
 def _no_histogram(plt, data: dict[str, Any], folder: Path) -> PlotFile:
