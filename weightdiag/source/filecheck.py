@@ -3,11 +3,12 @@
 A shard's identity (device, inode, size, mtime, ctime) is recorded from the descriptor its header is read
 through. Every later read opens the shard by its path again (nothing stays open between reads, so a model of
 300 shards fits under `ulimit -n 256`) and checks that the path still names that very file, unchanged, before
-and after it reads: a file truncated, rewritten in place, replaced by rename (the way `save_file` into a
-temporary name and a rename does) or renamed away during a fit ends it with one line (exit 2), never a row
-that mixes two checkpoints. ctime is checked besides mtime because a copy that preserves times (`cp -p`,
-rsync) sets mtime back but cannot set ctime. File times tick every few milliseconds (the kernel's coarse
-clock): a same-size rewrite within that tick of the header read is the one change this cannot see.
+and after it reads: a file truncated, rewritten in place, overwritten (safetensors' `save_file` onto it
+truncates and rewrites it; a new file renamed over it replaces it) or renamed away during a fit ends it with
+one line (exit 2), never a row that mixes two checkpoints. ctime is checked besides mtime because a copy
+that preserves times (`cp -p`, rsync) sets mtime back but cannot set ctime. File times tick every few
+milliseconds (the kernel's coarse clock): a same-size rewrite within that tick of the header read is the one
+change this cannot see.
 
 Mapped reads need more: a file truncated while a mapping of it is read kills the process with SIGBUS. So a
 chunk is mapped only under a read lease (fcntl F_SETLEASE, Linux): while we hold it, anyone's truncate or
