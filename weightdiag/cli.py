@@ -644,10 +644,12 @@ def db_list(
 
     records = list_rows(db, fitted_only=fitted_only, on_skip=_skipped_row)
     # No fitted row in the folder the default rules chose (rows fitted elsewhere "vanish"): say which folder, why.
-    if db is None and not os.environ.get("WEIGHTDIAG_DB") and all(
-        str(r.get("source", "")).startswith("cohort") for r in records
+    folder, why = settings.db_location()
+    if (
+        db is None
+        and why != settings.DB_FROM_ENV
+        and all(str(r.get("source", "")).startswith("cohort") for r in records)
     ):
-        folder, why = settings.db_location()
         _say(
             f"note: no fitted rows in the database {Path(folder).absolute()} ({why}); fit a model, or pass the "
             "database that holds yours with --db (or WEIGHTDIAG_DB)",

@@ -192,9 +192,9 @@ class Journal:
     def discard(self) -> None:
         """The row is written (or the journal is stale): remove it."""
         self._close_file()
+        # rows/.partial itself stays: removing it when it looks empty races with another fit (a sweep's
+        # worker) creating its journal there.
         shutil.rmtree(self.folder, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            self.folder.parent.rmdir()  # the last journal gone: no empty .partial folder left behind
 
 
 def _lines(path: Path) -> Iterable[dict[str, Any]]:

@@ -186,6 +186,9 @@ def user_data_dir() -> Path | None:
         return None
 
 
+DB_FROM_ENV = "from $WEIGHTDIAG_DB"
+
+
 def db_location() -> tuple[str, str]:
     """(folder, why) of the database when --db is not given, first rule that applies:
     1. $WEIGHTDIAG_DB;
@@ -196,7 +199,7 @@ def db_location() -> tuple[str, str]:
     """
     env = os.environ.get("WEIGHTDIAG_DB")
     if env:
-        return env, "from $WEIGHTDIAG_DB"
+        return env, DB_FROM_ENV
     try:
         here = Path.cwd()
     except OSError:  # the current folder was removed
