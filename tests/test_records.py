@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import pytest
 from typer.testing import CliRunner
 
+from weightdiag import cli as weightdiag_cli
 from weightdiag import db, records, synthetic
 from weightdiag.cli import main
 from weightdiag.errors import BadInputError, ExitCode
@@ -40,6 +41,8 @@ def cli(*args: str) -> Outcome:
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            weightdiag_cli._console.cache_clear()  # consoles bound to the isolation's streams: not for later tests
         sys.stdout.flush()  # the isolation's text streams buffer what sys.stdout.write() was given
         sys.stderr.flush()
         return Outcome(code, out.getvalue().decode(), err.getvalue().decode())
