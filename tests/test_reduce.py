@@ -270,3 +270,22 @@ def test_cuda_reducer_equals_cpu_reducer(dtype):
     part_values = part.view(raw_values.reshape(-1)).reshape(-1)
     bound = summation_bound(part_values, cpu_part.shift) if dtype == "F32" else None
     _same(reduce_torch(raw, dtype, "cuda", part), cpu_part, bound)
+
+
+def test_f32_bin_tables_from_windows_equal_the_whole_bucket_scan():
+    """The tables look at 2 x 1,024 patterns around each bin edge: the same thresholds and irregular buckets
+    as evaluating float32 log10 on all 65,536 patterns of every split bucket (the construction they replace)."""
+    from weightdiag.engine.codes import F32BinTables
+
+    fast, whole = f32_bin_tables(), F32BinTables(window=None)
+    assert np.array_equal(fast.thresholds, whole.thresholds)
+    assert np.array_equal(fast.irregular, whole.irregular)
+    assert np.array_equal(fast.irregular_bins, whole.irregular_bins)
+    assert (fast.thresholds != 0xFFFFFFFF).sum() > 1000  # the edges are really crossed inside buckets
+
+
+def test_f32_bin_tables_fall_back_to_the_whole_bucket_when_the_window_misses_the_crossing():
+    from weightdiag.engine.codes import F32BinTables
+
+    tiny = F32BinTables(window=0)  # a window of one pattern: almost every bucket takes the whole scan
+    assert np.array_equal(tiny.thresholds, f32_bin_tables().thresholds)

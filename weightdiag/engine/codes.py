@@ -20,6 +20,9 @@ HIST_BINS = 1024
 HIST_LOG10_RANGE = (-12.0, 2.0)
 BIN_EDGES = np.linspace(HIST_LOG10_RANGE[0], HIST_LOG10_RANGE[1], HIST_BINS + 1)
 BELOW, ABOVE = -1, HIST_BINS  # bin indices of values outside the histogram
+# F32 bucket tables: patterns evaluated on each side of a bin edge's float32. 1,024 patterns are ~1.2e-4
+# relative (5e-5 in log10); float32 log10 is within a few ulp (~1e-6 at |log10| = 12) of the true value.
+EDGE_WINDOW = 1024
 
 # Magnitude codes at and above these are Inf/NaN.
 FINITE_LIMIT16 = {"BF16": 0x7F80, "F16": 0x7C00}
@@ -122,7 +125,7 @@ class F32BinTables:
     are binned from an exact per-pattern table instead.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, window: int | None = EDGE_WINDOW) -> None:
         mags = np.arange(32768, dtype=np.uint32) << 16
         first_bins = cohort_bins(mags.view(np.float32))
         last_bins = cohort_bins((mags | 0xFFFF).view(np.float32))
@@ -131,20 +134,15 @@ class F32BinTables:
         self.irregular = np.full(32768, -1, dtype=np.int64)
         irregular_bins: list[np.ndarray] = []
         split = np.flatnonzero(first_bins != last_bins)
-        low = np.arange(65536, dtype=np.uint32)
         for start in range(0, split.size, 64):
             keys = split[start : start + 64]
-            patterns = (keys.astype(np.uint32)[:, None] << 16) | low
-            logs = np.log10(np.maximum(patterns.view(np.float32), np.float32(1e-13))).astype(np.float64)
-            for row, key in enumerate(keys):
-                nxt = int(first_bins[key]) + 1  # the only edge this bucket may cross
-                # Same rule as cohort_bins: edges are closed below, the top edge is closed above.
-                moved = logs[row] > BIN_EDGES[-1] if nxt == HIST_BINS else logs[row] >= BIN_EDGES[nxt]
-                if last_bins[key] == nxt and not (np.diff(moved.view(np.int8)) < 0).any():
-                    self.thresholds[key] = patterns[row, int(np.argmax(moved))]
+            for key, row, moved in _crossings(keys, first_bins[keys] + 1, window):
+                if last_bins[key] == first_bins[key] + 1 and moved is not None:
+                    self.thresholds[key] = row[int(np.argmax(moved))]
                 else:
                     self.irregular[key] = len(irregular_bins)
-                    irregular_bins.append(cohort_bins(patterns[row].view(np.float32)))
+                    patterns = (np.uint32(key) << 16) | np.arange(65536, dtype=np.uint32)
+                    irregular_bins.append(cohort_bins(patterns.view(np.float32)))
         self.irregular_bins = np.array(irregular_bins, dtype=np.int64).reshape(-1, 65536)
 
     def histogram(self, counts16: np.ndarray, above: np.ndarray, irregular_hist: np.ndarray) -> np.ndarray:
@@ -158,6 +156,42 @@ class F32BinTables:
             j = self.irregular[key]
             np.add.at(hist, self.irregular_bins[j] + 1, irregular_hist[j])
         return hist[1 : HIST_BINS + 1]
+
+
+def _moved(logs: np.ndarray, nxt: np.ndarray) -> np.ndarray:
+    """Whether each log10 (rows: one bucket each) is in bin nxt or above (the same rule as cohort_bins:
+    edges closed below, the top edge closed above)."""
+    top = nxt == HIST_BINS
+    edge = BIN_EDGES[np.minimum(nxt, HIST_BINS)][:, None]
+    return np.where(top[:, None], logs > BIN_EDGES[-1], logs >= edge)
+
+
+def _crossings(keys: np.ndarray, nxt: np.ndarray, window: int | None):
+    """(key, patterns, moved) per split bucket: moved[i] says whether patterns[i] is in bin nxt or above;
+    None when it is not False then True (float32 log10 not monotone there). With `window`, only the
+    patterns within `window` of the edge's float32 are evaluated (the rest of the bucket lies further from
+    the edge than any float32 log10 error reaches); a bucket whose crossing is not inside its window is
+    evaluated whole."""
+    low = np.arange(65536, dtype=np.uint32)
+    if window is None:
+        patterns = (keys.astype(np.uint32)[:, None] << 16) | low
+        logs = np.log10(np.maximum(patterns.view(np.float32), np.float32(1e-13))).astype(np.float64)
+        for key, row, moved in zip(keys, patterns, _moved(logs, nxt), strict=True):
+            yield key, row, moved if not (np.diff(moved.view(np.int8)) < 0).any() else None
+        return
+    edge = np.float32(10.0 ** BIN_EDGES[np.minimum(nxt, HIST_BINS)]).view(np.uint32).astype(np.int64)
+    start = keys.astype(np.int64) << 16
+    lo = np.clip(edge - window, start, start + 0xFFFF - 2 * window)  # the window inside the bucket
+    patterns = (lo[:, None] + np.arange(2 * window + 1)).astype(np.uint32)
+    logs = np.log10(np.maximum(patterns.view(np.float32), np.float32(1e-13))).astype(np.float64)
+    for i, (key, row, moved) in enumerate(zip(keys, patterns, _moved(logs, nxt), strict=True)):
+        at_start = int(row[0]) == int(key) << 16
+        at_end = int(row[-1]) == (int(key) << 16) | 0xFFFF
+        inside = (at_start or not moved[0]) and (at_end or moved[-1]) and moved.any()
+        if inside and not (np.diff(moved.view(np.int8)) < 0).any():
+            yield key, row, moved
+        else:  # the crossing is not where the edge's float32 says, or not monotone: look at the whole bucket
+            yield from _crossings(keys[i : i + 1], nxt[i : i + 1], None)
 
 
 @lru_cache(maxsize=1)
