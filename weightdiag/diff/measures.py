@@ -13,18 +13,25 @@ unchanged_fraction: elements bit-identical at storage precision. Both sides stor
 neither quantized: the stored bit patterns are compared (so +0 vs -0 and two NaNs with the same payload
 are as stored). Otherwise (a quantized side, or F32 against BF16): the decoded float32 bit patterns.
 sign_flips: elements of opposite signs on the two sides (a zero on either side is no flip).
+
+Both sides stored in one 16-bit float dtype (BF16 or F16: nearly every pair), with the C kernels built: one
+C pass per block (kernels.pair16) counts everything above at once: the same counts, histograms, maxima and
+float32 arithmetic as the numpy path, whose results are its test oracle; only the float64 sums are added in
+another order. A block whose ΔW is not finite somewhere takes the numpy path.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache, cached_property
 
 import numpy as np
 
-from ..engine.codes import code_values
+from ..engine import kernels
+from ..engine.codes import FINITE_LIMIT16, code_values, f32_bin_tables
 from ..engine.fit import WeibullFit
-from ..engine.reduce import Reduction, finite_mask, merge, reduce_array
+from ..engine.reduce import Reduction, f32_shift, finite_mask, merge, reduce_array, shift_sums
 from ..engine.stats import Summary
 from ..source.plan import STORAGE_NUMPY
 from ..vocabulary import COHORT_TRIM
@@ -67,21 +74,70 @@ def as_float(raw: np.ndarray, dtype: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Side:
-    """One side of a block: its values, and its stored bits when it is stored plainly (not quantized)."""
+    """One side of a block: its stored elements when it is stored plainly (not quantized), else its decoded
+    values; `values` are computed only when asked for (the one-pass kernel reads the stored codes)."""
 
-    values: np.ndarray  # float32 (float64 for F64), flat
     dtype: str  # storage dtype; "F32" for a decoded quantized side
     stored: np.ndarray | None  # storage-form elements (uint16 for BF16, ...) when not quantized
+    decoded: np.ndarray | None = None  # float32 values of a quantized side
+
+    @cached_property
+    def values(self) -> np.ndarray:
+        """float32 values (float64 for F64), flat."""
+        if self.decoded is not None:
+            return self.decoded
+        assert self.stored is not None
+        return as_float(self.stored, self.dtype)
 
 
-def block_part(base: Side, tuned: Side) -> tuple[BlockPart, np.ndarray]:
+@dataclass
+class CountedPart:
+    """A block counted by the one-pass C kernel (both sides stored in the same 16-bit float dtype)."""
+
+    dtype: str
+    numel: int
+    counts: kernels.PairCounts
+
+
+@cache
+def _value_table(dtype: str) -> np.ndarray | None:
+    """float32 value of each 16-bit code for the kernel; None for BF16 (the kernel shifts the code)."""
+    if dtype == "BF16":
+        return None
+    return as_float(np.arange(65536, dtype=np.uint32).astype(np.uint16), dtype).astype(np.float32)
+
+
+def counted_part(base: Side, tuned: Side, delta: bool) -> tuple[CountedPart, np.ndarray | None] | None:
+    """The block through kernels.pair16 when it applies (None otherwise: the caller takes the numpy path)."""
+    dtype = base.dtype
+    if not kernels.HAVE_C or base.stored is None or tuned.stored is None:
+        return None
+    if dtype != tuned.dtype or dtype not in FINITE_LIMIT16:
+        return None
+    tables = f32_bin_tables()
+    if len(tables.irregular_bins):  # a float32 log10 not monotone at a bin edge: the kernel has no table for it
+        return None
+    b, t = base.stored.reshape(-1), tuned.stored.reshape(-1)
+    d = np.empty(b.size, dtype=np.float32) if delta else None
+    table = _value_table(dtype)
+    limit = FINITE_LIMIT16[dtype]
+    counts = kernels.pair16(b, t, (table, table), (limit, limit), tables.thresholds, d)
+    if counts.nonfinite:
+        return None
+    return CountedPart(dtype, b.size, counts), d
+
+
+def block_part(base: Side, tuned: Side, *, delta: bool = True) -> tuple[BlockPart | CountedPart, np.ndarray | None]:
     """The figures of one block of elements (the same elements on both sides), and ΔW there (0 where either
-    side is not finite) for the spectrum.
+    side is not finite) for the spectrum (`delta`: wanted; the counted path then skips writing it).
 
     Values that are float32 (every dtype but F64) take the fast path: ΔW in float32 (each element within
     2^-24 relative of the exact difference, and 0 exactly where the values are equal), the sums of squares
     taken in float64 by the engine's reductions (see `square_sum`), one pass each. F64, or a block holding
     NaN or Inf, takes the float64 path."""
+    counted = counted_part(base, tuned, delta)
+    if counted is not None:
+        return counted
     b, t = base.values, tuned.values
     unchanged = _unchanged(base, tuned)
     if b.dtype == np.float32 and t.dtype == np.float32:
@@ -195,7 +251,12 @@ class Totals:
     delta: Reduction | None = None
     ratio: Reduction | None = None
 
-    def fold(self, part: BlockPart) -> None:
+    counted: HeldCounts | None = None  # the counted blocks' sums, folded in place until `finish`
+
+    def fold(self, part: BlockPart | CountedPart) -> None:
+        if isinstance(part, CountedPart):
+            self._fold_counted(part)
+            return
         self.numel += part.numel
         self.d2 += part.d2
         self.b2 += part.b2
@@ -208,6 +269,71 @@ class Totals:
             red = getattr(part, name)
             held = getattr(self, name)
             setattr(self, name, red if held is None else merge([held, red]))
+
+    def _fold_counted(self, part: CountedPart) -> None:
+        c = part.counts
+        self.numel += part.numel
+        self.unchanged += c.unchanged
+        self.flips += c.flips
+        held = self.counted
+        if held is None:
+            held = self.counted = HeldCounts(part.dtype, 0, {}, ((0, -1),) * 4, np.zeros(5, dtype=np.float64))
+            held.dense = {name: np.zeros(size, dtype=np.int64) for name, size in kernels.PAIR_SIZES.items()}
+        for name, (codes, counts) in c.packed.items():
+            held.dense[name][codes] += counts  # codes are distinct within a block
+        held.sums += c.sums
+        # the largest magnitude; a tie keeps the earlier block's (indices are block-local, as on the numpy path)
+        held.tops = tuple(t if t[0] > k[0] else k for k, t in zip(held.tops, c.tops, strict=True))
+        held.numel += part.numel
+
+    def finish(self) -> None:
+        """Turn the counted blocks' sums into reductions and sums of squares (once, before the figures)."""
+        held, self.counted = self.counted, None
+        if held is None:
+            return
+        base, tuned, delta, ratio = counted_reductions(held)
+        d2 = float(held.sums[1])
+        b2, t2 = square_sum(base), square_sum(tuned)
+        self.d2 += d2
+        self.b2 += b2
+        self.t2 += t2
+        self.bt += (b2 + t2 - d2) / 2
+        for name, red in (("base", base), ("tuned", tuned), ("delta", delta), ("ratio", ratio)):
+            held_red = getattr(self, name)
+            setattr(self, name, red if held_red is None else merge([red, held_red]))
+
+
+@dataclass
+class HeldCounts:
+    """The counted blocks of one tensor, folded: dense counts per table (kernels.PAIR_TABLES)."""
+
+    dtype: str
+    numel: int
+    dense: dict[str, np.ndarray]
+    tops: tuple[tuple[int, int], ...]
+    sums: np.ndarray
+
+
+def counted_reductions(held: HeldCounts) -> tuple[Reduction, Reduction, Reduction, Reduction]:
+    """The reductions of base, tuned, ΔW and the ratio, as reduce_array makes them on the numpy path."""
+    dense, n = held.dense, held.numel
+
+    def exact(dtype: str, counts: np.ndarray, top: tuple[int, int]) -> Reduction:
+        code, at = top
+        max_abs = abs(float(code_values(dtype)[code - 1])) if code else float("nan")
+        return Reduction(dtype, n, counts, True, at if code else -1, max_abs)
+
+    tables = f32_bin_tables()
+    hist = tables.histogram(dense["delta"], dense["delta_above"], np.zeros((1, 1), dtype=np.int64))
+    shift = f32_shift(dense["delta"])
+    finite = float(dense["delta"][finite_mask("F32")].sum())
+    sums = shift_sums(held.sums, finite, -shift)
+    code, at = held.tops[2]
+    max_abs = float(np.array([code - 1], dtype=np.uint32).view(np.float32)[0]) if code else float("nan")
+    delta = Reduction("F32", n, dense["delta"], False, at if code else -1, max_abs, hist, sums, shift, 0)
+    base = exact(held.dtype, dense["base"], held.tops[0])
+    tuned = exact(held.dtype, dense["tuned"], held.tops[1])
+    return base, tuned, delta, exact("BF16", dense["ratio"], held.tops[3])
 
 
 @dataclass(frozen=True)
@@ -247,6 +373,7 @@ class Figures:
 
 def figures(totals: Totals, *, fits: bool = True, trim: str = COHORT_TRIM) -> Figures:
     """Figures from the folded sums and reductions (`fits`: Weibull fits of the 2-D tensors only)."""
+    totals.finish()
     dn, bn, tn = math.sqrt(totals.d2), math.sqrt(totals.b2), math.sqrt(totals.t2)
     rel = dn / bn if bn > 0 else 0.0 if dn == 0 else math.inf
     # untouched: exactly 1, not the rounding of Σ b^2 / sqrt(Σ b^2 Σ b^2)

@@ -29,14 +29,16 @@ import numpy as np
 
 from ..chunks import Chunk
 from ..engine import kernels
+from ..engine.codes import FINITE_LIMIT16
 from ..errors import CheckpointFormatError, QuantizationError
 from ..source.plan import STORAGE_NUMPY, TensorRef
 from .blas import single_threaded
-from .measures import Side, as_float
+from .measures import Side
 from .pairing import Pair
 
 BLOCK_BYTES = 8 << 20  # stored bytes of one side in one block (a Hub reader's buffers hold 16 MiB)
 BLOCK_ELEMS = 1 << 20  # elements per block: the float64 arithmetic holds a few arrays of this many
+COUNTED_BLOCK_ELEMS = 1 << 22  # two sides in one 16-bit dtype: one C pass, no float64 arrays (measures.py)
 
 
 def matrix_shape(shape: Sequence[int]) -> tuple[int, int]:
@@ -56,9 +58,23 @@ def row_bytes(ref: TensorRef, m: int) -> int:
     return ref.nbytes // m
 
 
-def rows_per_block(n: int, base_row: int, tuned_row: int) -> int:
+def rows_per_block(n: int, base_row: int, tuned_row: int, elems: int = BLOCK_ELEMS) -> int:
     widest = max(base_row, tuned_row, 1)
-    return max(1, min(BLOCK_BYTES // widest, BLOCK_ELEMS // max(n, 1)))
+    return max(1, min(BLOCK_BYTES // widest, elems // max(n, 1)))
+
+
+def block_rows(pair: Pair) -> int:
+    """Rows per block of a pair: larger blocks where the one-pass kernel takes them (fewer merges)."""
+    m, n = matrix_shape(pair.base.shape)
+    base, tuned = pair.base, pair.tuned
+    counted = (
+        kernels.HAVE_C
+        and base.quant is None
+        and tuned.quant is None
+        and base.dtype.name == tuned.dtype.name
+        and base.dtype.name in FINITE_LIMIT16
+    )
+    return rows_per_block(n, row_bytes(base, m), row_bytes(tuned, m), COUNTED_BLOCK_ELEMS if counted else BLOCK_ELEMS)
 
 
 @dataclass(frozen=True)
@@ -78,7 +94,7 @@ def plan_blocks(pairs: Sequence[Pair]) -> list[Block]:
     for i, pair in enumerate(pairs):
         m, n = matrix_shape(pair.base.shape)
         rb, rt = row_bytes(pair.base, m), row_bytes(pair.tuned, m)
-        step = rows_per_block(n, rb, rt)
+        step = block_rows(pair)
         if max(rb, rt) > BLOCK_BYTES and max(rb, rt) > 16 << 20:
             raise CheckpointFormatError(
                 f"{pair.name}: one row of {n} elements is more than 16 MiB; diff reads whole rows", file=pair.name
@@ -137,10 +153,10 @@ def side_values(ref: TensorRef, raw: np.ndarray, byte_lo: int, decoder: Any, fir
         values, at = decoder.decode(raw, byte_lo)
         if at != first:
             raise CheckpointFormatError(f"{ref.name}: decoded block starts at {at}, not {first}", file=ref.name)
-        return Side(values, "F32", None)
+        return Side("F32", None, values)
     dtype = ref.dtype.name
     stored = raw.view(STORAGE_NUMPY[dtype])
-    return Side(as_float(stored, dtype), dtype, stored)
+    return Side(dtype, stored)
 
 
 BlockWork = Callable[[Block, Side, Side], Any]

@@ -21,7 +21,7 @@ from ..source.open import open_model
 from ..source.plan import ModelPlan, TensorRef
 from .findings import block_key, find, is_low_rank, is_scaled, summarize
 from .measures import Totals, block_part, figures
-from .paired import Block, matrix_shape, row_bytes, rows_per_block, stream_pairs
+from .paired import Block, block_rows, matrix_shape, stream_pairs
 from .pairing import Pair, pair_tensors
 from .result import DiffOptions, DiffResult, TensorDiff
 from .spectrum import Accumulator, accumulator
@@ -240,17 +240,18 @@ def _compare(
         m, n = matrix_shape(pair.base.shape)
         spectral = options.spectrum and len(pair.base.shape) >= 2 and min(m, n) > 1
         if spectral:
-            step = rows_per_block(n, row_bytes(pair.base, m), row_bytes(pair.tuned, m))
+            step = block_rows(pair)
             spectra[i] = accumulator(m, n, step >= m, seed=options.seed, cap=options.sketch, device=device)
         else:
             spectra[i] = None
 
     def work(block: Block, b, t) -> tuple[Any, Any]:
-        part, d64 = block_part(b, t)
         acc = spectra[block.pair]
+        part, delta = block_part(b, t, delta=acc is not None)
+        if acc is None or delta is None:
+            return part, None
         n = matrix_shape(pairs[block.pair].base.shape)[1]
-        spec = acc.block_part(block.r0, d64.reshape(block.r1 - block.r0, n)) if acc is not None else None
-        return part, spec
+        return part, acc.block_part(block.r0, delta.reshape(block.r1 - block.r0, n))
 
     matrices: list[TensorDiff] = []
     vectors: list[TensorDiff] = []

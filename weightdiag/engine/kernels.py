@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -300,3 +301,49 @@ def weighted_power_sums(values: np.ndarray, weights: np.ndarray, shift: float) -
     d = x - shift
     d2 = d * d
     return np.array([w @ d, w @ d2, w @ (d2 * d), w @ (d2 * d2), w @ np.abs(x)], dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# A diff's block pair in one pass (weightdiag.diff.measures): C only; without the extension the diff takes
+# its numpy path (whose figures are this kernel's test oracle).
+
+
+PAIR_TABLES = ("base", "tuned", "delta", "delta_above", "ratio")
+PAIR_SIZES = {"base": 65536, "tuned": 65536, "delta": 65536, "delta_above": 32768, "ratio": 65536}
+
+
+@dataclass
+class PairCounts:
+    """What `pair16` counted over one block of two 16-bit sides (see _kernels.c for each field). The counts
+    come packed: per table (PAIR_TABLES: both sides' codes, ΔW's top 16 bits, ΔW at or above its bucket's
+    cohort-bin threshold, the top 16 bits of |ΔW| / |W_base|), its nonzero codes and their counts."""
+
+    unchanged: int
+    flips: int
+    nonfinite: int  # elements whose ΔW is not finite: the caller takes its float64 path instead
+    packed: dict[str, tuple[np.ndarray, np.ndarray]]  # table -> (codes, counts)
+    tops: tuple[tuple[int, int], ...]  # (largest finite magnitude + 1 or 0, its first index): base, tuned, ΔW, ratio
+    sums: np.ndarray  # float64 Σd, Σd², Σd³, Σd⁴, Σ|d| (d = ΔW, no shift)
+
+
+def pair16(
+    base: np.ndarray,
+    tuned: np.ndarray,
+    tables: tuple[np.ndarray | None, np.ndarray | None],
+    limits: tuple[int, int],
+    thresholds: np.ndarray,
+    delta: np.ndarray | None,
+) -> PairCounts:
+    """One C pass over a block pair of 16-bit codes (`tables`: a side's float32 value per code, None for BF16)."""
+    assert _c is not None, "pair16 needs the C kernels"
+    # np.empty: only the entries written are ever touched (a few thousand), never the whole 3 MB
+    codes = np.empty(5 * 65536, dtype=np.uint16)
+    counts = np.empty(5 * 65536, dtype=np.int64)
+    out = _c.pair16(base, tuned, *tables, *limits, thresholds, codes, counts, delta)
+    unchanged, flips, nonfinite = out[:3]
+    tops = tuple((int(out[k]), int(out[k + 1])) for k in range(3, 11, 2))
+    packed = {
+        name: (codes[j * 65536 : j * 65536 + n].copy(), counts[j * 65536 : j * 65536 + n].copy())
+        for j, (name, n) in enumerate(zip(PAIR_TABLES, out[16:21], strict=True))
+    }
+    return PairCounts(unchanged, flips, nonfinite, packed, tops, np.array(out[11:16], dtype=np.float64))

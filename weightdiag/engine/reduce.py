@@ -208,6 +208,21 @@ def reduce_range(flat: np.ndarray, dtype: str, segments: Segments | None, lo: in
     return out
 
 
+def shift_sums(power_sums: np.ndarray, n: float, d: float) -> np.ndarray:
+    """Power sums of (x - a) over n values moved to (x - a + d), exactly by the binomial expansion."""
+    s1, s2, s3, s4, abs_sum = (float(x) for x in power_sums)
+    return np.array(
+        (
+            s1 + d * n,
+            s2 + 2 * d * s1 + d * d * n,
+            s3 + 3 * d * s2 + 3 * d * d * s1 + d**3 * n,
+            s4 + 4 * d * s3 + 6 * d * d * s2 + 4 * d**3 * s1 + d**4 * n,
+            abs_sum,  # sums of |x| need no shift
+        ),
+        dtype=np.float64,
+    )
+
+
 def merge(parts: list[Reduction]) -> Reduction:
     """One Reduction from partial ones given in flat order (ties of the largest |w| keep the first)."""
     for p in parts:
@@ -233,16 +248,7 @@ def merge(parts: list[Reduction]) -> Reduction:
         finite = finite_mask("F32")
         total = np.zeros(kernels.POWER_SUMS, dtype=np.float64)
         for p in parts:
-            n = float(p.counts[finite].sum())
-            d = p.shift - merged.shift
-            s1, s2, s3, s4, abs_sum = (float(x) for x in p.power_sums)
-            total += (
-                s1 + d * n,
-                s2 + 2 * d * s1 + d * d * n,
-                s3 + 3 * d * s2 + 3 * d * d * s1 + d**3 * n,
-                s4 + 4 * d * s3 + 6 * d * d * s2 + 4 * d**3 * s1 + d**4 * n,
-                abs_sum,  # sums of |x| need no shift
-            )
+            total += shift_sums(p.power_sums, float(p.counts[finite].sum()), p.shift - merged.shift)
         merged.power_sums = total
     if first.n_inf is not None:
         merged.n_inf = sum(p.n_inf or 0 for p in parts)
