@@ -249,7 +249,7 @@ def stream_pairs(
     if verifying is not None:  # which sides read every byte of their shards (the caller calls finish())
         verifying.update(base=base_reads.verify, tuned=tuned_reads.verify)
     decoders: dict[tuple[int, int], Any] = {}
-    workers = workers or max(1, min(4, kernels.threads()))
+    workers = workers or kernels.threads()
 
     def read_tensor(reader: Any) -> ReadTensor:
         def read(ref: TensorRef) -> np.ndarray:

@@ -20,8 +20,11 @@ Every path takes ΔW as row blocks (rows [r0, r1) of an m x n matrix, in order) 
   (Tropp, Yurtsever, Udell, Cevher, "Streaming low-rank matrix approximation with an application to
   scientific simulation", SIAM J. Sci. Comput. 2019, Sec. 6).
 
-Ψ and Θ are drawn per row block from a seed and the block's first row, so they are never held whole
-(an embedding's m can be 150,000) and are drawn again, block by block, for Ψ Q and Θ Q at the end.
+Q is never formed: Y itself is not kept (an embedding's m can be 150,000). Its Gram matrix G = Y^T Y
+(k x k) and [Ψ; Θ] Y are summed block by block instead; with G = V Λ V^T, Q = Y V Λ^{-1/2} (directions of
+Y below 1e-6 of its largest singular value dropped: they hold under 1e-12 of its energy), so that
+Ψ Q = (Ψ Y) V Λ^{-1/2} and Θ Q likewise, all k x k or l x k. Ψ and Θ are drawn per row block from a seed
+and the block's first row (float32 Gaussians), used once and dropped.
 Pure numerics: arrays in, numbers out. Deterministic for a given seed.
 """
 
@@ -136,6 +139,8 @@ def _exact(eig: np.ndarray, total: float) -> Spectrum:
 class Sketch(Accumulator):
     """The one-pass sketch of Tropp et al. (2017), Algorithm 4, with an a-posteriori error sketch."""
 
+    RANGE_CUT = 1e-12  # eigenvalues of G below this fraction of the largest: directions dropped from Q
+
     def __init__(
         self, m: int, n: int, seed: int = 0, cap: int = SKETCH_CAP, device: str = "cpu", backend: str | None = None
     ) -> None:
@@ -148,27 +153,26 @@ class Sketch(Accumulator):
         # numpy on the CPU; torch on a GPU (or, for tests, torch on the CPU)
         self.backend = backend or ("numpy" if device == "cpu" else "torch")
         self.omega = np.random.default_rng([seed, 0, n]).standard_normal((n, self.k)).astype(np.float32)
-        self.y = np.zeros((m, self.k), dtype=np.float64)
+        self.gram = np.zeros((self.k, self.k), dtype=np.float64)  # Y^T Y
+        self.test_y = np.zeros((self.l + self.s, self.k), dtype=np.float64)  # [Ψ; Θ] Y
         self.w = np.zeros((self.l + self.s, n), dtype=np.float64)  # [Ψ; Θ] ΔW
-        self.blocks: list[tuple[int, int]] = []
         self._omega_dev = None
 
     def _test(self, r0: int, rows: int) -> np.ndarray:
         """[Ψ; Θ][:, r0:r0 + rows]: drawn from the seed and the block's first row, never held whole."""
-        return (
-            np.random.default_rng([self.seed, 1, r0, rows]).standard_normal((self.l + self.s, rows)).astype(np.float32)
+        return np.random.default_rng([self.seed, 1, r0, rows]).standard_normal(
+            (self.l + self.s, rows), dtype=np.float32
         )
 
-    def block_part(self, r0: int, block: np.ndarray) -> tuple[int, int, np.ndarray]:
+    def block_part(self, r0: int, block: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         d = np.asarray(block, dtype=np.float32)
-        rows = d.shape[0]
-        test = self._test(r0, rows)
+        test = self._test(r0, d.shape[0])
         if self.backend == "torch":
             y_rows, w_part = self._on_device(d, test)
         else:
             y_rows, w_part = d @ self.omega, test @ d
-        self.y[r0 : r0 + rows] = y_rows  # each block its own rows: safe from several threads
-        return r0, rows, w_part
+        y64 = y_rows.astype(np.float64)
+        return y64.T @ y64, test.astype(np.float64) @ y64, w_part
 
     def _on_device(self, d: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         import torch
@@ -179,25 +183,43 @@ class Sketch(Accumulator):
         tt = torch.from_numpy(test).to(self.device)
         return (dd @ self._omega_dev).cpu().numpy(), (tt @ dd).cpu().numpy()
 
-    def fold(self, part: tuple[int, int, np.ndarray]) -> None:
-        r0, rows, w_part = part
+    def fold(self, part: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        gram, test_y, w_part = part
+        self.gram += gram
+        self.test_y += test_y
         self.w += w_part
-        self.blocks.append((r0, rows))
 
-    def factors(self) -> tuple[np.ndarray, np.ndarray]:
-        """(Q, X) with Â = Q X (tests compare Â with ΔW)."""
-        q, _ = np.linalg.qr(self.y)
-        psi_q = np.zeros((self.l + self.s, q.shape[1]), dtype=np.float64)
-        for r0, rows in self.blocks:
-            psi_q += self._test(r0, rows).astype(np.float64) @ q[r0 : r0 + rows]
-        self._theta_q = psi_q[self.l :]
-        x, *_ = np.linalg.lstsq(psi_q[: self.l], self.w[: self.l], rcond=None)
-        return q, x
+    def range_map(self) -> np.ndarray:
+        """V Λ^{-1/2} (k x r): Q = Y @ range_map() is an orthonormal basis of Y's range."""
+        eig, vecs = np.linalg.eigh(self.gram)
+        keep = eig > self.RANGE_CUT * max(float(eig[-1]), 0.0)
+        return vecs[:, keep] / np.sqrt(eig[keep])
+
+    def factors(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(Q, X) with Â = Q X, given Y = ΔW Ω (tests compare Â with ΔW; the stream never holds Y)."""
+        return np.asarray(y, dtype=np.float64) @ self.range_map(), self._coefficients(self.range_map())[0]
+
+    def _coefficients(self, to_q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """X = (Ψ Q)^+ (Ψ ΔW), and Θ Q."""
+        test_q = self.test_y @ to_q
+        psi_q, theta_q = test_q[: self.l], test_q[self.l :]
+        if psi_q.shape[1] == 0:
+            return np.zeros((0, self.n)), theta_q
+        # Ψ Q (l x r, l > r, Gaussian times orthonormal: well conditioned) by its QR, then one triangular
+        # solve for all n columns: level-3 BLAS, where lstsq's SVD of an l x n right-hand side was level-2
+        q, r = np.linalg.qr(psi_q)
+        try:
+            x = np.linalg.solve(r, q.T @ self.w[: self.l])
+        except np.linalg.LinAlgError:  # rank-deficient Ψ Q (not seen with Gaussian Ψ): the least-squares way
+            x, *_ = np.linalg.lstsq(psi_q, self.w[: self.l], rcond=None)
+        return x, theta_q
 
     def result(self, total: float) -> Spectrum:
-        _q, x = self.factors()
-        sv = np.linalg.svd(x, compute_uv=False)
-        residual = self.w[self.l :] - self._theta_q @ x
+        x, theta_q = self._coefficients(self.range_map())
+        # σ(X) from the r x r matrix X X^T (level-3 BLAS; an SVD of the r x n X was mostly level-2): squaring
+        # loses σ below ~1e-8 σ_1, which hold under 1e-16 of the energy the rank90 cut counts
+        sv = np.sqrt(np.clip(np.linalg.eigvalsh(x @ x.T)[::-1], 0.0, None)) if x.size else np.zeros(0)
+        residual = self.w[self.l :] - theta_q @ x
         err = math.sqrt(max(float(np.sum(residual**2)) / self.s, 0.0))
         # rank90 is given only where the bound pins it: every matrix whose σ are within ERROR_SAFETY * e of
         # the σ̂ (Mirsky) has its rank90 in [lo, hi]; hi beyond the sketch: unknown, at least lo.
