@@ -13,6 +13,7 @@ peak memory does not grow with model size.
 
     python benchmarks/bench_fit.py                     # 1 GB, plus a 4x larger one
     python benchmarks/bench_fit.py --size-gb 0.3 --scale 1 --repeat 1   # quick look
+    python benchmarks/bench_fit.py --dtype F32 --scale 1                # the F32 path
 """
 
 from __future__ import annotations
@@ -39,8 +40,7 @@ D_MODEL, N_HEADS, N_KV, FFN, VOCAB = 2048, 16, 4, 5632, 32000
 # Child processes print their own peak resident memory (VmHWM is per process, unlike ru_maxrss
 # which a child inherits from its parent across fork + exec).
 _VMHWM = (
-    "print('VmHWM', next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')),"
-    " file=sys.stderr)"
+    "print('VmHWM', next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')), file=sys.stderr)"
 )
 
 WEIGHTDIAG_CHILD = f"""
@@ -84,14 +84,14 @@ json.dump(fits, open(sys.argv[2], 'w'))
 """
 
 
-def layers_for(size_bytes: float) -> int:
-    per_layer = 2 * (2 * D_MODEL * D_MODEL + 2 * D_MODEL * (D_MODEL // N_HEADS * N_KV) + 3 * D_MODEL * FFN)
-    embeddings = 2 * 2 * VOCAB * D_MODEL
+def layers_for(size_bytes: float, itemsize: int = 2) -> int:
+    per_layer = itemsize * (2 * D_MODEL * D_MODEL + 2 * D_MODEL * (D_MODEL // N_HEADS * N_KV) + 3 * D_MODEL * FFN)
+    embeddings = itemsize * 2 * VOCAB * D_MODEL
     return max(1, math.ceil((size_bytes - embeddings) / per_layer))
 
 
-def make_checkpoint(root: Path, n_layers: int) -> Path:
-    folder = root / f"llama-d{D_MODEL}-L{n_layers}-bf16"
+def make_checkpoint(root: Path, n_layers: int, dtype: str = "BF16") -> Path:
+    folder = root / f"llama-d{D_MODEL}-L{n_layers}-{dtype.lower()}"
     if (folder / "config.json").exists():
         return folder
     spec = synthetic.ModelSpec(
@@ -102,7 +102,7 @@ def make_checkpoint(root: Path, n_layers: int) -> Path:
         n_kv_heads=N_KV,
         ffn_size=FFN,
         vocab=VOCAB,
-        dtype="BF16",
+        dtype=dtype,
         shard_bytes=512 << 20,
         seed=1,
         # per-kind init sigma: small_init-like input side, wang_init-like output side
@@ -193,9 +193,7 @@ def measure(folder: Path, repeat: int, reference: bool) -> dict[str, object]:
     result["rss_bound"] = 3 * largest + 500 * 2**20
     if reference:
         fits_path = folder / "reference_fits.json"
-        ref_time, ref_peak, _ = run_timed(
-            [sys.executable, "-c", REFERENCE_CHILD, str(folder), str(fits_path)]
-        )
+        ref_time, ref_peak, _ = run_timed([sys.executable, "-c", REFERENCE_CHILD, str(folder), str(fits_path)])
         result["reference_s"] = ref_time
         result["reference_peak_rss"] = ref_peak
         result["speedup_vs_reference"] = ref_time / result["weightdiag_s"]
@@ -213,24 +211,24 @@ def measure(folder: Path, repeat: int, reference: bool) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-gb", type=float, default=1.0)
-    parser.add_argument(
-        "--scale", type=int, default=4, help="also run an N-times larger checkpoint (1: skip)"
-    )
+    parser.add_argument("--scale", type=int, default=4, help="also run an N-times larger checkpoint (1: skip)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--data", type=Path, default=REPO / "benchmarks" / "data")
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--dtype", choices=["BF16", "F32"], default="BF16", help="the checkpoint's dtype")
     args = parser.parse_args()
+    itemsize = 4 if args.dtype == "F32" else 2
 
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"python {platform.python_version()}",
         flush=True,
     )
-    base_layers = layers_for(args.size_gb * 1e9)
-    results = [measure(make_checkpoint(args.data, base_layers), args.repeat, reference=True)]
+    base_layers = layers_for(args.size_gb * 1e9, itemsize)
+    results = [measure(make_checkpoint(args.data, base_layers, args.dtype), args.repeat, reference=True)]
     if args.scale > 1:
-        big_layers = layers_for(args.scale * results[0]["bytes"])
-        results.append(measure(make_checkpoint(args.data, big_layers), args.repeat, reference=False))
+        big_layers = layers_for(args.scale * results[0]["bytes"], itemsize)
+        results.append(measure(make_checkpoint(args.data, big_layers, args.dtype), args.repeat, reference=False))
     for r in results:
         print(json.dumps(r, indent=1))
     if args.json:

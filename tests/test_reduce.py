@@ -8,6 +8,7 @@ import torch
 
 from weightdiag import synthetic
 from weightdiag.engine import kernels
+from weightdiag.engine import reduce as reduce_module
 from weightdiag.engine.codes import code_values, f32_bin_tables
 from weightdiag.engine.reduce import Reduction, merge, reduce_array, reduce_range
 from weightdiag.engine.reduce_torch import reduce_torch, upload
@@ -289,3 +290,47 @@ def test_f32_bin_tables_fall_back_to_the_whole_bucket_when_the_window_misses_the
 
     tiny = F32BinTables(window=0)  # a window of one pattern: almost every bucket takes the whole scan
     assert np.array_equal(tiny.thresholds, f32_bin_tables().thresholds)
+
+
+def _four_passes(monkeypatch, bits: np.ndarray, segments=None):
+    """The F32 reduction as it was before the one-pass kernel (hist32, max, find, power sums)."""
+    with monkeypatch.context() as m:
+        m.setattr(reduce_module, "ONE_PASS", False)
+        return reduce_array(bits, "F32", segments)
+
+
+@pytest.mark.skipif(not kernels.HAVE_C, reason="C kernels not built")
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize(
+    "case",
+    ["gaussian", "inf and nan", "ties of the largest", "large mean", "all nan", "strided rows"],
+)
+def test_the_one_pass_f32_reduction_equals_the_four_passes(monkeypatch, threads, case):
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal(50 * 2048 + 13) * 0.02).astype(np.float32)
+    if case == "inf and nan":
+        x[[5, 70_000]] = [np.inf, -np.inf]
+        x[[9, 30_001]] = np.nan
+    if case == "ties of the largest":
+        x[[40_000, 17, 90_000]] = [-0.75, 0.75, 0.75]  # the first is 17
+    if case == "large mean":
+        x = (1000.0 + x * 1e-3).astype(np.float32)  # mean^2 / variance ~ 1e18: the sums are taken again
+    if case == "all nan":
+        x[:] = np.nan
+    monkeypatch.setattr(kernels, "THREADS", threads)
+    monkeypatch.setattr(kernels, "PARALLEL_MIN", 64)
+    kernels._pool.cache_clear()
+    # one row (split by columns across threads), or every other run of 1,000 (rows of a strided view)
+    segments = Segments(offset=7, length=1000, stride=2000, count=50) if case == "strided rows" else None
+    bits = x.view(np.uint32)
+    one = reduce_array(bits, "F32", segments)
+    four = _four_passes(monkeypatch, bits, segments)
+    kernels._pool.cache_clear()
+    assert np.array_equal(one.counts, four.counts) and np.array_equal(one.hist1024, four.hist1024)
+    assert (one.argmax, one.n_inf, one.numel, one.shift) == (four.argmax, four.n_inf, four.numel, four.shift)
+    assert one.max_abs == four.max_abs or (np.isnan(one.max_abs) and np.isnan(four.max_abs))
+    # the central sums: as precise as the four passes' (the first one, near 0 by the shift, to its scale)
+    scale = np.abs(four.power_sums).max()
+    np.testing.assert_allclose(one.power_sums, four.power_sums, rtol=1e-9, atol=1e-12 * scale)
+    if case == "ties of the largest":
+        assert one.argmax == 17

@@ -887,6 +887,113 @@ done:
     return result;
 }
 
+/* f32_pass(bits2d, thresholds u32[32768], counts i64[65536], above i64[32768], sums f64[5]) ->
+ * (top, at, n_inf, nonfinite): the F32 reduction in one pass over float32 bit patterns, instead of hist32,
+ * max_finite32, find32 and power_sums one after the other: counts per top 16 bits, "above" (hist32's
+ * cohort-bin corrections, without irregular buckets), the float64 sums of x, x^2, x^3, x^4 and |x| over the
+ * finite x (no shift: the caller moves them), the largest finite magnitude plus one (0: none) and its first
+ * flat index, and how many elements are +-Inf and how many not finite. Tiles as pair16: the maxima and sums
+ * vectorised, then the counting. */
+MULTIVERSION static void f32_tile(const uint32_t *restrict p, Py_ssize_t n, uint32_t *top, uint32_t *inf,
+                                  uint32_t *nonfinite) {
+    uint32_t best = 0, n_inf = 0, bad = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t mag = p[i] & 0x7FFFFFFFu, not_finite = mag >= 0x7F800000u;
+        bad += not_finite;
+        n_inf += mag == 0x7F800000u;
+        uint32_t v = (mag + 1) & (not_finite - 1);
+        best = best < v ? v : best;
+    }
+    *top = best;
+    *inf = n_inf;
+    *nonfinite = bad;
+}
+
+static PyObject *f32_pass(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *data, *thr_obj, *c_obj, *a_obj, *s_obj;
+    if (!PyArg_ParseTuple(args, "OOOOO", &data, &thr_obj, &c_obj, &a_obj, &s_obj)) return NULL;
+    Grid g;
+    if (grid_open(data, 4, &g) < 0) return NULL;
+    Py_buffer v[4];
+    int got = 0;
+    PyObject *result = NULL;
+    if (!in_buffer(thr_obj, &v[0], 32768 * 4)) goto done;
+    got = 1;
+    if (!out_buffer(c_obj, &v[1], 65536 * 8)) goto done;
+    got = 2;
+    if (!out_buffer(a_obj, &v[2], 32768 * 8)) goto done;
+    got = 3;
+    if (!out_buffer(s_obj, &v[3], 5 * 8)) goto done;
+    got = 4;
+    {
+        const uint32_t *restrict thr = v[0].buf;
+        int64_t *restrict counts = v[1].buf, *restrict above = v[2].buf;
+        double *out_sums = v[3].buf;
+        int64_t *restrict pairs = calloc(2 * 65536, sizeof(int64_t));
+        if (!pairs) { PyErr_NoMemory(); goto done; }
+        uint32_t top = 0;
+        int64_t at = -1, n_inf = 0, nonfinite = 0;
+        double sums[5][8] = {{0}};
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t r = 0; r < g.rows; r++) {
+            const uint32_t *row = ROW(g, uint32_t, r);
+            for (Py_ssize_t lo = 0; lo < g.cols; lo += PAIR_TILE) {
+                Py_ssize_t len = g.cols - lo < PAIR_TILE ? g.cols - lo : PAIR_TILE;
+                const uint32_t *restrict p = row + lo;
+                uint32_t tile_top, tile_inf, tile_bad;
+                f32_tile(p, len, &tile_top, &tile_inf, &tile_bad);
+                n_inf += tile_inf;
+                nonfinite += tile_bad;
+                if (tile_top > top) {  /* a new largest magnitude: where it first is (rare after a few tiles) */
+                    top = tile_top;
+                    for (Py_ssize_t i = 0; i < len; i++) {
+                        if ((p[i] & 0x7FFFFFFFu) + 1 == top) { at = (int64_t)r * g.cols + lo + i; break; }
+                    }
+                }
+                if (tile_bad == 0) {
+                    pair_sums((const float *)p, len, sums);
+                } else {  /* Inf/NaN: left out of the sums */
+                    for (Py_ssize_t i = 0; i < len; i++) {
+                        if ((p[i] & 0x7FFFFFFFu) >= 0x7F800000u) continue;
+                        float f;
+                        memcpy(&f, &p[i], 4);
+                        double x = (double)f, x2 = x * x;
+                        sums[0][0] += x; sums[1][0] += x2; sums[2][0] += x2 * x; sums[3][0] += x2 * x2;
+                        sums[4][0] += fabs(x);
+                    }
+                }
+                Py_ssize_t i = 0;
+                for (; i + 4 <= len; i += 4) {
+                    uint32_t k[4];
+                    for (int j = 0; j < 4; j++) {
+                        uint32_t w = p[i + j], m = w & 0x7FFFFFFFu;
+                        k[j] = ((w >> 16) << 1) | (m >= thr[m >> 16]);
+                    }
+                    pairs[k[0]]++; pairs[k[1]]++; pairs[k[2]]++; pairs[k[3]]++;
+                }
+                for (; i < len; i++) {
+                    uint32_t w = p[i], m = w & 0x7FFFFFFFu;
+                    pairs[((w >> 16) << 1) | (m >= thr[m >> 16])]++;
+                }
+            }
+        }
+        for (Py_ssize_t c = 0; c < 65536; c++) {
+            counts[c] += pairs[2 * c] + pairs[2 * c + 1];
+            above[c & 0x7FFF] += pairs[2 * c + 1];
+        }
+        for (int k = 0; k < 5; k++)
+            for (int j = 0; j < 8; j++) out_sums[k] += sums[k][j];
+        Py_END_ALLOW_THREADS
+        free(pairs);
+        result = Py_BuildValue("kLLL", (unsigned long)top, (long long)at, (long long)n_inf, (long long)nonfinite);
+    }
+done:
+    for (int k = 0; k < got; k++) PyBuffer_Release(&v[k]);
+    PyBuffer_Release(&g.view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"hist16", hist16, METH_VARARGS, "Add the 65,536-bin histogram of 16-bit codes."},
     {"find16", find16, METH_VARARGS, "First flat index with (x & mask) == target (16-bit)."},
@@ -897,6 +1004,7 @@ static PyMethodDef methods[] = {
     {"count_slots", count_slots, METH_VARARGS, "Count quantized codes per (slot, code) over a rectangle."},
     {"weighted32", weighted32, METH_VARARGS, "Counts and power sums of F32 values held a weight each."},
     {"locate_slots", locate_slots, METH_VARARGS, "First element whose (slot, code) is wanted, -1 if none."},
+    {"f32_pass", f32_pass, METH_VARARGS, "The F32 reduction in one pass: counts, bin corrections, sums, largest."},
     {"pair16", pair16, METH_VARARGS, "One pass over a diff block of two 16-bit sides: counts, dW, ratio, sums."},
     {"reduce_slots", reduce_slots, METH_VARARGS, "One pass over counted (slot, code) entries: counts, bins, top."},
     {NULL, NULL, 0, NULL},

@@ -188,6 +188,39 @@ def count_f32(view: np.ndarray, thresholds: np.ndarray, irregular: np.ndarray, n
     return counts, above, irregular_hist, at
 
 
+def _offsets(view: np.ndarray, pieces: list[np.ndarray]) -> list[int]:
+    """Flat index in `view` of each piece's first element (pieces split by rows, or by columns of one row)."""
+    if len(pieces) == 1:
+        return [0]
+    step = view.strides[0] if view.shape[0] > 1 else view.strides[1]
+    base = view.__array_interface__["data"][0]
+    per = view.shape[1] if view.shape[0] > 1 else 1
+    return [(p.__array_interface__["data"][0] - base) // step * per for p in pieces]
+
+
+def f32_pass(view: np.ndarray, thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int]:
+    """The F32 reduction's counts, bin corrections, float64 sums of x, x^2, x^3, x^4 and |x| over the finite x
+    (no shift), largest finite magnitude bits (-1: none), its first flat index and the Inf count, in one C pass
+    (count_f32 + power_sums do it in four). C only; callers check HAVE_C."""
+    assert _c is not None, "f32_pass needs the C kernels"
+    pieces = _pieces(view)
+
+    def one(piece: np.ndarray):
+        counts = np.zeros(65536, dtype=np.int64)
+        above = np.zeros(32768, dtype=np.int64)
+        sums = np.zeros(POWER_SUMS, dtype=np.float64)
+        top, at, n_inf, _ = _c.f32_pass(piece, thresholds, counts, above, sums)
+        return counts, above, sums, top, at, n_inf
+
+    results = [one(pieces[0])] if len(pieces) == 1 else list(_pool().map(one, pieces))
+    counts, above, sums = (np.sum([r[i] for r in results], axis=0) for i in range(3))
+    top, at = 0, -1
+    for offset, r in zip(_offsets(view, pieces), results, strict=True):
+        if r[3] > top:  # strictly larger: a tie keeps the earlier piece's first index
+            top, at = r[3], offset + r[4]
+    return counts, above, sums, top - 1, at, sum(r[5] for r in results)
+
+
 # ---------------------------------------------------------------------------------------------
 # Exact float64 power sums of (x - shift) for float32 values known to be all finite, and the sum of
 # |x| (the first moment of |w|, exact, for the Gamma closure).
