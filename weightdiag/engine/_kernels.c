@@ -618,7 +618,8 @@ fail:
 }
 
 /* pair16(base, tuned, values_b, values_t, limit_b, limit_t, thresholds u32[32768], codes u16[5 * 65536],
- *        counts i64[5 * 65536], delta f32[n] or None) -> (unchanged, flips, nonfinite, top_b, at_b, top_t,
+ *        counts i64[5 * 65536], delta f32[n] or None, tables u32[5 * 65536] zeroed) -> (unchanged, flips,
+ *        nonfinite, top_b, at_b, top_t,
  *        at_t, top_d, at_d, top_r, at_r, s0, s1, s2, s3, s4, n_b, n_t, n_d, n_above, n_r)
  * One pass over a block of a diff's pair: n 16-bit elements a side (contiguous), each side BF16 (values_x
  * None: the value is the code shifted into a float32) or any 16-bit float dtype given by its float32 value
@@ -752,20 +753,20 @@ static Py_ssize_t pair_pack(uint32_t *restrict table, Py_ssize_t size, uint16_t 
     return k;
 }
 
-/* The counting tables of one thread, kept between calls (zero again after each): fresh arrays per block
- * cost more in page faults than the counting. base, tuned, ratio: 65,536 each; ΔW: 2 x 65,536 pairs
- * [2 * top16 + (magnitude >= its bucket's threshold)], split into its counts and "above" when packed. */
-static __thread uint32_t *pair_tables = NULL;
+/* The counting tables (u32[PAIR_TABLES], the caller's, one per thread, zero on entry and left zero: fresh
+ * arrays per block cost more in page faults than the counting): base, tuned, ratio: 65,536 each; ΔW: 2 x
+ * 65,536 pairs [2 * top16 + (magnitude >= its bucket's threshold)], split into its counts and "above" when
+ * packed. */
 #define PAIR_TABLES (5 * 65536)
 
 static PyObject *pair16(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *b_obj, *t_obj, *vb_obj, *vt_obj, *thr_obj, *codes_obj, *counts_obj, *d_obj;
+    PyObject *b_obj, *t_obj, *vb_obj, *vt_obj, *thr_obj, *codes_obj, *counts_obj, *d_obj, *tables_obj;
     unsigned int limit_b, limit_t;
-    if (!PyArg_ParseTuple(args, "OOOOIIOOOO", &b_obj, &t_obj, &vb_obj, &vt_obj, &limit_b, &limit_t, &thr_obj,
-                          &codes_obj, &counts_obj, &d_obj))
+    if (!PyArg_ParseTuple(args, "OOOOIIOOOOO", &b_obj, &t_obj, &vb_obj, &vt_obj, &limit_b, &limit_t, &thr_obj,
+                          &codes_obj, &counts_obj, &d_obj, &tables_obj))
         return NULL;
-    Py_buffer v[8];
+    Py_buffer v[9];
     int got = 0;
     PyObject *result = NULL;
     const float *vb = NULL, *vt = NULL;
@@ -787,15 +788,14 @@ static PyObject *pair16(PyObject *self, PyObject *args) {
     got = 7;
     if (d_obj != Py_None) { if (!out_buffer(d_obj, &v[7], n * 4)) goto done; delta = v[7].buf; }
     got = 8;
+    if (!out_buffer(tables_obj, &v[8], PAIR_TABLES * 4)) goto done;
+    got = 9;
     if ((uint64_t)n >= ((uint64_t)1 << 32)) {
         PyErr_SetString(PyExc_ValueError, "pair16: a block must hold fewer than 2^32 elements");
         goto done;
     }
-    if (!pair_tables && !(pair_tables = calloc(PAIR_TABLES, sizeof(uint32_t)))) {
-        PyErr_NoMemory();
-        goto done;
-    }
     {
+        uint32_t *pair_tables = v[8].buf;
         const uint16_t *pb = v[0].buf, *pt = v[1].buf;
         const uint32_t *restrict thr = v[4].buf;
         uint16_t *codes = v[5].buf;

@@ -359,6 +359,9 @@ class PairCounts:
     sums: np.ndarray  # float64 Σd, Σd², Σd³, Σd⁴, Σ|d| (d = ΔW, no shift)
 
 
+_pair_scratch = threading.local()  # per thread, freed with it
+
+
 def pair16(
     base: np.ndarray,
     tuned: np.ndarray,
@@ -372,7 +375,10 @@ def pair16(
     # np.empty: only the entries written are ever touched (a few thousand), never the whole 3 MB
     codes = np.empty(5 * 65536, dtype=np.uint16)
     counts = np.empty(5 * 65536, dtype=np.int64)
-    out = _c.pair16(base, tuned, *tables, *limits, thresholds, codes, counts, delta)
+    scratch = getattr(_pair_scratch, "tables", None)
+    if scratch is None:  # this thread's counting tables: zero, and left zero by every call
+        scratch = _pair_scratch.tables = np.zeros(5 * 65536, dtype=np.uint32)
+    out = _c.pair16(base, tuned, *tables, *limits, thresholds, codes, counts, delta, scratch)
     unchanged, flips, nonfinite = out[:3]
     tops = tuple((int(out[k]), int(out[k + 1])) for k in range(3, 11, 2))
     packed = {
