@@ -23,7 +23,7 @@ another order. A block whose ΔW is not finite somewhere takes the numpy path.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, cached_property
 
 import numpy as np
@@ -135,6 +135,7 @@ def block_part(base: Side, tuned: Side, *, delta: bool = True) -> tuple[BlockPar
     2^-24 relative of the exact difference, and 0 exactly where the values are equal), the sums of squares
     taken in float64 by the engine's reductions (see `square_sum`), one pass each. F64, or a block holding
     NaN or Inf, takes the float64 path."""
+    base, tuned = _contiguous(base), _contiguous(tuned)  # the kernels read contiguous blocks
     counted = counted_part(base, tuned, delta)
     if counted is not None:
         return counted
@@ -189,6 +190,12 @@ def block_part(base: Side, tuned: Side, *, delta: bool = True) -> tuple[BlockPar
     return part, d64
 
 
+def _contiguous(side: Side) -> Side:
+    if side.stored is None or side.stored.flags.c_contiguous:
+        return side
+    return Side(side.dtype, np.ascontiguousarray(side.stored), side.decoded)
+
+
 def ratio_reduction(ratio: np.ndarray) -> Reduction:
     """|ΔW| / |W_base| (float32) counted by its top 16 bits, as BF16 codes: the same 2^-7-wide buckets as the
     F32 path's (whose codes are those bits), at a tenth of the cost; only its quantiles are read (no fit),
@@ -199,7 +206,8 @@ def ratio_reduction(ratio: np.ndarray) -> Reduction:
 
 def _unchanged(base: Side, tuned: Side) -> int:
     if base.stored is not None and tuned.stored is not None and base.dtype == tuned.dtype:
-        return int(np.count_nonzero(base.stored == tuned.stored))
+        bits = f"u{base.stored.itemsize}"  # the stored bit patterns (F16 held as float16 compares values)
+        return int(np.count_nonzero(base.stored.view(bits) == tuned.stored.view(bits)))
     b32 = np.ascontiguousarray(base.values, dtype=np.float32)
     t32 = np.ascontiguousarray(tuned.values, dtype=np.float32)
     return int(np.count_nonzero(b32.view(np.uint32) == t32.view(np.uint32)))
@@ -252,8 +260,13 @@ class Totals:
     ratio: Reduction | None = None
 
     counted: HeldCounts | None = None  # the counted blocks' sums, folded in place until `finish`
+    folds: int = 0  # blocks folded so far
+    # per reduction: the fold that holds the numpy-path blocks' largest |value| (ties across the two kinds of
+    # block go to the earlier block, as merge gives them within one kind)
+    numpy_best: dict[str, int] = field(default_factory=dict)
 
     def fold(self, part: BlockPart | CountedPart) -> None:
+        self.folds += 1
         if isinstance(part, CountedPart):
             self._fold_counted(part)
             return
@@ -268,6 +281,8 @@ class Totals:
         for name in ("base", "tuned", "delta", "ratio"):
             red = getattr(part, name)
             held = getattr(self, name)
+            if red.argmax >= 0 and (held is None or held.argmax < 0 or red.max_abs > held.max_abs):
+                self.numpy_best[name] = self.folds
             setattr(self, name, red if held is None else merge([held, red]))
 
     def _fold_counted(self, part: CountedPart) -> None:
@@ -277,13 +292,14 @@ class Totals:
         self.flips += c.flips
         held = self.counted
         if held is None:
-            held = self.counted = HeldCounts(part.dtype, 0, {}, ((0, -1),) * 4, np.zeros(5, dtype=np.float64))
-            held.dense = {name: np.zeros(size, dtype=np.int64) for name, size in kernels.PAIR_SIZES.items()}
+            dense = {name: np.zeros(size, dtype=np.int64) for name, size in kernels.PAIR_SIZES.items()}
+            held = self.counted = HeldCounts(part.dtype, 0, dense, ((0, -1, 0),) * 4, np.zeros(5), c.shift)
         for name, (codes, counts) in c.packed.items():
             held.dense[name][codes] += counts  # codes are distinct within a block
-        held.sums += c.sums
+        # the block's sums are around its own shift (its first tile's mean): moved to the tensor's first one
+        held.sums += shift_sums(c.sums, float(part.numel), c.shift - held.shift)
         # the largest magnitude; a tie keeps the earlier block's (indices are block-local, as on the numpy path)
-        held.tops = tuple(t if t[0] > k[0] else k for k, t in zip(held.tops, c.tops, strict=True))
+        held.tops = tuple((*t, self.folds) if t[0] > k[0] else k for k, t in zip(held.tops, c.tops, strict=True))
         held.numel += part.numel
 
     def finish(self) -> None:
@@ -292,15 +308,20 @@ class Totals:
         if held is None:
             return
         base, tuned, delta, ratio = counted_reductions(held)
-        d2 = float(held.sums[1])
+        d2 = float(shift_sums(held.sums, float(held.numel), held.shift)[1])  # Σ ΔW^2 (around 0)
         b2, t2 = square_sum(base), square_sum(tuned)
         self.d2 += d2
         self.b2 += b2
         self.t2 += t2
         self.bt += (b2 + t2 - d2) / 2
-        for name, red in (("base", base), ("tuned", tuned), ("delta", delta), ("ratio", ratio)):
-            held_red = getattr(self, name)
-            setattr(self, name, red if held_red is None else merge([red, held_red]))
+        reductions = (("base", base), ("tuned", tuned), ("delta", delta), ("ratio", ratio))
+        for (name, red), top in zip(reductions, held.tops, strict=True):
+            other = getattr(self, name)
+            if other is None:
+                setattr(self, name, red)
+                continue
+            counted_first = top[2] < self.numpy_best.get(name, self.folds + 1)
+            setattr(self, name, merge([red, other] if counted_first else [other, red]))
 
 
 @dataclass
@@ -310,16 +331,17 @@ class HeldCounts:
     dtype: str
     numel: int
     dense: dict[str, np.ndarray]
-    tops: tuple[tuple[int, int], ...]
-    sums: np.ndarray
+    tops: tuple[tuple[int, int, int], ...]  # (largest magnitude + 1 or 0, its block-local index, its fold)
+    sums: np.ndarray  # power sums of ΔW around `shift`
+    shift: float
 
 
 def counted_reductions(held: HeldCounts) -> tuple[Reduction, Reduction, Reduction, Reduction]:
     """The reductions of base, tuned, ΔW and the ratio, as reduce_array makes them on the numpy path."""
     dense, n = held.dense, held.numel
 
-    def exact(dtype: str, counts: np.ndarray, top: tuple[int, int]) -> Reduction:
-        code, at = top
+    def exact(dtype: str, counts: np.ndarray, top: tuple[int, int, int]) -> Reduction:
+        code, at, _ = top
         max_abs = abs(float(code_values(dtype)[code - 1])) if code else float("nan")
         return Reduction(dtype, n, counts, True, at if code else -1, max_abs)
 
@@ -327,8 +349,8 @@ def counted_reductions(held: HeldCounts) -> tuple[Reduction, Reduction, Reductio
     hist = tables.histogram(dense["delta"], dense["delta_above"], np.zeros((1, 1), dtype=np.int64))
     shift = f32_shift(dense["delta"])
     finite = float(dense["delta"][finite_mask("F32")].sum())
-    sums = shift_sums(held.sums, finite, -shift)
-    code, at = held.tops[2]
+    sums = shift_sums(held.sums, finite, held.shift - shift)
+    code, at, _ = held.tops[2]
     max_abs = float(np.array([code - 1], dtype=np.uint32).view(np.float32)[0]) if code else float("nan")
     delta = Reduction("F32", n, dense["delta"], False, at if code else -1, max_abs, hist, sums, shift, 0)
     base = exact(held.dtype, dense["base"], held.tops[0])

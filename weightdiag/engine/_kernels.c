@@ -620,13 +620,14 @@ fail:
 /* pair16(base, tuned, values_b, values_t, limit_b, limit_t, thresholds u32[32768], codes u16[5 * 65536],
  *        counts i64[5 * 65536], delta f32[n] or None, tables u32[5 * 65536] zeroed) -> (unchanged, flips,
  *        nonfinite, top_b, at_b, top_t,
- *        at_t, top_d, at_d, top_r, at_r, s0, s1, s2, s3, s4, n_b, n_t, n_d, n_above, n_r)
+ *        at_t, top_d, at_d, top_r, at_r, s0, s1, s2, s3, s4, n_b, n_t, n_d, n_above, n_r, shift)
  * One pass over a block of a diff's pair: n 16-bit elements a side (contiguous), each side BF16 (values_x
  * None: the value is the code shifted into a float32) or any 16-bit float dtype given by its float32 value
  * table. Per element: both sides' codes counted; stored bits equal (unchanged); opposite nonzero signs
  * (flips); d = t - b in float32, counted by its top 16 bits, with the F32 path's cohort-bin corrections
  * ("above": as hist32 without irregular buckets); r = |d| / |b| in float32, counted by its top 16 bits;
- * float64 sums of d, d^2, d^3, d^4 and |d| (shift 0); d written to delta when given. The five counts come
+ * float64 sums of y, y^2, y^3, y^4 (y = d - shift) and |d|, shift the mean of the first tile's finite d
+ * (returned last); d written to delta when given. The five counts come
  * back packed, as their nonzero entries in code order: table j's n_j codes and counts at j * 65536 in
  * codes/counts (j: base, tuned, delta, above, ratio). top_x: the largest finite magnitude (16-bit codes
  * below limit_x for the sides, the float32 bits for d, the top 16 bits for r), plus one (0: none); at_x its
@@ -640,28 +641,41 @@ typedef struct {
     int64_t unchanged, flips, nonfinite;
 } PairTile;
 
-/* Float64 sums of d, d^2, d^3, d^4 and |d| over a tile, in eight independent lanes per sum (GCC/Clang vector
- * types: left to the auto-vectoriser, this loop came out mostly scalar). */
+/* Float64 sums of y, y^2, y^3, y^4 (y = d - shift) and of |d| over a tile, in eight independent lanes per
+ * sum (GCC/Clang vector types: left to the auto-vectoriser, this loop came out mostly scalar). */
 typedef float pair_v8f __attribute__((vector_size(32)));
 typedef double pair_v8d __attribute__((vector_size(64)));
 typedef int64_t pair_v8l __attribute__((vector_size(64)));
-MULTIVERSION static void pair_sums(const float *restrict d, Py_ssize_t n, double sums[5][8]) {
+MULTIVERSION static void pair_sums(const float *restrict d, Py_ssize_t n, double shift, double sums[5][8]) {
     pair_v8d acc[5];
     memcpy(acc, sums, sizeof acc);
     const pair_v8l magnitude = {INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX};
+    const pair_v8d s = {shift, shift, shift, shift, shift, shift, shift, shift};
     Py_ssize_t n8 = n & ~(Py_ssize_t)7, i;
     for (i = 0; i < n8; i += 8) {
         pair_v8f f;
         memcpy(&f, d + i, sizeof f);
-        pair_v8d x = __builtin_convertvector(f, pair_v8d), x2 = x * x;
-        acc[0] += x; acc[1] += x2; acc[2] += x2 * x; acc[3] += x2 * x2;
+        pair_v8d x = __builtin_convertvector(f, pair_v8d), y = x - s, y2 = y * y;
+        acc[0] += y; acc[1] += y2; acc[2] += y2 * y; acc[3] += y2 * y2;
         acc[4] += (pair_v8d)((pair_v8l)x & magnitude);
     }
     memcpy(sums, acc, sizeof acc);
     for (; i < n; i++) {
-        double x = (double)d[i], x2 = x * x;
-        sums[0][0] += x; sums[1][0] += x2; sums[2][0] += x2 * x; sums[3][0] += x2 * x2; sums[4][0] += fabs(x);
+        double x = (double)d[i], y = x - shift, y2 = y * y;
+        sums[0][0] += y; sums[1][0] += y2; sums[2][0] += y2 * y; sums[3][0] += y2 * y2; sums[4][0] += fabs(x);
     }
+}
+
+/* The mean of the finite values of a tile (0 when none): the shift every sum of a call is taken around.
+ * Sums taken around 0 and moved to the mean afterwards cancel when |mean| >> std (a LayerNorm-like ΔW);
+ * around a value from the data they do not (what is left is the spread between tiles, itself large). */
+static double tile_mean(const float *p, Py_ssize_t n) {
+    double total = 0;
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (isfinite(p[i])) { total += p[i]; k++; }
+    }
+    return k ? total / (double)k : 0.0;
 }
 
 /* The float arithmetic and everything that needs no table, over a tile (vectorised): d = t - b, the
@@ -671,8 +685,7 @@ MULTIVERSION static void pair_sums(const float *restrict d, Py_ssize_t n, double
 MULTIVERSION static void pair_tile(const uint16_t *restrict ub, const uint16_t *restrict ut,
                                    const float *restrict vb, const float *restrict vt, Py_ssize_t n,
                                    uint32_t limit_b, uint32_t limit_t,
-                                   float *restrict d, uint16_t *restrict rcode,
-                                   double sums[5][8], PairTile *out) {
+                                   float *restrict d, uint16_t *restrict rcode, PairTile *out) {
     if (!vb && !vt) {  /* BF16: the value is the code shifted (a loop of its own, so that it vectorises) */
         for (Py_ssize_t i = 0; i < n; i++) {
             uint32_t wb = (uint32_t)ub[i] << 16, wt = (uint32_t)ut[i] << 16;
@@ -722,7 +735,6 @@ MULTIVERSION static void pair_tile(const uint16_t *restrict ub, const uint16_t *
     }
     out->top_b = top_b; out->top_t = top_t; out->top_d = top_d; out->top_r = top_r;
     out->unchanged = unchanged; out->flips = flips; out->nonfinite = nonfinite;
-    pair_sums(d, n, sums);
 }
 
 /* First i in [0, n) whose magnitude (+1, as pair_tile computes it) is `top`. */
@@ -805,7 +817,7 @@ static PyObject *pair16(PyObject *self, PyObject *args) {
         int64_t unchanged = 0, flips = 0, nonfinite = 0;
         int64_t at_b = -1, at_t = -1, at_d = -1, at_r = -1;
         uint32_t top_b = 0, top_t = 0, top_d = 0, top_r = 0;
-        double sums[5][8] = {{0}};
+        double sums[5][8] = {{0}}, shift = 0.0;
         Py_ssize_t packed[5];
         Py_BEGIN_ALLOW_THREADS
         float dbuf[PAIR_TILE];
@@ -815,7 +827,9 @@ static PyObject *pair16(PyObject *self, PyObject *args) {
             const uint16_t *restrict b = pb + lo, *restrict t = pt + lo;
             float *d = delta ? delta + lo : dbuf;
             PairTile tile;
-            pair_tile(b, t, vb, vt, len, limit_b, limit_t, d, rcode, sums, &tile);
+            pair_tile(b, t, vb, vt, len, limit_b, limit_t, d, rcode, &tile);
+            if (lo == 0) shift = tile_mean(d, len);
+            pair_sums(d, len, shift, sums);
             unchanged += tile.unchanged;
             flips += tile.flips;
             nonfinite += tile.nonfinite;
@@ -873,11 +887,11 @@ static PyObject *pair16(PyObject *self, PyObject *args) {
             s[k] = 0;
             for (int j = 0; j < 8; j++) s[k] += sums[k][j];
         }
-        result = Py_BuildValue("LLLkLkLkLkLdddddnnnnn", (long long)unchanged, (long long)flips,
+        result = Py_BuildValue("LLLkLkLkLkLdddddnnnnnd", (long long)unchanged, (long long)flips,
                                (long long)nonfinite, (unsigned long)top_b, (long long)at_b, (unsigned long)top_t,
                                (long long)at_t, (unsigned long)top_d, (long long)at_d, (unsigned long)top_r,
                                (long long)at_r, s[0], s[1], s[2], s[3], s[4], packed[0], packed[1], packed[2],
-                               packed[3], packed[4]);
+                               packed[3], packed[4], shift);
     }
 done:
     for (int k = 0; k < got; k++) {
@@ -888,11 +902,11 @@ done:
 }
 
 /* f32_pass(bits2d, thresholds u32[32768], counts i64[65536], above i64[32768], sums f64[5]) ->
- * (top, at, n_inf, nonfinite): the F32 reduction in one pass over float32 bit patterns, instead of hist32,
+ * (top, at, n_inf, nonfinite, shift): the F32 reduction in one pass over float32 bit patterns, instead of hist32,
  * max_finite32, find32 and power_sums one after the other: counts per top 16 bits, "above" (hist32's
- * cohort-bin corrections, without irregular buckets), the float64 sums of x, x^2, x^3, x^4 and |x| over the
- * finite x (no shift: the caller moves them), the largest finite magnitude plus one (0: none) and its first
- * flat index, and how many elements are +-Inf and how many not finite. Tiles as pair16: the maxima and sums
+ * cohort-bin corrections, without irregular buckets), the float64 sums of y, y^2, y^3, y^4 (y = x - shift)
+ * and |x| over the finite x, the largest finite magnitude plus one (0: none) and its first flat index, how
+ * many elements are +-Inf and how many not finite, and the shift (the mean of the first tile's finite x). Tiles as pair16: the maxima and sums
  * vectorised, then the counting. */
 MULTIVERSION static void f32_tile(const uint32_t *restrict p, Py_ssize_t n, uint32_t *top, uint32_t *inf,
                                   uint32_t *nonfinite) {
@@ -934,7 +948,7 @@ static PyObject *f32_pass(PyObject *self, PyObject *args) {
         if (!pairs) { PyErr_NoMemory(); goto done; }
         uint32_t top = 0;
         int64_t at = -1, n_inf = 0, nonfinite = 0;
-        double sums[5][8] = {{0}};
+        double sums[5][8] = {{0}}, shift = 0.0;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t r = 0; r < g.rows; r++) {
             const uint32_t *row = ROW(g, uint32_t, r);
@@ -951,15 +965,16 @@ static PyObject *f32_pass(PyObject *self, PyObject *args) {
                         if ((p[i] & 0x7FFFFFFFu) + 1 == top) { at = (int64_t)r * g.cols + lo + i; break; }
                     }
                 }
+                if (r == 0 && lo == 0) shift = tile_mean((const float *)p, len);
                 if (tile_bad == 0) {
-                    pair_sums((const float *)p, len, sums);
+                    pair_sums((const float *)p, len, shift, sums);
                 } else {  /* Inf/NaN: left out of the sums */
                     for (Py_ssize_t i = 0; i < len; i++) {
                         if ((p[i] & 0x7FFFFFFFu) >= 0x7F800000u) continue;
                         float f;
                         memcpy(&f, &p[i], 4);
-                        double x = (double)f, x2 = x * x;
-                        sums[0][0] += x; sums[1][0] += x2; sums[2][0] += x2 * x; sums[3][0] += x2 * x2;
+                        double x = (double)f, y = x - shift, y2 = y * y;
+                        sums[0][0] += y; sums[1][0] += y2; sums[2][0] += y2 * y; sums[3][0] += y2 * y2;
                         sums[4][0] += fabs(x);
                     }
                 }
@@ -986,7 +1001,8 @@ static PyObject *f32_pass(PyObject *self, PyObject *args) {
             for (int j = 0; j < 8; j++) out_sums[k] += sums[k][j];
         Py_END_ALLOW_THREADS
         free(pairs);
-        result = Py_BuildValue("kLLL", (unsigned long)top, (long long)at, (long long)n_inf, (long long)nonfinite);
+        result = Py_BuildValue("kLLLd", (unsigned long)top, (long long)at, (long long)n_inf, (long long)nonfinite,
+                               shift);
     }
 done:
     for (int k = 0; k < got; k++) PyBuffer_Release(&v[k]);

@@ -198,10 +198,16 @@ def _offsets(view: np.ndarray, pieces: list[np.ndarray]) -> list[int]:
     return [(p.__array_interface__["data"][0] - base) // step * per for p in pieces]
 
 
-def f32_pass(view: np.ndarray, thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int]:
-    """The F32 reduction's counts, bin corrections, float64 sums of x, x^2, x^3, x^4 and |x| over the finite x
-    (no shift), largest finite magnitude bits (-1: none), its first flat index and the Inf count, in one C pass
-    (count_f32 + power_sums do it in four). C only; callers check HAVE_C."""
+PowerSumsPart = tuple[np.ndarray, int, float]  # (power sums around `shift`, finite elements, shift)
+
+
+def f32_pass(
+    view: np.ndarray, thresholds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, list[PowerSumsPart], int, int, int]:
+    """The F32 reduction in one C pass (count_f32 + power_sums do it in four): counts, bin corrections, each
+    thread piece's power sums of its finite x (around the mean of its first tile: they never cancel; the caller
+    moves them to one shift), largest finite magnitude bits (-1: none), its first flat index, the Inf count.
+    C only; callers check HAVE_C."""
     assert _c is not None, "f32_pass needs the C kernels"
     pieces = _pieces(view)
 
@@ -209,16 +215,17 @@ def f32_pass(view: np.ndarray, thresholds: np.ndarray) -> tuple[np.ndarray, np.n
         counts = np.zeros(65536, dtype=np.int64)
         above = np.zeros(32768, dtype=np.int64)
         sums = np.zeros(POWER_SUMS, dtype=np.float64)
-        top, at, n_inf, _ = _c.f32_pass(piece, thresholds, counts, above, sums)
-        return counts, above, sums, top, at, n_inf
+        top, at, n_inf, nonfinite, around = _c.f32_pass(piece, thresholds, counts, above, sums)
+        return counts, above, (sums, piece.size - nonfinite, around), top, at, n_inf
 
     results = [one(pieces[0])] if len(pieces) == 1 else list(_pool().map(one, pieces))
-    counts, above, sums = (np.sum([r[i] for r in results], axis=0) for i in range(3))
+    counts = results[0][0] if len(results) == 1 else np.sum([r[0] for r in results], axis=0)
+    above = results[0][1] if len(results) == 1 else np.sum([r[1] for r in results], axis=0)
     top, at = 0, -1
     for offset, r in zip(_offsets(view, pieces), results, strict=True):
         if r[3] > top:  # strictly larger: a tie keeps the earlier piece's first index
             top, at = r[3], offset + r[4]
-    return counts, above, sums, top - 1, at, sum(r[5] for r in results)
+    return counts, above, [r[2] for r in results], top - 1, at, sum(r[5] for r in results)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,7 +363,8 @@ class PairCounts:
     nonfinite: int  # elements whose ΔW is not finite: the caller takes its float64 path instead
     packed: dict[str, tuple[np.ndarray, np.ndarray]]  # table -> (codes, counts)
     tops: tuple[tuple[int, int], ...]  # (largest finite magnitude + 1 or 0, its first index): base, tuned, ΔW, ratio
-    sums: np.ndarray  # float64 Σd, Σd², Σd³, Σd⁴, Σ|d| (d = ΔW, no shift)
+    sums: np.ndarray  # float64 Σy, Σy², Σy³, Σy⁴ (y = ΔW - shift), Σ|ΔW|
+    shift: float  # the mean of the block's first tile of ΔW (sums around it do not cancel)
 
 
 _pair_scratch = threading.local()  # per thread, freed with it
@@ -385,4 +393,4 @@ def pair16(
         name: (codes[j * 65536 : j * 65536 + n].copy(), counts[j * 65536 : j * 65536 + n].copy())
         for j, (name, n) in enumerate(zip(PAIR_TABLES, out[16:21], strict=True))
     }
-    return PairCounts(unchanged, flips, nonfinite, packed, tops, np.array(out[11:16], dtype=np.float64))
+    return PairCounts(unchanged, flips, nonfinite, packed, tops, np.array(out[11:16], dtype=np.float64), out[21])

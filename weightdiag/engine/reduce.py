@@ -109,9 +109,6 @@ def _reduce8(bits: np.ndarray, dtype: str, segments: Segments) -> Reduction:
     return Reduction(dtype, segments.numel, counts, True, argmax, best if best_at >= 0 else float("nan"))
 
 
-# Moving raw power sums to the shift s loses about log10((s^2 / variance)^2) digits of the fourth central one:
-# beyond this ratio (9 of float64's 16 digits left), they are taken again around the shift, as before.
-CANCELLATION = 1e3
 ONE_PASS = True  # tests compare the one pass with the four it replaces
 
 
@@ -119,7 +116,7 @@ def _reduce_f32(bits: np.ndarray, segments: Segments) -> Reduction:
     tables = f32_bin_tables()
     view = segments.view(bits)
     if ONE_PASS and kernels.HAVE_C and not len(tables.irregular_bins):
-        return _reduce_f32_one_pass(bits, view, segments, tables)
+        return _reduce_f32_one_pass(view, segments, tables)
     counts, above, irregular_hist, at = kernels.count_f32(
         view, tables.thresholds, tables.irregular, len(tables.irregular_bins)
     )
@@ -141,23 +138,15 @@ def _reduce_f32(bits: np.ndarray, segments: Segments) -> Reduction:
     return Reduction("F32", segments.numel, counts, False, argmax, max_abs, hist, sums, shift, n_inf)
 
 
-def _reduce_f32_one_pass(bits: np.ndarray, view: np.ndarray, segments: Segments, tables) -> Reduction:
-    """_reduce_f32 through kernels.f32_pass: one pass instead of four, the same counts, histogram and largest
-    |w|; power sums moved to the shift by the binomial expansion (taken again around it if that cancels)."""
-    counts, above, raw, top, at, n_inf = kernels.f32_pass(view, tables.thresholds)
+def _reduce_f32_one_pass(view: np.ndarray, segments: Segments, tables) -> Reduction:
+    """_reduce_f32 through kernels.f32_pass: one pass instead of four, the same counts, histogram, largest |w|
+    and power sums around the same shift (summed in another order)."""
+    counts, above, parts, top, at, n_inf = kernels.f32_pass(view, tables.thresholds)
+    shift = f32_shift(counts)
+    sums = np.sum([shift_sums(s, float(n), around - shift) for s, n, around in parts], axis=0)
     hist = tables.histogram(counts, above, np.zeros((1, 1), dtype=np.int64))
     argmax = segments.original_index(at) if at >= 0 else -1
     max_abs = float(np.array([top], dtype=np.uint32).view(np.float32)[0]) if top >= 0 else float("nan")
-    n_finite = int(counts[finite_mask("F32")].sum())
-    shift = f32_shift(counts)
-    sums = shift_sums(raw, float(n_finite), -shift)
-    if n_finite and shift * shift * n_finite > CANCELLATION * sums[1]:  # |mean| >> std: around the shift
-        values = view.view(np.float32)
-        if n_finite < segments.numel:
-            flat = values.reshape(-1)
-            sums = kernels.power_sums(flat[np.isfinite(flat)].reshape(1, -1), shift)
-        else:
-            sums = kernels.power_sums(values, shift)
     return Reduction("F32", segments.numel, counts, False, argmax, max_abs, hist, sums, shift, n_inf)
 
 
