@@ -334,3 +334,22 @@ def test_the_one_pass_f32_reduction_equals_the_four_passes(monkeypatch, threads,
     np.testing.assert_allclose(one.power_sums, four.power_sums, rtol=1e-9, atol=1e-12 * scale)
     if case == "ties of the largest":
         assert one.argmax == 17
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F16", "F32"])
+def test_torch_reducer_across_chunks_without_host_syncs(monkeypatch, dtype):
+    """The torch path in many chunks (replicated bins, the largest |w| read back once per tensor): the same
+    reduction as the CPU path, ties across chunks going to the first, Inf/NaN left out, a partial last chunk."""
+    from weightdiag.engine import reduce_torch as rt
+
+    monkeypatch.setattr(rt, "CHUNK", 1000)
+    x = RNG.standard_normal(10_357) * 0.02
+    x[[7_500, 2_345, 9_999]] = [-1.5, 1.5, 1.5]  # ties in three chunks: the first (2,345) is the argmax
+    x[[10, 5_000]] = [np.inf, np.nan]
+    raw_values = {"BF16": _bf16(x), "F16": x.astype(np.float16), "F32": x.astype(np.float32)}[dtype]
+    raw = raw_values.reshape(-1).view(np.uint8)
+    torch_red, cpu_red = reduce_torch(raw, dtype, "cpu"), reduce_array(raw_values.reshape(-1), dtype)
+    _same(torch_red, cpu_red)
+    assert torch_red.argmax == 2_345
+    part = Segments(offset=3, length=700, stride=1_300, count=7)  # rows that straddle the chunks
+    _same(reduce_torch(raw, dtype, "cpu", part), reduce_array(raw_values.reshape(-1), dtype, part))

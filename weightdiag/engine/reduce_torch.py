@@ -1,7 +1,8 @@
 """The same `Reduction` as reduce.py, computed with torch on any device (the CUDA path).
 
-On CUDA the raw bytes are copied to the GPU once and every count is a `bincount` there; only the
-65,536 counts (and small side tables) come back. The code runs unchanged on the CPU device, which
+On CUDA the raw bytes are copied to the GPU once and every count is a `bincount` there, over REPLICAS
+copies of the bins; nothing is read back per chunk (the chunks' largest |w| are read back together, with the
+65,536 counts and small side tables, once per tensor). The code runs unchanged on the CPU device, which
 is how it is tested on machines without a GPU (tests/test_reduce.py).
 """
 
@@ -16,6 +17,10 @@ from .codes import FINITE_LIMIT16, code_values, f32_bin_tables
 from .reduce import Reduction, f32_shift, finite_mask, reduce_array
 
 CHUNK = 1 << 24  # elements per step: bounds the int64 temporaries on the device
+# Each count array replicated this many times, element i counted in copy i % REPLICAS: on a GPU, bincount's
+# atomics serialise on the few hot bins trained weights fill (issue 19, one H100: 15 G elements/s plain,
+# 46 G with 16 copies); the copies are summed once per chunk.
+REPLICAS = 16
 
 
 def _flat_view(t, segments: Segments):
@@ -64,19 +69,57 @@ def reduce_torch(raw: Any, dtype: str, device, segments: Segments | None = None)
     return _reduce_f32(_flat_view(data.view(torch.int32), segments), segments)
 
 
+def _bincount(codes, size: int, offsets):
+    """torch.bincount(codes, minlength=size) through REPLICAS copies of the bins (see REPLICAS)."""
+    import torch
+
+    spread = codes.to(torch.int64) + offsets[: codes.numel()]
+    return torch.bincount(spread, minlength=size * REPLICAS).view(REPLICAS, size).sum(0)
+
+
+def _replica_offsets(n: int, size: int, device):
+    import torch
+
+    return (torch.arange(min(n, CHUNK), device=device, dtype=torch.int64) % REPLICAS) * size
+
+
+def _chunk_top(mags):
+    """Device scalar: (largest magnitude << 32) | (2^32 - 1 - its first index in the chunk), -1 when no
+    finite magnitude (mags: int64, -1 where not finite). Read back once per tensor (`_first_top`), so that
+    no chunk waits on the host."""
+    import torch
+
+    local = torch.arange(mags.numel(), device=mags.device, dtype=torch.int64)
+    keys = torch.where(mags >= 0, (mags << 32) | (0xFFFFFFFF - local), torch.full_like(mags, -1))
+    return keys.max()
+
+
+def _first_top(tops: list, starts: list[int]) -> tuple[int, int]:
+    """(largest magnitude, its first flat index) from the chunks' _chunk_top values; (-1, -1) when none."""
+    import torch
+
+    best_value, best_at = -1, -1
+    if not tops:
+        return best_value, best_at
+    for key, start in zip(torch.stack(tops).cpu().tolist(), starts, strict=True):
+        if key >= 0 and (key >> 32) > best_value:  # strictly: a tie keeps the earlier chunk's index
+            best_value, best_at = key >> 32, start + 0xFFFFFFFF - (key & 0xFFFFFFFF)
+    return best_value, best_at
+
+
 def _reduce16(bits, dtype: str, segments: Segments) -> Reduction:
     import torch
 
     counts = torch.zeros(65536, dtype=torch.int64, device=bits.device)
-    best_value, best_at = -1, -1
+    offsets = _replica_offsets(bits.numel(), 65536, bits.device)
+    tops, starts = [], []
     for start in range(0, bits.numel(), CHUNK):
-        codes = bits[start : start + CHUNK].to(torch.int32) & 0xFFFF
-        counts += torch.bincount(codes, minlength=65536)
+        codes = bits[start : start + CHUNK].to(torch.int64) & 0xFFFF
+        counts += _bincount(codes, 65536, offsets)
         mags = codes & 0x7FFF
-        mags = torch.where(mags < FINITE_LIMIT16[dtype], mags, torch.full_like(mags, -1))
-        i = int(torch.argmax(mags))
-        if int(mags[i]) > best_value:
-            best_value, best_at = int(mags[i]), start + i
+        tops.append(_chunk_top(torch.where(mags < FINITE_LIMIT16[dtype], mags, torch.full_like(mags, -1))))
+        starts.append(start)
+    best_value, best_at = _first_top(tops, starts)
     counts_np = counts.cpu().numpy()
     argmax = segments.original_index(best_at) if best_value >= 0 else -1
     max_abs = float(code_values(dtype)[best_value]) if best_value >= 0 else float("nan")
@@ -94,21 +137,24 @@ def _reduce_f32(bits, segments: Segments) -> Reduction:
     counts = torch.zeros(65536, dtype=torch.int64, device=device)
     above = torch.zeros(32768, dtype=torch.int64, device=device)
     irregular_hist = torch.zeros(n_irr * 65536, dtype=torch.int64, device=device)
-    best_value, best_at = -1, -1
+    offsets = _replica_offsets(bits.numel(), 65536, device)
+    tops, starts = [], []
     for start in range(0, bits.numel(), CHUNK):
         chunk = bits[start : start + CHUNK].to(torch.int64) & 0xFFFFFFFF
-        counts += torch.bincount(chunk >> 16, minlength=65536)
+        counts += _bincount(chunk >> 16, 65536, offsets)
         mags = chunk & 0x7FFFFFFF
         keys = mags >> 16
-        above += torch.bincount(keys[mags >= thresholds[keys]], minlength=32768)
-        irr = irregular[keys]
-        sel = irr >= 0
-        if bool(sel.any()):
-            irregular_hist += torch.bincount(irr[sel] * 65536 + (mags[sel] & 0xFFFF), minlength=n_irr * 65536)
-        finite_mags = torch.where(mags < 0x7F800000, mags, torch.full_like(mags, -1))
-        i = int(torch.argmax(finite_mags))
-        if int(finite_mags[i]) > best_value:
-            best_value, best_at = int(finite_mags[i]), start + i
+        # one count array for both: [2 * key + (reaches its bucket's threshold)], as the C pass does
+        pairs = _bincount((keys << 1) | (mags >= thresholds[keys]).to(torch.int64), 65536, offsets)
+        above += pairs.view(32768, 2)[:, 1]
+        if len(tables.irregular_bins):  # none on the platforms seen so far; a sync per chunk only then
+            irr = irregular[keys]
+            sel = irr >= 0
+            if bool(sel.any()):
+                irregular_hist += torch.bincount(irr[sel] * 65536 + (mags[sel] & 0xFFFF), minlength=n_irr * 65536)
+        tops.append(_chunk_top(torch.where(mags < 0x7F800000, mags, torch.full_like(mags, -1))))
+        starts.append(start)
+    best_value, best_at = _first_top(tops, starts)
     counts_np = counts.cpu().numpy()
     hist = tables.histogram(counts_np, above.cpu().numpy(), irregular_hist.cpu().numpy().reshape(n_irr, 65536))
     n_finite = int(counts_np[finite_mask("F32")].sum())
