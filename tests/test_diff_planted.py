@@ -15,6 +15,7 @@ from weightdiag.diff import paired
 from weightdiag.diff.result import DiffOptions
 from weightdiag.diff.run import diff
 
+from .conftest import run_cli
 from .diff_checkpoints import base_tensors, low_rank_update, noise, stored, values, write
 
 Q1 = "model.layers.1.self_attn.q_proj.weight"
@@ -238,20 +239,6 @@ def test_plot_and_html_show_relative_change_and_rank_per_block_and_kind(planted,
     assert Q1 in text and "LoRA-like" in text and result.findings[0].message.split(":")[0] in text
 
 
-def _cli(capsys, *args: str) -> tuple[int, str, str]:
-    from weightdiag import cli
-
-    cli._console.cache_clear()
-    capsys.readouterr()
-    try:
-        cli.main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
@@ -263,17 +250,17 @@ def _cli(capsys, *args: str) -> tuple[int, str, str]:
         (["--include", "nothing.*"], "no tensor in common"),
     ],
 )
-def test_bad_options_are_one_line_and_exit_2(planted, capsys, extra, needle):
-    code, out, err = _cli(capsys, "diff", str(planted[0]), str(planted[1]), "--no-save", *extra)
-    assert code == 2, (out, err)
-    assert err.count("\n") == 1 and err.startswith("error: ") and needle in err, err
+def test_bad_options_are_one_line_and_exit_2(planted, extra, needle):
+    r = run_cli("diff", str(planted[0]), str(planted[1]), "--no-save", *extra)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: ") and needle in r.stderr, r.stderr
 
 
-def test_gguf_and_missing_models_are_one_line_errors(planted, smollm_gguf, capsys, tmp_path):
-    code, _out, err = _cli(capsys, "diff", str(smollm_gguf), str(planted[1]), "--no-save")
-    assert code == 2 and "diff reads safetensors checkpoints" in err and err.count("\n") == 1
-    code, _out, err = _cli(capsys, "diff", str(tmp_path / "nothing"), str(planted[1]), "--no-save")
-    assert code == 2 and err.count("\n") == 1
+def test_gguf_and_missing_models_are_one_line_errors(planted, smollm_gguf, tmp_path):
+    r = run_cli("diff", str(smollm_gguf), str(planted[1]), "--no-save")
+    assert r.returncode == 2 and "diff reads safetensors checkpoints" in r.stderr and r.stderr.count("\n") == 1
+    r = run_cli("diff", str(tmp_path / "nothing"), str(planted[1]), "--no-save")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
 
 
 def test_tensors_named_differently_pair_by_their_layout_role(tmp_path):

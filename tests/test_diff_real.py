@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 from weightdiag.diff.result import DiffOptions
 from weightdiag.diff.run import diff
 
+from .conftest import run_cli
 from .quant_checkpoints import FP8_BLOCK_CONFIG, fp8_block, write_pair
 
 STEPS = 20
@@ -175,44 +176,29 @@ def test_one_side_fp8_block_quantized(minilm_dir, tmp_path):
         )
 
 
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    """weightdiag.cli.main in this process, as the console script runs it: (exit code, stdout, stderr)."""
-    from weightdiag import cli
-
-    cli._console.cache_clear()
-    capsys.readouterr()
-    try:
-        cli.main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_cli_json_and_gate_on_the_lora_pair(minilm_dir, lora_merged, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
+def test_cli_json_and_gate_on_the_lora_pair(minilm_dir, lora_merged, tmp_path):
+    wide = {"COLUMNS": "200"}
     db = tmp_path / "db"
-    code, out, err = run_cli(capsys, "diff", str(minilm_dir), str(lora_merged), "--json", "--db", str(db), "-q")
-    assert code == 0, err
-    document = json.loads(out)
+    r = run_cli("diff", str(minilm_dir), str(lora_merged), "--json", "--db", str(db), "-q", env=wide)
+    assert r.returncode == 0, r.stderr
+    document = json.loads(r.stdout)
     assert document["schema"] == "weightdiag.diff/1"
     assert {"name", "relative_change", "cosine", "unchanged_fraction", "rank90"} <= set(document["matrices"][0])
     (saved,) = (db / "diffs").glob("*.json")
     assert json.loads(saved.read_text())["matrices"] == document["matrices"]
     assert not (db / "rows").exists() or not list((db / "rows").glob("*.json"))  # never among the fit rows
     # "blocks 0-1 must not change": q and v of every block did -> exit 1 naming them
-    code, out, err = run_cli(
-        capsys, "diff", str(minilm_dir), str(lora_merged), "--fail-above", "0", "--blocks", "0-1", "--no-save"
+    r = run_cli(
+        "diff", str(minilm_dir), str(lora_merged), "--fail-above", "0", "--blocks", "0-1", "--no-save", env=wide
     )
-    assert code == 1
-    assert "FAIL: 4 of 32 tensors" in out and "encoder.layer.0.attention.self.query.weight" in out
+    assert r.returncode == 1
+    assert "FAIL: 4 of 32 tensors" in r.stdout and "encoder.layer.0.attention.self.query.weight" in r.stdout
     # only what LoRA did not touch: nothing moved
-    code, out, err = run_cli(
-        capsys, "diff", str(minilm_dir), str(lora_merged), "--fail-above", "0", "--exclude", "*.query.*",
-        "--exclude", "*.value.*", "--no-save",
+    r = run_cli(
+        "diff", str(minilm_dir), str(lora_merged), "--fail-above", "0", "--exclude", "*.query.*",
+        "--exclude", "*.value.*", "--no-save", env=wide,
     )  # fmt: skip
-    assert code == 0 and "PASS" in out
+    assert r.returncode == 0 and "PASS" in r.stdout
 
 
 def test_diff_tuned_alone_takes_the_base_from_the_model_card(fake_hub, minilm_dir, lora_merged, tmp_path):
