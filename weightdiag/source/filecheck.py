@@ -86,11 +86,18 @@ def open_checked(path: Path, identity: FileIdentity) -> int:
 def check(fd: int, path: Path, identity: FileIdentity, *, by_path: bool = True) -> None:
     """Raise if the open file changed, or (by_path) if its path now names another file or none."""
     why = identity.change(os.fstat(fd))
-    if why is None and by_path:
-        try:
-            why = identity.change(os.stat(path))
-        except FileNotFoundError:
-            why = "it was renamed or deleted"
+    if why is not None:
+        raise changed(path, why)
+    if by_path:
+        check_path(path, identity)
+
+
+def check_path(path: Path, identity: FileIdentity) -> None:
+    """Raise if `path` now names another file than `identity`, a changed one, or none."""
+    try:
+        why = identity.change(os.stat(path))
+    except FileNotFoundError:
+        why = "it was renamed or deleted"
     if why is not None:
         raise changed(path, why)
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..dtypes import DTYPES, DType
 from ..errors import CheckpointFormatError, ModelPathError
-from .filecheck import FileIdentity, changed
+from .filecheck import FileIdentity, check_path
 from .files import default_model_id, file_header_digest, load_config, load_weight_map
 from .plan import ModelPlan, ShardInfo, TensorRef
 
@@ -258,19 +258,10 @@ class TorchBinReader:
         # Straight into `out`: no contiguous() copy of the tensor first (strides were checked on load).
         torch.from_numpy(out.reshape(-1)[: ref.nbytes]).view(t.dtype).view(t.shape).copy_(t)
         if ref.shard < len(self._identities):
-            _check_unchanged(self._paths[ref.shard], self._identities[ref.shard])
+            check_path(self._paths[ref.shard], self._identities[ref.shard])
 
     def close(self) -> None:
         self._states.clear()
-
-
-def _check_unchanged(path: Path, identity: FileIdentity) -> None:
-    try:
-        why = identity.change(os.stat(path))
-    except FileNotFoundError:
-        why = "it was renamed or deleted"
-    if why is not None:
-        raise changed(path, why)
 
 
 def open_torch_bin(
@@ -286,7 +277,7 @@ def open_torch_bin(
             raise ModelPathError(f"{folder}: shard {name!r} is missing; download the missing file", path=path)
         identity = FileIdentity.of(os.stat(path))
         state = _load(path)
-        _check_unchanged(path, identity)  # not rewritten while it was unpickled
+        check_path(path, identity)  # not rewritten while it was unpickled
         states.append(state)
         identities.append(identity)
         shards.append(ShardInfo(name, path.stat().st_size, (sha256 or {}).get(name), file_header_digest(path)))
