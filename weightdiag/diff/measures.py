@@ -31,7 +31,7 @@ import numpy as np
 from ..engine import kernels
 from ..engine.codes import FINITE_LIMIT16, code_values, f32_bin_tables
 from ..engine.fit import WeibullFit
-from ..engine.reduce import Reduction, f32_shift, finite_mask, merge, reduce_array, shift_sums
+from ..engine.reduce import Reduction, f32_shift, finite_mask, merge, reduce_array, shift_sums, takes_the_lead
 from ..engine.stats import Summary
 from ..source.plan import STORAGE_NUMPY
 from ..vocabulary import COHORT_TRIM
@@ -281,7 +281,7 @@ class Totals:
         for name in ("base", "tuned", "delta", "ratio"):
             red = getattr(part, name)
             held = getattr(self, name)
-            if red.argmax >= 0 and (held is None or held.argmax < 0 or red.max_abs > held.max_abs):
+            if takes_the_lead(red, held):
                 self.numpy_best[name] = self.folds
             setattr(self, name, red if held is None else merge([held, red]))
 

@@ -197,7 +197,8 @@ class Sketch(Accumulator):
 
     def factors(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(Q, X) with Â = Q X, given Y = ΔW Ω (tests compare Â with ΔW; the stream never holds Y)."""
-        return np.asarray(y, dtype=np.float64) @ self.range_map(), self._coefficients(self.range_map())[0]
+        to_q = self.range_map()
+        return np.asarray(y, dtype=np.float64) @ to_q, self._coefficients(to_q)[0]
 
     def _coefficients(self, to_q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """X = (Ψ Q)^+ (Ψ ΔW), and Θ Q."""

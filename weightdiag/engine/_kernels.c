@@ -738,6 +738,13 @@ MULTIVERSION static void pair_tile(const uint16_t *restrict ub, const uint16_t *
 }
 
 /* First i in [0, n) whose magnitude (+1, as pair_tile computes it) is `top`. */
+/* The counter a float32 pattern goes to when its counts and hist32's cohort-bin corrections share one array:
+ * 2 * its top 16 bits + (its magnitude reaches its bucket's threshold). */
+static inline uint32_t f32_pair_key(uint32_t w, const uint32_t *thr) {
+    uint32_t m = w & 0x7FFFFFFFu;
+    return ((w >> 16) << 1) | (m >= thr[m >> 16]);
+}
+
 static Py_ssize_t pair_first16(const uint16_t *p, Py_ssize_t n, uint32_t limit, uint32_t top) {
     for (Py_ssize_t i = 0; i < n; i++) {
         uint32_t m = p[i] & 0x7FFFu;
@@ -844,10 +851,7 @@ static PyObject *pair16(PyObject *self, PyObject *args) {
                 uint32_t w[4];
                 memcpy(w, d + i, sizeof w);
                 uint32_t k[4];
-                for (int j = 0; j < 4; j++) {
-                    uint32_t m = w[j] & 0x7FFFFFFFu;
-                    k[j] = ((w[j] >> 16) << 1) | (m >= thr[m >> 16]);
-                }
+                for (int j = 0; j < 4; j++) k[j] = f32_pair_key(w[j], thr);
                 cb[b[i]]++; cb[b[i + 1]]++; cb[b[i + 2]]++; cb[b[i + 3]]++;
                 ct[t[i]]++; ct[t[i + 1]]++; ct[t[i + 2]]++; ct[t[i + 3]]++;
                 dpair[k[0]]++; dpair[k[1]]++; dpair[k[2]]++; dpair[k[3]]++;
@@ -856,10 +860,9 @@ static PyObject *pair16(PyObject *self, PyObject *args) {
             for (; i < len; i++) {
                 uint32_t w;
                 memcpy(&w, d + i, 4);
-                uint32_t m = w & 0x7FFFFFFFu;
                 cb[b[i]]++;
                 ct[t[i]]++;
-                dpair[((w >> 16) << 1) | (m >= thr[m >> 16])]++;
+                dpair[f32_pair_key(w, thr)]++;
                 cr[rcode[i]]++;
             }
         }
@@ -961,9 +964,7 @@ static PyObject *f32_pass(PyObject *self, PyObject *args) {
                 nonfinite += tile_bad;
                 if (tile_top > top) {  /* a new largest magnitude: where it first is (rare after a few tiles) */
                     top = tile_top;
-                    for (Py_ssize_t i = 0; i < len; i++) {
-                        if ((p[i] & 0x7FFFFFFFu) + 1 == top) { at = (int64_t)r * g.cols + lo + i; break; }
-                    }
+                    at = (int64_t)r * g.cols + lo + pair_first32((const float *)p, len, top);
                 }
                 if (r == 0 && lo == 0) shift = tile_mean((const float *)p, len);
                 if (tile_bad == 0) {
@@ -981,16 +982,10 @@ static PyObject *f32_pass(PyObject *self, PyObject *args) {
                 Py_ssize_t i = 0;
                 for (; i + 4 <= len; i += 4) {
                     uint32_t k[4];
-                    for (int j = 0; j < 4; j++) {
-                        uint32_t w = p[i + j], m = w & 0x7FFFFFFFu;
-                        k[j] = ((w >> 16) << 1) | (m >= thr[m >> 16]);
-                    }
+                    for (int j = 0; j < 4; j++) k[j] = f32_pair_key(p[i + j], thr);
                     pairs[k[0]]++; pairs[k[1]]++; pairs[k[2]]++; pairs[k[3]]++;
                 }
-                for (; i < len; i++) {
-                    uint32_t w = p[i], m = w & 0x7FFFFFFFu;
-                    pairs[((w >> 16) << 1) | (m >= thr[m >> 16])]++;
-                }
+                for (; i < len; i++) pairs[f32_pair_key(p[i], thr)]++;
             }
         }
         for (Py_ssize_t c = 0; c < 65536; c++) {

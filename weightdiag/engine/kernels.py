@@ -67,19 +67,24 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(threads(), thread_name_prefix="weightdiag-kernel")
 
 
-def _pieces(view: np.ndarray) -> list[np.ndarray]:
-    """Split a 2-D view into per-thread pieces (by rows, or by columns of a single row)."""
+def _split(view: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Split a 2-D view into per-thread pieces (by rows, or by columns of a single row), each with the flat
+    index in `view` of its first element."""
     rows, cols = view.shape
     limit = threads()
     threads_ = min(limit, getattr(_budget, "threads", None) or limit)
     parts = min(threads_, max(1, view.size // (PARALLEL_MIN // 2)))
     if parts > 1 and rows >= parts:
         bounds = np.linspace(0, rows, parts + 1).astype(int)
-        return [view[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+        return [(int(a) * cols, view[a:b]) for a, b in itertools.pairwise(bounds) if b > a]
     if parts > 1 and rows == 1:
         bounds = np.linspace(0, cols, parts + 1).astype(int)
-        return [view[:, a:b] for a, b in itertools.pairwise(bounds) if b > a]
-    return [view]
+        return [(int(a), view[:, a:b]) for a, b in itertools.pairwise(bounds) if b > a]
+    return [(0, view)]
+
+
+def _pieces(view: np.ndarray) -> list[np.ndarray]:
+    return [piece for _, piece in _split(view)]
 
 
 def _map(fn: Callable[[np.ndarray], Any], view: np.ndarray) -> list[Any]:
@@ -188,16 +193,6 @@ def count_f32(view: np.ndarray, thresholds: np.ndarray, irregular: np.ndarray, n
     return counts, above, irregular_hist, at
 
 
-def _offsets(view: np.ndarray, pieces: list[np.ndarray]) -> list[int]:
-    """Flat index in `view` of each piece's first element (pieces split by rows, or by columns of one row)."""
-    if len(pieces) == 1:
-        return [0]
-    step = view.strides[0] if view.shape[0] > 1 else view.strides[1]
-    base = view.__array_interface__["data"][0]
-    per = view.shape[1] if view.shape[0] > 1 else 1
-    return [(p.__array_interface__["data"][0] - base) // step * per for p in pieces]
-
-
 PowerSumsPart = tuple[np.ndarray, int, float]  # (power sums around `shift`, finite elements, shift)
 
 
@@ -209,7 +204,8 @@ def f32_pass(
     moves them to one shift), largest finite magnitude bits (-1: none), its first flat index, the Inf count.
     C only; callers check HAVE_C."""
     assert _c is not None, "f32_pass needs the C kernels"
-    pieces = _pieces(view)
+    split = _split(view)
+    pieces = [piece for _, piece in split]
 
     def one(piece: np.ndarray):
         counts = np.zeros(65536, dtype=np.int64)
@@ -222,7 +218,7 @@ def f32_pass(
     counts = results[0][0] if len(results) == 1 else np.sum([r[0] for r in results], axis=0)
     above = results[0][1] if len(results) == 1 else np.sum([r[1] for r in results], axis=0)
     top, at = 0, -1
-    for offset, r in zip(_offsets(view, pieces), results, strict=True):
+    for (offset, _), r in zip(split, results, strict=True):
         if r[3] > top:  # strictly larger: a tie keeps the earlier piece's first index
             top, at = r[3], offset + r[4]
     return counts, above, [r[2] for r in results], top - 1, at, sum(r[5] for r in results)

@@ -235,6 +235,11 @@ def shift_sums(power_sums: np.ndarray, n: float, d: float) -> np.ndarray:
     )
 
 
+def takes_the_lead(later: Reduction, held: Reduction | None) -> bool:
+    """Whether a later part's largest |w| replaces the one held (strictly larger: a tie keeps the first)."""
+    return later.argmax >= 0 and (held is None or held.argmax < 0 or later.max_abs > held.max_abs)
+
+
 def merge(parts: list[Reduction]) -> Reduction:
     """One Reduction from partial ones given in flat order (ties of the largest |w| keep the first)."""
     for p in parts:
@@ -247,7 +252,7 @@ def merge(parts: list[Reduction]) -> Reduction:
         counts += p.counts
     best = first
     for p in parts[1:]:
-        if p.argmax >= 0 and (best.argmax < 0 or p.max_abs > best.max_abs):
+        if takes_the_lead(p, best):
             best = p
     merged = Reduction(first.dtype, sum(p.numel for p in parts), counts, first.exact, best.argmax, best.max_abs)
     if first.hist1024 is not None:
