@@ -7,7 +7,7 @@ fine-tuned on the CPU, and the same model with a rank-4 LoRA merged into every q
 
 The fine-tune: AdamW (lr 2e-5, no weight decay) on a tiny regression task (the mean-pooled hidden states of
 random token sequences pulled toward fixed random targets); the task never reads the pooler, so its weights get
-no gradient and stay bit for bit. tests/test_diff_real.py makes the same pair with fewer steps.
+no gradient and stay bit for bit. tests/test_diff_real.py makes its pair with these functions (fewer steps).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ to the local one; one side FP8-block quantized."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from weightdiag.diff.result import DiffOptions
 from weightdiag.diff.run import diff
@@ -23,50 +24,32 @@ STEPS = 20
 LORA_RANK = 4
 
 
-def _copy_with(folder: Path, minilm_dir: Path, tensors: dict[str, torch.Tensor]) -> Path:
-    folder.mkdir(parents=True)
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
-    shutil.copy(minilm_dir / "config.json", folder / "config.json")
-    return folder
+def _pair_script():
+    """scripts/make_diff_pair.py, which writes the README's pair: the tests make theirs with its own functions."""
+    path = Path(__file__).resolve().parent.parent / "scripts" / "make_diff_pair.py"
+    spec = importlib.util.spec_from_file_location("make_diff_pair", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
 def fine_tuned(minilm_dir, tmp_path_factory) -> Path:
     """STEPS of AdamW on a tiny regression task (mean-pooled embedding of random sentences -> fixed targets).
     The pooler gets no gradient (the task reads the hidden states): it stays bit for bit."""
-    from transformers import BertConfig, BertModel
-
-    torch.manual_seed(0)
-    shipped = load_file(str(minilm_dir / "model.safetensors"))
-    model = BertModel(BertConfig.from_pretrained(str(minilm_dir)))
-    model.load_state_dict(shipped, strict=False)
-    model.train()
-    ids = torch.randint(1000, 20000, (64, 16))
-    targets = torch.randn(64, 384) * 0.1
-    opt = torch.optim.AdamW([p for p in model.parameters()], lr=2e-5, weight_decay=0.0)
-    for step in range(STEPS):
-        batch = slice((step * 8) % 64, (step * 8) % 64 + 8)
-        hidden = model(input_ids=ids[batch]).last_hidden_state.mean(dim=1)
-        loss = torch.nn.functional.mse_loss(hidden, targets[batch])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    state = model.state_dict()
-    tuned = {k: (state[k].detach().clone() if k in state else v) for k, v in shipped.items()}
-    return _copy_with(tmp_path_factory.mktemp("ft") / "minilm-ft", minilm_dir, tuned)
+    script = _pair_script()
+    folder = tmp_path_factory.mktemp("ft") / "minilm-ft"
+    script.save(folder, minilm_dir, script.fine_tune(minilm_dir, STEPS))
+    return folder
 
 
 @pytest.fixture(scope="module")
 def lora_merged(minilm_dir, tmp_path_factory) -> Path:
-    """W + (alpha / r) B A merged into every q and v (rank 4), everything else as shipped."""
-    g = torch.Generator().manual_seed(1)
-    tensors = load_file(str(minilm_dir / "model.safetensors"))
-    for name, w in tensors.items():
-        if name.endswith(("self.query.weight", "self.value.weight")):
-            b = torch.randn(w.shape[0], LORA_RANK, generator=g) * 0.01
-            a = torch.randn(LORA_RANK, w.shape[1], generator=g) * 0.01
-            tensors[name] = w + 2.0 * (b @ a)
-    return _copy_with(tmp_path_factory.mktemp("lora") / "minilm-lora", minilm_dir, tensors)
+    """W + (alpha / r) B A merged into every q and v (rank LORA_RANK), everything else as shipped."""
+    script = _pair_script()
+    folder = tmp_path_factory.mktemp("lora") / "minilm-lora"
+    script.save(folder, minilm_dir, script.lora_merge(minilm_dir, LORA_RANK))
+    return folder
 
 
 def _run(base: Path | str, tuned: Path | str, **kw) -> dict:
