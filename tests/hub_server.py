@@ -1131,6 +1131,25 @@ def safetensors_bytes(tensors: Mapping[str, tuple[str, np.ndarray]], metadata: d
     )
 
 
+def small_model_in_small_chunks(
+    fake_hub: Any, folder: Path, monkeypatch: pytest.MonkeyPatch, *, attempts: int | None = None
+) -> Path:
+    """write_small_model's 3 shards as acme/tiny on the loopback Hub, read in 16 KiB chunks (so that a fault or
+    an interruption lands inside a shard) and retried without back-off (`attempts` times when given)."""
+    from weightdiag.engine import stream
+    from weightdiag.source import hub_stream
+
+    monkeypatch.setattr(stream, "SPLIT_BYTES", 16 << 10)
+    monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", 16 << 10)
+    monkeypatch.setattr("weightdiag.source.hub.HEAD_GUESS", 4096)  # else planning reads small shards whole
+    monkeypatch.setenv("WEIGHTDIAG_HTTP_BACKOFF", "0")
+    if attempts is not None:
+        monkeypatch.setenv("WEIGHTDIAG_HTTP_ATTEMPTS", str(attempts))
+    model = write_small_model(folder, shard_bytes=50_000)
+    fake_hub.add_folder("acme/tiny", model)
+    return model
+
+
 def write_small_model(folder: Path, **spec: Any) -> Path:
     """A small sharded synthetic Llama checkpoint (config.json, index, shards) in `folder`."""
     defaults: dict[str, Any] = dict(

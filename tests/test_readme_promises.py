@@ -411,18 +411,9 @@ def test_a_fit_whose_row_the_disk_cannot_take_prints_it_and_keeps_what_it_measur
 @pytest.fixture
 def tiny_on_hub(fake_hub, tmp_path, monkeypatch):
     """A 3-shard model on the loopback Hub, read in 16 KiB chunks so that a fault lands inside a shard."""
-    from weightdiag.engine import stream
-    from weightdiag.source import hub_stream
+    from .hub_server import small_model_in_small_chunks
 
-    from .hub_server import write_small_model
-
-    monkeypatch.setattr(stream, "SPLIT_BYTES", 16 << 10)
-    monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", 16 << 10)
-    monkeypatch.setattr("weightdiag.source.hub.HEAD_GUESS", 4096)
-    monkeypatch.setenv("WEIGHTDIAG_HTTP_BACKOFF", "0")
-    monkeypatch.setenv("WEIGHTDIAG_HTTP_ATTEMPTS", "2")
-    folder = write_small_model(tmp_path / "tiny", shard_bytes=50_000)
-    fake_hub.add_folder("acme/tiny", folder)
+    folder = small_model_in_small_chunks(fake_hub, tmp_path / "tiny", monkeypatch, attempts=2)
     return sorted(p.name for p in folder.glob("*.safetensors"))
 
 

@@ -11,14 +11,12 @@ from pathlib import Path
 import pytest
 
 from weightdiag import api
-from weightdiag.engine import stream
 from weightdiag.errors import HubError, VerificationError
 from weightdiag.pipeline import FitOptions
 from weightdiag.resume import PARTIAL_DIR
-from weightdiag.source import hub_stream
 
 from .conftest import run_cli
-from .hub_server import write_small_model
+from .hub_server import small_model_in_small_chunks, write_small_model
 
 _CONTEXT = ("created", "run")
 
@@ -138,12 +136,7 @@ def test_the_command_says_what_it_reused(model, tmp_path):
 def test_a_hub_fit_resumes_from_its_verified_shards_only(fake_hub, tmp_path, monkeypatch):
     """From the Hub, shards are hashed as they stream: only whole shards whose sha256 matched are reused
     and they are not requested again; the shard cut off is read again whole (its hash needs every byte)."""
-    monkeypatch.setattr(stream, "SPLIT_BYTES", 16 << 10)
-    monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", 16 << 10)
-    monkeypatch.setattr("weightdiag.source.hub.HEAD_GUESS", 4096)  # else planning reads small shards whole
-    monkeypatch.setenv("WEIGHTDIAG_HTTP_BACKOFF", "0")
-    model = write_small_model(tmp_path / "model", shard_bytes=50_000)
-    fake_hub.add_folder("acme/tiny", model)
+    model = small_model_in_small_chunks(fake_hub, tmp_path / "model", monkeypatch)
     whole = api.fit_model("acme/tiny", FitOptions(device="cpu"))
     db = tmp_path / "db"
     n = len(whole["matrices"]) + len(whole["vectors"])
@@ -166,13 +159,7 @@ def test_a_hub_fit_resumes_from_its_verified_shards_only(fake_hub, tmp_path, mon
 def test_a_network_failure_keeps_the_journal_and_a_corrupt_shard_discards_it(fake_hub, tmp_path, monkeypatch):
     """A connection that keeps dropping (exit 3 once the retries are spent) is an interruption: the verified
     shards are kept and the next run resumes. Bytes that fail their sha256 are not: nothing is kept."""
-    monkeypatch.setattr(stream, "SPLIT_BYTES", 16 << 10)
-    monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", 16 << 10)
-    monkeypatch.setattr("weightdiag.source.hub.HEAD_GUESS", 4096)
-    monkeypatch.setenv("WEIGHTDIAG_HTTP_BACKOFF", "0")
-    monkeypatch.setenv("WEIGHTDIAG_HTTP_ATTEMPTS", "2")
-    model = write_small_model(tmp_path / "model", shard_bytes=50_000)
-    fake_hub.add_folder("acme/tiny", model)
+    model = small_model_in_small_chunks(fake_hub, tmp_path / "model", monkeypatch, attempts=2)
     last = sorted(p.name for p in model.glob("*.safetensors"))[-1]
     db = tmp_path / "db"
     fake_hub.fail("drop", last, times=None, method="GET", after_bytes=6000)  # headers (4 KiB) pass
