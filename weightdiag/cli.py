@@ -234,6 +234,12 @@ ConnectionsOption = Annotated[
 QuietOption = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress bar and no notes on stderr (errors still print).")
 ]
+IncludeOption = Annotated[
+    list[str] | None, typer.Option("--include", metavar="GLOB", help="Only tensors matching this glob (repeatable).")
+]
+ExcludeOption = Annotated[
+    list[str] | None, typer.Option("--exclude", metavar="GLOB", help="Skip tensors matching this glob (repeatable).")
+]
 LrOption = Annotated[float | None, typer.Option("--lr", metavar="LR", help="Peak learning rate (for T/tau).")]
 WeightDecayOption = Annotated[
     float | None, typer.Option("--weight-decay", metavar="WD", help="AdamW weight decay (for T/tau).")
@@ -280,14 +286,8 @@ def fit(
             "library and the cohort).",
         ),
     ] = False,
-    include: Annotated[
-        list[str] | None,
-        typer.Option("--include", metavar="GLOB", help="Only tensors matching this glob (repeatable)."),
-    ] = None,
-    exclude: Annotated[
-        list[str] | None,
-        typer.Option("--exclude", metavar="GLOB", help="Skip tensors matching this glob (repeatable)."),
-    ] = None,
+    include: IncludeOption = None,
+    exclude: ExcludeOption = None,
     revision: Annotated[
         str | None, typer.Option("--revision", metavar="REV", help="Hub branch, tag or commit (same as ORG/NAME@REV).")
     ] = None,
@@ -542,14 +542,8 @@ def diff(
         str | None,
         typer.Argument(metavar="TUNED", help="The tuned model (file, folder or Hub id).", show_default=False),
     ] = None,
-    include: Annotated[
-        list[str] | None,
-        typer.Option("--include", metavar="GLOB", help="Only tensors matching this glob (repeatable)."),
-    ] = None,
-    exclude: Annotated[
-        list[str] | None,
-        typer.Option("--exclude", metavar="GLOB", help="Skip tensors matching this glob (repeatable)."),
-    ] = None,
+    include: IncludeOption = None,
+    exclude: ExcludeOption = None,
     fail_above: Annotated[
         float | None,
         typer.Option(
