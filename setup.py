@@ -9,8 +9,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "weightdiag.engine._kernels",
-            sources=["weightdiag/engine/_kernels.c"],
+            "weightdiag.kernels._kernels",
+            sources=["weightdiag/kernels/_kernels.c"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         )

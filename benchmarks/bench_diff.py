@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_fit import D_MODEL, FFN, N_HEADS, N_KV, VOCAB, layers_for  # noqa: E402
-from weightdiag import synthetic  # noqa: E402
+from weightdiag.testing import synthetic  # noqa: E402
 
 CHILD = """
 import sys

@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from weightdiag import synthetic  # noqa: E402
+from weightdiag.testing import synthetic  # noqa: E402
 from weightdiag.vocabulary import COHORT_TRIM  # noqa: E402
 
 D_MODEL, N_HEADS, N_KV, FFN, VOCAB = 2048, 16, 4, 5632, 32000
@@ -57,7 +57,7 @@ except SystemExit as exc:
 API_CHILD = f"""
 import sys, time
 from weightdiag.api import fit_path
-from weightdiag.pipeline import FitOptions
+from weightdiag.run.measure import FitOptions
 fit_path(sys.argv[1], FitOptions(device="cpu", include=["*.layers.0.*"]))  # warm imports and tables
 t = time.perf_counter()
 fit_path(sys.argv[1], FitOptions(device="cpu"))

@@ -34,7 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from weightdiag import synthetic  # noqa: E402
+from weightdiag.testing import synthetic  # noqa: E402
 
 _VMHWM = (
     "print('VmHWM', next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')), file=sys.stderr)"
@@ -43,7 +43,7 @@ _VMHWM = (
 API_CHILD = f"""
 import json, sys, time
 from weightdiag.api import fit_path
-from weightdiag.pipeline import FitOptions
+from weightdiag.run.measure import FitOptions
 fit_path(sys.argv[1], FitOptions(device=sys.argv[2], include=["*.layers.0.*"]))
 t = time.perf_counter()
 row = fit_path(sys.argv[1], FitOptions(device=sys.argv[2]))

@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.hub_server import FakeHub  # noqa: E402
-from weightdiag import synthetic  # noqa: E402
+from weightdiag.testing import synthetic  # noqa: E402
 
 MB = 1e6
 RSS_TARGET = 450 * MB

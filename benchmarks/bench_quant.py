@@ -53,7 +53,7 @@ CONFIG = {
 CHILD = """
 import sys, time
 from weightdiag.api import fit_path
-from weightdiag.pipeline import FitOptions
+from weightdiag.run.measure import FitOptions
 start = time.perf_counter()
 row = fit_path(sys.argv[1], FitOptions(device="cpu"))
 took = time.perf_counter() - start

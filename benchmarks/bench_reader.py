@@ -26,7 +26,7 @@ def main() -> None:
 
         local.take_read_lease = lambda fd: False
     from weightdiag.api import fit_path
-    from weightdiag.pipeline import FitOptions
+    from weightdiag.run.measure import FitOptions
 
     fit_path(args.model, FitOptions(device="cpu", include=["*.layers.0.*"]))
     seconds = []

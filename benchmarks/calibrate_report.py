@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from weightdiag import api, synthetic
+from weightdiag import api
 from weightdiag.diagnose.health import health_report
-from weightdiag.pipeline import FitOptions
+from weightdiag.run.measure import FitOptions
+from weightdiag.testing import synthetic
 
 LAYERS = (6, 8, 12, 16, 24, 48)
 SUPER_AT = (5, 11)

@@ -18,9 +18,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from weightdiag.engine.fit import TRIMS, fit_exact
-from weightdiag.engine.reduce import reduce_array
-from weightdiag.engine.stats import Summary
+from weightdiag.fit.stats import Summary
+from weightdiag.fit.weibull import TRIMS, fit_exact
+from weightdiag.reduce.reduction import reduce_array
 from weightdiag.source.local import open_local
 
 

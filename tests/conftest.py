@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from weightdiag import synthetic
+from weightdiag.testing import synthetic
 
 
 def _package_dir(module: str) -> Path | None:
@@ -87,7 +87,7 @@ def cpu_fit():
     """`cpu_fit(path)`: api.fit_model(path, FitOptions(device="cpu")) fitted once per path for the whole run (the
     real models take seconds each, and several modules read the same rows); each call returns a deep copy."""
     from weightdiag import api
-    from weightdiag.pipeline import FitOptions
+    from weightdiag.run.measure import FitOptions
 
     rows: dict[str, dict] = {}
 
@@ -181,8 +181,7 @@ def _point(handler: logging.StreamHandler, stream: object) -> None:
 
 def _run_cli_in_process(args: list[str], env: dict[str, str] | None, cwd: Path | None) -> subprocess.CompletedProcess:
     from weightdiag import __main__ as entry
-    from weightdiag import cli
-    from weightdiag.engine import kernels
+    from weightdiag import cli, kernels
 
     out, err = _Captured(), _Captured()
     saved_env, saved_cwd = dict(os.environ), os.getcwd()

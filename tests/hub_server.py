@@ -57,7 +57,7 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 import numpy as np
 import pytest
 
-from weightdiag import synthetic
+from weightdiag.testing import synthetic
 
 # Patterns a Hub repo's default .gitattributes stores in LFS.
 LFS_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".npy", ".npz")
@@ -1136,7 +1136,7 @@ def small_model_in_small_chunks(
 ) -> Path:
     """write_small_model's 3 shards as acme/tiny on the loopback Hub, read in 16 KiB chunks (so that a fault or
     an interruption lands inside a shard) and retried without back-off (`attempts` times when given)."""
-    from weightdiag.engine import stream
+    from weightdiag.reduce import stream
     from weightdiag.source import hub_stream
 
     monkeypatch.setattr(stream, "SPLIT_BYTES", 16 << 10)

@@ -120,7 +120,7 @@ FP8_BLOCK_CONFIG = {
 
 def fit_row(path: Path | str, **options: Any) -> dict[str, Any]:
     from weightdiag import api
-    from weightdiag.pipeline import FitOptions
+    from weightdiag.run.measure import FitOptions
 
     return api.fit_model(str(path), FitOptions(device="cpu", **options))
 

@@ -1,21 +1,27 @@
-"""The shape of the code: imports follow the data flow downward, with no cycles, and only
-weightdiag/settings.py reads the environment.
+"""The shape of the code: the package's folders are the stages of the data flow, imports follow it
+downward, with no cycles, and only weightdiag/settings.py reads the environment.
 
 The stages, lowest first (a module may import its own stage and the ones before it):
 
-  base      errors, settings, vocabulary, sources, dtypes, records, chunks, segments, synthetic
-  source    where bytes come from (files, safetensors, GGUF, .bin, the Hub)
+  base      errors, settings, vocabulary, citations, dtypes, segments, codes (code -> value tables),
+            kernels (the C / numpy hot loops)
+  source    where bytes come from: the plan (files, tensors, byte ranges), the Reader protocol, and its
+            readers (local safetensors, the Hub, GGUF, .bin); chunks (the bytes to read)
   layout    tensor names and config.json -> roles, fused parts
-  engine    exact per-tensor summaries and fits (numeric core), the chunk engine, read-ahead, and the
-            quantized formats (quant: grouping a weight with its companions, decoders to float32)
-  measure   row records from summaries (row), the fit of a whole model (pipeline)
+  decode    stored bytes -> values: quantized formats with their companions (grouping, decoders)
+  reduce    values -> exact per-tensor summaries: the chunk engine, reductions on CPU or torch, vectors
+  fit       summaries -> Weibull fits and statistics (pure numerics)
+  record    the row: its schema, the records built from fits, the journal of a fit in progress
   diagnose  rows -> verdicts (pure)
-  db        the database folder
-  fitting   a model into a row (fitting), a run's revisions (sweep), matrices re-read for plots (histograms)
+  database  the database folder
+  run       whole jobs: a model measured (measure) and fitted into a row (fitting), a run's revisions
+            (sweep), matrices re-read for plots (histograms)
   render    tables, plots, HTML; diff (two checkpoints in lockstep: pairing, exact figures, spectrum,
-            findings, and their views: it opens models like fitting and draws like render)
+            findings, and their views: it opens models like run and draws like render)
   api       the Python API: one function per command
   cli       the command line
+
+weightdiag/testing (synthetic checkpoints for tests, benchmarks and the demo) is imported by no stage.
 """
 
 from __future__ import annotations
@@ -30,14 +36,16 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "weightdiag"
 
 STAGES = {
-    "base": ["errors", "settings", "vocabulary", "sources", "dtypes", "records", "chunks", "segments", "synthetic"],
+    "base": ["errors", "settings", "vocabulary", "citations", "dtypes", "segments", "codes", "kernels", "testing"],
     "source": ["source"],
     "layout": ["layout"],
-    "engine": ["engine", "prefetch", "quant"],
-    "measure": ["row", "resume", "pipeline"],
+    "decode": ["decode"],
+    "reduce": ["reduce"],
+    "fit": ["fit"],
+    "record": ["record"],
     "diagnose": ["diagnose"],
-    "db": ["db"],
-    "fitting": ["fitting", "sweep", "histograms"],
+    "database": ["database"],
+    "run": ["run"],
     "render": ["render", "diff"],
     "api": ["api"],
     "cli": ["cli", "__main__"],
@@ -76,6 +84,21 @@ def _imports() -> dict[str, set[str]]:
 def _top(module: str) -> str:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
+
+
+def test_the_folders_are_the_stages():
+    """Every module but the shared base words lives in its stage's folder."""
+    loose = sorted(
+        p.stem for p in PACKAGE.glob("*.py") if p.stem not in {*STAGES["base"], "api", "cli", "__main__", "__init__"}
+    )
+    assert not loose, f"modules outside a stage folder: {loose}"
+
+
+def test_no_stage_imports_the_test_helpers():
+    users = sorted(
+        m for m, targets in _imports().items() if _top(m) != "testing" and any(_top(t) == "testing" for t in targets)
+    )
+    assert not users, users
 
 
 def test_every_module_has_a_stage():
@@ -143,7 +166,7 @@ def test_only_settings_reads_the_environment():
     assert not readers, readers
 
 
-@pytest.mark.parametrize("module", ["weightdiag.cli", "weightdiag.api", "weightdiag.engine.stream"])
+@pytest.mark.parametrize("module", ["weightdiag.cli", "weightdiag.api", "weightdiag.reduce.stream"])
 def test_modules_import_on_their_own(module):
     """Each entry point imports in a fresh interpreter (an import cycle would show as an ImportError)."""
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True, timeout=120)

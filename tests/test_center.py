@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from weightdiag.api import fit_path
-from weightdiag.engine.codes import HIST_BINS, cohort_bins
-from weightdiag.engine.fit import fit_exact, fit_hist1024
-from weightdiag.engine.reduce import reduce_array
-from weightdiag.engine.stats import Summary
-from weightdiag.pipeline import FitOptions
+from weightdiag.codes import HIST_BINS, cohort_bins
+from weightdiag.fit.stats import Summary
+from weightdiag.fit.weibull import fit_exact, fit_hist1024
+from weightdiag.reduce.reduction import reduce_array
+from weightdiag.run.measure import FitOptions
 
 RNG = np.random.default_rng(7)
 
@@ -25,8 +25,10 @@ def _bf16(x: np.ndarray) -> np.ndarray:
 def test_centered_fits_equal_fits_of_the_centered_values(dtype):
     x = RNG.standard_normal(120_001) * 0.02 + 0.01  # a mean far from zero, so centring matters
     bits = _bf16(x) if dtype == "BF16" else x.astype(np.float16).view(np.uint16)
-    values = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64) if dtype == "BF16" else (
-        bits.view(np.float16).astype(np.float64)
+    values = (
+        (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        if dtype == "BF16"
+        else (bits.view(np.float16).astype(np.float64))
     )
     deviations = np.abs(values - values.mean())
     summary = Summary(reduce_array(bits, dtype), center=True)

@@ -17,18 +17,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from weightdiag import synthetic
-from weightdiag.chunks import Chunk
 from weightdiag.errors import CheckpointFormatError
 from weightdiag.source import filecheck
+from weightdiag.source.chunks import Chunk
 from weightdiag.source.local import LocalReader, open_local
+from weightdiag.testing import synthetic
 
 # Installs the hook, then runs the command line. argv: mode, then the command line's arguments.
 DRIVER = textwrap.dedent(
     """
     import os, sys, threading, time
     from contextlib import contextmanager
-    from weightdiag.engine import stream
+    from weightdiag.reduce import stream
     from weightdiag.source import local
 
     mode, args = sys.argv[1], sys.argv[2:]

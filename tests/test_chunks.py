@@ -7,13 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weightdiag import chunks, synthetic
 from weightdiag.api import fit_path
-from weightdiag.chunks import Span, plan_chunks
-from weightdiag.engine import stream
-from weightdiag.engine.reduce import merge, reduce_array, reduce_range
-from weightdiag.pipeline import FitOptions
+from weightdiag.reduce import stream
+from weightdiag.reduce.reduction import merge, reduce_array, reduce_range
+from weightdiag.run.measure import FitOptions
 from weightdiag.segments import Segments, clip
+from weightdiag.source import chunks
+from weightdiag.source.chunks import Span, plan_chunks
+from weightdiag.testing import synthetic
 
 _CONTEXT = ("model", "files", "created", "run", "notes")
 

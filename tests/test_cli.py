@@ -341,7 +341,7 @@ def test_permission_denied_is_bad_input_not_a_bug(tmp_path, monkeypatch, capsys)
 
 
 def test_rows_are_written_with_the_usual_file_permissions(tmp_path):
-    from weightdiag.db import write_text_atomic
+    from weightdiag.database.store import write_text_atomic
 
     mask = os.umask(0o022)
     os.umask(mask)
@@ -356,7 +356,7 @@ LONG_ID = "an-organisation/a-rather-long-model-name-v2"
 
 
 def _tiny_model(folder: Path) -> Path:
-    from weightdiag import synthetic
+    from weightdiag.testing import synthetic
 
     spec = synthetic.ModelSpec(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, ffn_size=128, vocab=128, seed=5)
     return synthetic.write_model(folder, spec)
@@ -461,7 +461,7 @@ def test_check_keeps_its_verdict_when_the_pipe_closes(tmp_path, moved, code):
     import copy
 
     from weightdiag import api
-    from weightdiag.pipeline import FitOptions
+    from weightdiag.run.measure import FitOptions
 
     row = api.fit(str(_tiny_model(tmp_path / "model")), FitOptions(device="cpu"), save=False).row
     base = tmp_path / "base.json"

@@ -392,7 +392,7 @@ def _readable(text: str, columns: int) -> None:
 @pytest.fixture(scope="module")
 def _tiny_run(tmp_path_factory) -> Path:
     """Two checkpoints of a tiny Llama-shaped run (3 blocks, q/k/v/o/gate/up/down), as a sweep finds them."""
-    from weightdiag import synthetic
+    from weightdiag.testing import synthetic
 
     run_folder = tmp_path_factory.mktemp("tiny-run")
     for step, seed in ((0, 1), (1000, 2)):

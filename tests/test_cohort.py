@@ -283,9 +283,7 @@ def test_db_list_show_export(minilm_dir, tmp_path):
     assert "qkv" in shown.stdout
     assert "CC BY 4.0" in shown.stdout
     assert (
-        json.loads(run_cli("db", "show", "all-MiniLM-L6-v2", "--db", str(db), "--json").stdout)["model"][
-            "source"
-        ]
+        json.loads(run_cli("db", "show", "all-MiniLM-L6-v2", "--db", str(db), "--json").stdout)["model"]["source"]
         == "local"
     )
     csv_text = run_cli("db", "export", "--format", "csv", "--db", str(db)).stdout
@@ -322,7 +320,7 @@ def test_compare_names_cohort_entries_as_db_show_does():
     """Exact ids first (DATABASE_v9_1's qwen3-8b and the companion's Qwen3-8B are two entries); an id
     equal to several only when ignoring case is refused, listing them."""
     from weightdiag import api
-    from weightdiag.db import AmbiguousRowError
+    from weightdiag.database.store import AmbiguousRowError
 
     assert api.compare(["Qwen3-8B"])[0]["model"] == "Qwen3-8B"
     assert api.compare(["qwen3-8b"])[0]["model"] == "qwen3-8b"

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from weightdiag import db
+from weightdiag.database import store as db
 
 
 def _claim_file(row: Path) -> Path:

@@ -17,10 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weightdiag import db, synthetic
-from weightdiag.engine.fit import PROTOCOLS
+from weightdiag.database import store as db
 from weightdiag.errors import BadInputError
-from weightdiag.sweep import row_path
+from weightdiag.fit.weibull import PROTOCOLS
+from weightdiag.run.sweep import row_path
+from weightdiag.testing import synthetic
 
 from .conftest import row_files, run_cli
 

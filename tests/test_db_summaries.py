@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from weightdiag import api, db
-from weightdiag.records import RowError
+from weightdiag import api
+from weightdiag.database import store as db
+from weightdiag.record.schema import RowError
 
 from .conftest import run_cli
 
@@ -23,7 +24,7 @@ def database(tmp_path, minilm_row) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def minilm_row(minilm_dir):
-    from weightdiag.pipeline import FitOptions
+    from weightdiag.run.measure import FitOptions
 
     return api.fit_model(str(minilm_dir), FitOptions(device="cpu"))
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 
-from weightdiag import api, db, synthetic
-from weightdiag.pipeline import FitOptions
+from weightdiag import api
+from weightdiag.database import store as db
+from weightdiag.run.measure import FitOptions
+from weightdiag.testing import synthetic
 
 from .conftest import run_cli
 

@@ -11,9 +11,9 @@ import itertools
 import numpy as np
 import pytest
 
+from weightdiag import kernels
 from weightdiag.diff import measures
 from weightdiag.diff.measures import CountedPart, Side, Totals, block_part, figures
-from weightdiag.engine import kernels
 
 pytestmark = pytest.mark.skipif(not kernels.HAVE_C, reason="C kernels not built")
 

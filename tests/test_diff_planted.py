@@ -197,7 +197,7 @@ def test_the_sketch_path_finds_a_low_rank_update_in_a_wide_matrix(tmp_path, monk
 
 
 def test_side_reads_tile_every_shard_around_the_blocks_in_file_order():
-    from weightdiag.chunks import Chunk
+    from weightdiag.source.chunks import Chunk
 
     blocks = [Chunk(0, 0, 100, 150, ()), Chunk(1, 0, 150, 170, ()), Chunk(2, 1, 40, 60, ())]
     reads = paired.side_reads(blocks, {0: (10, 300), 1: (8, 64), 2: (8, 30)}, chunk_bytes=64)

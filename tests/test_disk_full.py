@@ -6,7 +6,8 @@ from __future__ import annotations
 import errno
 import json
 
-from weightdiag import db, synthetic
+from weightdiag.database import store as db
+from weightdiag.testing import synthetic
 
 from .conftest import run_cli
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from weightdiag import api, cli
-from weightdiag.db import AmbiguousRowError, RowNotFoundError
+from weightdiag.database.store import AmbiguousRowError, RowNotFoundError
 from weightdiag.errors import (
     BadInputError,
     CheckpointFormatError,
@@ -32,8 +32,8 @@ from weightdiag.errors import (
     VerificationError,
     WeightdiagError,
 )
-from weightdiag.pipeline import FitOptions
-from weightdiag.records import RowError
+from weightdiag.record.schema import RowError
+from weightdiag.run.measure import FitOptions
 
 from .hub_server import FakeHub, write_small_model
 
@@ -328,7 +328,7 @@ def test_options_and_environment_variables_are_named(monkeypatch: pytest.MonkeyP
 
 
 def test_sweep_options_are_named(tmp_path: Path) -> None:
-    from weightdiag import sweep as sw
+    from weightdiag.run import sweep as sw
 
     with pytest.raises(OptionError) as jobs:
         api.sweep(str(tmp_path), db_dir=tmp_path / "db", jobs=0)
@@ -351,7 +351,7 @@ def test_sweep_options_are_named(tmp_path: Path) -> None:
 
 
 def test_an_unwritable_db_is_a_database_error(tmp_path: Path) -> None:
-    from weightdiag import db
+    from weightdiag.database import store as db
 
     not_a_folder = tmp_path / "db"
     not_a_folder.write_text("a file, not a folder\n")

@@ -8,11 +8,18 @@ import numpy as np
 import pytest
 from scipy.special import erf
 
-from weightdiag import synthetic
-from weightdiag.engine.codes import BIN_EDGES
-from weightdiag.engine.fit import fit_exact, fit_hist1024, gamma_closure, half_normal_anchor, trim_window, weibull_std
-from weightdiag.engine.reduce import reduce_array
-from weightdiag.engine.stats import fit, matrix_stats
+from weightdiag.codes import BIN_EDGES
+from weightdiag.fit.stats import fit, matrix_stats
+from weightdiag.fit.weibull import (
+    fit_exact,
+    fit_hist1024,
+    gamma_closure,
+    half_normal_anchor,
+    trim_window,
+    weibull_std,
+)
+from weightdiag.reduce.reduction import reduce_array
+from weightdiag.testing import synthetic
 
 K0, LAMBDA0 = 1.2054, 0.8875  # paper App. A.1
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from weightdiag.api import fit_plan
 from weightdiag.errors import CheckpointFormatError
 from weightdiag.layout import arch_from_config
-from weightdiag.pipeline import FitOptions
+from weightdiag.run.measure import FitOptions
 from weightdiag.source import gguf as G
 from weightdiag.source.gguf import GGUFReader, open_gguf, parse_gguf_bytes
 from weightdiag.source.plan import ModelPlan

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from weightdiag.errors import CheckpointFormatError
 from weightdiag.source.safetensors_header import MAX_HEADER_BYTES, parse_file_bytes
-from weightdiag.synthetic import header_bytes
+from weightdiag.testing.synthetic import header_bytes
 
 
 def _file(header: dict | bytes, data: bytes = b"", length: int | None = None) -> bytes:

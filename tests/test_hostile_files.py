@@ -23,12 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from weightdiag import synthetic
 from weightdiag.errors import BadInputError, CheckpointFormatError
 from weightdiag.layout import arch_from_config
 from weightdiag.source.gguf import open_gguf, parse_gguf_bytes
 from weightdiag.source.local import open_local
 from weightdiag.source.safetensors_header import parse_file_bytes
+from weightdiag.testing import synthetic
 
 from .conftest import load_json, row_files, run_cli
 
@@ -220,7 +220,7 @@ def test_bad_weightdiag_threads_is_bad_input(tmp_path: Path, tiny: Path, value: 
 
 
 def test_weightdiag_threads_is_read_at_call_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    from weightdiag.engine import kernels
+    from weightdiag import kernels
 
     monkeypatch.setenv("WEIGHTDIAG_THREADS", "3")
     assert kernels.threads() == 3

@@ -13,7 +13,7 @@ import torch
 from weightdiag import api
 from weightdiag.api import fit_path
 from weightdiag.errors import HubError
-from weightdiag.pipeline import FitOptions
+from weightdiag.run.measure import FitOptions
 
 from .conftest import run_cli
 from .hub_server import write_small_model

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from weightdiag import api, sweep
+from weightdiag import api
 from weightdiag.errors import BadInputError, HubError, TransferError
-from weightdiag.pipeline import FitOptions
+from weightdiag.run import sweep
+from weightdiag.run.measure import FitOptions
 from weightdiag.source import hub
 
 from .conftest import run_cli

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from weightdiag import api, synthetic
+from weightdiag import api
 from weightdiag.api import fit_path
-from weightdiag.engine import stream
 from weightdiag.errors import HubError, VerificationError
-from weightdiag.pipeline import FitOptions
+from weightdiag.reduce import stream
+from weightdiag.run.measure import FitOptions
 from weightdiag.source import hub_stream
+from weightdiag.testing import synthetic
 
 from .conftest import run_cli
 from .hub_server import write_small_model

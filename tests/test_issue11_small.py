@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from weightdiag.codes import cohort_bins
 from weightdiag.diagnose import trajectory as tr
 from weightdiag.diagnose.cohort import load_cohort
 from weightdiag.diagnose.compare import compare
-from weightdiag.engine.codes import cohort_bins
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,9 +99,9 @@ def test_f32_fit_prints_no_runtime_warning(minilm_dir: Path, tmp_path: Path) -> 
 
 
 def test_readme_f32_bound_names_what_the_benchmark_measures(minilm_dir: Path) -> None:
-    from weightdiag.engine.fit import fit_exact
-    from weightdiag.engine.reduce import reduce_array
-    from weightdiag.engine.stats import Summary
+    from weightdiag.fit.stats import Summary
+    from weightdiag.fit.weibull import fit_exact
+    from weightdiag.reduce.reduction import reduce_array
     from weightdiag.source.local import open_local
 
     readme = (ROOT / "README.md").read_text()
@@ -124,7 +124,7 @@ def test_readme_f32_bound_names_what_the_benchmark_measures(minilm_dir: Path) ->
 
 
 def test_no_user_facing_text_cites_a_seed_file() -> None:
-    # Users have no seed files: sources are cited by title (weightdiag/sources.py).
+    # Users have no seed files: sources are cited by title (weightdiag/citations.py).
     files = [*(ROOT / "weightdiag").rglob("*.py"), *(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]
     hits = [f"{p.relative_to(ROOT)}:{i}" for p in files for i, line in enumerate(p.read_text().splitlines(), 1)
             if "seed 00" in line.lower()]  # fmt: skip
@@ -132,9 +132,9 @@ def test_no_user_facing_text_cites_a_seed_file() -> None:
 
 
 def test_empty_findings_and_norm_table_name_the_norm_article() -> None:
+    from weightdiag.citations import NORM_ARTICLE_SHORT
     from weightdiag.render.health_view import findings_view
     from weightdiag.render.html import _findings, _norms
-    from weightdiag.sources import NORM_ARTICLE_SHORT
 
     assert "Why √d_model Is Your North Star" in findings_view({"findings": []}).plain
     assert "North Star" in _findings({"findings": []})

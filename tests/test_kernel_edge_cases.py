@@ -11,13 +11,13 @@ import threading
 import numpy as np
 import pytest
 
+from weightdiag import kernels
+from weightdiag.codes import HIST_BINS, cohort_bins, f32_bin_tables
 from weightdiag.diff.measures import CountedPart, Side, Totals, block_part
 from weightdiag.diff.spectrum import Sketch, rank_at
-from weightdiag.engine import kernels
-from weightdiag.engine import reduce as reduce_module
-from weightdiag.engine.codes import HIST_BINS, cohort_bins, f32_bin_tables
-from weightdiag.engine.reduce import reduce_array
-from weightdiag.engine.stats import Summary
+from weightdiag.fit.stats import Summary
+from weightdiag.reduce import reduction as reduce_module
+from weightdiag.reduce.reduction import reduce_array
 from weightdiag.segments import Segments
 
 needs_c = pytest.mark.skipif(not kernels.HAVE_C, reason="C kernels not built")

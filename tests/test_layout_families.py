@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from tests import layout_checkpoints as ck
-from weightdiag import api, synthetic
-from weightdiag.engine.reduce import reduce_array
+from weightdiag import api
 from weightdiag.errors import QuantizationError
-from weightdiag.pipeline import FitOptions
-from weightdiag.row import reduction_record
+from weightdiag.record.row import reduction_record
+from weightdiag.reduce.reduction import reduce_array
+from weightdiag.run.measure import FitOptions
+from weightdiag.testing import synthetic
 from weightdiag.vocabulary import SSM_KINDS
 
 _ROWS: dict[str, dict] = {}
@@ -469,7 +470,7 @@ def test_fused_experts_that_disagree_with_the_config_are_fitted_whole_and_say_wh
 def test_a_cut_a_quantized_format_cannot_select_is_refused(monkeypatch):
     from weightdiag.layout import ArchInfo, TensorRole
     from weightdiag.layout.views import views_of
-    from weightdiag.pipeline import _check_quantized_views
+    from weightdiag.run.measure import _check_quantized_views
 
     arch = ArchInfo(family="llama4", d_model=64, n_experts=2)
     role = TensorRole("other", 0, layout="experts")

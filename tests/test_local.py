@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from weightdiag.chunks import Chunk
 from weightdiag.errors import BadInputError, CheckpointFormatError
+from weightdiag.source.chunks import Chunk
 from weightdiag.source.local import open_local
 
 from .conftest import write_safetensors

@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from weightdiag.engine import stream
-from weightdiag.engine.reduce import merge, reduce_array
-from weightdiag.engine.vectors import VectorSummary, values_of
+from weightdiag.reduce import stream
+from weightdiag.reduce.reduction import merge, reduce_array
+from weightdiag.reduce.vectors import VectorSummary, values_of
 from weightdiag.source.local import LocalReader
 
 from .quant_checkpoints import fit_row

@@ -11,13 +11,13 @@ import torch
 
 npm = pytest.importorskip("npm_weibull")
 
-from weightdiag import synthetic  # noqa: E402
 from weightdiag.api import fit_path  # noqa: E402
-from weightdiag.engine.reduce import reduce_array  # noqa: E402
-from weightdiag.engine.stats import cohort_histogram, fit  # noqa: E402
-from weightdiag.pipeline import FitOptions  # noqa: E402
+from weightdiag.fit.stats import cohort_histogram, fit  # noqa: E402
+from weightdiag.reduce.reduction import reduce_array  # noqa: E402
+from weightdiag.run.measure import FitOptions  # noqa: E402
 from weightdiag.source.local import LocalReader, open_local  # noqa: E402
 from weightdiag.source.plan import storage_view  # noqa: E402
+from weightdiag.testing import synthetic  # noqa: E402
 
 TRIMS = {"mid80": "mid_80", "mid90": "mid_90", "full": "full_range"}
 REL = 1e-6
@@ -105,7 +105,7 @@ def test_synthetic_bf16_matrices_match_the_oracle(case):
 
 def test_f32_matrices_with_values_on_bin_edges_match_the_oracle():
     # Float32 values at and next to every cohort bin edge: the exact-binning tables must agree.
-    from weightdiag.engine.codes import f32_bin_tables
+    from weightdiag.codes import f32_bin_tables
 
     thresholds = f32_bin_tables().thresholds
     edges = thresholds[thresholds != 0xFFFFFFFF].astype(np.int64)
@@ -117,8 +117,8 @@ def test_f32_matrices_with_values_on_bin_edges_match_the_oracle():
 
 
 def _f32_exact_within_bound(minilm_dir, chosen) -> int:
-    from weightdiag.engine.fit import fit_exact
-    from weightdiag.engine.stats import Summary
+    from weightdiag.fit.stats import Summary
+    from weightdiag.fit.weibull import fit_exact
 
     checked = 0
     for ref, raw in _read_all(minilm_dir):

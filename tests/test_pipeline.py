@@ -10,12 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-from weightdiag import synthetic
 from weightdiag.api import fit_path
-from weightdiag.engine.reduce import reduce_array
-from weightdiag.engine.stats import fit, matrix_stats
-from weightdiag.pipeline import FitOptions
+from weightdiag.fit.stats import fit, matrix_stats
+from weightdiag.reduce.reduction import reduce_array
+from weightdiag.run.measure import FitOptions
 from weightdiag.source.local import open_local
+from weightdiag.testing import synthetic
 
 from .conftest import write_safetensors
 
@@ -133,7 +133,7 @@ def test_minilm_row_is_complete(minilm_dir):
 _PEAK_SCRIPT = """
 import sys
 from weightdiag.api import fit_path
-from weightdiag.pipeline import FitOptions
+from weightdiag.run.measure import FitOptions
 fit_path(sys.argv[1], FitOptions(device="cpu"))
 print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM")))
 """

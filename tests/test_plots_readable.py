@@ -19,7 +19,7 @@ pytest.importorskip("matplotlib")
 @pytest.fixture(scope="module")
 def minilm_report(minilm_dir, tmp_path_factory):
     from weightdiag import api
-    from weightdiag.pipeline import FitOptions
+    from weightdiag.run.measure import FitOptions
 
     folder = tmp_path_factory.mktemp("plots")
     report = api.report(

@@ -1,4 +1,4 @@
-"""bitsandbytes decoders (weightdiag.quant.formats.bnb) against bitsandbytes itself.
+"""bitsandbytes decoders (weightdiag.decode.formats.bnb) against bitsandbytes itself.
 
 Fixtures are made by the real library on the CPU: a `bnb.nn.Linear4bit` / `Linear8bitLt` quantizes a
 weight, its `state_dict()` (what transformers saves) is written with safetensors, and the decoder reads
@@ -16,11 +16,11 @@ import struct
 import numpy as np
 import pytest
 
+from weightdiag.decode.decoder import Companion
+from weightdiag.decode.formats import build_decoder
+from weightdiag.decode.formats.bnb import FP4_TABLE, NF4_TABLE, parse_quant_state
 from weightdiag.dtypes import DTYPES
 from weightdiag.errors import CheckpointFormatError
-from weightdiag.quant.decoder import Companion
-from weightdiag.quant.formats import build_decoder
-from weightdiag.quant.formats.bnb import FP4_TABLE, NF4_TABLE, parse_quant_state
 from weightdiag.source.plan import Quantized, QuantSpec, TensorRef
 
 ROLES_4BIT = {

@@ -13,11 +13,11 @@ import itertools
 import numpy as np
 import pytest
 
+from weightdiag.decode.decoder import Companion
+from weightdiag.decode.formats import build_decoder
 from weightdiag.dtypes import DTYPES
-from weightdiag.engine.reduce import reduce_counted
 from weightdiag.errors import CheckpointFormatError
-from weightdiag.quant.decoder import Companion
-from weightdiag.quant.formats import build_decoder
+from weightdiag.reduce.reduction import reduce_counted
 from weightdiag.source.plan import Quantized, QuantSpec, TensorRef
 
 from . import quant_checkpoints as qc

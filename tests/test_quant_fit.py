@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from weightdiag.engine import stream
+from weightdiag.reduce import stream
 from weightdiag.source import hub_stream
 
 from .conftest import run_cli
@@ -215,7 +215,7 @@ def test_the_decoding_path_gives_what_the_counting_path_gives(fp8_small, monkeyp
     paths must agree, value for value."""
     qdir, tdir = fp8_small
     counted = fit_row(qdir)
-    from weightdiag.quant.decoder import RowMajorDecoder
+    from weightdiag.decode.decoder import RowMajorDecoder
 
     monkeypatch.setattr(RowMajorDecoder, "counts", lambda self, raw, byte_lo: None)
     decoded = fit_row(qdir)
@@ -226,7 +226,7 @@ def test_the_decoding_path_gives_what_the_counting_path_gives(fp8_small, monkeyp
 def test_report_plots_read_quantized_matrices_through_their_decoder(fp8_small, tmp_path):
     """`report --plot` re-reads a few matrices for their histograms: dequantized, like the fit."""
     from weightdiag import api
-    from weightdiag.histograms import read_histograms
+    from weightdiag.run.histograms import read_histograms
 
     qdir, tdir = fp8_small
     row = fit_row(qdir)

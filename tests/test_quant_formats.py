@@ -153,7 +153,7 @@ def test_the_report_names_the_quantization(pair, tmp_path):
 
 @pytest.mark.parametrize("name", sorted(FORMATS))
 def test_from_the_hub_with_companions_in_another_shard(name, fake_hub, tmp_path_factory, minilm_dir, monkeypatch):
-    from weightdiag.engine import stream
+    from weightdiag.reduce import stream
     from weightdiag.source import hub_stream
 
     monkeypatch.setattr(stream, "SPLIT_BYTES", 64 << 10)

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import torch
 
+from weightdiag.decode.decoder import Companion
+from weightdiag.decode.formats import build_decoder
+from weightdiag.decode.scheme import Quantized, QuantSpec
 from weightdiag.dtypes import DTYPES
-from weightdiag.engine.reduce import reduce_counted
 from weightdiag.errors import CheckpointFormatError
-from weightdiag.quant.decoder import Companion
-from weightdiag.quant.formats import build_decoder
-from weightdiag.quant.scheme import Quantized, QuantSpec
+from weightdiag.reduce.reduction import reduce_counted
 from weightdiag.segments import Segments
 from weightdiag.source.plan import TensorRef
 
@@ -440,7 +440,7 @@ E2E = {
 def test_end_to_end_in_small_pieces(name, tmp_path, minilm_dir, monkeypatch):
     """Two encoder layers read in pieces of 8008 bytes (cut inside stored rows): same fits, statistics and
     argmax as the float32 twin, every linear weight dequantized."""
-    from weightdiag.engine import stream
+    from weightdiag.reduce import stream
     from weightdiag.source.local import LocalReader
 
     from . import quant_checkpoints as qc

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from weightdiag.engine import kernels
-from weightdiag.engine.codes import HIST_BINS, cohort_bins, f32_bin_tables
-from weightdiag.engine.reduce import reduce_array, reduce_counted
+from weightdiag import kernels
+from weightdiag.codes import HIST_BINS, cohort_bins, f32_bin_tables
+from weightdiag.reduce.reduction import reduce_array, reduce_counted
 
 needs_c = pytest.mark.skipif(not kernels.HAVE_C, reason="the C kernels are not built")
 
@@ -88,7 +88,7 @@ def test_a_counted_reduction_is_the_reduction_of_its_elements(monkeypatch, kerne
 
 
 def test_cohort_bins_by_arithmetic_equal_a_binary_search():
-    from weightdiag.engine.codes import BIN_EDGES, HIST_BINS
+    from weightdiag.codes import BIN_EDGES, HIST_BINS
 
     rng = np.random.default_rng(5)
     bits = rng.integers(0, 2**32, 1_000_000, dtype=np.uint64).astype(np.uint32)

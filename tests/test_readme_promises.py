@@ -39,10 +39,11 @@ from pathlib import Path
 
 import pytest
 
-from weightdiag import api, synthetic
-from weightdiag.db import load_row
-from weightdiag.pipeline import FitOptions
-from weightdiag.resume import PARTIAL_DIR
+from weightdiag import api
+from weightdiag.database.store import load_row
+from weightdiag.record.journal import PARTIAL_DIR
+from weightdiag.run.measure import FitOptions
+from weightdiag.testing import synthetic
 
 from .conftest import CLI_ENV, run_cli
 
@@ -383,7 +384,7 @@ def test_a_fit_whose_row_the_disk_cannot_take_prints_it_and_keeps_what_it_measur
     the tensors it measured for the next run)"."""
     import errno
 
-    from weightdiag import db as database
+    from weightdiag.database import store as database
 
     real = database.write_text_atomic
 
@@ -598,7 +599,7 @@ def test_a_disk_full_from_the_start_still_prints_the_row_and_stops_the_sweep_at_
     starts, so not even the journal can be written (it was exit 5, an internal error, with nothing printed)."""
     import errno
 
-    from weightdiag import db as database
+    from weightdiag.database import store as database
 
     def full(path, text, before_rename=None):
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -1,4 +1,4 @@
-"""Issue 12, the row contract: typed rows with one validating loader (weightdiag.records), and a database
+"""Issue 12, the row contract: typed rows with one validating loader (weightdiag.record.schema), and a database
 that skips a foreign or damaged row in listings, refuses it by name (exit 2), never hangs on a FIFO, and
 finds every id that `db list` prints."""
 
@@ -18,10 +18,12 @@ import pytest
 from typer.testing import CliRunner
 
 from weightdiag import cli as weightdiag_cli
-from weightdiag import db, records, synthetic
 from weightdiag.cli import main
+from weightdiag.database import store as db
 from weightdiag.errors import BadInputError, ExitCode
-from weightdiag.records import RowError
+from weightdiag.record import schema as records
+from weightdiag.record.schema import RowError
+from weightdiag.testing import synthetic
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = synthetic.ModelSpec(n_layers=1, d_model=64, n_heads=4, n_kv_heads=2, ffn_size=128, vocab=256)
@@ -498,7 +500,7 @@ def test_local_rows_are_named_as_listed_and_taken_by_compare_and_report(tmp_path
     import shutil
 
     from weightdiag import api
-    from weightdiag.pipeline import FitOptions
+    from weightdiag.run.measure import FitOptions
 
     db_dir = tmp_path / "db"
     spec = synthetic.ModelSpec(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, ffn_size=128, vocab=128, seed=1)

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from weightdiag import synthetic
-from weightdiag.engine import kernels
-from weightdiag.engine import reduce as reduce_module
-from weightdiag.engine.codes import code_values, f32_bin_tables
-from weightdiag.engine.reduce import Reduction, merge, reduce_array, reduce_range
-from weightdiag.engine.reduce_torch import reduce_torch, upload
-from weightdiag.engine.stats import cohort_histogram, magnitudes, matrix_stats
+from weightdiag import kernels
+from weightdiag.codes import code_values, f32_bin_tables
+from weightdiag.fit.stats import cohort_histogram, magnitudes, matrix_stats
+from weightdiag.reduce import reduction as reduce_module
+from weightdiag.reduce.reduction import Reduction, merge, reduce_array, reduce_range
+from weightdiag.reduce.reduction_torch import reduce_torch, upload
 from weightdiag.segments import Segments
+from weightdiag.testing import synthetic
 
 RNG = np.random.default_rng(11)
 
@@ -276,7 +276,7 @@ def test_cuda_reducer_equals_cpu_reducer(dtype):
 def test_f32_bin_tables_from_windows_equal_the_whole_bucket_scan():
     """The tables look at 2 x 1,024 patterns around each bin edge: the same thresholds and irregular buckets
     as evaluating float32 log10 on all 65,536 patterns of every split bucket (the construction they replace)."""
-    from weightdiag.engine.codes import F32BinTables
+    from weightdiag.codes import F32BinTables
 
     fast, whole = f32_bin_tables(), F32BinTables(window=None)
     assert np.array_equal(fast.thresholds, whole.thresholds)
@@ -286,7 +286,7 @@ def test_f32_bin_tables_from_windows_equal_the_whole_bucket_scan():
 
 
 def test_f32_bin_tables_fall_back_to_the_whole_bucket_when_the_window_misses_the_crossing():
-    from weightdiag.engine.codes import F32BinTables
+    from weightdiag.codes import F32BinTables
 
     tiny = F32BinTables(window=0)  # a window of one pattern: almost every bucket takes the whole scan
     assert np.array_equal(tiny.thresholds, f32_bin_tables().thresholds)
@@ -340,7 +340,7 @@ def test_the_one_pass_f32_reduction_equals_the_four_passes(monkeypatch, threads,
 def test_torch_reducer_across_chunks_without_host_syncs(monkeypatch, dtype):
     """The torch path in many chunks (replicated bins, the largest |w| read back once per tensor): the same
     reduction as the CPU path, ties across chunks going to the first, Inf/NaN left out, a partial last chunk."""
-    from weightdiag.engine import reduce_torch as rt
+    from weightdiag.reduce import reduction_torch as rt
 
     monkeypatch.setattr(rt, "CHUNK", 1000)
     x = RNG.standard_normal(10_357) * 0.02

@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from weightdiag import api, synthetic
+from weightdiag import api
 from weightdiag.diagnose import health
 from weightdiag.diagnose.health import health_report
 from weightdiag.errors import BadInputError
-from weightdiag.pipeline import FitOptions
 from weightdiag.render.health_view import report_view
+from weightdiag.run.measure import FitOptions
+from weightdiag.testing import synthetic
 
 from .conftest import run_cli
 
@@ -286,8 +287,16 @@ def test_missing_matplotlib_is_one_clear_error(monkeypatch):
 def test_cli_plots_and_html(planted_dir, tmp_path):
     plots, page = tmp_path / "plots", tmp_path / "report.html"
     out = run_cli(
-        "report", str(planted_dir), "--db", str(tmp_path / "db"), "--plot", str(plots), "--html", str(page),
-        "--hist", SUPER,
+        "report",
+        str(planted_dir),
+        "--db",
+        str(tmp_path / "db"),
+        "--plot",
+        str(plots),
+        "--html",
+        str(page),
+        "--hist",
+        SUPER,
     )  # fmt: skip (no -q: it would silence the "plots written" line)
     assert out.returncode == 0, out.stderr
     assert "Findings (5)" in out.stdout

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from benchmarks import calibrate_report as cal
-from weightdiag import api, synthetic
+from weightdiag import api
 from weightdiag.diagnose.health import health_report
-from weightdiag.pipeline import FitOptions
+from weightdiag.run.measure import FitOptions
+from weightdiag.testing import synthetic
 
 SEEDS = range(8)
 DEEP_ENOUGH = (12, 16, 24, 48)  # planted exactness; 6-8 blocks have less power (rates in docs/report.md)

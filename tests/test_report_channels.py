@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from weightdiag import synthetic
 from weightdiag.diagnose.health import health_report
 from weightdiag.diagnose.health.poisson import log_poisson_sf
+from weightdiag.testing import synthetic
 
 from .conftest import run_cli
 
@@ -103,7 +103,7 @@ def test_null_model_with_realistic_variation_names_no_channel(tmp_path):
     spec = synthetic.ModelSpec(**{**SPEC.__dict__, "norm_spread": 0.05, "depth_trend": 0.3, "block_jitter": 0.1})
     model = synthetic.write_model(tmp_path / "null", spec)
     from weightdiag import api
-    from weightdiag.pipeline import FitOptions
+    from weightdiag.run.measure import FitOptions
 
     report = health_report(api.fit_model(str(model), FitOptions(device="cpu")))
     assert report["super_weights"]["channels"] == []
@@ -114,7 +114,7 @@ def test_channel_of_a_planted_model_is_reported_on_the_stronger_scope(tmp_path):
     """Both the top-10 and the all-matrix count flag the column; the stronger evidence (all 320) is kept."""
     model = synthetic.write_model(tmp_path / "m", SPEC, modify=plant_column)
     from weightdiag import api
-    from weightdiag.pipeline import FitOptions
+    from weightdiag.run.measure import FitOptions
 
     row = api.fit_model(str(model), FitOptions(device="cpu"))
     top_only = health_report({**row, "matrices": [m for m in row["matrices"] if m["block"] in (None, 0, 1)]})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from weightdiag import synthetic
+from weightdiag.testing import synthetic
 
 from .conftest import run_cli
 

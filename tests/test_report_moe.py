@@ -124,7 +124,7 @@ def test_the_rule_on_plain_numbers():
 
 
 def test_dense_model_has_no_moe_section(tmp_path, cpu_fit):
-    from weightdiag import synthetic
+    from weightdiag.testing import synthetic
 
     spec = synthetic.ModelSpec(n_layers=5, d_model=64, n_heads=2, n_kv_heads=1, ffn_size=128, vocab=128)
     report = health_report(cpu_fit(synthetic.write_model(tmp_path / "d", spec)))

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from weightdiag import api, synthetic
+from weightdiag import api
 from weightdiag.diagnose.health import health_report
-from weightdiag.pipeline import FitOptions
+from weightdiag.run.measure import FitOptions
+from weightdiag.testing import synthetic
 
 from .conftest import run_cli
 

@@ -12,9 +12,10 @@ from typing import Any, get_args, get_origin, get_type_hints, is_typeddict
 
 import pytest
 
-from weightdiag import api, synthetic
+from weightdiag import api
 from weightdiag.diagnose import results
-from weightdiag.pipeline import FitOptions
+from weightdiag.run.measure import FitOptions
+from weightdiag.testing import synthetic
 from weightdiag.vocabulary import MATRIX_KINDS
 
 CPU = FitOptions(device="cpu")

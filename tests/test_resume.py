@@ -1,4 +1,4 @@
-"""Resumable fits (weightdiag.resume): an interrupted fit leaves the records it measured beside the database;
+"""Resumable fits (weightdiag.record.journal): an interrupted fit leaves the records it measured beside the database;
 the next fit of the same checkpoint reuses them, reads only the rest and writes the row an uninterrupted fit
 writes. Stale journals (a file changed, other options, another tool version) are never reused."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from weightdiag import api
 from weightdiag.errors import HubError, VerificationError
-from weightdiag.pipeline import FitOptions
-from weightdiag.resume import PARTIAL_DIR
+from weightdiag.record.journal import PARTIAL_DIR
+from weightdiag.run.measure import FitOptions
 
 from .conftest import run_cli
 from .hub_server import small_model_in_small_chunks, write_small_model
@@ -119,7 +119,7 @@ def test_another_tool_version_starts_over(model, tmp_path, monkeypatch):
     db = tmp_path / "db"
     with pytest.raises(KeyboardInterrupt):
         _fit(str(model), db, _StopAfter(5))
-    monkeypatch.setattr("weightdiag.resume.__version__", "9.9.9")
+    monkeypatch.setattr("weightdiag.record.journal.__version__", "9.9.9")
     assert "resumed" not in _fit(str(model), db)["run"]
 
 

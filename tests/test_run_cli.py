@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from weightdiag import cli
-from weightdiag.engine import kernels
+from weightdiag import cli, kernels
 from weightdiag.errors import ExitCode
 
 from .conftest import run_cli, write_safetensors

@@ -35,7 +35,7 @@ def test_the_demo_try_next_lines_work_from_any_folder():
     """Issue 21: the lines the demo suggests name absolute paths (the repository's .venv, the database, the row)."""
     demo = (ROOT / "scripts" / "demo").read_text()
     assert re.search(r"^ROOT=\$PWD$", demo, re.M)  # after setup-venv.sh moved to the repository
-    assert 'else DB=$ROOT/DATABASE; fi' in demo and 'realpath -m -- "$WEIGHTDIAG_DB"' in demo
+    assert "else DB=$ROOT/DATABASE; fi" in demo and 'realpath -m -- "$WEIGHTDIAG_DB"' in demo
     assert re.search(r'^ROW=\$\(ls -t "\$DB"/rows/', demo, re.M)  # under the absolute $DB: absolute too
     nxt = demo.split("<<NEXT", 1)[1].split("\nNEXT", 1)[0]
     commands = [line.strip() for line in nxt.splitlines() if line.startswith("     ")]

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from weightdiag import sweep as sw
-from weightdiag import synthetic
-from weightdiag.db import find_rows, iter_rows, load_row
+from weightdiag.database.store import find_rows, iter_rows, load_row
 from weightdiag.diagnose import trajectory as tr
 from weightdiag.errors import BadInputError
+from weightdiag.run import sweep as sw
+from weightdiag.testing import synthetic
 
 from .conftest import run_cli
 
@@ -268,7 +268,7 @@ def test_a_run_of_identical_checkpoints_reads_as_no_movement(tmp_path):
     """Three copies of one checkpoint: no 'evolution' and no λ peak is claimed (red-team finding)."""
     from weightdiag import api
     from weightdiag.errors import OptionError
-    from weightdiag.pipeline import FitOptions
+    from weightdiag.run.measure import FitOptions
 
     spec = synthetic.ModelSpec(n_layers=4, d_model=64, n_heads=4, n_kv_heads=2, ffn_size=128, vocab=128, seed=3)
     first = synthetic.write_model(tmp_path / "run" / "step_0", spec)
@@ -371,7 +371,7 @@ def test_trajectory_plot_onto_a_file_or_an_unwritable_place_is_bad_input(run_fol
     pytest.importorskip("matplotlib")
     from weightdiag import api
     from weightdiag.errors import OutputError
-    from weightdiag.pipeline import FitOptions
+    from weightdiag.run.measure import FitOptions
 
     db = tmp_path / "db"
     api.sweep(str(run_folder), db_dir=db, options=FitOptions(device="cpu"), steps="log:3")
@@ -392,7 +392,7 @@ def test_an_offline_hub_sweep_says_why_it_cannot_list_revisions(monkeypatch):
 
 def test_a_parallel_sweep_leaves_the_environment_as_it_found_it(run_folder, tmp_path, monkeypatch):
     from weightdiag import api
-    from weightdiag.pipeline import FitOptions
+    from weightdiag.run.measure import FitOptions
 
     monkeypatch.delenv("WEIGHTDIAG_THREADS", raising=False)
     api.sweep(str(run_folder), db_dir=tmp_path / "db", options=FitOptions(device="cpu"), steps="log:2", jobs=2)

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from weightdiag import api, synthetic
-from weightdiag.pipeline import FitOptions
+from weightdiag import api
+from weightdiag.run.measure import FitOptions
+from weightdiag.testing import synthetic
 
 from .conftest import run_cli
 

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from weightdiag.api import fit_path
-from weightdiag.engine.reduce import reduce_array
-from weightdiag.engine.stats import Summary
 from weightdiag.errors import BadInputError, CheckpointFormatError
-from weightdiag.pipeline import FitOptions
+from weightdiag.fit.stats import Summary
+from weightdiag.reduce.reduction import reduce_array
+from weightdiag.run.measure import FitOptions
 from weightdiag.source.local import open_local
 
 from .conftest import run_cli

@@ -27,7 +27,7 @@ def test_an_org_name_id_offline_keeps_the_hub_message(tmp_path):
 
 
 def test_a_learning_rate_alone_says_what_else_t_over_tau_needs(tmp_path):
-    from weightdiag import synthetic
+    from weightdiag.testing import synthetic
 
     model = synthetic.write_model(tmp_path / "m", synthetic.ModelSpec(n_layers=2, d_model=64, ffn_size=128))
     out = run_cli("fit", str(model), "--no-save", "--device", "cpu", "--lr", "1e-3")
@@ -43,7 +43,7 @@ def test_a_learning_rate_alone_says_what_else_t_over_tau_needs(tmp_path):
 
 
 def test_one_row_is_one_row(tmp_path):
-    from weightdiag import synthetic
+    from weightdiag.testing import synthetic
 
     model = synthetic.write_model(tmp_path / "m", synthetic.ModelSpec(n_layers=2, d_model=64, ffn_size=128))
     assert run_cli("fit", str(model), "--db", str(tmp_path / "db"), "-q", "--device", "cpu").returncode == 0

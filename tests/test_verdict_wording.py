@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from weightdiag.codes import BIN_EDGES
 from weightdiag.diagnose.classes import (
     BAND,
     INIT_ANCHOR_K,
@@ -33,8 +34,7 @@ from weightdiag.diagnose.cohort import cohort_caveat, load_cohort
 from weightdiag.diagnose.compare import compare, selection_verdict, transmission_verdict
 from weightdiag.diagnose.health import health_report, quantization_of
 from weightdiag.diagnose.kinds import kind_summaries
-from weightdiag.engine.codes import BIN_EDGES
-from weightdiag.engine.fit import fit_hist1024, trim_window
+from weightdiag.fit.weibull import fit_hist1024, trim_window
 
 from .conftest import run_cli
 
@@ -370,8 +370,9 @@ def test_minilm_compare_cli_prints_the_caveat(minilm_dir, tmp_path: Path):
 
 def test_the_shallow_ffn_test_names_the_blocks_it_read(tmp_path):
     """A 4-block model's shallow-FFN reading covers blocks 0-3, and says so (not 'blocks 0-5')."""
-    from weightdiag import api, synthetic
-    from weightdiag.pipeline import FitOptions
+    from weightdiag import api
+    from weightdiag.run.measure import FitOptions
+    from weightdiag.testing import synthetic
 
     spec = synthetic.ModelSpec(n_layers=4, d_model=64, n_heads=4, n_kv_heads=2, ffn_size=128, vocab=128, seed=4)
     folder = synthetic.write_model(tmp_path / "m", spec)

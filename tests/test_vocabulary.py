@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 from weightdiag import vocabulary
-from weightdiag.engine.fit import TRIMS
+from weightdiag.fit.weibull import TRIMS
 from weightdiag.vocabulary import (
     BLOCK_KEYS,
     COHORT_TRIM,

@@ -12,7 +12,7 @@
     summary = api.trajectory("EleutherAI/pythia-70m")
     records = api.list_rows(); row = api.show_row("qwen3-8b"); text = api.export_rows("csv")
 
-Rows are plain dicts typed by weightdiag.records (schema in docs/row-schema.md); what compare, check,
+Rows are plain dicts typed by weightdiag.record.schema (schema in docs/row-schema.md); what compare, check,
 report, trajectory and list_rows return, by weightdiag.diagnose.results (TypedDicts). Errors are
 weightdiag.errors types (each with its exit code); the CLI only parses, calls these and renders.
 """
@@ -27,17 +27,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .db import ROWS_DIR, RowNotFoundError, default_db_dir
+from .database.store import ROWS_DIR, RowNotFoundError, default_db_dir
 from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthReport, TrajectoryResult
 from .diff.result import DiffOptions, DiffResult
 from .errors import DatabaseError, OptionError, OutputError
-from .fitting import check_options, fit_and_save, fit_model, fit_path, fit_plan, resolve_row, save_row
-from .pipeline import FitOptions
-from .records import Row, RowError
+from .record.schema import Row, RowError
+from .run.fitting import check_options, fit_and_save, fit_model, fit_path, fit_plan, resolve_row, save_row
+from .run.measure import FitOptions
 from .source.open import is_hub_id, open_model, split_revision
 
 if TYPE_CHECKING:  # the type only: the sweep module is imported when a sweep runs
-    from .sweep import Outcome
+    from .run.sweep import Outcome
 
 # The building blocks, for scripts: fitting.* and source.open.* under one name, and the result types.
 __all__ = [
@@ -100,7 +100,7 @@ def fit(
     download: bool = False,
 ) -> Fitted:
     """`weightdiag fit`: fit a model and (with save) write its row; the database is checked before the fit."""
-    from .db import check_writable
+    from .database.store import check_writable
 
     options = options or FitOptions()
     check_options(options)
@@ -124,7 +124,7 @@ def compare(
 ) -> list[CompareReport]:
     """`weightdiag compare`: a comparison with the cohort per model (default: every fitted row); models
     fitted on the way are saved unless save=False."""
-    from .db import iter_rows
+    from .database.store import iter_rows
     from .diagnose.compare import compare as compare_row
 
     options = options or FitOptions()
@@ -164,7 +164,7 @@ def check(
 ) -> CheckResult:
     """`weightdiag check`: compare a model's fits with a baseline row; result["passed"] says whether every
     matrix stayed within |dk| <= tol_k and |dlambda/lambda| <= tol_lambda (the fit uses the baseline's protocol)."""
-    from .db import load_row, write_text_atomic
+    from .database.store import load_row, write_text_atomic
     from .diagnose.check import check as check_rows
     from .diagnose.check import junit_xml
 
@@ -239,8 +239,8 @@ def report(
     if plot_dir or html_file:
         import tempfile  # here, not at start-up: only plots need a scratch folder
 
-        from .histograms import histogram_choice, read_histograms
         from .render.plots import write_plots
+        from .run.histograms import histogram_choice, read_histograms
 
         names = histogram_choice(result, row, list(hist))
         data, why = read_histograms(row, list(names), spec if how == "fitted" else None, token)
@@ -321,7 +321,7 @@ def sweep(
 ) -> SweepRun:
     """`weightdiag sweep`: fit the selected checkpoints of a training run (Hub revisions or a folder of
     checkpoint folders) into the database; resumable (rows already there are kept), in parallel."""
-    from . import sweep as sw
+    from .run import sweep as sw
 
     options = options or FitOptions()
     check_options(options)
@@ -373,7 +373,7 @@ def trajectory(
 ) -> TrajectoryResult:
     """`weightdiag trajectory`: a swept run read from its rows (k and lambda over steps, drift, the lambda
     peak, step-0 checks, std patterns); with plot (a folder), its PNG figures too."""
-    from .db import find_rows
+    from .database.store import find_rows
     from .diagnose import trajectory as tr
 
     rows = [r for r in find_rows(model, Path(db_dir) if db_dir else None) if r["model"]["id"] == model]
@@ -432,7 +432,7 @@ def list_rows(
     db_dir: str | Path | None = None, *, fitted_only: bool = False, on_skip: SkipNote | None = None
 ) -> list[FlatRecord]:
     """`weightdiag db list`: one flat record per cohort entry and fitted row (db.flat_record)."""
-    from .db import cohort_rows, flat_record, iter_summaries
+    from .database.store import cohort_rows, flat_record, iter_summaries
 
     db = Path(db_dir) if db_dir else None
     # One summary at a time, flattened as it is read: 20,000 summaries held at once took 500 MB.
@@ -444,7 +444,7 @@ def list_rows(
 def show_row(row_id: str, db_dir: str | Path | None = None, *, summary: bool = False) -> Row:
     """`weightdiag db show`: one row by the id `db list` prints, a row file's name, or its path; with
     summary=True a database row may come without its per-matrix records (`counts` says how many)."""
-    from .db import row_by_id
+    from .database.store import row_by_id
 
     return row_by_id(row_id, Path(db_dir) if db_dir else None, summary=summary)
 
@@ -465,7 +465,7 @@ def export_rows(
     import io
     import json
 
-    from .db import write_text_atomic
+    from .database.store import write_text_atomic
 
     if fmt not in EXPORT_FORMATS:
         raise OptionError(f"--format {fmt!r}: choose csv or jsonl", option="--format")
@@ -521,7 +521,7 @@ def diff(
 
         require_matplotlib()
     if save:
-        from .db import check_writable
+        from .database.store import check_writable
 
         check_writable(Path(db_dir) if db_dir else None)
     result = run_diff(base, tuned, options, progress)

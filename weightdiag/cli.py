@@ -55,7 +55,7 @@ class _Command(typer.core.TyperCommand):
     def invoke(self, ctx: Any) -> Any:
         # `weightdiag db list | head -1`: the reader closed the pipe. Stop quietly with exit 0, as other
         # command-line tools do, not click's exit 1 (which means "check found a regression").
-        from .db import default_on_skip
+        from .database.store import default_on_skip
 
         default_on_skip.set(_skipped_row_once())  # every command names the damaged rows it skips
         try:
@@ -311,8 +311,8 @@ def fit(
 ) -> None:
     """Fit a Weibull to |w| of every weight matrix and write one row to the database."""
     from .api import fit as fit_api
-    from .pipeline import FitOptions
     from .render.tables import counted, kinds_table
+    from .run.measure import FitOptions
 
     options = FitOptions(
         protocol=protocol,
@@ -424,8 +424,8 @@ def compare(
 ) -> None:
     """Compare models with the paper's 12-entry cohort: kinds, band, Selection severity, neighbours."""
     from .api import compare as compare_api
-    from .pipeline import FitOptions
     from .render.reports import compare_view
+    from .run.measure import FitOptions
 
     options = FitOptions(
         protocol=protocol,
@@ -784,8 +784,8 @@ def sweep(
     from rich.table import Table
 
     from .api import sweep as sweep_api
-    from .pipeline import FitOptions
     from .render.tables import FitWidth, counted
+    from .run.measure import FitOptions
 
     options = FitOptions(
         protocol=protocol, device=device, lr=lr, weight_decay=weight_decay, preset=preset, connections=connections
@@ -930,8 +930,8 @@ def report(
 ) -> None:
     """Health report: per-block table and findings (why a block is unusual), norms, super weights, depth."""
     from .api import report as report_api
-    from .pipeline import FitOptions
     from .render.health_view import report_view
+    from .run.measure import FitOptions
 
     options = FitOptions(protocol=protocol, device=device, connections=connections)
     progress = _progress(quiet)
@@ -996,7 +996,7 @@ def _environment() -> dict[str, Any]:
     import platform
     from importlib import metadata
 
-    from .engine.kernels import BACKEND
+    from .kernels import BACKEND
 
     try:
         torch_version = metadata.version("torch")
@@ -1039,7 +1039,7 @@ def _cores_summary() -> str:
 
 def _cuda_summary() -> str:
     # torch is imported (about a second) only where an NVIDIA driver is present; elsewhere CUDA cannot be.
-    from .engine.device import nvidia_present
+    from .reduce.device import nvidia_present
 
     if not nvidia_present():
         return "no (no NVIDIA driver)"

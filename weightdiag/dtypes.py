@@ -5,7 +5,7 @@ tensor as it is stored: the float formats it can read exactly. `storage` is the 
 tensor's bytes are viewed as (BF16 and FP8 travel as raw unsigned bit patterns; numpy has no such
 floats); None for sub-byte types. Sub-byte and complex formats are known (so a header using them is
 valid): stored alone they are skipped with a reason; as the codes or scales of a quantized weight
-(`F4` NVFP4/MXFP4 values, `F8_E8M0` MX scales) weightdiag.quant decodes them.
+(`F4` NVFP4/MXFP4 values, `F8_E8M0` MX scales) weightdiag.decode decodes them.
 
 This is the one dtype table: every module asks it (never spells dtype names out itself).
 """

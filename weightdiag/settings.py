@@ -218,7 +218,7 @@ def db_location() -> tuple[str, str]:
 
 def numpy_kernels_forced() -> bool:
     """WEIGHTDIAG_KERNELS=numpy: use the pure-numpy kernels even when the C extension is built (read once,
-    when weightdiag.engine.kernels is first imported)."""
+    when weightdiag.kernels is first imported)."""
     return os.environ.get("WEIGHTDIAG_KERNELS", "").strip().lower() == "numpy"
 
 

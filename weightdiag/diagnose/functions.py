@@ -1,8 +1,8 @@
 """The paper's eight diagnostic functions (Table 6 of arXiv:2605.18898), on weightdiag rows.
 
-F1 extract weights      -> weightdiag.fitting.fit_model (the streaming reader; one pass per tensor)
-F2 Weibull fit          -> weightdiag.engine.fit.fit_hist1024 / fit_exact (per matrix, in every row)
-F3 Gamma closure        -> weightdiag.engine.fit.gamma_closure (per matrix: `gamma_closure` in rows)
+F1 extract weights      -> weightdiag.run.fitting.fit_model (the streaming reader; one pass per tensor)
+F2 Weibull fit          -> weightdiag.fit.weibull.fit_hist1024 / fit_exact (per matrix, in every row)
+F3 Gamma closure        -> weightdiag.fit.weibull.gamma_closure (per matrix: `gamma_closure` in rows)
 F4 cross_family_band    per-entry median FFN k -> band and CV over entries, user models placed in it
 F5 lambda_scaling       lambda = c sqrt(eta / lambda_wd) through the origin, Pearson r
 F6 k_drift              delta k per kind from the init anchor 1.2054 or from a measured step-0 row

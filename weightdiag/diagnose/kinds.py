@@ -11,7 +11,7 @@ from collections import defaultdict
 from statistics import median  # np.median would import numpy.ma: 20-30 ms of a fit's start-up
 from typing import Any
 
-from ..row import json_float
+from ..record.row import json_float
 from ..vocabulary import COHORT_TRIM, kind_class, kind_order
 from . import lambda_axis
 from .classes import NON_WEIBULL_R2, kind_k_fields
@@ -31,7 +31,11 @@ def interpret(
     trim = row["protocol"]["trim"]
     added = {
         "hyperparameters": lambda_axis.resolve(
-            row["model"]["id"], row["model"].get("revision"), lr=lr, weight_decay=weight_decay, steps=steps,
+            row["model"]["id"],
+            row["model"].get("revision"),
+            lr=lr,
+            weight_decay=weight_decay,
+            steps=steps,
             preset=preset,
         ).to_json(),
         "kinds": kind_summaries(row["matrices"], trim),

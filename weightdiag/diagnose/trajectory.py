@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..sources import LAYERWISE_STD_SHORT
+from ..citations import LAYERWISE_STD_SHORT
 from ..vocabulary import COHORT_TRIM, FFN_OUTPUT_KINDS, SELECTION_KINDS, WEIGHT_KINDS
 from .classes import BAND, INIT_ANCHOR_K, fitted_values, k_sigma
 from .functions import lambda_paired_correlation

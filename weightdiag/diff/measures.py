@@ -4,7 +4,7 @@ Each block gives a `BlockPart` (computable in any thread); `Totals` folds them i
 products are float64: from the engine's reductions of ΔW = W_tuned - W_base (float32, each element within
 2^-24 relative of the exact difference) and of each side (exact for 16-bit dtypes), or, for F64 sides and
 blocks holding NaN/Inf, from float64 arrays; relative_change and cosine equal numpy's on the full tensors to
-~1e-7 relative or better. Distributions go through the engine's own reductions (weightdiag.engine.reduce):
+~1e-7 relative or better. Distributions go through the engine's own reductions (weightdiag.reduce.reduction):
 |W_base| and |W_tuned| in their storage dtype (exactly as `fit` reduces them, decoded float32 for a quantized
 side), |ΔW| on the F32 path (its Weibull fit, and quantiles from 2^-7-wide buckets, within 2^-8 relative;
 values below 1e-40 count as zeros), |ΔW|/|W_base| by its top 16 bits (quantiles only, see ratio_reduction).
@@ -28,11 +28,11 @@ from functools import cache, cached_property
 
 import numpy as np
 
-from ..engine import kernels
-from ..engine.codes import FINITE_LIMIT16, code_values, f32_bin_tables
-from ..engine.fit import WeibullFit
-from ..engine.reduce import Reduction, f32_shift, finite_mask, merge, reduce_array, shift_sums, takes_the_lead
-from ..engine.stats import Summary
+from .. import kernels
+from ..codes import FINITE_LIMIT16, code_values, f32_bin_tables
+from ..fit.stats import Summary
+from ..fit.weibull import WeibullFit
+from ..reduce.reduction import Reduction, f32_shift, finite_mask, merge, reduce_array, shift_sums, takes_the_lead
 from ..source.plan import STORAGE_NUMPY
 from ..vocabulary import COHORT_TRIM
 
@@ -66,7 +66,7 @@ def as_float(raw: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "F64":
         return raw.view(np.float64)
     if dtype in ("F8_E4M3", "F8_E5M2"):
-        from ..quant.values import code_table_f32
+        from ..decode.values import code_table_f32
 
         return code_table_f32(dtype)[raw.view(np.uint8)]
     raise ValueError(f"no float values for dtype {dtype}")

@@ -10,7 +10,7 @@ tensor. Each side's bytes come from its own reader through the engine's ChunkRea
 fit is (every shard byte through the reader's ordered sha256, see `side_reads`) when its blocks come in its
 own file order.
 
-A quantized side is decoded by the same decoders `fit` uses (weightdiag.quant.decoder), built from its
+A quantized side is decoded by the same decoders `fit` uses (weightdiag.decode.decoder), built from its
 companions when its first block is read; formats decoded in row-major order only (GPTQ and AWQ pack
 columns across rows: refused, exit 2).
 """
@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from ..chunks import Chunk
-from ..engine import kernels
-from ..engine.codes import FINITE_LIMIT16
+from .. import kernels
+from ..codes import FINITE_LIMIT16
 from ..errors import CheckpointFormatError, QuantizationError
+from ..source.chunks import Chunk
 from ..source.plan import STORAGE_NUMPY, TensorRef
 from .blas import single_threaded
 from .measures import Side
@@ -121,8 +121,8 @@ ReadTensor = Callable[[TensorRef], np.ndarray]
 
 def decoder_for(ref: TensorRef, read: ReadTensor):
     """The row-major decoder of a quantized weight, its companions read now (they are small)."""
-    from ..quant.decoder import FACTORIES, Companion, RowMajorDecoder
-    from ..quant.formats import build_decoder
+    from ..decode.decoder import FACTORIES, Companion, RowMajorDecoder
+    from ..decode.formats import build_decoder
 
     q = ref.quant
     assert q is not None

@@ -4,7 +4,7 @@
 when that role is held by one tensor on each side; shapes checked.
 
 Pure: two tensor tables in, a `Pairing` out. A quantized weight is matched by its logical name and shape
-(weightdiag.quant.group has already turned codes + companions into one logical TensorRef).
+(weightdiag.decode.group has already turned codes + companions into one logical TensorRef).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..db import write_text_atomic
+from ..database.store import write_text_atomic
 from ..render.plots import PlotFile, pyplot, save_figure
 from ..vocabulary import KIND_ORDER
 from .result import DiffResult, TensorDiff

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.fit import WeibullFit
+from ..fit.weibull import WeibullFit
 from .measures import Figures
 from .spectrum import SKETCH_CAP, Spectrum
 

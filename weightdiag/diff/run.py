@@ -16,7 +16,7 @@ import numpy as np
 from .. import __version__
 from ..errors import ModelPathError, OptionError
 from ..layout import arch_from_config, classify_tensor, complete_arch
-from ..pipeline import selected
+from ..run.measure import selected
 from ..source.open import open_model
 from ..source.plan import ModelPlan, TensorRef
 from .findings import block_key, find, is_low_rank, is_scaled, summarize
@@ -38,7 +38,7 @@ def check_options(options: DiffOptions) -> None:
 
 def open_side(spec: str, options: DiffOptions) -> tuple[ModelPlan, Any]:
     """One checkpoint, opened for ranged reads (safetensors, local or Hub), its quantized weights grouped."""
-    from ..quant.group import group_quantized
+    from ..decode.group import group_quantized
 
     plan, reader = open_model(spec, token=options.token)
     if not hasattr(reader, "chunk"):
@@ -117,7 +117,7 @@ def diff(
     """Compare two checkpoints tensor by tensor (see the package docstring)."""
     options = options or DiffOptions()
     check_options(options)
-    from ..engine.device import resolve_device
+    from ..reduce.device import resolve_device
 
     device = resolve_device(options.device)
     if base_spec is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from ..db import default_db_dir, name_part, write_json_atomic
+from ..database.store import default_db_dir, name_part, write_json_atomic
 from ..errors import DatabaseError
 from .result import DiffResult
 

@@ -10,10 +10,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..citations import NORM_ARTICLE
 from ..diagnose.health import fmt
 from ..diagnose.health.cells import elide, short_name
 from ..diagnose.health.towers import tower_size
-from ..sources import NORM_ARTICLE
 from ..vocabulary import KIND_ORDER, SELECTION_KEYS
 from .tables import FitWidth
 
@@ -80,6 +80,7 @@ def block_tables(result: dict[str, Any]) -> list[FitWidth]:
             style = "italic dim" if cell["quant"] else _CLASS_STYLE.get(cell["class"] or "", "")
             ks.append(Text(f"{cell['k']:.3f}", style=style))
         shape.add_row(*_plain(label, *ks, fmt(b.get("max_over_q99"), 3), fmt(b.get("kurtosis"), 3), marks))
+
     # 80 columns: the numbers per projection stay whole; the parameter counts, biases, QK-norm and norm
     # weights (scale), the kurtosis and max/q99 (shape) give way first.
     # Titles name only the columns drawn (issue 21: at 80 columns they named the norm weights and kurtosis left out).

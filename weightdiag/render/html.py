@@ -9,9 +9,9 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from ..db import write_text_atomic
+from ..citations import NORM_ARTICLE, NORM_ARTICLE_SHORT
+from ..database.store import write_text_atomic
 from ..diagnose.health.towers import tower_size
-from ..sources import NORM_ARTICLE, NORM_ARTICLE_SHORT
 from ..vocabulary import KIND_ORDER
 from .health_view import moe_kinds, moe_outlier_cell, spread_text, tower_name
 from .plots import PlotFile

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from ..citations import NORM_ARTICLE_SHORT
+from ..codes import BIN_EDGES
 from ..diagnose.classes import ABOVE_BAND_K, BAND, INIT_ANCHOR_K, SELECTION_DEEP_BELOW_K, TRANSMISSION_MIN_K
 from ..diagnose.health import NORM_COLLAPSE, NORM_EXPLOSION, TABLE2, short_name
-from ..engine.codes import BIN_EDGES
 from ..errors import MissingDependencyError
-from ..sources import NORM_ARTICLE_SHORT
 from ..vocabulary import KIND_ORDER
 
 DPI = 110

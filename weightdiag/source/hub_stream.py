@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..chunks import Chunk
 from ..errors import VerificationError
+from .chunks import Chunk
 from .plan import TensorRef
 from .ranged import Cancelled, Concurrency, RangedFile, RetryPolicy
 
@@ -59,7 +59,7 @@ class HubReader:
 
     def skip_shards(self, shards: set[int]) -> None:
         """Leave these shards out of the stream and of the verification (before start()): a resumed fit
-        reuses their records, measured and verified by the fit it resumes (weightdiag.resume)."""
+        reuses their records, measured and verified by the fit it resumes (weightdiag.record.journal)."""
         self._skipped = set(shards)
 
     def verified_shards(self) -> set[int]:

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ..chunks import Chunk
 from ..errors import CheckpointFormatError, ModelPathError
 from ..settings import chunk_workers
+from .chunks import Chunk
 from .filecheck import FileIdentity, break_pending, changed, check, open_checked, release_lease, take_read_lease
 from .files import (
     blob_sha256,
@@ -38,7 +38,7 @@ from .safetensors_header import PREFIX_BYTES, SafetensorsHeader, read_header
 class LocalReader:
     """Reads tensors of the plan's shard files, each opened only while it is read (filecheck.py).
 
-    `chunk` gives access to a chunk of bytes (weightdiag.chunks): zero-copy through a mapping of just that
+    `chunk` gives access to a chunk of bytes (weightdiag.source.chunks): zero-copy through a mapping of just that
     range, held under a read lease so that no truncation can pull the pages away (SIGBUS) while it is
     reduced, else copied with pread; `read_into` copies one tensor with pread (companions, tests). Every
     read checks, before and after, that the shard is still the file planned, unchanged.
@@ -70,7 +70,7 @@ class LocalReader:
             _pread_exact(fd, memoryview(out).cast("B")[: ref.nbytes], ref.start, path, identity)
             check(fd, path, identity)
 
-    # Chunked reading (weightdiag.chunks): 32 MiB mappings measured fastest on two cores from the page
+    # Chunked reading (weightdiag.source.chunks): 32 MiB mappings measured fastest on two cores from the page
     # cache (76% of `cat` against 47% for pread into reused buffers).
     chunk_bytes = 32 << 20
 

@@ -31,9 +31,9 @@ class ShardInfo:
 # --- quantized weights -------------------------------------------------------------------------------
 # A quantized linear weight is stored as several tensors: the packed codes (`weight`, `qweight`,
 # `weight_packed`, `*_blocks`) and its companions (scales, zero points, group indices, the packed shape,
-# bitsandbytes' quant state). weightdiag.quant.group turns them into one TensorRef of the logical
+# bitsandbytes' quant state). weightdiag.decode.group turns them into one TensorRef of the logical
 # (dequantized) shape whose `quant` holds a `Quantized`; the engine decodes the codes chunk by chunk
-# with the companions (weightdiag.quant.decoder) and reduces float32 values.
+# with the companions (weightdiag.decode.decoder) and reduces float32 values.
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class TensorRef:
     quantization: str | None = None  # the quantized type it was dequantized from (GGUF Q4_1), else None
     stored_nbytes: int | None = None  # bytes in the file when they differ from the delivered ones (GGUF)
     # A quantized safetensors weight: start..end are its packed codes, decoded in the stream with its
-    # companions (scales, zero points, ...) into float32 values of `shape` (see weightdiag.quant).
+    # companions (scales, zero points, ...) into float32 values of `shape` (see weightdiag.decode).
     quant: Quantized | None = None
 
     @property

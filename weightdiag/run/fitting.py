@@ -10,15 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .db import default_db_dir, iter_summaries, write_row
-from .diagnose import lambda_axis
-from .diagnose.kinds import interpret
-from .errors import DatabaseError, HubUnreachableError, NotCachedError
-from .pipeline import FitOptions, measure
-from .records import Row
-from .resume import Journal, resume_options
-from .source.open import open_model
-from .source.plan import ModelPlan, TensorReader
+from ..database.store import default_db_dir, iter_summaries, write_row
+from ..diagnose import lambda_axis
+from ..diagnose.kinds import interpret
+from ..errors import DatabaseError, HubUnreachableError, NotCachedError
+from ..record.journal import Journal, resume_options
+from ..record.schema import Row
+from ..source.open import open_model
+from ..source.plan import ModelPlan, TensorReader
+from .measure import FitOptions, measure
 
 
 def check_options(options: FitOptions) -> None:
@@ -35,14 +35,14 @@ def fit_plan(
     journal: Journal | None = None,
 ) -> Row:
     """Measure every selected tensor of an opened model and interpret the measurements: the row. With a
-    journal, an interrupted fit of the same checkpoint is resumed (weightdiag.resume)."""
+    journal, an interrupted fit of the same checkpoint is resumed (weightdiag.record.journal)."""
     row = measure(plan, reader, options, progress, journal)
     return interpret(row, lr=options.lr, weight_decay=options.weight_decay, steps=options.steps, preset=options.preset)
 
 
 def fit_path(spec: str, options: FitOptions, progress: Callable[[str, Any], None] | None = None) -> Row:
     """Fit a model given as a local path (fit_model also takes Hub ids)."""
-    from .source.local import open_local
+    from ..source.local import open_local
 
     check_options(options)
     plan, reader = open_local(spec, options.model_id)
@@ -81,7 +81,7 @@ def fit_and_save(
     """Fit an opened model and write its row into `db` (None: do not save). The folder is checked
     before the fit, so a long fit never ends in a database that cannot take its row. An interrupted fit's
     journal is resumed, unless `fresh` (every tensor read again; the journal is made anew)."""
-    from .db import check_writable
+    from ..database.store import check_writable
 
     if db is not None:
         try:
@@ -107,8 +107,8 @@ def fit_and_save(
 
 def open_journal(plan: ModelPlan, reader: TensorReader, options: FitOptions, db: Path) -> Journal:
     """The journal of this fit, beside the row it will write (rows/.partial/<row file name>/)."""
-    from .db import ROWS_DIR, row_file
-    from .source.local import content_fingerprint
+    from ..database.store import ROWS_DIR, row_file
+    from ..source.local import content_fingerprint
 
     # Named as the row will be (a local checkpoint by its fingerprint): fits of two folders of one name never
     # share a journal.
@@ -143,7 +143,7 @@ def resolve_row(
     it is fitted. Fresh fits are saved unless save=False. Without `reuse` (check: always afresh) an
     interrupted fit's journal is not resumed either.
     """
-    from .db import cohort_entry, find_rows, fit_variant, load_row, local_row
+    from ..database.store import cohort_entry, find_rows, fit_variant, load_row, local_row
 
     options = options or FitOptions()
     check_options(options)

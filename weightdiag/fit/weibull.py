@@ -29,8 +29,8 @@ from functools import cache
 
 import numpy as np
 
+from ..codes import BIN_EDGES
 from ..vocabulary import COHORT_TRIM
-from .codes import BIN_EDGES
 
 TRIMS: dict[str, float] = {"mid80": 0.80, "mid90": 0.90, "full": 1.00}
 PROTOCOLS = ("hist1024", "exact")

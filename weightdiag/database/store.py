@@ -16,7 +16,7 @@ A reader never sees a half-written row: rows are written to a temporary file in 
 (.<name>.<host>-<pid>.<random>.tmp), flushed to disk, then renamed over the final name (atomic on
 POSIX). Temporary files left by a killed writer are removed by the next write.
 
-Rows are read by weightdiag.records.read_row (regular files only, every field checked): a foreign or
+Rows are read by weightdiag.record.schema.read_row (regular files only, every field checked): a foreign or
 damaged file in rows/ is skipped by listings (iter_rows, all_rows; `on_skip` hears about each one) and
 refused with RowError (exit 2) when it is named.
 
@@ -51,12 +51,12 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from . import settings
-from .errors import BadInputError, DatabaseError
-from .records import Row, RowError, read_row
+from .. import settings
+from ..errors import BadInputError, DatabaseError
+from ..record.schema import Row, RowError, read_row
 
 if TYPE_CHECKING:  # the type only: diagnose is not imported when the database is opened
-    from .diagnose.results import FlatRecord
+    from ..diagnose.results import FlatRecord
 
 ROWS_DIR = "rows"
 ENV_DB = "WEIGHTDIAG_DB"
@@ -561,7 +561,7 @@ def find_rows(
 
 def cohort_rows() -> list[Row]:
     """The shipped cohort rows: DATABASE_v9_1's entries, then the Qwen companion's, each sorted by id."""
-    from .diagnose.cohort import COHORTS, load_cohort
+    from ..diagnose.cohort import COHORTS, load_cohort
 
     return [cast(Row, row) for name in COHORTS for row in load_cohort(name)]
 
@@ -579,7 +579,7 @@ def all_rows(
 def flat_record(row: Row) -> FlatRecord:
     """One flat record per row (for listing and CSV/JSONL export): identity plus per-kind medians
     (`k_median_<kind>`, `lambda_median_<kind>`: columns the FlatRecord type cannot declare)."""
-    from .diagnose.functions import ffn_median_k
+    from ..diagnose.functions import ffn_median_k
 
     model = row["model"]
     hp = row.get("hyperparameters") or {}

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..codes import code_values
 from ..source.plan import STORAGE_NUMPY
-from .codes import code_values
 
 _LOOKED_UP = ("BF16", "F8_E4M3", "F8_E5M2")  # stored as integer codes: their values come from a table
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from .engine.fit import TRIMS, gamma_closure
-from .engine.reduce import Reduction
-from .engine.stats import MagnitudeDistribution, Summary
-from .engine.vectors import VectorSummary
-from .layout import TensorRole
-from .vocabulary import COHORT_TRIM
+from ..fit.stats import MagnitudeDistribution, Summary
+from ..fit.weibull import TRIMS, gamma_closure
+from ..layout import TensorRole
+from ..reduce.reduction import Reduction
+from ..reduce.vectors import VectorSummary
+from ..vocabulary import COHORT_TRIM
 
 SCHEMA = "weightdiag.row/1"
 

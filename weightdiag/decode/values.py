@@ -14,8 +14,8 @@ from functools import cache
 
 import numpy as np
 
+from ..codes import code_values
 from ..dtypes import DTYPES
-from ..engine.codes import code_values
 
 FP4_E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float32)
 

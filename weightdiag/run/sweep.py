@@ -21,10 +21,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import settings
-from .db import ROWS_DIR, check_writable, claim, clean_stale_temps, load_row, row_file, write_row
-from .diagnose.lambda_axis import step_from_revision
-from .errors import (
+from .. import settings
+from ..database.store import ROWS_DIR, check_writable, claim, clean_stale_temps, load_row, row_file, write_row
+from ..diagnose.lambda_axis import step_from_revision
+from ..errors import (
     BadInputError,
     DatabaseError,
     HubUnreachableError,
@@ -70,7 +70,7 @@ def _order(revisions: list[Revision]) -> list[Revision]:
 
 def hub_revisions(repo: str, token: str | None = None) -> list[Revision]:
     """Every branch of a Hub repo (tags too), ordered by training step."""
-    from .source.hub import list_refs  # timeouts, an overall deadline and malformed answers handled there
+    from ..source.hub import list_refs  # timeouts, an overall deadline and malformed answers handled there
 
     if settings.hf_offline():  # the list of revisions lives on the Hub only; the cache keeps no list of them
         raise NotCachedError(
@@ -184,7 +184,7 @@ def _preview(revisions: list[Revision]) -> str:
 
 
 def hub_identity(repo: str, revision: Revision, token: str | None = None) -> tuple[str, ...]:
-    from .source.hub import model_info
+    from ..source.hub import model_info
 
     info = model_info(repo, revision.commit or revision.name, token)
     revision.commit = info.sha
@@ -243,9 +243,9 @@ def fit_revision(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
-    from .diagnose.functions import ffn_median_k
+    from ..diagnose.functions import ffn_median_k
     from .fitting import fit_plan, open_journal, open_model, save_row
-    from .pipeline import FitOptions
+    from .measure import FitOptions
 
     try:
         options = FitOptions(**task["options"])
@@ -292,7 +292,7 @@ def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
 
 def reuse_row(source: Path, revision: Revision, original: str, db: Path, options: dict[str, Any]) -> Path:
     """Write the row of `original` again for a revision with identical files, flagged as a duplicate."""
-    from .diagnose.lambda_axis import resolve
+    from ..diagnose.lambda_axis import resolve
 
     row = load_row(source)
     row["model"]["revision"] = revision.name
@@ -466,7 +466,7 @@ def plan_sweep(
     glob: str | None = None,
     token: str | None = None,
 ) -> SweepPlan:
-    from .source.open import is_hub_id, split_revision
+    from ..source.open import is_hub_id, split_revision
 
     path = Path(target).expanduser()
     if path.exists():

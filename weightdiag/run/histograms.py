@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import OptionError, WeightdiagError
-from .segments import Segments
-from .vocabulary import COHORT_TRIM, FFN_KEYS
+from ..errors import OptionError, WeightdiagError
+from ..segments import Segments
+from ..vocabulary import COHORT_TRIM, FFN_KEYS
 
 DEFAULT_HISTOGRAMS = 3
 
@@ -34,7 +34,7 @@ def histogram_choice(result: dict[str, Any], row: dict[str, Any], asked: list[st
                 )
             chosen += [h for h in hits if h not in chosen]
         return dict.fromkeys(chosen, "asked for with --hist")
-    from .diagnose.health.towers import tower_of  # the language model's blocks, never a vision tower's
+    from ..diagnose.health.towers import tower_of  # the language model's blocks, never a vision tower's
 
     in_blocks = [
         m for m in row["matrices"] if m["block"] is not None and m["fits"][COHORT_TRIM]["ok"] and not tower_of(m)
@@ -69,9 +69,9 @@ def read_histograms(
     Returns ({name: data}, a note when histograms are skipped or may differ).
     """
 
-    from .engine.stats import Summary
-    from .quant.group import group_quantized
-    from .source.open import open_model
+    from ..decode.group import group_quantized
+    from ..fit.stats import Summary
+    from ..source.open import open_model
 
     model = row["model"]
     note = None
@@ -91,7 +91,7 @@ def read_histograms(
     except WeightdiagError as exc:
         return {}, f"histograms skipped: cannot open {target} ({exc.message})"
     if spec is None and model.get("source") == "local":
-        from .source.local import content_fingerprint
+        from ..source.local import content_fingerprint
 
         if model.get("fingerprint") and f"local-{content_fingerprint(plan)}" != model["fingerprint"]:
             note = f"note: {target} changed since the row was fitted; histograms show the files as they are now"
@@ -141,9 +141,9 @@ def _reduce(wanted: list[tuple[str, Any, Segments | None]], reader: Any) -> Iter
     whatever the tensor's size), else one whole tensor at a time (GGUF, .bin)."""
     import numpy as np
 
-    from .engine.reduce import reduce_array
-    from .quant.loader import CompanionLoader, LazyDecoder
-    from .source.plan import storage_view
+    from ..decode.loader import CompanionLoader, LazyDecoder
+    from ..reduce.reduction import reduce_array
+    from ..source.plan import storage_view
 
     quantized_refs = list({ref.name: ref for _, ref, _ in wanted if ref.quant is not None}.values())
     handle = {ref.name: i for i, ref in enumerate(quantized_refs)}  # the loader's index of each quantized tensor
@@ -151,7 +151,7 @@ def _reduce(wanted: list[tuple[str, Any, Segments | None]], reader: Any) -> Iter
     loader = CompanionLoader(_reader_bytes(reader), quantized, lookahead=0) if quantized else None
     try:
         if hasattr(reader, "chunk"):
-            from .engine.stream import Target, reduce_chunked
+            from ..reduce.stream import Target, reduce_chunked
 
             # One target per tensor, in file order, with the selections of every record cut from it.
             tensors: dict[str, tuple[Any, list[tuple[str, Segments | None]]]] = {}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .vocabulary import PYTHIA_LAMBDA_KINDS
+from ..vocabulary import PYTHIA_LAMBDA_KINDS
 
 ELEMENT_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "U8": 1}
 

@@ -18,16 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
-from .dtypes import skip_reason
-from .engine import kernels
-from .engine.codes import BIN_EDGES, HIST_BINS
-from .engine.device import resolve_device
-from .engine.fit import PROTOCOLS, TRIMS
-from .engine.reduce import Reduction, reduce_array
-from .engine.vectors import VectorSummary, values_of
-from .errors import BadInputError, ModelPathError, OptionError, QuantizationError, VerificationError
-from .layout import (
+from .. import __version__, kernels
+from ..codes import BIN_EDGES, HIST_BINS
+from ..decode.group import describe, group_quantized
+from ..dtypes import skip_reason
+from ..errors import BadInputError, ModelPathError, OptionError, QuantizationError, VerificationError
+from ..fit.weibull import PROTOCOLS, TRIMS
+from ..layout import (
     ArchInfo,
     TensorRole,
     arch_from_config,
@@ -37,14 +34,16 @@ from .layout import (
     split_parts,
     tied_head,
 )
-from .layout.views import View, views_of, whole_rows
-from .prefetch import Prefetcher
-from .quant.group import describe, group_quantized
-from .resume import Journal, Resumed
-from .row import SCHEMA, matrix_record, vector_offset, vector_record
-from .segments import Segments
-from .source.plan import ModelPlan, TensorReader, TensorRef
-from .vocabulary import COHORT_TRIM
+from ..layout.views import View, views_of, whole_rows
+from ..record.journal import Journal, Resumed
+from ..record.row import SCHEMA, matrix_record, vector_offset, vector_record
+from ..reduce.device import resolve_device
+from ..reduce.prefetch import Prefetcher
+from ..reduce.reduction import Reduction, reduce_array
+from ..reduce.vectors import VectorSummary, values_of
+from ..segments import Segments
+from ..source.plan import ModelPlan, TensorReader, TensorRef
+from ..vocabulary import COHORT_TRIM
 
 ProgressFn = Callable[[TensorRef, int], None]
 
@@ -148,7 +147,7 @@ def _check_quantized_views(ref: TensorRef, views: list[View]) -> None:
     """A quantized weight is decoded piece by piece; formats decoded in row-major order (FP8, NVFP4, MXFP4,
     INT packs, bitsandbytes) can select any elements, GPTQ and AWQ (decoded in their storage order) whole
     logical rows only: a cut that is not whole rows of theirs is refused, never reduced on the wrong values."""
-    from .quant.decoder import FACTORIES, RowMajorDecoder
+    from ..decode.decoder import FACTORIES, RowMajorDecoder
 
     factory = FACTORIES.get(ref.quant.spec.format) if ref.quant is not None else None
     if isinstance(factory, type) and issubclass(factory, RowMajorDecoder):
@@ -169,7 +168,7 @@ def _reducer(device: str) -> Reducer:
     """Reduce one tensor's raw bytes over several selections (None: the whole tensor; else a fused part)."""
     if device == "cpu":
         return lambda raw, dtype, segs: [reduce_array(raw.view(_np_storage(dtype)), dtype, seg) for seg in segs]
-    from .engine.reduce_torch import reduce_torch, upload
+    from ..reduce.reduction_torch import reduce_torch, upload
 
     def on_device(raw: np.ndarray, dtype: str, segs: Sequence[Segments | None]) -> list[Reduction]:
         data = upload(raw, dtype, device)  # once per tensor, however many parts it has
@@ -179,7 +178,7 @@ def _reducer(device: str) -> Reducer:
 
 
 def _np_storage(dtype: str) -> np.dtype:
-    from .source.plan import STORAGE_NUMPY
+    from ..source.plan import STORAGE_NUMPY
 
     return STORAGE_NUMPY[dtype]
 
@@ -202,7 +201,7 @@ def measure(
 ) -> dict[str, Any]:
     """Stream every selected tensor of `plan` through the reducer and build the measured row: a record
     per matrix and vector (diagnose.kinds.interpret adds the per-kind summaries). `options` must have
-    been checked (api.check_options). With a `journal` (weightdiag.resume), tensors an interrupted fit
+    been checked (api.check_options). With a `journal` (weightdiag.record.journal), tensors an interrupted fit
     already measured are not read again, and each one measured now is journaled as it is done."""
     kernels.threads()  # a bad WEIGHTDIAG_THREADS fails here, before any tensor is read
     device = resolve_device(options.device)
@@ -405,8 +404,8 @@ def _reduce_all(
     """
     parts = [_parts(item, arch, options) for item in work]
     if hasattr(reader, "chunk"):
-        from .engine.stream import Target, reduce_chunked
-        from .quant.loader import CompanionLoader, LazyDecoder
+        from ..decode.loader import CompanionLoader, LazyDecoder
+        from ..reduce.stream import Target, reduce_chunked
 
         if hasattr(reader, "set_connections"):
             reader.set_connections(options.connections)
@@ -508,7 +507,7 @@ def build_row(
     total_bytes: int,
     verification: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    from .source.local import content_fingerprint
+    from ..source.local import content_fingerprint
 
     verified = (verification or {}).get("shards") or [False] * len(plan.shards)
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .source.plan import ModelPlan
+from .. import __version__
+from ..source.plan import ModelPlan
 
 SCHEMA = "weightdiag.resume/1"
 PARTIAL_DIR = ".partial"  # rows/.partial/<row file name>/: the journal of a fit that has not written its row

@@ -204,7 +204,7 @@ class GPTQDecoder(_PackedLinear):
         row_lo, row_hi = first_word // out_cols, (first_word + nwords - 1) // out_cols + 1
         rects = list(row_rects(first_word, nwords, out_cols))
         # 4-bit words whose 8 inputs share a group: the C kernel counts the nibbles of each word in its slot
-        from ...engine import kernels
+        from ... import kernels
 
         groups, where = np.unique(self.row_group[row_lo:row_hi], return_inverse=True)
         slot_of, table = self._slots(groups)
@@ -273,7 +273,7 @@ class AWQDecoder(_PackedLinear):
         then a run of `group` inputs of one output, which the C kernel counts as a row-major group."""
         if byte_lo % 4 or raw.size % 4 or raw.size == 0:
             return None
-        from ...engine import kernels
+        from ... import kernels
 
         words = raw.view(np.uint32)
         first_word, wpr, group = byte_lo // 4, self.out // 8, self.group

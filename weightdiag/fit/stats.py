@@ -14,9 +14,9 @@ from functools import cached_property
 
 import numpy as np
 
-from .codes import HIST_BINS, code_bins, code_values, cohort_bins
-from .fit import Hist1024Plot, WeibullFit, fit_exact
-from .reduce import Reduction, finite_mask
+from ..codes import HIST_BINS, code_bins, code_values, cohort_bins
+from ..reduce.reduction import Reduction, finite_mask
+from .weibull import Hist1024Plot, WeibullFit, fit_exact
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Decoders: a quantized weight's stored bytes plus its companions -> float32 values, chunk by chunk.
 
 The engine streams a quantized weight's packed codes in pieces (byte ranges cut at fixed offsets,
-see weightdiag.chunks) and hands each piece to the weight's decoder, built once per weight from its
+see weightdiag.source.chunks) and hands each piece to the weight's decoder, built once per weight from its
 companions (small: scales, zero points, group indices). A decoder returns the piece's values as
 float32 in *decoded order* (for row-major formats the logical row-major order; GPTQ's and AWQ's
 transposed packing decode in their storage order) and says how that order maps to the logical
@@ -162,7 +162,7 @@ class RowMajorDecoder:
     def counts(self, raw: np.ndarray, byte_lo: int) -> Counted | None:
         if self.group_cols is None:
             return None
-        from ..engine import kernels
+        from .. import kernels
 
         bits, group = self.bits, self.group_cols
         first = byte_lo * 8 // bits
@@ -186,7 +186,7 @@ class RowMajorDecoder:
 
     def _locate(self, raw: np.ndarray, rects, slots: np.ndarray, row_lo: int, wanted: np.ndarray) -> int:
         """Offset in the piece of its first element whose (slot, code) is `wanted` (one is, by construction)."""
-        from ..engine import kernels
+        from .. import kernels
 
         bits, group = self.bits, self.group_cols or 1
         for row0, row1, col0, col1, offset in rects:

@@ -1,6 +1,6 @@
 """The CPU hot loops: one pass over a tensor's raw elements into exact counts.
 
-Each kernel has a C implementation (weightdiag/engine/_kernels.c, built at install time; it releases
+Each kernel has a C implementation (weightdiag/kernels/_kernels.c, built at install time; it releases
 the GIL, so one large tensor is split across cores with plain threads) and a numpy
 implementation with identical results, used when the extension is not built, forced with
 WEIGHTDIAG_KERNELS=numpy, and kept as the test oracle for the C code.

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from ..codes import FINITE_LIMIT16, code_values, f32_bin_tables
 from ..segments import Segments
-from .codes import FINITE_LIMIT16, code_values, f32_bin_tables
-from .reduce import Reduction, f32_shift, finite_mask, reduce_array
+from .reduction import Reduction, f32_shift, finite_mask, reduce_array
 
 CHUNK = 1 << 24  # elements per step: bounds the int64 temporaries on the device
 # Each count array replicated this many times, element i counted in copy i % REPLICAS: on a GPU, bincount's

@@ -20,11 +20,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..chunks import SPLIT_BYTES, Chunk, Span, plan_chunks
+from .. import kernels
 from ..segments import Segments
+from ..source.chunks import SPLIT_BYTES, Chunk, Span, plan_chunks
 from ..source.plan import STORAGE_NUMPY, TensorRef
-from . import kernels
-from .reduce import Reduction, grid_probe, merge, reduce_counted, reduce_range
+from .reduction import Reduction, grid_probe, merge, reduce_counted, reduce_range
 from .vectors import VectorSummary, summarize_vector
 
 
@@ -50,7 +50,7 @@ class ChunkReader(Protocol):
 
 
 class PieceDecoder(Protocol):
-    """Stored bytes of a quantized weight -> float32 values (weightdiag.quant.decoder.Decoder)."""
+    """Stored bytes of a quantized weight -> float32 values (weightdiag.decode.decoder.Decoder)."""
 
     def decode(self, raw: np.ndarray, byte_lo: int) -> tuple[np.ndarray, int]: ...
 
@@ -105,7 +105,7 @@ def torch_piece_reducer(device: str) -> PieceReducer:
     import warnings
 
     from ..segments import clip
-    from .reduce_torch import reduce_torch, upload
+    from .reduction_torch import reduce_torch, upload
 
     def on_device(raw: np.ndarray, dtype: str, selections: Sequence[Segments | None], lo: int):
         with warnings.catch_warnings():  # mapped chunks are read-only; torch only reads them

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
-from .errors import BadInputError
+from ..errors import BadInputError
 
 SCHEMA = "weightdiag.row/1"
 SCHEMA_PREFIX = "weightdiag.row/"
@@ -138,7 +138,7 @@ class RunInfo(TypedDict, total=False):
     include: list[str]
     exclude: list[str]
     verification: str
-    resumed: ResumedInfo  # present when this fit reused an interrupted fit's records (weightdiag.resume)
+    resumed: ResumedInfo  # present when this fit reused an interrupted fit's records (weightdiag.record.journal)
 
 
 _KindSummaryRequired = TypedDict(

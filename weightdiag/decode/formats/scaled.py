@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from ...engine.codes import code_values
+from ...codes import code_values
 from ...source.plan import Quantized
 from ..decoder import Companions, RowMajorDecoder, check_shape, register, scale_columns, subtract_columns
 from ..values import as_float32, as_integers

@@ -18,9 +18,9 @@ from functools import cache
 
 import numpy as np
 
+from .. import kernels
+from ..codes import FINITE_LIMIT16, HIST_BINS, bucket_bins32, code_values, cohort_bins, f32_bin_tables
 from ..segments import Segments, clip
-from . import kernels
-from .codes import FINITE_LIMIT16, HIST_BINS, bucket_bins32, code_values, cohort_bins, f32_bin_tables
 
 
 @dataclass
@@ -174,7 +174,7 @@ Locate = Callable[[np.ndarray], int]  # entries wanted (bool, one per value) -> 
 
 def reduce_counted(values: np.ndarray, weights: np.ndarray, numel: int, locate: Locate) -> Reduction:
     """The F32 reduction of `numel` elements given as float32 `values` held `weights` times each (a
-    quantized weight counted per scale group and code: weightdiag.quant; zero weights allowed). `locate`
+    quantized weight counted per scale group and code: weightdiag.decode; zero weights allowed). `locate`
     maps the entries holding the largest finite |value| to the flat index of the first element holding
     one of them. Counts and histograms are exactly those of the elements themselves; the power sums are
     the same sums taken value by value. One C pass does the counts, the histogram and the largest |value|;

@@ -1,0 +1,1 @@
+"""Stage 4, fit: Weibull fits and statistics of one matrix, from its exact summary alone (pure numerics)."""
