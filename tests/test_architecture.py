@@ -4,6 +4,7 @@ downward, with no cycles, and only weightdiag/settings.py reads the environment.
 The stages, lowest first (a module may import its own stage and the ones before it):
 
   base      errors, settings, vocabulary, citations, dtypes, segments, codes (code -> value tables),
+            execution (threads, workers, device and kernels of a job, decided once),
             kernels (the C / numpy hot loops)
   source    where bytes come from: the plan (files, tensors, byte ranges), the Reader protocol, and its
             readers (local safetensors, the Hub, GGUF, .bin); chunks (the bytes to read)
@@ -36,7 +37,18 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "weightdiag"
 
 STAGES = {
-    "base": ["errors", "settings", "vocabulary", "citations", "dtypes", "segments", "codes", "kernels", "testing"],
+    "base": [
+        "errors",
+        "settings",
+        "vocabulary",
+        "citations",
+        "dtypes",
+        "segments",
+        "codes",
+        "kernels",
+        "execution",
+        "testing",
+    ],
     "source": ["source"],
     "layout": ["layout"],
     "decode": ["decode"],
@@ -170,3 +182,36 @@ def test_only_settings_reads_the_environment():
 def test_modules_import_on_their_own(module):
     """Each entry point imports in a fresh interpreter (an import cycle would show as an ImportError)."""
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True, timeout=120)
+
+
+def test_readers_and_decoders_are_never_probed_for_attributes():
+    """Readers answer source/reader.py's Reader and decoders decode/decoder.py's Decoder: what a caller may
+    ask is declared there, never discovered with hasattr/getattr."""
+    probes = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("hasattr", "getattr")
+                and node.args
+                and any(word in ast.unparse(node.args[0]) for word in ("reader", "decoder", "factory"))
+            ):
+                probes.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+    assert not probes, probes
+
+
+def test_every_source_returns_a_reader():
+    """open_model and every source's open function are typed to return a Reader, and every reader is one."""
+    import inspect
+    import typing
+
+    from weightdiag.source import gguf, hub, local, open, torch_bin
+    from weightdiag.source.hub_stream import HubReader
+    from weightdiag.source.reader import Reader
+
+    for fn in (open.open_model, local.open_local, hub.open_hub, gguf.open_gguf, torch_bin.open_torch_bin):
+        _plan, reader_type = typing.get_args(typing.get_type_hints(fn)["return"])
+        assert inspect.isclass(reader_type) and issubclass(reader_type, Reader), fn.__name__
+    for reader in (local.LocalReader, HubReader, gguf.GGUFReader, torch_bin.TorchBinReader):
+        assert issubclass(reader, Reader) and not inspect.isabstract(reader), reader

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from weightdiag import execution as device
 from weightdiag.errors import OptionError
-from weightdiag.reduce import device
 
 from .conftest import run_cli, write_safetensors
 
@@ -39,7 +39,7 @@ def test_fit_with_auto_or_the_default_imports_no_torch_even_with_a_driver(tmp_pa
     it in the row, and torch is never imported."""
     model = _model(tmp_path)
     code = (
-        "import sys\nfrom weightdiag.reduce import device\ndevice.nvidia_present = lambda: True\n"
+        "import sys\nfrom weightdiag import execution as device\ndevice.nvidia_present = lambda: True\n"
         "from weightdiag.cli import main\n"
         "try:\n"
         f"    main(['fit', {str(model)!r}, '--no-save', '--json', *{flags!r}])\n"

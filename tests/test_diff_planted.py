@@ -258,7 +258,7 @@ def test_bad_options_are_one_line_and_exit_2(planted, extra, needle):
 
 def test_gguf_and_missing_models_are_one_line_errors(planted, smollm_gguf, tmp_path):
     r = run_cli("diff", str(smollm_gguf), str(planted[1]), "--no-save")
-    assert r.returncode == 2 and "diff reads safetensors checkpoints" in r.stderr and r.stderr.count("\n") == 1
+    assert r.returncode == 2 and "diff reads checkpoints in row blocks" in r.stderr and r.stderr.count("\n") == 1
     r = run_cli("diff", str(tmp_path / "nothing"), str(planted[1]), "--no-save")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
 

@@ -93,11 +93,9 @@ def assert_same_totals(mine: Totals, ref: Totals) -> None:
 @pytest.fixture
 def split_threads(monkeypatch):
     """Every kernel call split over 3 threads (a 1-row view by columns)."""
-    monkeypatch.setattr(kernels, "THREADS", 3)
     monkeypatch.setattr(kernels, "PARALLEL_MIN", 64)
-    kernels._pool.cache_clear()
-    yield
-    kernels._pool.cache_clear()
+    with kernels.thread_budget(3):
+        yield
 
 
 def one_vs_four(monkeypatch, x: np.ndarray, segments: Segments | None = None):
@@ -342,14 +340,10 @@ def test_ok_pair16_scratch_is_left_zero_in_every_thread():
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 7, 8, 9, 2047, 2048, 2049, 4095, 4097])
 def test_ok_f32_one_pass_lengths(monkeypatch, threads, n):
-    monkeypatch.setattr(kernels, "THREADS", threads)
     monkeypatch.setattr(kernels, "PARALLEL_MIN", 64)
-    kernels._pool.cache_clear()
-    try:
+    with kernels.thread_budget(threads):
         x = (np.random.default_rng(n).standard_normal(n) * 0.02).astype(np.float32)
         one_vs_four(monkeypatch, x)
-    finally:
-        kernels._pool.cache_clear()
 
 
 @needs_c

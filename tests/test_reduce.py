@@ -122,21 +122,19 @@ def test_threaded_split_gives_the_same_answer(monkeypatch):
     t = f32_bin_tables()
     whole32 = kernels.count_f32(view32, t.thresholds, t.irregular, len(t.irregular_bins))
     sums = kernels.power_sums(np.nan_to_num(x, nan=0.0, posinf=0.0), 0.0)
-    monkeypatch.setattr(kernels, "THREADS", 3)
     monkeypatch.setattr(kernels, "PARALLEL_MIN", 64)
-    kernels._pool.cache_clear()
-    one_row = np.ascontiguousarray(view16).reshape(1, -1)
-    for view, pieces in ((view16, 3), (one_row, 3), (view16[:2], 1)):  # by rows, by columns, too few rows
-        assert len(kernels._pieces(view)) == pieces
-        split = kernels.count_codes16(view, 0x7F80)
-        assert np.array_equal(split[0], kernels._hist16_numpy(view))
-        assert split[1] == kernels._find_numpy(view, 0x7FFF, 0x4300) or view.shape[0] == 2
-    assert kernels.count_codes16(view16, 0x7F80)[1] == whole16[1]
-    split32 = kernels.count_f32(view32, t.thresholds, t.irregular, len(t.irregular_bins))
-    for u, v in zip(split32, whole32, strict=True):
-        assert np.array_equal(u, v)
-    np.testing.assert_allclose(kernels.power_sums(np.nan_to_num(x, nan=0.0, posinf=0.0), 0.0), sums, rtol=1e-12)
-    kernels._pool.cache_clear()
+    with kernels.thread_budget(3):
+        one_row = np.ascontiguousarray(view16).reshape(1, -1)
+        for view, pieces in ((view16, 3), (one_row, 3), (view16[:2], 1)):  # by rows, by columns, too few rows
+            assert len(kernels._pieces(view)) == pieces
+            split = kernels.count_codes16(view, 0x7F80)
+            assert np.array_equal(split[0], kernels._hist16_numpy(view))
+            assert split[1] == kernels._find_numpy(view, 0x7FFF, 0x4300) or view.shape[0] == 2
+        assert kernels.count_codes16(view16, 0x7F80)[1] == whole16[1]
+        split32 = kernels.count_f32(view32, t.thresholds, t.irregular, len(t.irregular_bins))
+        for u, v in zip(split32, whole32, strict=True):
+            assert np.array_equal(u, v)
+        np.testing.assert_allclose(kernels.power_sums(np.nan_to_num(x, nan=0.0, posinf=0.0), 0.0), sums, rtol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", ["BF16", "F16", "F32", "F64"])
@@ -317,15 +315,13 @@ def test_the_one_pass_f32_reduction_equals_the_four_passes(monkeypatch, threads,
         x = (1000.0 + x * 1e-3).astype(np.float32)  # mean^2 / variance ~ 1e18: sums around 0 would cancel
     if case == "all nan":
         x[:] = np.nan
-    monkeypatch.setattr(kernels, "THREADS", threads)
     monkeypatch.setattr(kernels, "PARALLEL_MIN", 64)
-    kernels._pool.cache_clear()
     # one row (split by columns across threads), or every other run of 1,000 (rows of a strided view)
     segments = Segments(offset=7, length=1000, stride=2000, count=50) if case == "strided rows" else None
     bits = x.view(np.uint32)
-    one = reduce_array(bits, "F32", segments)
-    four = _four_passes(monkeypatch, bits, segments)
-    kernels._pool.cache_clear()
+    with kernels.thread_budget(threads):
+        one = reduce_array(bits, "F32", segments)
+        four = _four_passes(monkeypatch, bits, segments)
     assert np.array_equal(one.counts, four.counts) and np.array_equal(one.hist1024, four.hist1024)
     assert (one.argmax, one.n_inf, one.numel, one.shift) == (four.argmax, four.n_inf, four.numel, four.shift)
     assert one.max_abs == four.max_abs or (np.isnan(one.max_abs) and np.isnan(four.max_abs))

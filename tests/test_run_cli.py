@@ -36,8 +36,7 @@ def _process_state() -> dict:
         "cwd": os.getcwd(),
         "streams": (sys.stdout, sys.stderr, sys.argv),
         "consoles": cli._console.cache_info().currsize,
-        "pool": kernels._pool.cache_info().currsize,
-        "threads": kernels.THREADS,
+        "thread budget": getattr(kernels._budget, "threads", None),
         "warning filters": list(warnings.filters),
         "showwarning": warnings.showwarning,
         "log streams": [

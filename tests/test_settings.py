@@ -62,11 +62,15 @@ def test_threads_and_chunk_workers_follow_the_cores_this_process_may_use(monkeyp
         settings.chunk_workers()
 
 
-def test_the_local_reader_takes_its_workers_from_the_settings(monkeypatch, tmp_path):
-    from weightdiag.source.local import LocalReader
+def test_the_execution_takes_its_threads_and_workers_from_the_settings(monkeypatch):
+    """Built once per job from the settings (local chunks read at once: the cores, at most 8, unless
+    WEIGHTDIAG_THREADS says otherwise); a sweep worker's share of the cores overrides the setting."""
+    from weightdiag.execution import Execution
 
     monkeypatch.setenv("WEIGHTDIAG_THREADS", "5")
-    assert LocalReader(tmp_path, []).workers == 5
+    assert (Execution.from_settings().threads, Execution.from_settings().chunk_workers) == (5, 5)
     monkeypatch.delenv("WEIGHTDIAG_THREADS")
     monkeypatch.setattr(settings.os, "sched_getaffinity", lambda pid: set(range(12)), raising=False)
-    assert LocalReader(tmp_path, []).workers == 8
+    assert (Execution.from_settings().threads, Execution.from_settings().chunk_workers) == (12, 8)
+    assert Execution.from_settings(threads=3).threads == 3
+    assert Execution.from_settings("auto").device == "cpu"

@@ -321,3 +321,32 @@ def test_a_mutated_legacy_pickle_is_one_line_exit_2(tmp_path):
     assert "pytorch_model.bin" in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     assert "Traceback" not in out.stderr
+
+
+def test_a_bin_streams_in_chunks_and_fits_as_its_safetensors_twin(tmp_path):
+    """.bin tensors go through the chunk engine like safetensors (laid end to end per shard): a tensor
+    cut into several chunks (20 MB > the 16 MiB split), strided views and small tensors coalesced into one
+    chunk give the same records as the same tensors saved as safetensors; and `diff` reads .bin."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(5)
+    base = torch.randn(160, 96, generator=g)
+    state = {
+        "model.embed_tokens.weight": torch.randn(5000, 1024, generator=g),
+        "model.layers.0.mlp.up_proj.weight": base.t(),  # not contiguous: copied in row-major order
+        "model.layers.0.mlp.down_proj.weight": torch.randn(96, 160, generator=g).to(torch.bfloat16),
+        "model.layers.0.input_layernorm.weight": 1 + 0.1 * torch.randn(96, generator=g),
+        "model.layers.0.self_attn.q_proj.weight": torch.randn(96, 96, generator=g).to(torch.float16),
+    }
+    for side in ("bin", "st", "bin2"):
+        (tmp_path / side).mkdir()
+    torch.save(state, tmp_path / "bin" / "pytorch_model.bin")
+    save_file({k: v.contiguous() for k, v in state.items()}, tmp_path / "st" / "model.safetensors")
+    rows = [fit_path(str(tmp_path / side), FitOptions(device="cpu")) for side in ("bin", "st")]
+    for key in ("matrices", "vectors"):
+        by_name = [{m["name"]: m for m in row[key]} for row in rows]
+        assert by_name[0] == by_name[1], key
+    tuned = {k: v + (0.01 * torch.randn(v.shape, generator=g)).to(v.dtype) for k, v in state.items()}
+    torch.save(tuned, tmp_path / "bin2" / "pytorch_model.bin")
+    r = run_cli("diff", str(tmp_path / "bin"), str(tmp_path / "bin2"), "--no-save", "--json")
+    assert r.returncode == 0, r.stderr

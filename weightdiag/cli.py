@@ -1039,7 +1039,7 @@ def _cores_summary() -> str:
 
 def _cuda_summary() -> str:
     # torch is imported (about a second) only where an NVIDIA driver is present; elsewhere CUDA cannot be.
-    from .reduce.device import nvidia_present
+    from .execution import nvidia_present
 
     if not nvidia_present():
         return "no (no NVIDIA driver)"

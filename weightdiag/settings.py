@@ -64,9 +64,11 @@ def threads() -> int:
     return value
 
 
-def worker_threads(jobs: int) -> str:
-    """WEIGHTDIAG_THREADS for each of `jobs` worker processes: the user's setting, else a share of the cores."""
-    return os.environ.get("WEIGHTDIAG_THREADS", "").strip() or str(max(1, available_cores() // jobs))
+def worker_threads(jobs: int) -> int:
+    """Threads for each of `jobs` worker processes: WEIGHTDIAG_THREADS, else a share of the cores."""
+    if os.environ.get("WEIGHTDIAG_THREADS", "").strip():
+        return threads()
+    return max(1, available_cores() // jobs)
 
 
 # Local chunks read and reduced at once, one per core, at most this many unless WEIGHTDIAG_THREADS says otherwise.
@@ -83,11 +85,6 @@ def chunk_workers() -> int:
     if os.environ.get("WEIGHTDIAG_THREADS", "").strip():
         return min(threads(), MAX_CHUNK_WORKERS)
     return min(available_cores(), DEFAULT_CHUNK_WORKERS)
-
-
-def set_threads(value: str) -> None:
-    """Set WEIGHTDIAG_THREADS in this process (a sweep worker, as it starts)."""
-    os.environ["WEIGHTDIAG_THREADS"] = value
 
 
 def _flag(name: str) -> bool:

@@ -47,7 +47,7 @@ import secrets
 import sys
 import time
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -125,6 +125,25 @@ def _identity(row: Row) -> tuple[str, str, str]:
     model = row["model"]
     revision = model.get("revision") or model.get("fingerprint") or "unknown"
     return str(model["id"]), str(revision), str(row["protocol"]["name"])
+
+
+def identity_stub(
+    model_id: str,
+    revision: str | None,
+    protocol: str,
+    *,
+    fingerprint: str | None = None,
+    center: bool = False,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The fields of a row that name it (row_filename, fit_variant), before the row exists: where a fit
+    will write its row, and where its journal goes."""
+    return {
+        "model": {"id": model_id, "revision": revision, "fingerprint": fingerprint},
+        "protocol": {"name": protocol, "centered": bool(center)},
+        "run": {"include": list(include), "exclude": list(exclude)},
+    }
 
 
 def fit_variant(row: Row) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
@@ -50,7 +50,14 @@ class Counted:
 
 
 class Decoder(Protocol):
+    """What every format's decoder answers (one class per format, registered in FACTORIES)."""
+
     unit_bytes: int  # pieces start at multiples of this many stored bytes (the engine cuts at 8-byte multiples)
+    # True: decoded order is the logical row-major order, so any selection of elements (a fused part, a
+    # view cut from the matrix) can be reduced; False: only selections of whole logical rows.
+    any_selection: ClassVar[bool]
+
+    def __init__(self, q: Quantized, companions: Companions) -> None: ...
 
     def counts(self, raw: np.ndarray, byte_lo: int) -> Counted | None:
         """The piece counted per scale group and code (the fast path), or None where the format has none."""
@@ -116,6 +123,7 @@ class RowMajorDecoder:
 
     bits: int = 8
     unit_bytes: int = 1
+    any_selection = True
     # The counting path: formats whose codes are bytes or nibbles, with one scale (and zero point) per
     # group of `group_cols` columns of a row, set these and implement `slot_table`; each piece is then
     # counted per (slot, code) by a C kernel and reduced from the counts, never decoded element by element.
@@ -200,8 +208,8 @@ class RowMajorDecoder:
         raise AssertionError("a counted value was not found in its piece")
 
 
-DecoderFactory = Callable[[Quantized, Companions], Decoder]
-FACTORIES: dict[str, DecoderFactory] = {}  # format id -> decoder; filled by the modules of quant.formats
+DecoderFactory = type[Decoder]
+FACTORIES: dict[str, DecoderFactory] = {}  # format id -> decoder class; filled by the modules of decode.formats
 
 
 def register(fmt: str) -> Callable[[DecoderFactory], DecoderFactory]:

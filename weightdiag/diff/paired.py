@@ -32,6 +32,7 @@ from ..codes import FINITE_LIMIT16
 from ..errors import CheckpointFormatError, QuantizationError
 from ..source.chunks import Chunk
 from ..source.plan import STORAGE_NUMPY, TensorRef
+from ..source.reader import Reader
 from .blas import single_threaded
 from .measures import Side
 from .pairing import Pair
@@ -144,7 +145,7 @@ def decoder_for(ref: TensorRef, read: ReadTensor):
 def side_values(ref: TensorRef, raw: np.ndarray, byte_lo: int, decoder: Any, first: int) -> Side:
     """One side of a block: decoded float32 values for a quantized weight, else its stored elements."""
     if ref.quant is not None:
-        if byte_lo % getattr(decoder, "unit_bytes", 1):  # a row that does not start on a whole code unit
+        if byte_lo % decoder.unit_bytes:  # a row that does not start on a whole code unit
             raise QuantizationError(
                 f"{ref.name}: its rows do not start on whole {ref.quant.spec.label} code units; diff reads whole "
                 "rows and cannot decode it; diff the unquantized model instead",
@@ -225,11 +226,11 @@ def side_reads(block_chunks: list[Chunk], regions: dict[int, tuple[int, int]] | 
 
 def stream_pairs(
     pairs: Sequence[Pair],
-    base_reader: Any,
-    tuned_reader: Any,
+    base_reader: Reader,
+    tuned_reader: Reader,
     work: BlockWork,
     *,
-    workers: int | None = None,
+    workers: int,
     before_tensor: Callable[[int], None] | None = None,
     verify: bool = False,
     verifying: dict[str, bool] | None = None,
@@ -249,17 +250,8 @@ def stream_pairs(
     if verifying is not None:  # which sides read every byte of their shards (the caller calls finish())
         verifying.update(base=base_reads.verify, tuned=tuned_reads.verify)
     decoders: dict[tuple[int, int], Any] = {}
-    workers = workers or kernels.threads()
 
-    def read_tensor(reader: Any) -> ReadTensor:
-        def read(ref: TensorRef) -> np.ndarray:
-            out = np.empty(ref.nbytes, dtype=np.uint8)
-            reader.read_into(ref, out)
-            return out
-
-        return read
-
-    def skip(reader: Any, fillers: list[Chunk]) -> None:
+    def skip(reader: Reader, fillers: list[Chunk]) -> None:
         for filler in fillers:  # read for the hash only
             with reader.chunk(filler):
                 pass
@@ -302,7 +294,7 @@ def stream_pairs(
                         before_tensor(block.pair)
                     for side, (ref, reader) in enumerate(((pair.base, base_reader), (pair.tuned, tuned_reader))):
                         if ref.quant is not None:
-                            decoders[(block.pair, side)] = decoder_for(ref, read_tensor(reader))
+                            decoders[(block.pair, side)] = decoder_for(ref, reader.tensor_bytes)
                 pending.append((block, pool.submit(task, i, block)))
 
         top_up()

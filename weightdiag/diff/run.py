@@ -11,14 +11,14 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-import numpy as np
-
-from .. import __version__
+from .. import __version__, kernels
 from ..errors import ModelPathError, OptionError
+from ..execution import Execution
 from ..layout import arch_from_config, classify_tensor, complete_arch
 from ..run.measure import selected
 from ..source.open import open_model
 from ..source.plan import ModelPlan, TensorRef
+from ..source.reader import Reader, closing_on_error
 from .findings import block_key, find, is_low_rank, is_scaled, summarize
 from .measures import Totals, block_part, figures
 from .paired import Block, block_rows, matrix_shape, stream_pairs
@@ -36,30 +36,20 @@ def check_options(options: DiffOptions) -> None:
         )
 
 
-def open_side(spec: str, options: DiffOptions) -> tuple[ModelPlan, Any]:
-    """One checkpoint, opened for ranged reads (safetensors, local or Hub), its quantized weights grouped."""
+def open_side(spec: str, options: DiffOptions) -> tuple[ModelPlan, Reader]:
+    """One checkpoint, opened for ranged reads, its quantized weights grouped."""
     from ..decode.group import group_quantized
 
     plan, reader = open_model(spec, token=options.token)
-    if not hasattr(reader, "chunk"):
-        reader.close()
-        raise ModelPathError(
-            f"{spec}: diff reads safetensors checkpoints (a file, a folder or a Hub repo); this is {plan.file_format}",
-            path=spec,
-        )
-    if hasattr(reader, "set_connections"):
+    with closing_on_error(reader):
+        if reader.whole_tensors:
+            raise ModelPathError(
+                f"{spec}: diff reads checkpoints in row blocks (safetensors or .bin, a file, a folder or a Hub "
+                f"repo); this is {plan.file_format}",
+                path=spec,
+            )
         reader.set_connections(options.connections)
-
-    def read_small(ref: TensorRef) -> np.ndarray:
-        out = np.empty(ref.nbytes, dtype=np.uint8)
-        reader.read_into(ref, out)
-        return out
-
-    try:
-        group_quantized(plan, read_small)
-    except BaseException:
-        reader.close()
-        raise
+        group_quantized(plan, reader.tensor_bytes)
     return plan, reader
 
 
@@ -117,9 +107,8 @@ def diff(
     """Compare two checkpoints tensor by tensor (see the package docstring)."""
     options = options or DiffOptions()
     check_options(options)
-    from ..reduce.device import resolve_device
-
-    device = resolve_device(options.device)
+    execution = Execution.from_settings(options.device)
+    device = execution.device
     if base_spec is None:
         base_spec = base_of(tuned_spec, options)
     base_plan, base_reader = open_side(base_spec, options)
@@ -149,9 +138,10 @@ def diff(
             total = sum(p.base.nbytes + p.tuned.nbytes for p in pairing.pairs)
             label = f"{base_plan.model_id} -> {tuned_plan.model_id}"
             progress("start", {"tensors": len(pairing.pairs), "bytes": total, "model": label})
-        matrices, vectors = _compare(
-            pairing.pairs, base_plan, base_reader, tuned_reader, options, device, verify, verifying, progress
-        )
+        with kernels.thread_budget(execution.threads):
+            matrices, vectors = _compare(
+                pairing.pairs, base_plan, base_reader, tuned_reader, options, execution, verify, verifying, progress
+            )
         verification = {
             side: _verification(reader, plan, verifying.get(side, False), verify)
             for side, reader, plan in (("base", base_reader, base_plan), ("tuned", tuned_reader, tuned_plan))
@@ -208,7 +198,7 @@ def diff(
     )
 
 
-def _verification(reader: Any, plan: ModelPlan, read_whole: bool, verify: bool) -> str:
+def _verification(reader: Reader, plan: ModelPlan, read_whole: bool, verify: bool) -> str:
     """What was checked of one side's bytes: raises VerificationError (exit 3) when a Hub shard's sha256 differs."""
     if plan.source != "hub":
         return (plan.verification or {}).get("summary") or "not verified: read from local files"
@@ -216,16 +206,17 @@ def _verification(reader: Any, plan: ModelPlan, read_whole: bool, verify: bool) 
         return "not verified: --include/--exclude read part of the shards"
     if not read_whole:
         return "not verified: its tensors are stored in another order than the other side's, or no sha256 is published"
-    return reader.finish()["summary"]
+    finished = reader.finish()
+    return finished["summary"] if finished else "not verified: no sha256 published"
 
 
 def _compare(
     pairs: list[Pair],
     base_plan: ModelPlan,
-    base_reader: Any,
-    tuned_reader: Any,
+    base_reader: Reader,
+    tuned_reader: Reader,
     options: DiffOptions,
-    device: str,
+    execution: Execution,
     verify: bool = False,
     verifying: dict[str, bool] | None = None,
     progress: Progress | None = None,
@@ -241,7 +232,7 @@ def _compare(
         spectral = options.spectrum and len(pair.base.shape) >= 2 and min(m, n) > 1
         if spectral:
             step = block_rows(pair)
-            spectra[i] = accumulator(m, n, step >= m, seed=options.seed, cap=options.sketch, device=device)
+            spectra[i] = accumulator(m, n, step >= m, seed=options.seed, cap=options.sketch, device=execution.device)
         else:
             spectra[i] = None
 
@@ -260,7 +251,7 @@ def _compare(
         base_reader,
         tuned_reader,
         work,
-        workers=options.workers,
+        workers=options.workers or execution.threads,
         before_tensor=start,
         verify=verify,
         verifying=verifying,

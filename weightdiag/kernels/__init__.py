@@ -36,7 +36,6 @@ except ImportError:
 
 HAVE_C = _c is not None
 BACKEND = "c" if HAVE_C else "numpy"
-THREADS: int | None = None  # None: WEIGHTDIAG_THREADS, read at call time (tests pin a number here)
 PARALLEL_MIN = 1 << 22  # elements; smaller tensors are not worth a thread hand-off
 NUMPY_CHUNK = 1 << 20  # elements per numpy step: keeps temporaries in cache
 F32_INF = 0x7F800000
@@ -47,7 +46,8 @@ _budget = threading.local()
 
 @contextmanager
 def thread_budget(threads: int) -> Iterator[None]:
-    """Limit how many threads one kernel call may split into (for callers already in a pool)."""
+    """How many threads one kernel call in this thread may split into: a job's Execution.threads where it
+    starts, 1 in workers of a pool that already runs several calls side by side."""
     previous = getattr(_budget, "threads", None)
     _budget.threads = max(1, threads)
     try:
@@ -57,23 +57,23 @@ def thread_budget(threads: int) -> Iterator[None]:
 
 
 def threads() -> int:
-    """How many threads the kernels may use; a bad WEIGHTDIAG_THREADS is a BadInputError (exit 2), not an
-    import-time ValueError (exit 1)."""
-    return THREADS or settings.threads()
+    """How many threads a kernel call in this thread may use: its budget (see thread_budget), else, for a
+    call outside any job (a test, a notebook), the setting; a bad WEIGHTDIAG_THREADS is a BadInputError
+    (exit 2), not an import-time ValueError (exit 1)."""
+    return getattr(_budget, "threads", None) or settings.threads()
 
 
 @cache
-def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(threads(), thread_name_prefix="weightdiag-kernel")
+def _pool(size: int) -> ThreadPoolExecutor:
+    """Kernel threads, one pool per size asked for (a job on 3 threads after one on 2 gets 3)."""
+    return ThreadPoolExecutor(size, thread_name_prefix="weightdiag-kernel")
 
 
 def _split(view: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """Split a 2-D view into per-thread pieces (by rows, or by columns of a single row), each with the flat
     index in `view` of its first element."""
     rows, cols = view.shape
-    limit = threads()
-    threads_ = min(limit, getattr(_budget, "threads", None) or limit)
-    parts = min(threads_, max(1, view.size // (PARALLEL_MIN // 2)))
+    parts = min(threads(), max(1, view.size // (PARALLEL_MIN // 2)))
     if parts > 1 and rows >= parts:
         bounds = np.linspace(0, rows, parts + 1).astype(int)
         return [(int(a) * cols, view[a:b]) for a, b in itertools.pairwise(bounds) if b > a]
@@ -89,7 +89,7 @@ def _pieces(view: np.ndarray) -> list[np.ndarray]:
 
 def _map(fn: Callable[[np.ndarray], Any], view: np.ndarray) -> list[Any]:
     pieces = _pieces(view)
-    return [fn(pieces[0])] if len(pieces) == 1 else list(_pool().map(fn, pieces))
+    return [fn(pieces[0])] if len(pieces) == 1 else list(_pool(threads()).map(fn, pieces))
 
 
 def _chunks(view: np.ndarray):
@@ -214,7 +214,7 @@ def f32_pass(
         top, at, n_inf, nonfinite, around = _c.f32_pass(piece, thresholds, counts, above, sums)
         return counts, above, (sums, piece.size - nonfinite, around), top, at, n_inf
 
-    results = [one(pieces[0])] if len(pieces) == 1 else list(_pool().map(one, pieces))
+    results = [one(pieces[0])] if len(pieces) == 1 else list(_pool(threads()).map(one, pieces))
     counts = results[0][0] if len(results) == 1 else np.sum([r[0] for r in results], axis=0)
     above = results[0][1] if len(results) == 1 else np.sum([r[1] for r in results], axis=0)
     top, at = 0, -1

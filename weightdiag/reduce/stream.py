@@ -5,8 +5,8 @@ chunk's pieces are reduced on their own in the worker thread that read the chunk
 merges the partial reductions of a tensor once its last piece is in. Memory is about `workers` chunk
 buffers plus the small reductions, whatever the largest tensor is. Results come out in file order.
 
-Readers provide the bytes (`ChunkReader`): local files through short-lived mappings, the Hub through
-ranged GETs into pooled buffers, hashing every byte on the way when asked to verify.
+Readers provide the bytes (source/reader.py `Reader`): local files through short-lived mappings, the Hub
+through ranged GETs into pooled buffers, hashing every byte on the way when asked to verify.
 """
 
 from __future__ import annotations
@@ -14,59 +14,20 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from .. import kernels
+from ..decode.loader import LazyDecoder
+from ..execution import Execution
 from ..segments import Segments
 from ..source.chunks import SPLIT_BYTES, Chunk, Span, plan_chunks
 from ..source.plan import STORAGE_NUMPY, TensorRef
+from ..source.reader import Reader
 from .reduction import Reduction, grid_probe, merge, reduce_counted, reduce_range
 from .vectors import VectorSummary, summarize_vector
-
-
-class ChunkReader(Protocol):
-    """A source that can hand out arbitrary byte ranges of its shards (safetensors files)."""
-
-    chunk_bytes: int  # the chunk size it reads best with
-    workers: int  # chunks read at once
-
-    def regions(self) -> dict[int, tuple[int, int]] | None:
-        """{shard: (data start, file size)} to read whole so that every byte can be verified; None: no hashes."""
-        ...
-
-    def start(self, chunks: list[Chunk], verify: bool) -> None: ...
-
-    def chunk(self, chunk: Chunk) -> AbstractContextManager[np.ndarray]:
-        """The chunk's bytes (uint8), valid inside the `with`; may be called from several threads."""
-        ...
-
-    def cancel(self) -> None:
-        """Abandon reads in progress (an error ended the run)."""
-        ...
-
-
-class PieceDecoder(Protocol):
-    """Stored bytes of a quantized weight -> float32 values (weightdiag.decode.decoder.Decoder)."""
-
-    def decode(self, raw: np.ndarray, byte_lo: int) -> tuple[np.ndarray, int]: ...
-
-    def counts(self, raw: np.ndarray, byte_lo: int) -> Any: ...
-
-    def logical_index(self, index: int) -> int: ...
-
-    def selection(self, rows: Segments) -> Segments: ...
-
-
-class DecoderHandle(Protocol):
-    """A weight's decoder, built on first use from its companions and dropped once the weight is reduced."""
-
-    def get(self) -> PieceDecoder: ...
-
-    def release(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -78,7 +39,7 @@ class Target:
 
     ref: TensorRef
     selections: tuple[Segments | None, ...]
-    decoder: DecoderHandle | None = None
+    decoder: LazyDecoder | None = None  # built on first use from its companions, dropped once reduced
     # A vector with no selections: summarised piece by piece (values + offset, see vectors.py) instead of
     # gathered whole; for vectors too long to hold as float64.
     summarize: bool = False
@@ -154,8 +115,8 @@ class _Partial:
 
 def reduce_chunked(
     targets: Sequence[Target],
-    reader: ChunkReader,
-    device: str,
+    reader: Reader,
+    execution: Execution,
     *,
     verify: bool = False,
     on_bytes: Callable[[int], None] | None = None,
@@ -170,7 +131,7 @@ def reduce_chunked(
         for piece in chunk.pieces:
             entry = partials.setdefault(piece.item, _Partial(0, [[] for _ in targets[piece.item].selections], []))
             entry.pieces_left += 1
-    reduce_piece = piece_reducer(device)
+    reduce_piece = piece_reducer(execution.device)
 
     def reduce_buffer(chunk: Chunk, buf: np.ndarray) -> list[tuple[int, Any]]:
         out = _PackingList()  # partial reductions wait for the main thread with their nonzero counts only
@@ -206,11 +167,10 @@ def reduce_chunked(
         return out
 
     pools: list[ThreadPoolExecutor] = []
-    fetch = getattr(reader, "fetch", None)
-    if fetch is None:  # cheap to get (local mappings): read and reduce in the same worker
-        pool = ThreadPoolExecutor(reader.workers, thread_name_prefix="weightdiag-chunk")
+    if not reader.fetches:  # cheap to get (local mappings): read and reduce in the same worker
+        pool = ThreadPoolExecutor(execution.chunk_workers, thread_name_prefix="weightdiag-chunk")
         pools.append(pool)
-        window = 2 * reader.workers  # chunks queued ahead of the one the main thread waits for
+        window = 2 * execution.chunk_workers  # chunks queued ahead of the one the main thread waits for
 
         def task(chunk: Chunk) -> list[tuple[int, Any]]:
             with reader.chunk(chunk) as buf:
@@ -221,11 +181,11 @@ def reduce_chunked(
 
     else:  # slow to get (network): connections keep reading while the cores reduce what has landed
         fetch_pool = ThreadPoolExecutor(reader.workers, thread_name_prefix="weightdiag-fetch")
-        reduce_pool = ThreadPoolExecutor(kernels.threads(), thread_name_prefix="weightdiag-reduce")
+        reduce_pool = ThreadPoolExecutor(execution.threads, thread_name_prefix="weightdiag-reduce")
         pools += [fetch_pool, reduce_pool]
         # Buffers go to chunks in file order (the reader sees to it), so queueing more chunks than
         # buffers is safe: the next one starts reading as soon as any buffer is free.
-        window = 2 * reader.buffers  # type: ignore[attr-defined]
+        window = 2 * reader.buffers
 
         def reduce_fetched(chunk: Chunk, fetched: Future[np.ndarray]) -> list[tuple[int, Any]]:
             buf = fetched.result()
@@ -235,10 +195,10 @@ def reduce_chunked(
                 ok = True
                 return out
             finally:
-                reader.done(chunk, buf, ok)  # type: ignore[attr-defined]
+                reader.done(chunk, buf, ok)
 
         def submit(chunk: Chunk) -> Future[list[tuple[int, Any]]]:
-            return reduce_pool.submit(reduce_fetched, chunk, fetch_pool.submit(fetch, chunk))
+            return reduce_pool.submit(reduce_fetched, chunk, fetch_pool.submit(reader.fetch, chunk))
 
     pending: deque[tuple[Chunk, Future[list[tuple[int, Any]]]]] = deque()
     finished = False

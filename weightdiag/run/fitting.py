@@ -14,10 +14,12 @@ from ..database.store import default_db_dir, iter_summaries, write_row
 from ..diagnose import lambda_axis
 from ..diagnose.kinds import interpret
 from ..errors import DatabaseError, HubUnreachableError, NotCachedError
+from ..execution import Execution
 from ..record.journal import Journal, resume_options
 from ..record.schema import Row
 from ..source.open import open_model
-from ..source.plan import ModelPlan, TensorReader
+from ..source.plan import ModelPlan
+from ..source.reader import Reader
 from .measure import FitOptions, measure
 
 
@@ -29,14 +31,17 @@ def check_options(options: FitOptions) -> None:
 
 def fit_plan(
     plan: ModelPlan,
-    reader: TensorReader,
+    reader: Reader,
     options: FitOptions,
     progress: Callable[[str, Any], None] | None = None,
     journal: Journal | None = None,
+    *,
+    execution: Execution | None = None,
 ) -> Row:
     """Measure every selected tensor of an opened model and interpret the measurements: the row. With a
-    journal, an interrupted fit of the same checkpoint is resumed (weightdiag.record.journal)."""
-    row = measure(plan, reader, options, progress, journal)
+    journal, an interrupted fit of the same checkpoint is resumed (weightdiag.record.journal). `execution`:
+    threads, workers and device (default: from the settings and options.device)."""
+    row = measure(plan, reader, options, progress, journal, execution=execution)
     return interpret(row, lr=options.lr, weight_decay=options.weight_decay, steps=options.steps, preset=options.preset)
 
 
@@ -72,7 +77,7 @@ def save_row(row: Row, db_dir: str | Path | None = None) -> Path:
 
 def fit_and_save(
     plan: ModelPlan,
-    reader: TensorReader,
+    reader: Reader,
     options: FitOptions,
     progress: Callable[[str, Any], None] | None,
     db: Path | None,
@@ -105,22 +110,25 @@ def fit_and_save(
     return row, path
 
 
-def open_journal(plan: ModelPlan, reader: TensorReader, options: FitOptions, db: Path) -> Journal:
+def open_journal(plan: ModelPlan, reader: Reader, options: FitOptions, db: Path) -> Journal:
     """The journal of this fit, beside the row it will write (rows/.partial/<row file name>/)."""
-    from ..database.store import ROWS_DIR, row_file
+    from ..database.store import ROWS_DIR, identity_stub, row_file
     from ..source.local import content_fingerprint
 
     # Named as the row will be (a local checkpoint by its fingerprint): fits of two folders of one name never
     # share a journal.
     fingerprint = f"local-{content_fingerprint(plan)}" if plan.source == "local" else None
-    stub = {
-        "model": {"id": plan.model_id, "revision": plan.revision, "fingerprint": fingerprint},
-        "protocol": {"name": options.protocol, "centered": bool(options.center)},
-        "run": {"include": list(options.include), "exclude": list(options.exclude)},
-    }
-    regions = getattr(reader, "regions", None)
+    stub = identity_stub(
+        plan.model_id,
+        plan.revision,
+        options.protocol,
+        fingerprint=fingerprint,
+        center=options.center,
+        include=options.include,
+        exclude=options.exclude,
+    )
     # The reader checks shards by sha256 while streaming (whole shards read): only verified ones are reused.
-    verifies = bool(regions and regions() is not None and not (options.include or options.exclude))
+    verifies = reader.regions() is not None and not (options.include or options.exclude)
     return Journal.for_row(db / ROWS_DIR, row_file(db, stub).name, plan, resume_options(options), verifies)
 
 

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OptionError, WeightdiagError
+from ..execution import Execution
 from ..segments import Segments
+from ..source.reader import Reader
 from ..vocabulary import COHORT_TRIM, FFN_KEYS
 
 DEFAULT_HISTOGRAMS = 3
@@ -96,7 +98,7 @@ def read_histograms(
         if model.get("fingerprint") and f"local-{content_fingerprint(plan)}" != model["fingerprint"]:
             note = f"note: {target} changed since the row was fitted; histograms show the files as they are now"
     try:
-        group_quantized(plan, _reader_bytes(reader))
+        group_quantized(plan, reader.tensor_bytes)
     except WeightdiagError as exc:
         reader.close()
         return {}, f"histograms skipped: cannot read {target} ({exc.message})"
@@ -136,7 +138,7 @@ def read_histograms(
     return out, note
 
 
-def _reduce(wanted: list[tuple[str, Any, Segments | None]], reader: Any) -> Iterator[tuple[str, Any]]:
+def _reduce(wanted: list[tuple[str, Any, Segments | None]], reader: Reader) -> Iterator[tuple[str, Any]]:
     """(record name, its reduction): through the chunk engine where the reader has one (memory a few chunks,
     whatever the tensor's size), else one whole tensor at a time (GGUF, .bin)."""
     import numpy as np
@@ -148,9 +150,9 @@ def _reduce(wanted: list[tuple[str, Any, Segments | None]], reader: Any) -> Iter
     quantized_refs = list({ref.name: ref for _, ref, _ in wanted if ref.quant is not None}.values())
     handle = {ref.name: i for i, ref in enumerate(quantized_refs)}  # the loader's index of each quantized tensor
     quantized = [ref.quant for ref in quantized_refs]
-    loader = CompanionLoader(_reader_bytes(reader), quantized, lookahead=0) if quantized else None
+    loader = CompanionLoader(reader.tensor_bytes, quantized, lookahead=0) if quantized else None
     try:
-        if hasattr(reader, "chunk"):
+        if not reader.whole_tensors:
             from ..reduce.stream import Target, reduce_chunked
 
             # One target per tensor, in file order, with the selections of every record cut from it.
@@ -166,7 +168,7 @@ def _reduce(wanted: list[tuple[str, Any, Segments | None]], reader: Any) -> Iter
                 )
                 for ref, cuts in ordered
             ]
-            for index, result in reduce_chunked(targets, reader, "cpu"):
+            for index, result in reduce_chunked(targets, reader, Execution.from_settings("cpu")):
                 for (name, _), reduction in zip(ordered[index][1], result, strict=True):
                     yield name, reduction
             return
@@ -181,15 +183,3 @@ def _reduce(wanted: list[tuple[str, Any, Segments | None]], reader: Any) -> Iter
     finally:
         if loader is not None:
             loader.close()
-
-
-def _reader_bytes(reader: Any) -> Any:
-    """A tensor's stored bytes, read now (a quantized weight's companions)."""
-    import numpy as np
-
-    def read(ref: Any) -> Any:
-        out = np.empty(ref.nbytes, dtype=np.uint8)
-        reader.read_into(ref, out)
-        return out
-
-    return read

@@ -23,6 +23,7 @@ from ..codes import BIN_EDGES, HIST_BINS
 from ..decode.group import describe, group_quantized
 from ..dtypes import skip_reason
 from ..errors import BadInputError, ModelPathError, OptionError, QuantizationError, VerificationError
+from ..execution import Execution
 from ..fit.weibull import PROTOCOLS, TRIMS
 from ..layout import (
     ArchInfo,
@@ -37,12 +38,12 @@ from ..layout import (
 from ..layout.views import View, views_of, whole_rows
 from ..record.journal import Journal, Resumed
 from ..record.row import SCHEMA, matrix_record, vector_offset, vector_record
-from ..reduce.device import resolve_device
 from ..reduce.prefetch import Prefetcher
 from ..reduce.reduction import Reduction, reduce_array
 from ..reduce.vectors import VectorSummary, values_of
 from ..segments import Segments
-from ..source.plan import ModelPlan, TensorReader, TensorRef
+from ..source.plan import ModelPlan, TensorRef
+from ..source.reader import Reader, closing_on_error
 from ..vocabulary import COHORT_TRIM
 
 ProgressFn = Callable[[TensorRef, int], None]
@@ -147,10 +148,9 @@ def _check_quantized_views(ref: TensorRef, views: list[View]) -> None:
     """A quantized weight is decoded piece by piece; formats decoded in row-major order (FP8, NVFP4, MXFP4,
     INT packs, bitsandbytes) can select any elements, GPTQ and AWQ (decoded in their storage order) whole
     logical rows only: a cut that is not whole rows of theirs is refused, never reduced on the wrong values."""
-    from ..decode.decoder import FACTORIES, RowMajorDecoder
+    from ..decode.formats import selects_any_elements
 
-    factory = FACTORIES.get(ref.quant.spec.format) if ref.quant is not None else None
-    if isinstance(factory, type) and issubclass(factory, RowMajorDecoder):
+    if ref.quant is None or selects_any_elements(ref.quant.spec.format):
         return
     if not whole_rows(views, ref.shape[-1]):
         raise QuantizationError(
@@ -194,20 +194,36 @@ def _allocator(device: str) -> Callable[[int], np.ndarray] | None:
 
 def measure(
     plan: ModelPlan,
-    reader: TensorReader,
+    reader: Reader,
     options: FitOptions,
     progress: Callable[[str, Any], None] | None = None,
     journal: Journal | None = None,
+    *,
+    execution: Execution | None = None,
 ) -> dict[str, Any]:
     """Stream every selected tensor of `plan` through the reducer and build the measured row: a record
     per matrix and vector (diagnose.kinds.interpret adds the per-kind summaries). `options` must have
     been checked (api.check_options). With a `journal` (weightdiag.record.journal), tensors an interrupted fit
-    already measured are not read again, and each one measured now is journaled as it is done."""
-    kernels.threads()  # a bad WEIGHTDIAG_THREADS fails here, before any tensor is read
-    device = resolve_device(options.device)
+    already measured are not read again, and each one measured now is journaled as it is done. `execution`:
+    threads, workers and device (default: from the settings and options.device)."""
+    with closing_on_error(reader):  # a bad WEIGHTDIAG_THREADS or --device fails here, before any tensor is read
+        execution = execution or Execution.from_settings(options.device)
+    with kernels.thread_budget(execution.threads):
+        return _measure(plan, reader, options, execution, progress, journal)
+
+
+def _measure(
+    plan: ModelPlan,
+    reader: Reader,
+    options: FitOptions,
+    execution: Execution,
+    progress: Callable[[str, Any], None] | None,
+    journal: Journal | None,
+) -> dict[str, Any]:
+    device = execution.device
     # Quantized weights become one logical tensor each (codes + companions), or the fit stops here (exit 2).
     try:
-        group_quantized(plan, _tensor_bytes(reader))
+        group_quantized(plan, reader.tensor_bytes)
     except BaseException:
         reader.close()
         raise
@@ -234,7 +250,7 @@ def measure(
     verification = None
     journaled_shards: set[int] = set(kept.skip_shards)
     try:
-        for item, reduced in _reduce_all(todo, reader, device, arch, options, progress):
+        for item, reduced in _reduce_all(todo, reader, execution, arch, options, progress):
             ref, role = item.ref, item.role
             matrices: list[dict[str, Any]] = []
             vectors: list[dict[str, Any]] = []
@@ -275,13 +291,12 @@ def measure(
             if journal is not None:
                 journal.add(ref.name, ref.shard, matrices, vectors)
                 if journal.verifies:
-                    journal.verified(getattr(reader, "verified_shards", set)() - journaled_shards)
-                    journaled_shards.update(getattr(reader, "verified_shards", set)())
+                    journal.verified(reader.verified_shards() - journaled_shards)
+                    journaled_shards.update(reader.verified_shards())
             if progress:
                 progress("advance", ref)
-        finish = getattr(reader, "finish", None)
         # finish() raises when a streamed shard's bytes do not match its hash; a download was checked at open.
-        verification = finish() if finish else plan.verification
+        verification = reader.finish() or plan.verification
     except BaseException as exc:
         if journal is not None:
             if isinstance(exc, (BadInputError, VerificationError)):
@@ -305,7 +320,7 @@ def measure(
     return row
 
 
-def _resume(journal: Journal | None, work: list[_Work], reader: TensorReader, options: FitOptions) -> Resumed:
+def _resume(journal: Journal | None, work: list[_Work], reader: Reader, options: FitOptions) -> Resumed:
     """Open the journal: the records an interrupted fit of the same checkpoint left, the shards to skip."""
     if journal is None:
         return Resumed()
@@ -314,7 +329,7 @@ def _resume(journal: Journal | None, work: list[_Work], reader: TensorReader, op
     for w in work:
         per_shard[w.ref.shard] = per_shard.get(w.ref.shard, 0) + 1
     kept = journal.load(shard_of, per_shard)
-    if kept.skip_shards and hasattr(reader, "skip_shards"):
+    if kept.skip_shards:
         reader.skip_shards(kept.skip_shards)
     journal.start(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), kept)
     return kept
@@ -390,28 +405,26 @@ def _parts(item: _Work, arch: ArchInfo, options: FitOptions) -> tuple[list[tuple
 
 def _reduce_all(
     work: list[_Work],
-    reader: TensorReader,
-    device: str,
+    reader: Reader,
+    execution: Execution,
     arch: ArchInfo,
     options: FitOptions,
     progress: Callable[[str, Any], None] | None,
 ) -> Iterator[tuple[_Work, _Reduced]]:
     """Reduce every selected tensor, yielding results in file order.
 
-    Readers of byte ranges (safetensors, local or Hub) go through the chunk engine (stream.py):
-    memory bounded by a few chunks, all cores and connections busy, even on one large tensor. Readers
-    that deliver whole decoded tensors (GGUF dequantization, pickled .bin) are read one tensor at a time.
+    Every reader hands out byte ranges, so everything goes through the chunk engine (reduce/stream.py):
+    memory bounded by a few chunks, all cores and connections busy, even on one large tensor. (GGUF still
+    delivers whole dequantized tensors until its blocks decode in decode/: read one tensor at a time.)
     """
     parts = [_parts(item, arch, options) for item in work]
-    if hasattr(reader, "chunk"):
+    if not reader.whole_tensors:
         from ..decode.loader import CompanionLoader, LazyDecoder
         from ..reduce.stream import Target, reduce_chunked
 
-        if hasattr(reader, "set_connections"):
-            reader.set_connections(options.connections)
-
+        reader.set_connections(options.connections)
         quantized = [item.ref.quant for item in work if item.ref.quant is not None]
-        loader = CompanionLoader(_tensor_bytes(reader), quantized) if quantized else None
+        loader = CompanionLoader(reader.tensor_bytes, quantized) if quantized else None
         handles = iter(range(len(quantized)))
         targets = []
         for item, (segs, _) in zip(work, parts, strict=True):
@@ -429,22 +442,21 @@ def _reduce_all(
         verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
         on_bytes = (lambda n: progress("bytes", n)) if progress else None
         try:
-            for index, result in reduce_chunked(targets, reader, device, verify=verify, on_bytes=on_bytes):
+            for index, result in reduce_chunked(targets, reader, execution, verify=verify, on_bytes=on_bytes):
                 yield work[index], _as_reduced(work[index], result, *parts[index], arch.norm_offset)
         finally:
             if loader is not None:
                 loader.close()
         return
-    reduce = _reducer(device)
+    reduce = _reducer(execution.device)
     # Whole decoded tensors: two reusable buffers, one filled while the other is reduced.
-    slots, workers = getattr(reader, "prefetch", (2, 1))
     prefetch = Prefetcher(
         work,
         lambda w: w.ref.nbytes,
         lambda w, out: reader.read_into(w.ref, out),
-        slots=slots,
-        workers=workers,
-        allocate=_allocator(device),
+        slots=2,
+        workers=1,
+        allocate=_allocator(execution.device),
     )
     for (item, raw), (segs, note) in zip(prefetch, parts, strict=True):  # the prefetcher keeps the order
         if progress:
@@ -482,17 +494,6 @@ def _selections(item: _Work, segs: list[tuple[str, Segments]]) -> tuple[Segments
     if item.views:
         return tuple(v.segments for v in item.views)
     return (None, *(seg for _, seg in segs))
-
-
-def _tensor_bytes(reader: TensorReader) -> Callable[[TensorRef], np.ndarray]:
-    """Read one (small) tensor's stored bytes now: companions of quantized weights."""
-
-    def read(ref: TensorRef) -> np.ndarray:
-        out = np.empty(ref.nbytes, dtype=np.uint8)
-        reader.read_into(ref, out)
-        return out
-
-    return read
 
 
 def build_row(

@@ -22,7 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import settings
-from ..database.store import ROWS_DIR, check_writable, claim, clean_stale_temps, load_row, row_file, write_row
+from ..database.store import (
+    ROWS_DIR,
+    check_writable,
+    claim,
+    clean_stale_temps,
+    identity_stub,
+    load_row,
+    row_file,
+    write_row,
+)
 from ..diagnose.lambda_axis import step_from_revision
 from ..errors import (
     BadInputError,
@@ -34,6 +43,7 @@ from ..errors import (
     OptionError,
     WeightdiagError,
 )
+from ..execution import Execution
 
 LOCAL_PATTERNS = ("step*", "checkpoint-*", "checkpoint_*", "global_step*", "iter_*", "epoch*")
 
@@ -212,11 +222,14 @@ def local_identity(folder: Path) -> tuple[str, ...]:
 def row_path(db: Path, model_id: str, revision: str, protocol: str, options: dict[str, Any] | None = None) -> Path:
     """Where the row of this revision, fitted with these options (--center, --include/--exclude), is."""
     options = options or {}
-    stub = {
-        "model": {"id": model_id, "revision": revision},
-        "protocol": {"name": protocol, "centered": bool(options.get("center"))},
-        "run": {"include": list(options.get("include") or []), "exclude": list(options.get("exclude") or [])},
-    }
+    stub = identity_stub(
+        model_id,
+        revision,
+        protocol,
+        center=bool(options.get("center")),
+        include=options.get("include") or (),
+        exclude=options.get("exclude") or (),
+    )
     return row_file(db, stub)  # rows written under the old lossy names count too
 
 
@@ -255,7 +268,9 @@ def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
         plan.model_id = task["model_id"]
         plan.revision = task["revision"]
         journal = open_journal(plan, reader, options, Path(task["db"]))  # a revision cut off resumes next time
-        row = fit_plan(plan, reader, options, _named_progress(task), journal=journal)
+        # A worker process reduces with its share of the cores (the task says how many).
+        execution = Execution.from_settings(options.device, threads=task.get("threads"))
+        row = fit_plan(plan, reader, options, _named_progress(task), journal=journal, execution=execution)
         path = save_row(row, task["db"])
         journal.discard()
         return asdict(
@@ -315,9 +330,8 @@ Runner = Callable[[list[dict[str, Any]]], Iterable[dict[str, Any]]]
 PARENT_POLL_SECONDS = 0.5
 
 
-def start_worker(parent: int, threads: str) -> None:
-    """A sweep worker's start: its share of the cores, and a watch on the sweep that started it."""
-    settings.set_threads(threads)
+def start_worker(parent: int) -> None:
+    """A sweep worker's start: a watch on the sweep that started it."""
     watch_parent(parent)
 
 
@@ -378,15 +392,14 @@ def process_runner(jobs: int) -> Runner:
         from concurrent.futures import ProcessPoolExecutor, as_completed
         from concurrent.futures.process import BrokenProcessPool
 
-        # Each worker reduces with its share of the cores (set in the workers: the caller's environment
-        # stays as it was).
+        # Each worker reduces with its share of the cores (its tasks say how many).
         ctx = mp.get_context("spawn")
         threads = settings.worker_threads(jobs)
         start_resource_tracker()
-        pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=start_worker, initargs=(os.getpid(), threads))
+        pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=start_worker, initargs=(os.getpid(),))
         finished = broken = False
         try:
-            futures = {pool.submit(fit_revision, t): t for t in tasks}
+            futures = {pool.submit(fit_revision, {**t, "threads": threads}): t for t in tasks}
             for future in as_completed(futures):
                 try:
                     result = future.result()

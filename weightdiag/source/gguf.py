@@ -38,6 +38,7 @@ import re
 import struct
 from collections import Counter
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -46,9 +47,11 @@ import numpy as np
 
 from ..dtypes import DTYPES, DType
 from ..errors import CheckpointFormatError, ModelPathError
+from .chunks import Chunk
 from .filecheck import FileIdentity, check, open_checked
 from .files import blob_sha256
 from .plan import ModelPlan, ShardInfo, TensorRef
+from .reader import Reader
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -668,9 +671,14 @@ class _Stored:
     norm_shift: bool = False  # subtract 1 (Gemma norms stored as 1 + w)
 
 
-class GGUFReader:
+class GGUFReader(Reader):
     """Reads tensors of one GGUF file with pread, dequantizing into the caller's buffer; each tensor checked to
     come from the file planned, unchanged (filecheck.py: a file rewritten during a fit is exit 2, not a row)."""
+
+    whole_tensors = True
+
+    def chunk(self, chunk: Chunk) -> AbstractContextManager[np.ndarray]:
+        raise NotImplementedError("GGUF tensors are read whole (read_into)")
 
     def __init__(self, path: Path, stored: dict[str, _Stored], identity: FileIdentity | None = None) -> None:
         self.path = path

@@ -52,6 +52,7 @@ from .files import CARD_HEAD, MODEL_CARD, base_model_of
 from .hub_stream import HubReader, StreamedShard
 from .plan import ModelPlan, ShardInfo, TensorRef
 from .ranged import RangedFile, RetryPolicy
+from .reader import Reader
 from .safetensors_header import PREFIX_BYTES, header_length, parse_header
 
 
@@ -101,7 +102,7 @@ def open_hub(
     token: str | None = None,
     download: bool = False,
     model_id: str | None = None,
-) -> tuple[ModelPlan, Any]:
+) -> tuple[ModelPlan, Reader]:
     """Plan a Hub model; returns (plan, reader) like the local sources."""
     if settings.hf_offline():
         return _from_cache_only(repo, revision, model_id, reason="HF_HUB_OFFLINE is set")
@@ -488,7 +489,7 @@ def _cached_snapshot(repo: str, commit: str, names: list[str]) -> Path | None:
     return folder
 
 
-def _from_cache_only(repo: str, revision: str | None, model_id: str | None, reason: str):
+def _from_cache_only(repo: str, revision: str | None, model_id: str | None, reason: str) -> tuple[ModelPlan, Reader]:
     from huggingface_hub import errors as hf
     from huggingface_hub import snapshot_download
 
@@ -694,7 +695,7 @@ def _download(repo: str, revision: str, names: list[str], token: str | None) -> 
     return folder
 
 
-def _open_snapshot(folder: Path, repo: str, model_id: str | None):
+def _open_snapshot(folder: Path, repo: str, model_id: str | None) -> tuple[ModelPlan, Reader]:
     from .local import open_local
 
     return open_local(folder, model_id or repo)

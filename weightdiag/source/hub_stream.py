@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from ..errors import VerificationError
 from .chunks import Chunk
 from .plan import TensorRef
 from .ranged import Cancelled, Concurrency, RangedFile, RetryPolicy
+from .reader import Reader, Verification
 
 CHUNK_BYTES = 16 << 20  # a 20 MB/s CDN connection moves one in ~0.8 s: request latency is a few per cent
 EXTRA_BUFFERS = 4  # chunks that may wait for their turn to be hashed while the connections go on
@@ -39,10 +39,11 @@ class StreamedShard:
     sha256: str | None  # what the Hub publishes (LFS oid), None when nothing is published
 
 
-class HubReader:
+class HubReader(Reader):
     """Chunks of Hub shards through ranged reads (see the module docstring)."""
 
     chunk_bytes = CHUNK_BYTES
+    fetches = True
 
     def __init__(self, shards: list[StreamedShard], policy: RetryPolicy, connections: int = 8) -> None:
         self._shards = shards
@@ -78,11 +79,15 @@ class HubReader:
 
     def set_connections(self, connections: int) -> None:
         """Requests in flight, and the buffer pool that goes with them (before start())."""
-        self.workers = connections
+        self._connections = connections
         self._concurrency = Concurrency(connections)
         self._pool_size = connections + EXTRA_BUFFERS
 
-    # -- the ChunkReader protocol ------------------------------------------------------------------
+    # -- the Reader protocol -----------------------------------------------------------------------
+
+    @property
+    def workers(self) -> int:
+        return self._connections
 
     def regions(self) -> dict[int, tuple[int, int]] | None:
         if not all(s.sha256 for s in self._shards):
@@ -161,7 +166,7 @@ class HubReader:
         for shard in self._shards:
             shard.remote.cancel()
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> Verification:
         """Compare each shard's hash; the verification summary for the row."""
         if self._hash is None:
             reason = "--include/--exclude read part of the shards" if self.regions() else "no sha256 published"

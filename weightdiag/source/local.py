@@ -14,12 +14,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ..errors import CheckpointFormatError, ModelPathError
-from ..settings import chunk_workers
 from .chunks import Chunk
 from .filecheck import FileIdentity, break_pending, changed, check, open_checked, release_lease, take_read_lease
 from .files import (
@@ -32,10 +30,11 @@ from .files import (
     resolve_hf_cache,
 )
 from .plan import ModelPlan, ShardInfo, TensorRef
+from .reader import Reader
 from .safetensors_header import PREFIX_BYTES, SafetensorsHeader, read_header
 
 
-class LocalReader:
+class LocalReader(Reader):
     """Reads tensors of the plan's shard files, each opened only while it is read (filecheck.py).
 
     `chunk` gives access to a chunk of bytes (weightdiag.source.chunks): zero-copy through a mapping of just that
@@ -74,17 +73,6 @@ class LocalReader:
     # cache (76% of `cat` against 47% for pread into reused buffers).
     chunk_bytes = 32 << 20
 
-    @property
-    def workers(self) -> int:
-        """Chunks read and reduced at once: the cores this process may use (settings.chunk_workers)."""
-        return chunk_workers()
-
-    def regions(self) -> dict[int, tuple[int, int]] | None:
-        return None
-
-    def start(self, chunks: list[Chunk], verify: bool) -> None:
-        pass
-
     @contextmanager
     def chunk(self, chunk: Chunk) -> Iterator[np.ndarray]:
         """The chunk's bytes, valid inside the `with`: mapped under a read lease (populated up front: one
@@ -110,12 +98,6 @@ class LocalReader:
         if buf is None or buf.size < nbytes:
             buf = self._buffers.buf = np.empty(max(nbytes, self.chunk_bytes), dtype=np.uint8)
         return buf[:nbytes]
-
-    def cancel(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass  # nothing stays open between reads
 
 
 def _mapped(fd: int, chunk: Chunk, path: Path) -> np.ndarray:
@@ -161,7 +143,7 @@ def read_file_header(path: Path, where: str) -> tuple[SafetensorsHeader, str, Fi
     return header, digest, identity
 
 
-def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tuple[ModelPlan, Any]:
+def open_local(path: str | os.PathLike[str], model_id: str | None = None) -> tuple[ModelPlan, Reader]:
     """Plan a local checkpoint: a file (.safetensors, .gguf, pytorch .bin) or a model folder.
 
     Folders are read as safetensors when they hold any (sharded via an index or not), else as
@@ -250,7 +232,9 @@ def _find_index(folder: Path) -> Path | None:
     return indexes[0] if indexes else None
 
 
-def _open_other_formats(folder: Path, model_id: str, revision: str | None, commit: str | None):
+def _open_other_formats(
+    folder: Path, model_id: str, revision: str | None, commit: str | None
+) -> tuple[ModelPlan, Reader]:
     from .torch_bin import bin_shards, open_torch_bin
 
     bins, _ = bin_shards(folder)

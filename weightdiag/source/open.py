@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 
 from ..errors import HubUnreachableError, ModelPathError, NotCachedError, OptionError
+from .plan import ModelPlan
+from .reader import Reader
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?(@[^\s]+)?$")
 
@@ -30,7 +32,7 @@ def open_model(
     revision: str | None = None,
     token: str | None = None,
     download: bool = False,
-):
+) -> tuple[ModelPlan, Reader]:
     """Resolve a model spec to (plan, reader): local path first, else a Hub repo id."""
     if not spec.strip():  # Path("") is the current folder: an empty argument must not fit it
         raise ModelPathError(

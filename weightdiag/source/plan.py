@@ -1,8 +1,8 @@
 """What a model is made of, before any weight byte is read: files, tensors, config.
 
-A `ModelPlan` is produced by a source (local folder, Hub repo, ...) and consumed by the
-pipeline. A `TensorReader` turns a `TensorRef` into a flat numpy array in its storage form
-(BF16 as uint16 bit patterns, since numpy has no bfloat16).
+A `ModelPlan` is produced by a source (local folder, Hub repo, ...) with the `Reader` (reader.py) that
+hands out its bytes, and consumed by the stages after it. Elements travel in their storage form (BF16
+as uint16 bit patterns, since numpy has no bfloat16).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -133,16 +133,6 @@ class ModelPlan:
     # Set when the source checked the files' sha256 before reading (a fresh --download); a streaming
     # reader reports its own through finish(): {"summary": ..., "shards": [bool per shard]}.
     verification: dict[str, Any] | None = None
-
-
-class TensorReader(Protocol):
-    """Reads the bytes of one tensor; used from one worker thread at a time."""
-
-    def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
-        """Fill `out` (a uint8 array of exactly ref.nbytes) with the tensor's stored bytes."""
-        ...
-
-    def close(self) -> None: ...
 
 
 def storage_view(ref: TensorRef, raw: np.ndarray) -> np.ndarray:

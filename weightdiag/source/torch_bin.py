@@ -7,9 +7,12 @@ file until a tensor is read, so memory stays at a few tensors here too.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +20,11 @@ import numpy as np
 
 from ..dtypes import DTYPES, DType
 from ..errors import CheckpointFormatError, ModelPathError
+from .chunks import CHUNK_ALIGN, Chunk
 from .filecheck import FileIdentity, check_path
 from .files import default_model_id, file_header_digest, load_config, load_weight_map
 from .plan import ModelPlan, ShardInfo, TensorRef
+from .reader import Reader
 
 # torch dtype name -> safetensors dtype name
 _TORCH_DTYPES = {
@@ -236,29 +241,63 @@ def _dtype_of(tensor: Any) -> DType:
     return known or DType(f"TORCH_{name.upper()}", max(tensor.element_size(), 1) * 8, "other", False)
 
 
-class TorchBinReader:
-    """Copies one tensor at a time out of the memory-mapped checkpoints, each copy checked to come from the
-    shard loaded, unchanged: a shard rewritten, replaced or renamed during a fit is exit 2, not a mixed row.
-    (Truncating a mapped shard while it is read still ends the process with SIGBUS: convert to safetensors.)"""
+class TorchBinReader(Reader):
+    """Chunks of the memory-mapped checkpoints. A .bin shard has no byte layout of its own to read ranges of
+    (its storages sit in a zip or a pickle stream), so the plan lays each shard's tensors end to end in
+    the order of the state dict (offsets in `TensorRef.start`, 8-byte aligned): a chunk is the bytes of
+    the tensors it overlaps, in row-major order, taken straight from the mapping where a tensor is
+    contiguous. Each read checks the shard is still the file loaded, unchanged: a shard rewritten,
+    replaced or renamed during a fit is exit 2, not a mixed row. (Truncating a mapped shard while it is
+    read still ends the process with SIGBUS: convert to safetensors.)"""
 
     def __init__(
         self,
         states: list[dict[str, Any]],
+        refs: list[TensorRef],
         paths: list[Path] | None = None,
         identities: list[FileIdentity] | None = None,
     ) -> None:
         self._states = states
         self._paths = paths or []
         self._identities = identities or []
+        # Per shard: the tensors in offset order, and their starts to bisect.
+        self._laid: list[list[TensorRef]] = [[] for _ in states]
+        for ref in sorted(refs, key=lambda r: (r.shard, r.start)):
+            if ref.nbytes and ref.dtype.kind != "other":  # torch-only layouts (nested, sparse) are never read
+                self._laid[ref.shard].append(ref)
+        self._starts = [[ref.start for ref in laid] for laid in self._laid]
 
-    def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
+    @contextmanager
+    def chunk(self, chunk: Chunk) -> Iterator[np.ndarray]:
+        laid, starts = self._laid[chunk.shard], self._starts[chunk.shard]
+        first = max(0, bisect.bisect_right(starts, chunk.start) - 1)
+        overlapping = []
+        for ref in laid[first:]:
+            if ref.start >= chunk.end:
+                break
+            if ref.end > chunk.start:
+                overlapping.append(ref)
+        single = len(overlapping) == 1 and overlapping[0].start <= chunk.start and overlapping[0].end >= chunk.end
+        if single:  # one tensor's bytes: a view of the mapping where the tensor is contiguous
+            ref = overlapping[0]
+            yield self._bytes(ref)[chunk.start - ref.start : chunk.end - ref.start]
+        else:
+            buf = np.zeros(chunk.nbytes, dtype=np.uint8)  # alignment padding between tensors reads as zeros
+            for ref in overlapping:
+                lo, hi = max(ref.start, chunk.start), min(ref.end, chunk.end)
+                buf[lo - chunk.start : hi - chunk.start] = self._bytes(ref)[lo - ref.start : hi - ref.start]
+            yield buf
+        if chunk.shard < len(self._identities):  # not rewritten or replaced while it was read
+            check_path(self._paths[chunk.shard], self._identities[chunk.shard])
+
+    def _bytes(self, ref: TensorRef) -> np.ndarray:
+        """The tensor's elements in row-major order, as bytes (a copy only where the stored strides differ)."""
         import torch
 
         t = self._states[ref.shard][ref.name]
-        # Straight into `out`: no contiguous() copy of the tensor first (strides were checked on load).
-        torch.from_numpy(out.reshape(-1)[: ref.nbytes]).view(t.dtype).view(t.shape).copy_(t)
-        if ref.shard < len(self._identities):
-            check_path(self._paths[ref.shard], self._identities[ref.shard])
+        if not t.is_contiguous():
+            t = t.contiguous()
+        return t.reshape(-1).view(torch.uint8).numpy()
 
     def close(self) -> None:
         self._states.clear()
@@ -280,6 +319,7 @@ def open_torch_bin(
         check_path(path, identity)  # not rewritten while it was unpickled
         states.append(state)
         identities.append(identity)
+        offset = 0  # each shard's tensors laid end to end (TorchBinReader)
         shards.append(ShardInfo(name, path.stat().st_size, (sha256 or {}).get(name), file_header_digest(path)))
         for key, tensor in state.items():
             if key in seen:
@@ -290,7 +330,8 @@ def open_torch_bin(
             dtype = _dtype_of(tensor)
             shape = () if tensor.is_nested else tuple(tensor.shape)  # nested: no single shape (skipped)
             nbytes = math.prod(shape) * max(dtype.bits // 8, 1)
-            refs.append(TensorRef(key, dtype, shape, i, 0, nbytes))
+            refs.append(TensorRef(key, dtype, shape, i, offset, offset + nbytes))
+            offset += -(-nbytes // CHUNK_ALIGN) * CHUNK_ALIGN
     config = load_config(folder)
     plan = ModelPlan(
         model_id=model_id or default_model_id(folder.resolve()),
@@ -302,4 +343,4 @@ def open_torch_bin(
         file_format="torch",
         notes=[NOTE],
     )
-    return plan, TorchBinReader(states, [folder / name for name in files], identities)
+    return plan, TorchBinReader(states, refs, [folder / name for name in files], identities)

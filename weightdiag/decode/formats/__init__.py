@@ -10,5 +10,11 @@ def build_decoder(q: Quantized, companions: Companions) -> Decoder:
     return FACTORIES[q.spec.format](q, companions)
 
 
+def selects_any_elements(fmt: str) -> bool:
+    """Whether a weight of this format can be reduced over any selection of its elements, not only whole rows."""
+    factory = FACTORIES.get(fmt)
+    return factory is not None and factory.any_selection
+
+
 def known_formats() -> list[str]:
     return sorted(FACTORIES)

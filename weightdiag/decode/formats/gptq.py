@@ -74,6 +74,7 @@ class _PackedLinear:
     logical row j (an output channel) is the middle axis."""
 
     unit_bytes = 4
+    any_selection = False  # decoded in storage order (columns of words): whole logical rows only
     _a: int
     _b: int
 

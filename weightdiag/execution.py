@@ -1,0 +1,76 @@
+"""How a job runs, decided once: threads, chunk workers, the device and the kernels, as one value.
+
+A command (or an API call, a sweep worker, a diff) builds one `Execution` from the settings and its
+options when it starts, and hands it down: the chunk engine takes its workers and device from it, the
+kernels their thread count (`kernels.thread_budget`). Nothing below reads WEIGHTDIAG_THREADS or decides the
+device again, and a test runs a job on 3 threads by passing `Execution(threads=3, ...)`, not by patching
+a module.
+
+The device: `auto` is the CPU, decided without importing torch, because the CPU is the faster device end
+to end today. Measured on one H100 with 16 cores (issue 19: a Llama-3-8B-shaped BF16 checkpoint of 16.1
+GB from the page cache), the command took 3.1 s with --device cpu and 9.4-11.1 s with --device cuda:
+`import torch` alone costs 5.2 s there, and the CUDA path (pageable copies, one synchronisation per
+chunk) reached 4.6 GB/s against the CPU path's 7.8 GB/s through the API. Only F32 was faster on CUDA
+through the API (2.4 against 1.1 GB/s), which would repay the import only above about 10 GB of F32,
+never measured end to end. Results are identical on both devices, so `auto` may pick CUDA once a
+measurement shows it faster end to end; until then a GPU is used only when asked for: --device cuda.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, replace
+
+from . import settings
+from .errors import MissingDependencyError, OptionError
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Where and on how many threads a job reduces. Plain data: it travels to sweep workers as is."""
+
+    threads: int  # threads one kernel call may split into (and the reductions of fetched chunks run on)
+    chunk_workers: int  # local chunks read and reduced at once
+    device: str = "cpu"  # where reductions run, resolved: "cpu" or "cuda[:N]", never "auto"
+    kernels: str = "c"  # "c" (the compiled kernels) or "numpy" (the fallback); what the process loaded
+
+    @classmethod
+    def from_settings(cls, device: str = "auto", *, threads: int | None = None) -> Execution:
+        """The settings (WEIGHTDIAG_THREADS, the cores this process may use) and the command's --device.
+        `threads`: a share of the cores given to this process (a sweep worker), instead of the setting."""
+        from . import kernels
+
+        chosen = threads if threads is not None else settings.threads()
+        workers = min(chosen, settings.MAX_CHUNK_WORKERS) if threads is not None else settings.chunk_workers()
+        return cls(chosen, workers, resolve_device(device), kernels.BACKEND)
+
+    def on(self, device: str) -> Execution:
+        """The same execution on another device (resolved)."""
+        return replace(self, device=resolve_device(device))
+
+
+def nvidia_present() -> bool:
+    """Whether an NVIDIA driver is loaded here: without one CUDA cannot be, and torch need not be imported."""
+    return os.path.exists("/proc/driver/nvidia/version") or shutil.which("nvidia-smi") is not None
+
+
+def resolve_device(spec: str) -> str:
+    """--device: auto (the CPU, see the module docstring), cpu, cuda or cuda:N (checked with torch)."""
+    spec = (spec or "auto").lower()
+    if spec in ("cpu", "auto"):
+        return "cpu"
+    if spec == "cuda" or spec.startswith("cuda:"):
+        try:  # asked for: torch decides (a driver can hide from nvidia_present, as under WSL)
+            import torch
+        except ImportError:
+            raise MissingDependencyError(
+                f"--device {spec} needs torch, which is not installed; pip install torch (a CUDA build)",
+                package="torch",
+            ) from None
+        if not torch.cuda.is_available():
+            raise OptionError(
+                f"--device {spec}: torch sees no CUDA GPU here; use --device cpu or auto", option="--device"
+            )
+        return spec
+    raise OptionError(f"--device {spec!r}: choose auto, cpu, cuda or cuda:N", option="--device")
