@@ -205,6 +205,18 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path, smal
     assert not db.exists() or not any(db.rglob("*")), "nothing may be written for bad input"
 
 
+@pytest.mark.parametrize("name", ["nothere.safetensors", "model.gguf", "pytorch_model.bin", "org/w.safetensors@main"])
+def test_a_missing_file_named_like_weights_is_a_path_error_at_once_not_a_hub_lookup(name, tmp_path):
+    """A name ending like a weights file is a mistyped path: exit 2 at once, the nearest name offered, the Hub
+    never asked (HF_ENDPOINT points nowhere: a lookup would fail with exit 3 after its deadline)."""
+    (tmp_path / "nothere.safetensor").write_bytes(b"")
+    out = run_cli("fit", name, env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"}, cwd=tmp_path)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr.count("\n") == 1 and f"{name}: no such file" in out.stderr, out.stderr
+    if name == "nothere.safetensors":
+        assert "did you mean nothere.safetensor?" in out.stderr
+
+
 def test_usage_errors_exit_2(tmp_path):
     assert run_cli("fit").returncode == 2
     assert run_cli("fit", str(tmp_path), "--trim", "mid70").returncode == 2

@@ -11,10 +11,16 @@ from .plan import ModelPlan
 from .reader import Reader
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?(@[^\s]+)?$")
+# A name ending like a weights or config file names a file, never a Hub repo (repo ids have no such suffix
+# in practice): a missing `model.safetensors` is a mistyped path, answered at once, not a 16 s Hub lookup.
+FILE_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth", ".json", ".ckpt")
 
 
 def is_hub_id(spec: str) -> bool:
-    """ORG/NAME[@REV] (or NAME[@REV]) that is not an existing local path."""
+    """ORG/NAME[@REV] (or NAME[@REV]) that is not an existing local path nor named like a file."""
+    name = split_revision(spec)[0]
+    if name.lower().endswith(FILE_SUFFIXES):
+        return False
     return bool(_HUB_ID.match(spec)) and not Path(spec).exists() and not spec.startswith((".", "/", "~"))
 
 
@@ -62,6 +68,10 @@ def open_model(
                 hint = f" (did you mean {nearest}?)" if nearest else ""
                 exc.args = (f"no file or folder {spec} here{hint}, and {exc.message[0].lower()}{exc.message[1:]}",)
             raise
+    if split_revision(spec)[0].lower().endswith(FILE_SUFFIXES):
+        nearest = _nearest_local(spec)
+        hint = f" (did you mean {nearest}?)" if nearest else ""
+        raise ModelPathError(f"{spec}: no such file{hint}; check the path", path=spec)
     raise ModelPathError(f"{spec}: no such file or folder, and not a Hub id (ORG/NAME[@REVISION])", path=spec)
 
 
