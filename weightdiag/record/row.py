@@ -8,10 +8,13 @@ summaries; nothing in this module fits or reads files.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from ..fit.matrix import MatrixFit, ReductionFit, fit_reduction
+from ..fit.matrix import Heaviness, MatrixFit, ReductionFit, fit_reduction
+from ..fit.stats import MatrixStats
+from ..fit.weibull import WeibullFit
 from ..layout import TensorRole
 from ..reduce.reduction import Reduction
 from ..reduce.vectors import VectorSummary
@@ -86,6 +89,41 @@ def matrix_record(
     elif fit.grid is not None:  # floats that hold dequantized values: a 4-bit grid per group of a row
         record["grid"] = {"bits": fit.grid[0], "group": fit.grid[1]}
     return record
+
+
+def _float(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def read_reduction_fit(record: Mapping[str, Any]) -> ReductionFit:
+    """The fit of one reduction back from its record's fields (null numbers as NaN, rounded as written)."""
+    stats = record["stats"]
+    return ReductionFit(
+        numel=record["numel"],
+        stats=MatrixStats(
+            **{f.name: math.nan if stats[f.name] is None else stats[f.name] for f in fields(MatrixStats)}
+        ),
+        argmax=tuple(record["argmax"]) if record["argmax"] is not None else None,
+        fits={
+            trim: WeibullFit(
+                _float(f["k"]), _float(f["lambda"]), _float(f["r2"]), _float(f["ks"]), f["points"], f["ok"], f["reason"]
+            )
+            for trim, f in record["fits"].items()
+        },
+        heaviness=Heaviness(**{f.name: _float(record["heaviness"][f.name]) for f in fields(Heaviness)}),
+        gamma_closure=_float(record["gamma_closure"]),
+    )
+
+
+def read_matrix_fit(record: Mapping[str, Any]) -> MatrixFit:
+    """The MatrixFit a matrix record written by this version holds (matrix_record's inverse up to the rounding
+    of the row: serialized again, it gives the same record). A quantized weight's record has no grid."""
+    grid = record.get("grid")
+    return MatrixFit(
+        whole=read_reduction_fit(record),
+        parts=tuple((part["kind"], read_reduction_fit(part)) for part in record.get("parts", ())),
+        grid=(grid["bits"], grid["group"]) if grid else None,
+    )
 
 
 def role_fields(role: TensorRole, slice_of: dict[str, Any] | None = None) -> dict[str, Any]:
