@@ -244,7 +244,7 @@ def fit_revision(task: dict[str, Any]) -> dict[str, Any]:
 
 def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
     from ..diagnose.functions import ffn_median_k
-    from .fitting import fit_plan, open_journal, open_model, save_row
+    from .fitting import fit_and_save, open_model
     from .measure import FitOptions
 
     try:
@@ -254,10 +254,8 @@ def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
         )
         plan.model_id = task["model_id"]
         plan.revision = task["revision"]
-        journal = open_journal(plan, reader, options, Path(task["db"]))  # a revision cut off resumes next time
-        row = fit_plan(plan, reader, options, _named_progress(task), journal=journal)
-        path = save_row(row, task["db"])
-        journal.discard()
+        # with its journal: a revision cut off resumes next time
+        row, path = fit_and_save(plan, reader, options, _named_progress(task), Path(task["db"]))
         return asdict(
             Outcome(
                 task["revision"],
