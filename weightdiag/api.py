@@ -32,7 +32,7 @@ from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthRepo
 from .diff.result import DiffOptions, DiffResult
 from .errors import DatabaseError, OptionError, OutputError
 from .record.schema import Row, RowError
-from .run.fitting import check_options, fit_and_save, fit_model, fit_path, fit_plan, resolve_row, save_row
+from .run.fitting import check_options, fit_and_save_model, fit_model, fit_path, fit_plan, resolve_row, save_row
 from .run.measure import FitOptions
 from .source.open import is_hub_id, open_model, split_revision
 
@@ -100,15 +100,13 @@ def fit(
     download: bool = False,
 ) -> Fitted:
     """`weightdiag fit`: fit a model and (with save) write its row; the database is checked before the fit."""
-    from .database.store import check_writable
-
     options = options or FitOptions()
     check_options(options)
     db = Path(db_dir) if db_dir else default_db_dir()
-    if save:  # first of all, even before the model is looked for: the user's --db is what is wrong
-        check_writable(db)
-    plan, reader = open_model(spec, model_id=options.model_id, revision=revision, token=token, download=download)
-    row, path = fit_and_save(plan, reader, options, progress, db if save else None)
+    # fitting.fit_model without save: the database is checked first of all, even before the model is looked for
+    row, path = fit_and_save_model(
+        spec, options, progress, db if save else None, revision=revision, token=token, download=download
+    )
     return Fitted(row, path)
 
 

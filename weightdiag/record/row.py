@@ -1,22 +1,23 @@
 """The row: one JSON document per model (and revision) that every later command reads.
 
-Schema `weightdiag.row/1` is documented field by field in docs/row-schema.md. Records are built
-here from reductions; nothing in this module reads files.
+Schema `weightdiag.row/1` is documented field by field in docs/row-schema.md (typed in record/schema.py).
+Records are serialized here from the fit stage's results (weightdiag.fit.matrix.MatrixFit) and the vectors'
+summaries; nothing in this module fits or reads files.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
-import numpy as np
-
-from ..fit.stats import MagnitudeDistribution, Summary
-from ..fit.weibull import TRIMS, gamma_closure
+from ..fit.matrix import Heaviness, MatrixFit, ReductionFit, fit_reduction
+from ..fit.stats import MatrixStats
+from ..fit.weibull import WeibullFit
 from ..layout import TensorRole
 from ..reduce.reduction import Reduction
 from ..reduce.vectors import VectorSummary
-from ..vocabulary import COHORT_TRIM
 
 SCHEMA = "weightdiag.row/1"
 
@@ -28,43 +29,26 @@ def json_float(value: float | None, digits: int = 10) -> float | None:
     return float(f"{value:.{digits}g}")
 
 
-def heaviness(dist: MagnitudeDistribution) -> dict[str, float | None]:
-    """Distribution-free tail metrics of nonzero |w| (for fits that are not Weibull)."""
-    nz = dist.nonzero()
-    if nz.total == 0:
-        return {"q90_q10": None, "q99_q50": None, "p999_p50": None, "gini": None}
-    q = {p: nz.quantile(p) for p in (0.10, 0.50, 0.90, 0.99, 0.999)}
-    mass = nz.values * nz.counts
-    cum_w = np.concatenate([[0.0], np.cumsum(mass) / mass.sum()])
-    cum_n = np.concatenate([[0.0], np.cumsum(nz.counts) / nz.total])
-    gini = 1.0 - float(np.sum(np.diff(cum_n) * (cum_w[1:] + cum_w[:-1])))
+def _number(value: object) -> object:
+    return json_float(value) if isinstance(value, float) else value
+
+
+def reduction_fields(fit: ReductionFit) -> dict[str, Any]:
+    """The fields of one reduction's fit in a record: `numel`, `stats`, `argmax`, `fits`, `heaviness` and
+    `gamma_closure` (numbers rounded by json_float, NaN as null)."""
     return {
-        "q90_q10": json_float(q[0.90] / q[0.10]),
-        "q99_q50": json_float(q[0.99] / q[0.50]),
-        "p999_p50": json_float(q[0.999] / q[0.50]),
-        "gini": json_float(gini),
+        "numel": fit.numel,
+        "stats": {k: _number(v) for k, v in fit.stats.to_json().items()},
+        "argmax": list(fit.argmax) if fit.argmax is not None else None,
+        "fits": {trim: {k: _number(v) for k, v in f.to_json().items()} for trim, f in fit.fits.items()},
+        "heaviness": {f.name: json_float(getattr(fit.heaviness, f.name)) for f in fields(fit.heaviness)},
+        "gamma_closure": json_float(fit.gamma_closure),
     }
 
 
 def reduction_record(red: Reduction, shape: tuple[int, ...], protocol: str, center: bool = False) -> dict[str, Any]:
-    """Statistics and fits of one reduction (a whole matrix or one part of a fused one); with
-    `center` the fits are of |w - mean| (see stats.Summary)."""
-    summary = Summary(red, center)
-    stats = summary.stats
-    fits = {trim: summary.fit(protocol, trim) for trim in TRIMS}
-    record: dict[str, Any] = {
-        "numel": red.numel,
-        "stats": {k: (json_float(v) if isinstance(v, float) else v) for k, v in stats.to_json().items()},
-        "argmax": [int(i) for i in np.unravel_index(red.argmax, shape)] if red.argmax >= 0 else None,
-        "fits": {
-            trim: {k: (json_float(v) if isinstance(v, float) else v) for k, v in f.to_json().items()}
-            for trim, f in fits.items()
-        },
-        "heaviness": heaviness(summary.magnitudes),
-    }
-    main = fits[COHORT_TRIM]
-    record["gamma_closure"] = json_float(gamma_closure(main.k, main.lam, stats.std_abs)) if main.ok else None
-    return record
+    """Statistics and fits of one reduction (a whole matrix or one part of a fused one), as a record's fields."""
+    return reduction_fields(fit_reduction(red, shape, protocol, center))
 
 
 def matrix_record(
@@ -72,18 +56,16 @@ def matrix_record(
     role: TensorRole,
     dtype: str,
     shape: tuple[int, ...],
-    red: Reduction,
-    protocol: str,
-    parts: list[tuple[str, Reduction]] | None = None,
+    fit: MatrixFit,
     parts_note: str | None = None,
     note: str | None = None,
     stored_type: str | None = None,
     quantization: str | None = None,
-    center: bool = False,
     dequantized: dict[str, Any] | None = None,
     slice_of: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One matrix: a stored tensor, or (`slice_of`) one record cut from it (an expert of fused experts)."""
+    """One matrix's record: a stored tensor, or (`slice_of`) one record cut from it (an expert of fused
+    experts), with its `fit` (weightdiag.fit.matrix.fit_matrix) serialized."""
     record: dict[str, Any] = {
         "name": name,
         "block": role.block,
@@ -97,16 +79,51 @@ def matrix_record(
     notes = [n for n in (role.note, note) if n]
     if notes:
         record["note"] = "; ".join(notes)
-    record.update(reduction_record(red, shape, protocol, center))
-    if parts:
-        record["parts"] = [{"kind": kind, **reduction_record(part, shape, protocol, center)} for kind, part in parts]
+    record.update(reduction_fields(fit.whole))
+    if fit.parts:
+        record["parts"] = [{"kind": kind, **reduction_fields(part)} for kind, part in fit.parts]
     if parts_note:
         record["parts_note"] = parts_note
     if dequantized:  # a quantized checkpoint's weight: its format and how its values were computed
         record["dequantized"] = dequantized
-    elif red.grid is not None:  # floats that hold dequantized values: a 4-bit grid per group of a row
-        record["grid"] = {"bits": red.grid[0], "group": red.grid[1]}
+    elif fit.grid is not None:  # floats that hold dequantized values: a 4-bit grid per group of a row
+        record["grid"] = {"bits": fit.grid[0], "group": fit.grid[1]}
     return record
+
+
+def _float(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def read_reduction_fit(record: Mapping[str, Any]) -> ReductionFit:
+    """The fit of one reduction back from its record's fields (null numbers as NaN, rounded as written)."""
+    stats = record["stats"]
+    return ReductionFit(
+        numel=record["numel"],
+        stats=MatrixStats(
+            **{f.name: math.nan if stats[f.name] is None else stats[f.name] for f in fields(MatrixStats)}
+        ),
+        argmax=tuple(record["argmax"]) if record["argmax"] is not None else None,
+        fits={
+            trim: WeibullFit(
+                _float(f["k"]), _float(f["lambda"]), _float(f["r2"]), _float(f["ks"]), f["points"], f["ok"], f["reason"]
+            )
+            for trim, f in record["fits"].items()
+        },
+        heaviness=Heaviness(**{f.name: _float(record["heaviness"][f.name]) for f in fields(Heaviness)}),
+        gamma_closure=_float(record["gamma_closure"]),
+    )
+
+
+def read_matrix_fit(record: Mapping[str, Any]) -> MatrixFit:
+    """The MatrixFit a matrix record written by this version holds (matrix_record's inverse up to the rounding
+    of the row: serialized again, it gives the same record). A quantized weight's record has no grid."""
+    grid = record.get("grid")
+    return MatrixFit(
+        whole=read_reduction_fit(record),
+        parts=tuple((part["kind"], read_reduction_fit(part)) for part in record.get("parts", ())),
+        grid=(grid["bits"], grid["group"]) if grid else None,
+    )
 
 
 def role_fields(role: TensorRole, slice_of: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -4,14 +4,15 @@ A row (schema `weightdiag.row/1`, documented field by field in docs/row-schema.m
 disk and a plain dict in memory: the types below are TypedDicts, so typing a row changes nothing that
 is written or read. Each class names its section of docs/row-schema.md.
 
-`load_row(doc)` is the only place that decides whether a document is a row. It checks every field
-that readers index (`model.id`, `model.source`, `protocol.name`, `kinds.*.k_median`,
-`matrices[].fits.<trim>.k`, ...) and the type of every documented field that is present, and
-raises `RowError` naming the file and the field otherwise. Fields added after the first version
-(`files[].verified`, `part_kinds`, `vectors`, `run.verification`, ...) are optional, so rows written by
-every earlier version and the shipped cohort rows load unchanged; fields it does not know are kept
-as they are (adding fields does not bump the schema). The row is returned as given: nothing is
-filled in or rewritten.
+The types are the row's one declaration: `load_row(doc)`, the only place that decides whether a
+document is a row, checks it with checks derived from them (`check_of`), and docs/row-schema.md's field
+reference is generated from them (tests/row_fields.py). It checks every required field, which readers
+index (`model.id`, `model.source`, `protocol.name`, `kinds.*.k_median`, `matrices[].fits.<trim>.k`, ...),
+and the type of every declared field that is present, and raises `RowError` naming the file and the field
+otherwise. Fields added after the first version (`files[].verified`, `run.verification`,
+`stats.distinct_values`, ...) are optional, so rows written by every earlier version and the shipped
+cohort rows load unchanged; fields it does not know are kept as they are (adding fields does not bump the
+schema). The row is returned as given: nothing is filled in or rewritten.
 
 `read_row(path)` opens a row file (regular files only: a FIFO or a device named `*.json` is refused
 without being opened for a blocking read) and hands its JSON to `load_row`.
@@ -24,7 +25,8 @@ import os
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from types import UnionType
+from typing import Any, TypedDict, Union, cast, get_args, get_origin, get_type_hints, is_typeddict
 
 from ..errors import BadInputError
 
@@ -82,10 +84,10 @@ class ModelInfo(_ModelRequired, total=False):
     commit: str | None
     fingerprint: str | None
     format: str | None
-    cohort: str  # cohort rows (source "cohort") only, as are the three below
-    hub_repo: str
-    family_name: str
-    size: str
+    cohort: str | None  # cohort rows (source "cohort") only, where it is a string; as are the three below
+    hub_repo: str | None
+    family_name: str | None
+    size: str | None
 
 
 class FileRecord(TypedDict, total=False):
@@ -251,18 +253,28 @@ class SliceOf(TypedDict):
     segments: list[int]  # [offset, length, stride, count]
 
 
-class DequantizedRecord(TypedDict, total=False):
-    """`matrices[].dequantized`: a quantized weight's format and the arithmetic its values came from."""
-
+class _DequantizedRequired(TypedDict):
     format: str
     method: str
     bits: int
     label: str
     arithmetic: str
+
+
+class DequantizedRecord(_DequantizedRequired, total=False):
+    """`matrices[].dequantized`: a quantized weight's format and the arithmetic its values came from."""
+
     source: str
     block: list[int]
     group: int
     stored: dict[str, str]  # role -> stored tensor name (codes, scale, zero, ...)
+
+
+class GridInfo(TypedDict):
+    """`matrices[].grid`: float values on a quantization grid (dequantized, then saved)."""
+
+    bits: int
+    group: int
 
 
 class MatrixRecord(_MatrixRequired, total=False):
@@ -270,13 +282,13 @@ class MatrixRecord(_MatrixRequired, total=False):
 
     fitted_dtype: str
     quantization: str
-    dequantized: DequantizedRecord
-    grid: dict[str, int]  # {"bits", "group"}: float values on a quantization grid (dequantized, then saved)
     note: str
     parts: list[PartRecord]
     parts_note: str
+    dequantized: DequantizedRecord
+    grid: GridInfo
     tower: str  # vision/audio tower or multimodal projector (vision_tower, visual, ...); kind is then "other"
-    tower_kind: str  # what the tensor does inside its tower (q, o, qkv, ffn_in, embed, other, ...)
+    tower_kind: str | None  # what the tensor does inside its tower (q, o, qkv, ffn_in, embed, other, ...)
     slice_of: SliceOf  # a record cut from a stored tensor (an expert of fused experts, MLA's k or v rows)
 
 
@@ -307,7 +319,7 @@ class VectorRecord(_VectorRequired, total=False):
     l2_over_sqrt_d: float | None
     offset_applied: float
     tower: str
-    tower_kind: str
+    tower_kind: str | None
     slice_of: SliceOf
 
 
@@ -348,7 +360,11 @@ class Row(_RowRequired, total=False):
     shallow_ffn: dict[str, Any] | None  # cohort rows: the paper's shallow/deep FFN regime
 
 
-# --- the checks -------------------------------------------------------------------------------------------
+# --- the checks, derived from the types ------------------------------------------------------------------
+# Each type above becomes a check, built once at import: a TypedDict checks its required keys (missing: "is
+# missing") and then its optional keys where present, each in declaration order, and leaves keys it does not
+# declare alone; `T | None` also takes null; list[T] and dict[str, T] check every element; `Any` takes
+# anything. The first bad field raises _Bad with its dotted path (`matrices[3].fits.mid80.k`).
 
 
 class _Bad(Exception):
@@ -381,23 +397,31 @@ def _is_num(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+# The JSON scalars: a float field takes any JSON number (10.0 may be written as 10), an int field an integer;
+# true and false are neither (bool is an int subclass in Python).
+_SCALARS: dict[type, tuple[Callable[[object], bool], str]] = {
+    str: (lambda v: isinstance(v, str), "a string"),
+    bool: (lambda v: isinstance(v, bool), "true or false"),
+    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    float: (_is_num, "a number"),
+}
+
+
+def _or_null(expected: str, nullable: bool) -> str:
+    return f"{expected} or null" if nullable else expected
+
+
 def _type_check(test: Callable[[object], bool], expected: str, nullable: bool = False) -> Check:
     def check(value: object, where: str) -> None:
         if (value is None and nullable) or test(value):
             return
-        raise _Bad(where, f"is {_describe(value)}, expected {expected}{' or null' if nullable else ''}")
+        raise _Bad(where, f"is {_describe(value)}, expected {_or_null(expected, nullable)}")
 
     return check
 
 
-STR = _type_check(lambda v: isinstance(v, str), "a string")
-OPT_STR = _type_check(lambda v: isinstance(v, str), "a string", nullable=True)
-BOOL = _type_check(lambda v: isinstance(v, bool), "true or false")
-INT = _type_check(lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer")
-OPT_INT = _type_check(lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer", nullable=True)
-OPT_NUM = _type_check(_is_num, "a number", nullable=True)
-NUM = _type_check(_is_num, "a number")
-OPT_DICT = _type_check(lambda v: isinstance(v, dict), "an object", nullable=True)
+def _anything(value: object, where: str) -> None:
+    """The check of `Any`: every value (a free-form object's members)."""
 
 
 def _list_of(item: Check, nullable: bool = False) -> Check:
@@ -405,19 +429,23 @@ def _list_of(item: Check, nullable: bool = False) -> Check:
         if value is None and nullable:
             return
         if not isinstance(value, list):
-            raise _Bad(where, f"is {_describe(value)}, expected a list{' or null' if nullable else ''}")
-        for i, element in enumerate(value):
-            item(element, f"{where}[{i}]")
+            raise _Bad(where, f"is {_describe(value)}, expected {_or_null('a list', nullable)}")
+        if item is not _anything:
+            for i, element in enumerate(value):
+                item(element, f"{where}[{i}]")
 
     return check
 
 
-def _map_of(item: Check) -> Check:
+def _map_of(item: Check, nullable: bool = False) -> Check:
     def check(value: object, where: str) -> None:
+        if value is None and nullable:
+            return
         if not isinstance(value, dict):
-            raise _Bad(where, f"is {_describe(value)}, expected an object")
-        for key, element in value.items():
-            item(element, f"{where}.{key}")
+            raise _Bad(where, f"is {_describe(value)}, expected {_or_null('an object', nullable)}")
+        if item is not _anything:
+            for key, element in value.items():
+                item(element, f"{where}.{key}")
 
     return check
 
@@ -429,7 +457,7 @@ def _record(required: Mapping[str, Check], optional: Mapping[str, Check], nullab
         if value is None and nullable:
             return
         if not isinstance(value, dict):
-            raise _Bad(where, f"is {_describe(value)}, expected an object{' or null' if nullable else ''}")
+            raise _Bad(where, f"is {_describe(value)}, expected {_or_null('an object', nullable)}")
         prefix = f"{where}." if where else ""
         for key, field_check in required.items():
             if key not in value:
@@ -442,154 +470,57 @@ def _record(required: Mapping[str, Check], optional: Mapping[str, Check], nullab
     return check
 
 
-_OPT_INTS = _list_of(INT, nullable=True)
-_STRS = _list_of(STR)
+def _nullable(tp: Any) -> tuple[Any, bool]:
+    """(T, True) for `T | None`, (tp, False) for anything else; other unions are not JSON types of a row."""
+    if get_origin(tp) not in (Union, UnionType):
+        return tp, False
+    rest = [a for a in get_args(tp) if a is not type(None)]
+    if len(rest) != 1:
+        raise TypeError(f"row field type {tp}: only T or T | None can be checked")
+    return rest[0], len(rest) < len(get_args(tp))
 
-MODEL = _record(
-    {"id": STR, "source": STR},
-    dict.fromkeys(
-        ("location", "revision", "commit", "fingerprint", "format", "cohort", "hub_repo", "family_name", "size"),
-        OPT_STR,
-    ),
-)
-FILE = _record({}, {"name": STR, "size": OPT_INT, "sha256": OPT_STR, "header_sha256": OPT_STR, "verified": BOOL})
-PROTOCOL = _record(
-    {"name": STR, "trim": STR},
-    {"trims": _STRS, "centered": BOOL, "bins": INT, "log10_range": _list_of(NUM), "plotting_positions": STR},
-)
-TOOL = _record({}, {"name": STR, "version": OPT_STR}, nullable=True)
-RESUMED = _record({"tensors": INT, "bytes": INT}, {"since": OPT_STR})
-RUN = _record(
-    {},
-    {
-        "device": STR,
-        "seconds": OPT_NUM,
-        "bytes_read": OPT_INT,
-        "include": _STRS,
-        "exclude": _STRS,
-        "verification": STR,
-        "resumed": RESUMED,
-    },
-    nullable=True,
-)
-KIND_SUMMARY = _record(
-    {
-        "class": OPT_STR,
-        "count": OPT_INT,
-        "fitted": OPT_INT,
-        "k_median": OPT_NUM,
-        "lambda_median": OPT_NUM,
-        "r2_median": OPT_NUM,
-        "r2_below_95": OPT_STR,
-        "k_min": OPT_NUM,
-        "k_max": OPT_NUM,
-        "k_class": OPT_STR,
-        "flags": _STRS,
-    },
-    {"k_class_withheld": OPT_STR},
-)
-FIT = _record(
-    {"k": OPT_NUM, "lambda": OPT_NUM, "r2": OPT_NUM, "ks": OPT_NUM, "points": INT, "ok": BOOL, "reason": OPT_STR},
-    {},
-)
-STATS = _record(
-    {
-        **dict.fromkeys(("numel", "n_finite", "n_nan", "n_inf"), INT),
-        **dict.fromkeys(
-            ("zero_fraction", "mean", "std", "excess_kurtosis", "mean_abs", "std_abs", "max_abs", "q99_abs"), OPT_NUM
-        ),
-        "max_over_q99": OPT_NUM,
-    },
-    {"distinct_values": INT},
-)
-HEAVINESS = _record(dict.fromkeys(("q90_q10", "q99_q50", "p999_p50", "gini"), OPT_NUM), {})
-_REDUCTION_FIELDS: dict[str, Check] = {
-    "numel": INT,
-    "stats": STATS,
-    "argmax": _OPT_INTS,
-    "fits": _map_of(FIT),
-    "heaviness": HEAVINESS,
-    "gamma_closure": OPT_NUM,
-}
-DEQUANTIZED = _record(
-    {"format": STR, "method": STR, "bits": INT, "label": STR, "arithmetic": STR},
-    {"source": STR, "block": _list_of(INT), "group": INT, "stored": _map_of(STR)},
-)
-PART = _record({"kind": STR, **_REDUCTION_FIELDS}, {})
-_ROLE_FIELDS: dict[str, Check] = {
-    "tower": STR,
-    "tower_kind": OPT_STR,
-    "slice_of": _record({"tensor": STR, "segments": _list_of(INT)}, {}),
-}
-MATRIX = _record(
-    {
-        "name": STR,
-        "block": OPT_INT,
-        "expert": OPT_INT,
-        "kind": STR,
-        "class": STR,
-        "dtype": STR,
-        "shape": _list_of(INT),
-        **_REDUCTION_FIELDS,
-    },
-    {
-        "fitted_dtype": STR,
-        "quantization": STR,
-        "note": STR,
-        "parts": _list_of(PART),
-        "parts_note": STR,
-        "dequantized": DEQUANTIZED,
-        "grid": _record({"bits": INT, "group": INT}, {}),
-        **_ROLE_FIELDS,
-    },
-)
-VECTOR = _record(
-    {
-        "name": STR,
-        "block": OPT_INT,
-        "expert": OPT_INT,
-        "kind": STR,
-        "param": OPT_STR,
-        "dtype": STR,
-        "numel": INT,
-        "n_nonfinite": INT,
-        **dict.fromkeys(("l2", "mean", "std", "min", "max"), OPT_NUM),
-    },
-    {
-        **dict.fromkeys(("site", "of_kind", "note", "fitted_dtype", "quantization"), STR),
-        "l2_over_sqrt_d": OPT_NUM,
-        "offset_applied": NUM,
-        **_ROLE_FIELDS,
-    },
-)
-SKIPPED = _record({}, {"name": STR, "dtype": STR, "shape": _list_of(INT), "reason": STR})
-ROW = _record(
-    {
-        "schema": STR,
-        "model": MODEL,
-        "protocol": PROTOCOL,
-        "kinds": _map_of(KIND_SUMMARY),
-        "part_kinds": _map_of(KIND_SUMMARY),
-        "matrices": _list_of(MATRIX),
-        "vectors": _list_of(VECTOR),
-        "skipped": _list_of(SKIPPED),
-        "unclassified": _STRS,
-    },
-    {
-        "files": _list_of(FILE),
-        "metadata": OPT_DICT,
-        "architecture": OPT_DICT,
-        "tool": TOOL,
-        "created": OPT_STR,
-        "run": RUN,
-        "hyperparameters": OPT_DICT,
-        "notes": _STRS,
-        "duplicate_of": OPT_STR,
-        "provenance": OPT_DICT,
-        "shallow_ffn": OPT_DICT,
-    },
-)
-_COHORT_MODEL = _record({"cohort": STR}, {})  # kinds_table names the cohort of a cohort row
+
+def fields_of(typed: type) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The required and the optional fields of a TypedDict, each {name: type} in declaration order."""
+    hints = get_type_hints(typed)
+    required = {k: t for k, t in hints.items() if k in typed.__required_keys__}  # type: ignore[attr-defined]
+    return required, {k: t for k, t in hints.items() if k not in required}
+
+
+_CHECKS: dict[tuple[Any, bool], Check] = {}
+
+
+def check_of(tp: Any) -> Check:
+    """The check of a value of type `tp`: a TypedDict, list[...], dict[str, ...], a JSON scalar (str, bool,
+    int, float), each possibly `| None`, or Any (every value)."""
+    tp, nullable = _nullable(tp)
+    key = (tp, nullable)
+    if key not in _CHECKS:
+        _CHECKS[key] = _derive(tp, nullable)
+    return _CHECKS[key]
+
+
+def _derive(tp: Any, nullable: bool) -> Check:
+    if tp is Any:
+        return _anything
+    if is_typeddict(tp):
+        required, optional = fields_of(tp)
+        return _record(
+            {k: check_of(t) for k, t in required.items()}, {k: check_of(t) for k, t in optional.items()}, nullable
+        )
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is list:
+        return _list_of(check_of(args[0]), nullable)
+    if origin is dict and args[0] is str:
+        return _map_of(check_of(args[1]), nullable)
+    if tp in _SCALARS:
+        return _type_check(*_SCALARS[tp], nullable=nullable)
+    raise TypeError(f"row field type {tp}: not a JSON type weightdiag.record.schema can check")
+
+
+ROW = check_of(Row)
+# A rule no type states: a cohort row (model.source "cohort") names its cohort, which kinds_table reads.
+_COHORT_MODEL = _record({"cohort": check_of(str)}, {})
 
 
 def _model_id(doc: object) -> str | None:

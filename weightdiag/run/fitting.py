@@ -64,10 +64,32 @@ def fit_model(
     download: bool = False,
 ) -> Row:
     """Fit every weight matrix of a model (local path or Hub id) and return its row."""
-    options = options or FitOptions()
+    row, _ = fit_and_save_model(
+        spec, options or FitOptions(), progress, None, revision=revision, token=token, download=download
+    )
+    return row
+
+
+def fit_and_save_model(
+    spec: str,
+    options: FitOptions,
+    progress: Callable[[str, Any], None] | None,
+    db: Path | None,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    download: bool = False,
+) -> tuple[Row, Path | None]:
+    """Open the model `spec` names (local path or Hub id), fit it and write its row into `db` (None: do not
+    save; see fit_and_save): `weightdiag fit`. The options and then the database are checked first of all,
+    before the model is looked for."""
+    from ..database.store import check_writable
+
     check_options(options)
+    if db is not None:
+        check_writable(db)
     plan, reader = open_model(spec, model_id=options.model_id, revision=revision, token=token, download=download)
-    return fit_plan(plan, reader, options, progress)
+    return fit_and_save(plan, reader, options, progress, db)
 
 
 def save_row(row: Row, db_dir: str | Path | None = None) -> Path:
@@ -82,6 +104,8 @@ def fit_and_save(
     progress: Callable[[str, Any], None] | None,
     db: Path | None,
     fresh: bool = False,
+    *,
+    execution: Execution | None = None,
 ) -> tuple[Row, Path | None]:
     """Fit an opened model and write its row into `db` (None: do not save). The folder is checked
     before the fit, so a long fit never ends in a database that cannot take its row. An interrupted fit's
@@ -97,7 +121,7 @@ def fit_and_save(
     journal = open_journal(plan, reader, options, db) if db is not None else None
     if journal is not None and fresh:
         journal.discard()
-    row = fit_plan(plan, reader, options, progress, journal)
+    row = fit_plan(plan, reader, options, progress, journal, execution=execution)
     if db is None:
         return row, None
     try:

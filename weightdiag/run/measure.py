@@ -24,6 +24,7 @@ from ..decode.group import describe, group_quantized
 from ..dtypes import skip_reason
 from ..errors import BadInputError, ModelPathError, OptionError, QuantizationError, VerificationError
 from ..execution import Execution
+from ..fit.matrix import fit_matrix
 from ..fit.weibull import PROTOCOLS, TRIMS
 from ..layout import (
     ArchInfo,
@@ -276,14 +277,11 @@ def _measure(
                         role,
                         ref.dtype.name,
                         ref.shape,
-                        reduced.whole,
-                        options.protocol,
-                        reduced.parts,
+                        fit_matrix(reduced.whole, ref.shape, options.protocol, options.center, reduced.parts),
                         reduced.parts_note or item.views_note,
                         note,
                         ref.stored_type,
                         ref.quantization,
-                        options.center,
                         describe(ref.quant) if ref.quant is not None else None,
                     )
                 )
@@ -368,12 +366,10 @@ def _view_records(
                 view.role,
                 ref.dtype.name,
                 view.shape,
-                red,
-                options.protocol,
+                fit_matrix(red, view.shape, options.protocol, options.center),
                 note=note,
                 stored_type=ref.stored_type,
                 quantization=ref.quantization,
-                center=options.center,
                 dequantized=describe(ref.quant) if ref.quant is not None else None,
                 slice_of=view.slice_of(ref.name),
             )

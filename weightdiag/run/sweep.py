@@ -257,7 +257,7 @@ def fit_revision(task: dict[str, Any]) -> dict[str, Any]:
 
 def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
     from ..diagnose.functions import ffn_median_k
-    from .fitting import fit_plan, open_journal, open_model, save_row
+    from .fitting import fit_and_save, open_model
     from .measure import FitOptions
 
     try:
@@ -267,12 +267,9 @@ def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
         )
         plan.model_id = task["model_id"]
         plan.revision = task["revision"]
-        journal = open_journal(plan, reader, options, Path(task["db"]))  # a revision cut off resumes next time
-        # A worker process reduces with its share of the cores (the task says how many).
+        # with its journal: a revision cut off resumes next time; with its share of the cores (the task's)
         execution = Execution.from_settings(options.device, threads=task.get("threads"))
-        row = fit_plan(plan, reader, options, _named_progress(task), journal=journal, execution=execution)
-        path = save_row(row, task["db"])
-        journal.discard()
+        row, path = fit_and_save(plan, reader, options, _named_progress(task), Path(task["db"]), execution=execution)
         return asdict(
             Outcome(
                 task["revision"],
