@@ -272,6 +272,22 @@ def test_the_default_device_is_auto_as_for_fits_and_reads_as_the_cpu(planted, pl
     }
 
 
+def test_all_matrices_lists_every_matrix_and_the_old_all_still_does(planted):
+    """`diff --all-matrices` lists all 30 matrices, not the top 15: named so because `--all` is sweep's "every
+    revision". `diff --all`, its name before, still works (a hidden alias, for scripts)."""
+    wide = {"COLUMNS": "200"}
+    top, every, old = (
+        run_cli("diff", str(planted[0]), str(planted[1]), "--no-save", *flag, env=wide)
+        for flag in ([], ["--all-matrices"], ["--all"])
+    )
+    assert top.returncode == every.returncode == old.returncode == 0, (top.stderr, every.stderr, old.stderr)
+    assert "(top 15 of 30)" in top.stdout and "model.layers.0.mlp.down_proj.weight" not in top.stdout  # frozen
+    assert "top 15" not in every.stdout and "model.layers.0.mlp.down_proj.weight" in every.stdout
+    assert old.stdout == every.stdout
+    help_text = run_cli("diff", "--help", env=wide).stdout
+    assert "--all-matrices" in help_text and "--all " not in help_text
+
+
 def test_gguf_and_missing_models_are_one_line_errors(planted, smollm_gguf, tmp_path):
     r = run_cli("diff", str(smollm_gguf), str(planted[1]), "--no-save")
     assert r.returncode == 2 and "diff reads safetensors checkpoints" in r.stderr and r.stderr.count("\n") == 1
