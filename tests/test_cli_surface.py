@@ -129,13 +129,47 @@ def test_one_name_per_option_across_commands():
                     meanings.setdefault(opt, set()).add(param.name or "")
     assert meanings["--steps"] == {"steps"}
     assert meanings["--train-steps"] == {"train_steps"}
-    # --all is "every revision" (sweep); check lists its passing matrices with --show-passing.
+    # --all is "every revision" (sweep); check lists its passing matrices with --show-passing, diff every
+    # matrix with --all-matrices (its `--all` before: a hidden alias without help, so not counted here).
     assert meanings["--all"] == {"every"}
     assert meanings["--show-passing"] == {"show_passing"}
+    assert meanings["--all-matrices"] == {"all_matrices"}
     clashes = {opt: names for opt, names in meanings.items() if len(names) > 1}
     assert not clashes, clashes  # one option, one parameter (one meaning) on every command
     fit = typer.main.get_command(cli.app).commands["fit"]  # type: ignore[attr-defined]
     assert "--steps" not in {o for p in fit.params for o in getattr(p, "opts", [])}
+
+
+def test_json_and_quiet_are_declared_once_for_every_command():
+    """--json and -q/--quiet: one declaration (cli.JsonOption, cli.QuietOption), so one help text everywhere."""
+    helps: dict[str, set[str]] = {"--json": set(), "--quiet": set()}
+    for path in _commands():
+        command = typer.main.get_command(cli.app)
+        for name in path:
+            command = command.commands[name]  # type: ignore[attr-defined]
+        for param in command.params:
+            for opt in set(getattr(param, "opts", [])) & set(helps):
+                helps[opt].add(getattr(param, "help", None) or "")
+    assert len(helps["--json"]) == 1 and len(helps["--quiet"]) == 1, helps
+
+
+def test_the_commands_options_become_fit_options_in_one_place(tmp_path, capsys):
+    """cli._fit_options maps the option values (--name -> model_id, --train-steps -> steps); a command without an
+    option gets FitOptions' own default."""
+    from weightdiag.run.measure import FitOptions
+
+    assert cli._fit_options(protocol="hist1024", device="auto", connections=8) == FitOptions()
+    options = cli._fit_options(
+        protocol="exact", device="cpu", connections=3, trim="full", center=True, include=["a*"], exclude=None,
+        name="m", lr=1e-3, weight_decay=0.1, train_steps=500.0, preset=None,
+    )  # fmt: skip
+    assert options == FitOptions(
+        protocol="exact", device="cpu", connections=3, trim="full", center=True, include=("a*",), model_id="m",
+        lr=1e-3, weight_decay=0.1, steps=500.0,
+    )  # fmt: skip
+    # A bad value is named by the option the user typed (it said --steps, sweep's checkpoint picker, before).
+    code, _, err = run(capsys, "fit", str(_model(tmp_path / "m")), "--no-save", "--train-steps", "-3")
+    assert code == ExitCode.BAD_INPUT and err.startswith("error: --train-steps must be"), err
 
 
 # --- exit codes: one test each ------------------------------------------------------------------------
@@ -451,6 +485,19 @@ def test_every_command_reads_at_80_and_100_columns(columns, _tiny_run, tmp_path,
         code, out, err = run(capsys, "db", "show", shown, "--db", db)
         assert code == 0, (shown, err)  # the id as printed names its row
         _readable(out, columns)
+
+
+def test_db_show_draws_a_row_whose_architecture_is_null(tmp_path, capsys):
+    """The schema allows `"architecture": null`; the kinds table read it with .get on None (an internal error)."""
+    code, out, _ = run(capsys, "fit", str(_model(tmp_path / "m")), "--no-save", "--json", "-q", "--device", "cpu")
+    assert code == 0
+    row = json.loads(out)
+    row["architecture"] = None
+    path = tmp_path / "row.json"
+    path.write_text(json.dumps(row))
+    code, out, err = run(capsys, "db", "show", str(path))
+    assert code == 0, err
+    assert re.search(r"│ down +│ transmission", out) and "2 matrices" in out, out
 
 
 def test_fit_width_never_cuts_a_cell():

@@ -14,6 +14,7 @@ import torch
 from weightdiag.diff import paired
 from weightdiag.diff.result import DiffOptions
 from weightdiag.diff.run import diff
+from weightdiag.run.measure import FitOptions
 
 from .conftest import run_cli
 from .diff_checkpoints import base_tensors, low_rank_update, noise, stored, values, write
@@ -254,6 +255,37 @@ def test_bad_options_are_one_line_and_exit_2(planted, extra, needle):
     r = run_cli("diff", str(planted[0]), str(planted[1]), "--no-save", *extra)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: ") and needle in r.stderr, r.stderr
+
+
+def test_the_default_device_is_auto_as_for_fits_and_reads_as_the_cpu(planted, planted_result):
+    """DiffOptions' default was "cpu" while FitOptions' (and every command's --device) was "auto": both are "auto"
+    now, resolved in one place (reduce.device.resolve_device) to the CPU, so the figures are the same."""
+    assert DiffOptions().device == FitOptions().device == "auto"
+    by_default = diff(str(planted[0]), str(planted[1])).to_json()
+    assert by_default["run"]["device"] == "cpu"
+    timing = ("seconds", "created")
+    assert {k: v for k, v in by_default["run"].items() if k not in timing} == {
+        k: v for k, v in planted_result["run"].items() if k not in timing
+    }
+    assert {k: v for k, v in by_default.items() if k != "run"} == {
+        k: v for k, v in planted_result.items() if k != "run"
+    }
+
+
+def test_all_matrices_lists_every_matrix_and_the_old_all_still_does(planted):
+    """`diff --all-matrices` lists all 30 matrices, not the top 15: named so because `--all` is sweep's "every
+    revision". `diff --all`, its name before, still works (a hidden alias, for scripts)."""
+    wide = {"COLUMNS": "200"}
+    top, every, old = (
+        run_cli("diff", str(planted[0]), str(planted[1]), "--no-save", *flag, env=wide)
+        for flag in ([], ["--all-matrices"], ["--all"])
+    )
+    assert top.returncode == every.returncode == old.returncode == 0, (top.stderr, every.stderr, old.stderr)
+    assert "(top 15 of 30)" in top.stdout and "model.layers.0.mlp.down_proj.weight" not in top.stdout  # frozen
+    assert "top 15" not in every.stdout and "model.layers.0.mlp.down_proj.weight" in every.stdout
+    assert old.stdout == every.stdout
+    help_text = run_cli("diff", "--help", env=wide).stdout
+    assert "--all-matrices" in help_text and "--all " not in help_text
 
 
 def test_gguf_and_missing_models_are_one_line_errors(planted, smollm_gguf, tmp_path):

@@ -22,10 +22,10 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .database.store import ROWS_DIR, RowNotFoundError, default_db_dir
 from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthReport, TrajectoryResult
@@ -80,6 +80,12 @@ __all__ = [
 
 Progress = Callable[[str, Any], None]
 RowNote = Callable[[str, Row, str], None]  # (spec, row, how) after each row is resolved
+
+
+def _plain(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A row (or report) as diagnose/ and run.histograms take it: their functions read rows as plain dicts,
+    not yet as record.schema's Row. The one place where the typed documents cross into them (no copy)."""
+    return cast("dict[str, Any]", document)
 
 
 @dataclass
@@ -142,7 +148,7 @@ def compare(
                 "compare (weightdiag compare PATH) or the database folder that holds your rows (--db DIR)",
                 folder=(Path(db_dir) if db_dir else default_db_dir()) / ROWS_DIR,
             )
-    return [compare_row(row) for row in rows]
+    return [compare_row(_plain(row)) for row in rows]
 
 
 def check(
@@ -181,7 +187,7 @@ def check(
     row, how = resolve_row(spec, db_dir, options, progress, token=token, save=save, reuse=False)
     if on_row:
         on_row(spec, row, how)
-    result = check_rows(row, base, tol_k, tol_lambda)
+    result = check_rows(_plain(row), _plain(base), tol_k, tol_lambda)
     if junit_path is not None:
         try:
             junit_path.parent.mkdir(parents=True, exist_ok=True)
@@ -199,8 +205,8 @@ def check(
 class Report:
     result: HealthReport  # diagnose.health.health_report's document (model.how added; plots and html when written)
     how: str  # where the row came from: fitted, database, row file, cohort
+    row: Row  # the row the report was made from
     notes: list[str] = field(default_factory=list)  # what could not be drawn, and why
-    row: dict[str, Any] = field(default_factory=dict)  # the row the report was made from
 
 
 def report(
@@ -231,7 +237,7 @@ def report(
     _check_outputs(plot_dir, html_file)  # before a long fit, not after it
     options = options or FitOptions()
     row, how = resolve_row(spec, db_dir, options, progress, token=token, save=save)
-    result = health_report(row, top=top)
+    result = health_report(_plain(row), top=top)
     result["model"]["how"] = how
     out = Report(result, how, row=row)
     if plot_dir or html_file:
@@ -240,8 +246,8 @@ def report(
         from .render.plots import write_plots
         from .run.histograms import histogram_choice, read_histograms
 
-        names = histogram_choice(result, row, list(hist))
-        data, why = read_histograms(row, list(names), spec if how == "fitted" else None, token)
+        names = histogram_choice(_plain(result), _plain(row), list(hist))
+        data, why = read_histograms(_plain(row), list(names), spec if how == "fitted" else None, token)
         for name, drawn in data.items():
             drawn["why"] = names[name]  # said under the plot: why this matrix is drawn
         if why:
@@ -403,7 +409,7 @@ def trajectory(
         if not 0 <= min_lr_ratio <= 1:
             raise OptionError(f"--min-lr-ratio {min_lr_ratio:g}: give a ratio from 0 to 1", option="--min-lr-ratio")
         spec = {"kind": "cosine", "total": total, "warmup": warmup, "min_ratio": min_lr_ratio}
-    result = tr.trajectory(rows, spec)
+    result = tr.trajectory([_plain(r) for r in rows], spec)
     result["protocol"] = chosen
     if plot is not None:
         from .render.trajectory_plots import k_lambda_plot, std_heatmap
@@ -412,7 +418,7 @@ def trajectory(
         _check_outputs(folder, None)
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            points = [(s, r) for s, r in tr.ordered(rows) if r["matrices"]]
+            points = [(s, r) for s, r in tr.ordered([_plain(r) for r in rows]) if r["matrices"]]
             files = [str(k_lambda_plot(result, folder / "k_lambda_vs_step.png"))]
             if points:
                 steps_, blocks, table = tr.block_std(points)

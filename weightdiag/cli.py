@@ -42,6 +42,11 @@ app = typer.Typer(
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from .api import RowNote
+    from .record.schema import Row, RunInfo
+    from .render.tables import FitProgress
+    from .run.measure import FitOptions
+
 
 class _Command(typer.core.TyperCommand):
     """Every weightdiag command: a plain usage line, and a quiet end when the reader of stdout goes away."""
@@ -141,7 +146,7 @@ def _stdout() -> "Console":
     return _console(False)
 
 
-def _progress(quiet: bool):  # -> FitProgress
+def _progress(quiet: bool) -> "FitProgress":
     """The fit progress bar on stderr: not with -q, not when stderr is no terminal (a log file), not when
     HF_HUB_DISABLE_PROGRESS_BARS is set (FitProgress reads it)."""
     from .render.tables import FitProgress
@@ -159,7 +164,7 @@ def _say(text: str, quiet: bool) -> None:
 FALLBACK_NOTES = ("read from the local HF cache",)
 
 
-def _say_fallbacks(row: dict[str, Any], quiet: bool) -> None:
+def _say_fallbacks(row: "Row", quiet: bool) -> None:
     """Say on the terminal when the row was read some other way than asked (the Hub was unreachable ...)."""
     for note in row.get("notes") or ():
         if isinstance(note, str) and note.startswith(FALLBACK_NOTES):
@@ -234,6 +239,8 @@ ConnectionsOption = Annotated[
 QuietOption = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress bar and no notes on stderr (errors still print).")
 ]
+# What --json and -q do to a command's output is decided in one place: _emit.
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 IncludeOption = Annotated[
     list[str] | None, typer.Option("--include", metavar="GLOB", help="Only tensors matching this glob (repeatable).")
 ]
@@ -251,10 +258,98 @@ TrainStepsOption = Annotated[
 PresetOption = Annotated[
     str | None, typer.Option("--preset", metavar="NAME", help="Recipe preset, e.g. pythia-410m (README, T/tau).")
 ]
+ProtocolOption = Annotated[
+    str,
+    typer.Option(
+        "--protocol", metavar="PROTOCOL", help="hist1024 or exact: the protocol for models that must be fitted."
+    ),
+]
+DeviceOption = Annotated[
+    str,
+    typer.Option(
+        "--device", metavar="DEVICE", help="Where to reduce when a model must be fitted: auto, cpu, cuda, cuda:N."
+    ),
+]
+TokenOption = Annotated[
+    str | None, typer.Option("--token", metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
+]
 
 
 def _print_json(document: Any) -> None:
     sys.stdout.write(json.dumps(document, indent=1, allow_nan=False) + "\n")
+
+
+class _Verbatim(str):
+    """Text a view has laid out itself: written to stdout as it is (rich would measure and wrap it again)."""
+
+
+def _emit(
+    document: Any, view: Callable[[], Any], *, as_json: bool, quiet: bool, view_beside_json: bool = False
+) -> None:
+    """A command's result, the one place that chooses how it is shown.
+
+    --json: `document` as JSON on stdout, nothing else there (with `view_beside_json`, as `fit` does, the view
+    also goes to stderr for the person watching, unless -q). Otherwise the view on stdout. -q never hides the
+    result itself: it silences the chatter on stderr (_say, the progress bar). `view` is called only when it is
+    shown; it returns a rich renderable, plain text (printed with markup off), _Verbatim text, or a list of them.
+    """
+    if as_json:
+        _print_json(document)
+        if view_beside_json and not quiet:
+            _show(view(), _stderr())
+        return
+    _show(view(), _stdout())
+
+
+def _show(shown: Any, console: "Console") -> None:
+    for item in shown if isinstance(shown, list) else [shown]:
+        if isinstance(item, _Verbatim):  # past rich, after what it has written so far
+            console.file.flush()
+            console.file.write(item)
+        elif isinstance(item, str):
+            console.print(item, markup=False)  # paths and ids are printed as given: `[x]` is no markup
+        else:
+            console.print(item)
+
+
+def _fit_options(
+    *,
+    protocol: str,
+    device: str,
+    connections: int,
+    trim: str | None = None,
+    center: bool | None = None,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
+    name: str | None = None,
+    lr: float | None = None,
+    weight_decay: float | None = None,
+    train_steps: float | None = None,
+    preset: str | None = None,
+) -> "FitOptions":
+    """The one place where the commands' option values become FitOptions (--name is its model_id,
+    --train-steps its steps). A command without an option passes nothing for it: FitOptions' default."""
+    from dataclasses import replace
+
+    from .run.measure import FitOptions
+
+    options = FitOptions(
+        protocol=protocol,
+        device=device,
+        connections=connections,
+        include=tuple(include or ()),
+        exclude=tuple(exclude or ()),
+        model_id=name,
+        lr=lr,
+        weight_decay=weight_decay,
+        steps=train_steps,
+        preset=preset,
+    )
+    if trim is not None:
+        options = replace(options, trim=trim)
+    if center is not None:
+        options = replace(options, center=center)
+    return options
 
 
 @app.command()
@@ -305,28 +400,27 @@ def fit(
     weight_decay: WeightDecayOption = None,
     train_steps: TrainStepsOption = None,
     preset: PresetOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the row as JSON on stdout.")] = False,
+    as_json: JsonOption = False,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Write the row into the database folder.")] = True,
     quiet: QuietOption = False,
 ) -> None:
     """Fit a Weibull to |w| of every weight matrix and write one row to the database."""
     from .api import fit as fit_api
     from .render.tables import counted, kinds_table
-    from .run.measure import FitOptions
 
-    options = FitOptions(
+    options = _fit_options(
         protocol=protocol,
+        device=device,
+        connections=connections,
         trim=trim,
         center=center,
-        device=device,
-        include=include or (),
-        exclude=exclude or (),
-        model_id=name,
+        include=include,
+        exclude=exclude,
+        name=name,
         lr=lr,
         weight_decay=weight_decay,
-        steps=train_steps,
+        train_steps=train_steps,
         preset=preset,
-        connections=connections,
     )
     progress = _progress(quiet)
     try:
@@ -341,18 +435,13 @@ def fit(
     finally:
         progress.close()
     row = fitted.row
-    if as_json:
-        _print_json(row)
-        if not quiet:
-            _stderr().print(kinds_table(row))
-    else:
-        _stdout().print(kinds_table(row))
+    _emit(row, lambda: kinds_table(row), as_json=as_json, quiet=quiet, view_beside_json=True)
     _say_fallbacks(row, quiet)
     others = row["unclassified"]
     if others:
         shown = ", ".join(others[:5]) + (f" and {counted(len(others) - 5, 'more')}" if len(others) > 5 else "")
         _say(f"{counted(len(others), 'matrix', 'matrices')} of unknown role fitted as 'other': {shown}", quiet)
-    run = row["run"]
+    run: RunInfo = row.get("run") or {}  # a fit always writes it
     why = " (--device auto: the CPU is faster end to end; --device cuda uses a GPU)" if device == "auto" else ""
     took = f" in {run['seconds']:.2f} s" if run.get("seconds") is not None else ""
     _say(f"reduced on {run['device']}{took}{why}", quiet)
@@ -367,27 +456,10 @@ def fit(
         _say(f"row written to {fitted.path}", quiet)
 
 
-ProtocolOption = Annotated[
-    str,
-    typer.Option(
-        "--protocol", metavar="PROTOCOL", help="hist1024 or exact: the protocol for models that must be fitted."
-    ),
-]
-DeviceOption = Annotated[
-    str,
-    typer.Option(
-        "--device", metavar="DEVICE", help="Where to reduce when a model must be fitted: auto, cpu, cuda, cuda:N."
-    ),
-]
-TokenOption = Annotated[
-    str | None, typer.Option("--token", metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
-]
-
-
-def _row_note(quiet: bool, save: bool = True):
+def _row_note(quiet: bool, save: bool = True) -> "RowNote":
     """What to say on stderr once a model's row is at hand: its fallbacks, and that it was fitted."""
 
-    def note(spec: str, row: dict[str, Any], how: str) -> None:
+    def note(spec: str, row: "Row", how: str) -> None:
         _say_fallbacks(row, quiet)
         if how == "fitted":
             _say(f"{spec}: fitted" + (" and saved" if save else ""), quiet)
@@ -419,22 +491,21 @@ def compare(
     save: Annotated[
         bool, typer.Option("--save/--no-save", help="Save the rows of models fitted on the way in the database.")
     ] = True,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+    as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Compare models with the paper's 12-entry cohort: kinds, band, Selection severity, neighbours."""
     from .api import compare as compare_api
     from .render.reports import compare_view
-    from .run.measure import FitOptions
 
-    options = FitOptions(
+    options = _fit_options(
         protocol=protocol,
         device=device,
+        connections=connections,
         lr=lr,
         weight_decay=weight_decay,
-        steps=train_steps,
+        train_steps=train_steps,
         preset=preset,
-        connections=connections,
     )
     progress = _progress(quiet)
     try:
@@ -449,11 +520,8 @@ def compare(
         )
     finally:
         progress.close()
-    if as_json:
-        _print_json(reports if len(reports) > 1 or not models else reports[0])
-        return
-    for report in reports:
-        _stdout().print(compare_view(report))
+    document = reports if len(reports) > 1 or not models else reports[0]
+    _emit(document, lambda: [compare_view(r) for r in reports], as_json=as_json, quiet=quiet)
 
 
 @app.command()
@@ -483,7 +551,7 @@ def check(
     save: Annotated[bool, typer.Option("--save/--no-save", help="Save the fitted row in the database.")] = False,
     # Not --all: on `sweep`, --all means every revision.
     show_passing: Annotated[bool, typer.Option("--show-passing", help="List passing matrices too.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Regression check: exit 0 if every matrix stays within tolerance of the baseline, 1 if any moved."""
@@ -510,18 +578,17 @@ def check(
     finally:
         progress.close()
     verdict = ExitCode.OK if result["passed"] else ExitCode.REGRESSION
-    try:
-        if as_json:
-            _print_json(result)
-        elif result["passed"] and not show_passing:
-            _stdout().print(
+
+    def view() -> Any:
+        if result["passed"] and not show_passing:
+            return (
                 f"PASS: {counted(result['checked'], 'matrix', 'matrices', every=True)} of {result['model']} within "
-                f"|Δk| <= {tol_k} and "
-                f"|Δλ/λ| <= {tol_lambda * 100:g}% of {result['baseline']}",
-                markup=False,
+                f"|Δk| <= {tol_k} and |Δλ/λ| <= {tol_lambda * 100:g}% of {result['baseline']}"
             )
-        else:
-            _stdout().print(check_view(result, show_passing))
+        return check_view(result, show_passing)
+
+    try:
+        _emit(result, view, as_json=as_json, quiet=quiet)
         sys.stdout.flush()
     except BrokenPipeError:  # `check ... | head`: the reader left, the verdict stands (a regression is still 1)
         _stdout_gone()
@@ -564,18 +631,27 @@ def diff(
         bool, typer.Option("--spectrum/--no-spectrum", help="Singular values and rank90 of each ΔW.")
     ] = True,
     db: DbOption = None,
-    device: DeviceOption = "auto",
+    device: Annotated[
+        str,
+        typer.Option(
+            "--device", metavar="DEVICE", help="Where the spectrum's sketch runs: auto (the CPU), cpu, cuda, cuda:N."
+        ),
+    ] = "auto",
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Write the diff row into the database folder.")] = True,
-    every: Annotated[bool, typer.Option("--all", help="List every matrix, not the 15 that changed most.")] = False,
+    # Not --all: on `sweep`, --all means every revision. `diff --all`, its name before, still works (hidden).
+    all_matrices: Annotated[
+        bool, typer.Option("--all-matrices", help="List every matrix, not the 15 that changed most.")
+    ] = False,
+    all_matrices_alias: Annotated[bool, typer.Option("--all", hidden=True)] = False,
     plot: Annotated[
         Path | None, typer.Option("--plot", metavar="DIR", help="Write PNG plots into this folder.")
     ] = None,
     html: Annotated[
         Path | None, typer.Option("--html", metavar="FILE", help="Write a self-contained HTML page here.")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """What changed from BASE to TUNED, matrix by matrix: exact figures, rank90, findings; a CI gate."""
@@ -605,15 +681,13 @@ def diff(
     finally:
         progress.close()
     verdict = gate(result, fail_above, blocks=chosen_blocks) if fail_above is not None else None
-    if as_json:
-        document = result.to_json()
-        if verdict is not None:
-            document["gate"] = verdict.to_json()
-        _print_json(document)
-    else:
-        _stdout().print(diff_view(result, every, verdict))
-        if save and not quiet and result.run.get("saved"):
-            _say(f"diff row written to {result.run['saved']}", quiet)
+    document = result.to_json()
+    if verdict is not None:
+        document["gate"] = verdict.to_json()
+    every = all_matrices or all_matrices_alias
+    _emit(document, lambda: diff_view(result, every, verdict), as_json=as_json, quiet=quiet)
+    if save and not as_json and result.run.get("saved"):
+        _say(f"diff row written to {result.run['saved']}", quiet)
     raise typer.Exit(ExitCode.OK if verdict is None or verdict.passed else ExitCode.REGRESSION)
 
 
@@ -627,7 +701,7 @@ app.add_typer(db_app, name="db")
 def db_list(
     db: DbOption = None,
     fitted_only: Annotated[bool, typer.Option("--fitted", help="Only fitted rows (no cohort entries).")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    as_json: JsonOption = False,
     quiet: QuietOption = False,  # accepted everywhere; warnings about skipped files still print
 ) -> None:
     """List cohort entries and fitted rows (a file in rows/ that is not a readable row is skipped, with a warning)."""
@@ -649,15 +723,12 @@ def db_list(
             "database that holds yours with --db (or WEIGHTDIAG_DB)",
             quiet,
         )
-    if as_json:
-        _print_json(records)
-    else:
-        view = db_list_view(records, _stdout().width)  # ids whole, never cut or folded: `db show` takes them
-        if isinstance(view, Text):  # a long listing, already laid out: written as it is (rich would re-measure it)
-            _flush_stdout()
-            sys.stdout.write(view.plain + "\n")
-        else:
-            _stdout().print(view)
+
+    def view() -> Any:
+        shown = db_list_view(records, _stdout().width)  # ids whole, never cut or folded: `db show` takes them
+        return _Verbatim(shown.plain + "\n") if isinstance(shown, Text) else shown  # Text: a long listing
+
+    _emit(records, view, as_json=as_json, quiet=quiet)
 
 
 def _skipped_row(exc: Any) -> None:
@@ -687,7 +758,7 @@ def db_show(
         ),
     ],
     db: DbOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the whole row as JSON.")] = False,
+    as_json: JsonOption = False,
     quiet: QuietOption = False,  # accepted for uniformity: db show prints no notes
 ) -> None:
     """Show one row: the per-kind table (or the whole row with --json).
@@ -699,15 +770,19 @@ def db_show(
     from .render.tables import kinds_table
 
     row = show_row(row_id, db, summary=not as_json)  # the table needs the per-kind summaries only
-    if as_json:
-        _print_json(row)
-        return
-    _stdout().print(kinds_table(row))
-    p = row.get("provenance") or {}
-    terms = " ".join(str(p[k]) for k in ("license", "copyright") if p.get(k))
-    credit = "; ".join(part for part in (str(p.get("paper") or ""), terms) if part)  # paper; license (c)
-    if credit:
-        _stdout().print(credit, markup=False, style="dim")
+
+    def view() -> list[Any]:
+        p = row.get("provenance") or {}
+        terms = " ".join(str(p[k]) for k in ("license", "copyright") if p.get(k))
+        credit = "; ".join(part for part in (str(p.get("paper") or ""), terms) if part)  # paper; license (c)
+        if not credit:
+            return [kinds_table(row)]
+        from rich.styled import Styled
+
+        # What print(credit, markup=False, style="dim") draws: the highlighted text, all of it dim.
+        return [kinds_table(row), Styled(_stdout().render_str(credit, markup=False), "dim")]
+
+    _emit(row, view, as_json=as_json, quiet=quiet)
 
 
 @db_app.command("export")
@@ -774,7 +849,7 @@ def sweep(
     token: TokenOption = None,
     download: Annotated[bool, typer.Option("--download", help="Fetch whole shards into the HF cache.")] = False,
     connections: ConnectionsOption = 8,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the outcomes as JSON.")] = False,
+    as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Fit every selected checkpoint of a training run into the database (resumable, parallel)."""
@@ -785,10 +860,10 @@ def sweep(
 
     from .api import sweep as sweep_api
     from .render.tables import FitWidth, counted
-    from .run.measure import FitOptions
 
-    options = FitOptions(
-        protocol=protocol, device=device, lr=lr, weight_decay=weight_decay, preset=preset, connections=connections
+    # No --train-steps: each revision's own step number gives it. --name is the sweep's, not a fit option.
+    options = _fit_options(
+        protocol=protocol, device=device, connections=connections, lr=lr, weight_decay=weight_decay, preset=preset
     )
 
     def planned(model_id: str, names: list[str]) -> None:
@@ -823,9 +898,8 @@ def sweep(
     finally:
         progress.close()
     outcomes = run.outcomes
-    if as_json:
-        _print_json([asdict(o) for o in outcomes])
-    else:
+
+    def view() -> Any:
         statuses = ("fitted", "reused", "existing", "claimed", "failed")
         counts = {
             s: sum(o.status == s for o in outcomes)
@@ -843,7 +917,9 @@ def sweep(
                 f"{o.ffn_median_k:.4f}" if o.ffn_median_k else "-",
                 escape(o.detail),
             )
-        _stdout().print(FitWidth(table, optional=("seconds", "FFN median k")))
+        return FitWidth(table, optional=("seconds", "FFN median k"))
+
+    _emit([asdict(o) for o in outcomes], view, as_json=as_json, quiet=quiet)
     if run.failed:  # the other checkpoints' rows are written: exit 4, not 5
         raise typer.Exit(ExitCode.PARTIAL)
 
@@ -877,7 +953,7 @@ def trajectory(
             "--protocol", metavar="PROTOCOL", help="Use rows fitted with this protocol (default: hist1024 if any)."
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
+    as_json: JsonOption = False,
     quiet: QuietOption = False,  # accepted for uniformity: trajectory prints no notes
 ) -> None:
     """Read a swept run from its rows: k and λ over steps, drift, λ peak, step-0 checks, std patterns."""
@@ -894,10 +970,7 @@ def trajectory(
         protocol=protocol,
         plot=plot,
     )
-    if as_json:
-        _print_json(result)
-    else:
-        _stdout().print(trajectory_view(result))
+    _emit(result, lambda: trajectory_view(result), as_json=as_json, quiet=quiet)
 
 
 @app.command()
@@ -925,15 +998,14 @@ def report(
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Save a freshly fitted row in the database.")] = True,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Health report: per-block table and findings (why a block is unusual), norms, super weights, depth."""
     from .api import report as report_api
     from .render.health_view import report_view
-    from .run.measure import FitOptions
 
-    options = FitOptions(protocol=protocol, device=device, connections=connections)
+    options = _fit_options(protocol=protocol, device=device, connections=connections)
     progress = _progress(quiet)
     try:
         done = report_api(
@@ -951,10 +1023,7 @@ def report(
     finally:
         progress.close()
     result = done.result
-    if as_json:
-        _print_json(result)
-    else:
-        _stdout().print(report_view(result))
+    _emit(result, lambda: report_view(result), as_json=as_json, quiet=quiet)
     for line in done.notes:  # what could not be drawn: said even with -q, the output is incomplete
         _stderr().print(line, markup=False, highlight=False, soft_wrap=True)
     if plot:
@@ -975,20 +1044,21 @@ def version() -> None:
 
 @app.command()
 def env(
-    as_json: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False,
+    as_json: JsonOption = False,
     quiet: QuietOption = False,  # accepted for uniformity: env prints no notes
 ) -> None:
     """Print the environment weightdiag runs in, to paste into a bug report (never the Hub token)."""
     document = _environment()
-    if as_json:
-        _print_json(document)
-        return
-    lines = ["Copy and paste the text below into your bug report.", ""]
-    for key, value in document.items():
-        if isinstance(value, dict):
-            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "none set"
-        lines.append(f"- {key}: {value}")
-    sys.stdout.write("\n".join(lines) + "\n")
+
+    def view() -> _Verbatim:
+        lines = ["Copy and paste the text below into your bug report.", ""]
+        for key, value in document.items():
+            if isinstance(value, dict):
+                value = ", ".join(f"{k}={v}" for k, v in value.items()) or "none set"
+            lines.append(f"- {key}: {value}")
+        return _Verbatim("\n".join(lines) + "\n")
+
+    _emit(document, view, as_json=as_json, quiet=quiet)
 
 
 def _environment() -> dict[str, Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from statistics import median
 from typing import Any
@@ -193,20 +194,20 @@ def kind_k_fields(
     return {"k_class": k_class(k_med, r2_med), "k_class_withheld": None, "flags": flags}
 
 
-def k_class_label(summary: dict[str, Any], records: list[dict[str, Any]] | None = None) -> str:
+def k_class_label(summary: Mapping[str, Any], records: list[dict[str, Any]] | None = None) -> str:
     """The k class cell of a kind's summary: withheld for quantized members (also in rows written
     before `k_class_withheld` existed, when the matrices are given), else the class or '-'."""
     return WITHHELD if summary_withheld(summary, records) else summary.get("k_class") or "-"
 
 
-def summary_withheld(summary: dict[str, Any], records: list[dict[str, Any]] | None = None) -> str | None:
+def summary_withheld(summary: Mapping[str, Any], records: list[dict[str, Any]] | None = None) -> str | None:
     """Why a kind summary's class is withheld (None: it is not), for kinds on the k axis only."""
     if summary.get("class") not in K_AXIS_CLASSES or summary.get("k_median") is None:
         return None
     return summary.get("k_class_withheld") or (kind_withheld(records) if records else None)
 
 
-def kind_records(row: dict[str, Any], kind: str, parts: bool = False) -> list[dict[str, Any]]:
+def kind_records(row: Mapping[str, Any], kind: str, parts: bool = False) -> list[dict[str, Any]]:
     """The matrix records behind row["kinds"][kind] (parts=True: the fused matrices holding that part)."""
     if parts:
         return [m for m in row.get("matrices", []) if any(p["kind"] == kind for p in m.get("parts", []))]

@@ -19,7 +19,9 @@ SCHEMA = "weightdiag.diff/1"
 
 @dataclass
 class DiffOptions:
-    device: str = "cpu"  # where the spectral sketch runs: cpu, cuda, cuda:N, auto
+    # Where the spectral sketch runs: auto, cpu, cuda, cuda:N; auto, as for fits (FitOptions.device), is the CPU
+    # (weightdiag.reduce.device.resolve_device, the one place a device is chosen).
+    device: str = "auto"
     include: Sequence[str] = ()  # only tensors (base names) matching one of these globs
     exclude: Sequence[str] = ()
     sketch: int = SKETCH_CAP  # k of the randomized range sketch (matrices wider than spectrum.GRAM_COLS)

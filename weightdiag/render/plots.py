@@ -14,7 +14,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from ..diagnose.classes import ABOVE_BAND_K, BAND, INIT_ANCHOR_K, SELECTION_DEEP
 from ..diagnose.health import NORM_COLLAPSE, NORM_EXPLOSION, TABLE2, short_name
 from ..errors import MissingDependencyError
 from ..vocabulary import KIND_ORDER
+
+if TYPE_CHECKING:
+    from ..diagnose.results import HealthReport
 
 DPI = 110
 REBIN = 4  # 1024 cohort bins of 0.0137 decades -> 256 bins for the body panel
@@ -78,7 +81,7 @@ def safe_name(name: str) -> str:
     return f"{clean[:100]}_{zlib.crc32(name.encode()):08x}".lstrip("_")
 
 
-def write_plots(result: dict[str, Any], histograms: dict[str, dict[str, Any]], folder: Path) -> list[PlotFile]:
+def write_plots(result: HealthReport, histograms: dict[str, dict[str, Any]], folder: Path) -> list[PlotFile]:
     """Write every plot of `result` into `folder`; returns them in reading order."""
     plt = pyplot()
     folder.mkdir(parents=True, exist_ok=True)
@@ -89,11 +92,11 @@ def write_plots(result: dict[str, Any], histograms: dict[str, dict[str, Any]], f
     return files
 
 
-def _warning_blocks(result: dict[str, Any]) -> set[int]:
+def _warning_blocks(result: HealthReport) -> set[int]:
     return {b for f in result["findings"] if f["severity"] == "warning" for b in f["blocks"]}
 
 
-def heatmap_k(plt, result: dict[str, Any], folder: Path) -> PlotFile:
+def heatmap_k(plt, result: HealthReport, folder: Path) -> PlotFile:
     from matplotlib.colors import TwoSlopeNorm
     from matplotlib.patches import Rectangle
 
@@ -180,7 +183,7 @@ def k_color_range(grid: np.ndarray) -> tuple[float, float]:
     return INIT_ANCHOR_K - span, INIT_ANCHOR_K + span
 
 
-def depth_profile(plt, result: dict[str, Any], folder: Path) -> PlotFile:
+def depth_profile(plt, result: HealthReport, folder: Path) -> PlotFile:
     depth = result["depth"]
     series = depth["series"]
     fig, axes = plt.subplots(5, 1, figsize=(9, 13), sharex=True)
@@ -240,7 +243,7 @@ def depth_profile(plt, result: dict[str, Any], folder: Path) -> PlotFile:
     )
 
 
-def norms_plot(plt, result: dict[str, Any], folder: Path) -> PlotFile:
+def norms_plot(plt, result: HealthReport, folder: Path) -> PlotFile:
     depth = result["depth"]
     fig, ax = plt.subplots(figsize=(9, 4))
     for site, s in depth["norm_series"].items():

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
     from rich.progress import Progress
 
+    from ..record.schema import Row
+
 
 def fmt(value: Any, spec: str = ".4f") -> str:
     if value is None:
@@ -205,9 +207,9 @@ CLASS_LEGEND = (
 )
 
 
-def kinds_table(row: dict[str, Any], title: str | None = None) -> FitWidth:
+def kinds_table(row: Row, title: str | None = None) -> FitWidth:
     model = row["model"]
-    arch = row.get("architecture", {})
+    arch = row.get("architecture") or {}  # null in a row (the schema allows it) as well as absent
     if model["source"] == "cohort":
         contents = f"{model['cohort']} summary: per-kind medians only"
     else:

@@ -84,7 +84,7 @@ class FitOptions:
         for name in ("lr", "weight_decay", "steps"):
             value = getattr(self, name)
             if value is not None and not (value > 0 and math.isfinite(value)):
-                option = f"--{name.replace('_', '-')}"
+                option = "--train-steps" if name == "steps" else f"--{name.replace('_', '-')}"  # CLI's names
                 raise OptionError(f"{option} must be a positive finite number, not {value}", option=option)
 
 
