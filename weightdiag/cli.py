@@ -1113,7 +1113,10 @@ def _cuda_summary() -> str:
 
     if not nvidia_present():
         return "no (no NVIDIA driver)"
-    import torch
+    try:
+        import torch
+    except ImportError:
+        return "no (torch is not installed: pip install 'weightdiag[torch]')"
 
     if not torch.cuda.is_available():
         return "no (torch sees no GPU)"

@@ -65,7 +65,7 @@ def resolve_device(spec: str) -> str:
             import torch
         except ImportError:
             raise MissingDependencyError(
-                f"--device {spec} needs torch, which is not installed; pip install torch (a CUDA build)",
+                f"--device {spec} needs torch, which is not installed: pip install 'weightdiag[torch]' (a CUDA build)",
                 package="torch",
             ) from None
         if not torch.cuda.is_available():

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DTYPES, DType
-from ..errors import CheckpointFormatError, ModelPathError
+from ..errors import CheckpointFormatError, MissingDependencyError, ModelPathError
 from .chunks import CHUNK_ALIGN, Chunk
 from .filecheck import FileIdentity, check_path
 from .files import default_model_id, file_header_digest, load_config, load_weight_map
@@ -306,6 +306,14 @@ class TorchBinReader(Reader):
 def open_torch_bin(
     folder: Path, files: list[str], *, model_id: str | None = None, sha256: dict[str, str] | None = None
 ) -> tuple[ModelPlan, TorchBinReader]:
+    try:
+        import torch  # noqa: F401  (the restricted loader is torch's)
+    except ImportError:
+        raise MissingDependencyError(
+            f"{folder}: pytorch_model*.bin checkpoints are read with torch's restricted loader, and torch is not "
+            "installed: pip install 'weightdiag[torch]' (or convert the checkpoint to safetensors)",
+            package="torch",
+        ) from None
     if not files:
         raise ModelPathError(f"{folder}: no pytorch_model*.bin weights found", path=folder)
     states, shards, refs, identities = [], [], [], []
