@@ -92,6 +92,9 @@ def torch_piece_reducer(device: str) -> PieceReducer:
 MAX_PENDING_PIECES = 4096
 
 
+ChunkResult = list[tuple[int, Any]]  # (target index, its piece's partial result) for each piece of a chunk
+
+
 class _PackingList(list):
     """The results of one chunk: each partial reduction is packed as it is appended (a chunk may hold
     thousands of small tensors; 512 KiB of counts each would add up to gigabytes)."""
@@ -105,12 +108,117 @@ class _PackingList(list):
         super().append(item)
 
 
+@dataclass(frozen=True)
+class ReadPlan:
+    """What the engine reads for a list of targets: the chunks, in file order, and whether every byte of
+    the shards is read (so that a reader can verify their hashes). Plain data: the same plan whoever runs it."""
+
+    chunks: list[Chunk]
+    verify: bool
+
+
+def plan_reads(targets: Sequence[Target], reader: Reader, verify: bool) -> ReadPlan:
+    """Chunks of about reader.chunk_bytes covering every target (large tensors cut at SPLIT_BYTES
+    multiples of their own start, whatever the reader: the same pieces, the same merged sums); with
+    `verify` and a reader that hashes, every byte of the shards' data regions."""
+    spans = [Span(t.ref.shard, t.ref.start, t.ref.end) for t in targets]
+    regions = reader.regions() if verify else None
+    return ReadPlan(plan_chunks(spans, reader.chunk_bytes, cover=regions, split_bytes=SPLIT_BYTES), regions is not None)
+
+
+def reduce_chunk(targets: Sequence[Target], chunk: Chunk, buf: np.ndarray, device: str) -> ChunkResult:
+    """The partial result of each piece of one chunk (its bytes `buf`): reductions per selection, a
+    vector's bytes or its summary. Runs in a worker, one chunk per worker: no further kernel threads."""
+    reduce_piece = piece_reducer(device)
+    out = _PackingList()  # partial reductions wait for the merge with their nonzero counts only
+    with kernels.thread_budget(1):
+        for piece in chunk.pieces:
+            target = targets[piece.item]
+            raw = buf[piece.offset : piece.offset + piece.hi - piece.lo]
+            if not target.selections:
+                if target.summarize:
+                    out.append((piece.item, summarize_vector(raw, target.ref.dtype.name, target.offset)))
+                else:
+                    out.append((piece.item, raw.copy()))  # the buffer is reused once this returns
+                continue
+            if target.decoder is not None:
+                decoder = target.decoder.get()
+                counted = decoder.counts(raw, piece.lo) if target.selections == (None,) else None
+                if counted is not None:  # counted per scale group and code: no value materialised
+                    red = reduce_counted(counted.values, counted.weights, counted.numel, counted.locate)
+                    out.append((piece.item, [[red]]))
+                    continue
+                values, first = decoder.decode(raw, piece.lo)
+                selections = [s if s is None else decoder.selection(s) for s in target.selections]
+                out.append((piece.item, reduce_piece(values.view(np.uint8), "F32", selections, first)))
+                continue
+            dtype = target.ref.dtype.name
+            lo = piece.lo // STORAGE_NUMPY[dtype].itemsize
+            result = reduce_piece(raw, dtype, target.selections, lo)
+            shape = target.ref.shape
+            if lo == 0 and len(shape) >= 2 and result and result[0]:  # look for a quantization grid once
+                result[0][0].grid = grid_probe(raw.view(STORAGE_NUMPY[dtype]), shape[-1])
+            out.append((piece.item, result))
+    return out
+
+
 @dataclass
 class _Partial:
     pieces_left: int
     reductions: list[list[Reduction]]
     raw: list[np.ndarray]
     summary: VectorSummary | None = None
+
+
+class Fold:
+    """Chunk results in, finished targets out: each target's partial results merged one at a time in chunk
+    order (the same sums in the same order for any chunking, any executor, any finishing order of the
+    chunks themselves), and the target handed out once its last piece is in."""
+
+    def __init__(self, targets: Sequence[Target], chunks: Sequence[Chunk]) -> None:
+        self._targets = targets
+        self._partials: dict[int, _Partial] = {}
+        for chunk in chunks:
+            for piece in chunk.pieces:
+                entry = self._partials.setdefault(
+                    piece.item, _Partial(0, [[] for _ in targets[piece.item].selections], [])
+                )
+                entry.pieces_left += 1
+
+    def add(self, results: ChunkResult) -> Iterator[tuple[int, list[Reduction] | np.ndarray | VectorSummary]]:
+        """Fold the next chunk's results (chunks must come in plan order); yield the targets it completes."""
+        for i, (item, result) in enumerate(results):
+            results[i] = None  # type: ignore[call-overload]  # its counts are unpacked below: let them go
+            entry = self._partials[item]
+            if isinstance(result, np.ndarray):
+                entry.raw.append(result)
+            elif isinstance(result, VectorSummary):  # pieces come in flat order
+                entry.summary = result if entry.summary is None else entry.summary.merge(result)
+            else:  # fold as they come: a few partials in memory, however large the tensor
+                repack = entry.pieces_left > 1 and len(entry.reductions) > 1
+                for collected, parts in zip(entry.reductions, result, strict=True):
+                    for part in parts:  # one at a time: the same sums in the same order for any chunking
+                        collected[:] = [merge([*collected, part])]
+                    if repack and collected:  # a tensor cut into many records (256 experts' parts) waits packed
+                        collected[0].pack()
+            entry.pieces_left -= 1
+            if entry.pieces_left == 0:
+                del self._partials[item]
+                yield item, self._finished(item, entry)
+
+    def _finished(self, item: int, entry: _Partial) -> list[Reduction] | np.ndarray | VectorSummary:
+        if entry.summary is not None:
+            return entry.summary
+        if entry.raw:
+            return entry.raw[0] if len(entry.raw) == 1 else np.concatenate(entry.raw)
+        merged = [parts[0].unpack() for parts in entry.reductions]
+        handle = self._targets[item].decoder
+        if handle is not None:  # decoded order -> the logical matrix's flat index
+            decoder = handle.get()
+            for red in merged:
+                red.argmax = decoder.logical_index(red.argmax) if red.argmax >= 0 else -1
+            handle.release()
+        return merged
 
 
 def reduce_chunked(
@@ -121,50 +229,15 @@ def reduce_chunked(
     verify: bool = False,
     on_bytes: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, list[Reduction] | np.ndarray | VectorSummary]]:
-    """(target index, merged reduction per selection, a vector's raw bytes or its summary), in file order."""
-    spans = [Span(t.ref.shard, t.ref.start, t.ref.end) for t in targets]
-    regions = reader.regions() if verify else None
-    chunks = plan_chunks(spans, reader.chunk_bytes, cover=regions, split_bytes=SPLIT_BYTES)
-    reader.start(chunks, verify=regions is not None)
-    partials: dict[int, _Partial] = {}
-    for chunk in chunks:
-        for piece in chunk.pieces:
-            entry = partials.setdefault(piece.item, _Partial(0, [[] for _ in targets[piece.item].selections], []))
-            entry.pieces_left += 1
-    reduce_piece = piece_reducer(execution.device)
+    """(target index, merged reduction per selection, a vector's raw bytes or its summary), in file order:
+    the plan (plan_reads), run here on threads (reduce_chunk per chunk), folded in order (Fold)."""
+    plan = plan_reads(targets, reader, verify)
+    chunks = plan.chunks
+    reader.start(chunks, verify=plan.verify)
+    fold = Fold(targets, chunks)
 
-    def reduce_buffer(chunk: Chunk, buf: np.ndarray) -> list[tuple[int, Any]]:
-        out = _PackingList()  # partial reductions wait for the main thread with their nonzero counts only
-        # Several chunks are reduced at once, one per worker: no further splitting inside a kernel.
-        with kernels.thread_budget(1):
-            for piece in chunk.pieces:
-                target = targets[piece.item]
-                raw = buf[piece.offset : piece.offset + piece.hi - piece.lo]
-                if not target.selections:
-                    if target.summarize:
-                        out.append((piece.item, summarize_vector(raw, target.ref.dtype.name, target.offset)))
-                    else:
-                        out.append((piece.item, raw.copy()))  # the buffer is reused once this returns
-                    continue
-                if target.decoder is not None:
-                    decoder = target.decoder.get()
-                    counted = decoder.counts(raw, piece.lo) if target.selections == (None,) else None
-                    if counted is not None:  # counted per scale group and code: no value materialised
-                        red = reduce_counted(counted.values, counted.weights, counted.numel, counted.locate)
-                        out.append((piece.item, [[red]]))
-                        continue
-                    values, first = decoder.decode(raw, piece.lo)
-                    selections = [s if s is None else decoder.selection(s) for s in target.selections]
-                    out.append((piece.item, reduce_piece(values.view(np.uint8), "F32", selections, first)))
-                    continue
-                dtype = target.ref.dtype.name
-                lo = piece.lo // STORAGE_NUMPY[dtype].itemsize
-                result = reduce_piece(raw, dtype, target.selections, lo)
-                shape = target.ref.shape
-                if lo == 0 and len(shape) >= 2 and result and result[0]:  # look for a quantization grid once
-                    result[0][0].grid = grid_probe(raw.view(STORAGE_NUMPY[dtype]), shape[-1])
-                out.append((piece.item, result))
-        return out
+    def reduce_buffer(chunk: Chunk, buf: np.ndarray) -> ChunkResult:
+        return reduce_chunk(targets, chunk, buf, execution.device)
 
     pools: list[ThreadPoolExecutor] = []
     if not reader.fetches:  # cheap to get (local mappings): read and reduce in the same worker
@@ -172,11 +245,11 @@ def reduce_chunked(
         pools.append(pool)
         window = 2 * execution.chunk_workers  # chunks queued ahead of the one the main thread waits for
 
-        def task(chunk: Chunk) -> list[tuple[int, Any]]:
+        def task(chunk: Chunk) -> ChunkResult:
             with reader.chunk(chunk) as buf:
                 return reduce_buffer(chunk, buf)
 
-        def submit(chunk: Chunk) -> Future[list[tuple[int, Any]]]:
+        def submit(chunk: Chunk) -> Future[ChunkResult]:
             return pool.submit(task, chunk)
 
     else:  # slow to get (network): connections keep reading while the cores reduce what has landed
@@ -187,7 +260,7 @@ def reduce_chunked(
         # buffers is safe: the next one starts reading as soon as any buffer is free.
         window = 2 * reader.buffers
 
-        def reduce_fetched(chunk: Chunk, fetched: Future[np.ndarray]) -> list[tuple[int, Any]]:
+        def reduce_fetched(chunk: Chunk, fetched: Future[np.ndarray]) -> ChunkResult:
             buf = fetched.result()
             ok = False
             try:
@@ -197,10 +270,10 @@ def reduce_chunked(
             finally:
                 reader.done(chunk, buf, ok)
 
-        def submit(chunk: Chunk) -> Future[list[tuple[int, Any]]]:
+        def submit(chunk: Chunk) -> Future[ChunkResult]:
             return reduce_pool.submit(reduce_fetched, chunk, fetch_pool.submit(reader.fetch, chunk))
 
-    pending: deque[tuple[Chunk, Future[list[tuple[int, Any]]]]] = deque()
+    pending: deque[tuple[Chunk, Future[ChunkResult]]] = deque()
     finished = False
     try:
         next_chunk = iter(chunks)
@@ -227,36 +300,7 @@ def reduce_chunked(
             top_up()
             if on_bytes:  # tensor bytes only, so that the total matches the plan's
                 on_bytes(sum(piece.hi - piece.lo for piece in chunk.pieces))
-            for i, (item, result) in enumerate(results):
-                results[i] = None  # type: ignore[call-overload]  # its counts are unpacked below: let them go
-                entry = partials[item]
-                if isinstance(result, np.ndarray):
-                    entry.raw.append(result)
-                elif isinstance(result, VectorSummary):  # pieces come in flat order
-                    entry.summary = result if entry.summary is None else entry.summary.merge(result)
-                else:  # fold as they come: a few partials in memory, however large the tensor
-                    repack = entry.pieces_left > 1 and len(entry.reductions) > 1
-                    for collected, parts in zip(entry.reductions, result, strict=True):
-                        for part in parts:  # one at a time: the same sums in the same order for any chunking
-                            collected[:] = [merge([*collected, part])]
-                        if repack and collected:  # a tensor cut into many records (256 experts' parts) waits packed
-                            collected[0].pack()
-                entry.pieces_left -= 1
-                if entry.pieces_left == 0:
-                    del partials[item]
-                    if entry.summary is not None:
-                        yield item, entry.summary
-                    elif entry.raw:
-                        yield item, entry.raw[0] if len(entry.raw) == 1 else np.concatenate(entry.raw)
-                    else:
-                        merged = [parts[0].unpack() for parts in entry.reductions]
-                        handle = targets[item].decoder
-                        if handle is not None:  # decoded order -> the logical matrix's flat index
-                            decoder = handle.get()
-                            for red in merged:
-                                red.argmax = decoder.logical_index(red.argmax) if red.argmax >= 0 else -1
-                            handle.release()
-                        yield item, merged
+            yield from fold.add(results)
         finished = True
     finally:
         if not finished:
