@@ -193,7 +193,7 @@ class HubError(WeightdiagError):
     HTTP status) are None where unknown."""
 
     exit_code = ExitCode.HUB
-    field_names = ("repo", "revision", "file", "status")
+    field_names: ClassVar[tuple[str, ...]] = ("repo", "revision", "file", "status")  # subclasses add theirs
 
     def __init__(
         self,
