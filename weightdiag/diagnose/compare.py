@@ -206,7 +206,7 @@ def compare(row: dict[str, Any]) -> CompareReport:
         k for k in sorted(SELECTION_KINDS, key=kind_order) if k in row["kinds"] and row["kinds"][k].get("k_median")
     ]
     expected, evidence = GROUP_EXPECTATION.get(group, (None, "no cohort group"))
-    selection = {"kinds": {}, "expected": expected, "evidence": evidence, "departs": False}
+    selection: dict[str, Any] = {"kinds": {}, "expected": expected, "evidence": evidence, "departs": False}
     for kind in sel_kinds:
         verdict = selection_verdict(row, kind, group, expected, evidence)
         selection["kinds"][kind] = verdict

@@ -148,7 +148,7 @@ def depth_profile(
     blocks = sorted({b for b, _ in cells})
     n_layers = row["architecture"].get("n_layers") or (blocks[-1] + 1 if blocks else 0)
     keys = [k for k in BLOCK_KEYS if any((b, k) in cells for b in blocks)]
-    series = {
+    series: dict[str, dict[str, list[Any]]] = {
         key: {
             "blocks": [b for b in blocks if (b, key) in cells],
             **{
@@ -183,7 +183,7 @@ def depth_profile(
         }
     change = _adjacent_change(cells, norms_at, blocks, trim)
     similar = [b for b, v in change.items() if v <= 1.0]
-    stretches = []
+    stretches: list[dict[str, Any]] = []
     for run in _runs(similar):
         members = [run[0] - 1, *run]  # a pair (b-1, b) makes both blocks part of the stretch
         if len(members) >= 3:

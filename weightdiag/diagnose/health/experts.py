@@ -72,7 +72,7 @@ def expert_outliers(
     median = float(np.median(t))
     mad_sigma = MAD_SIGMA * float(np.median(np.abs(t - median)))
     # spread: the MAD as a sigma, in k units for k and as a relative factor - 1 for λ (0.05: ±5%)
-    summary = {
+    summary: dict[str, float | None] = {
         "median": median if stat == "k" else math.exp(median),
         "spread": mad_sigma if stat == "k" else math.expm1(mad_sigma),
         "min": min(v for _, v in pairs),

@@ -52,14 +52,16 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
     for key in (*BLOCK_KEYS, *shared_keys):
         for stat in STATS.values():
             pts = []
-            for b in blocks_present:
-                c = cells.get((b, key))
-                v = c.value(stat.key, trim) if c else None
+            for block in blocks_present:
+                c = cells.get((block, key))
+                if c is None:
+                    continue
+                v = c.value(stat.key, trim)
                 if v is not None and (not stat.log or v + stat.offset > 0):
                     # k of one fit scatters by 1.2/sqrt(n) (Gaussian matrices; depth.py's tolerances).
                     noise = 1.2 / math.sqrt(c.records[0]["numel"]) if stat.key == "k" else 0.0
                     approximate = stat.key == "max_over_q99" and not q99_exact(c.records[0])
-                    pts.append(Point(b, v, c.tensor, stat.t(v), noise=noise, approximate=approximate))
+                    pts.append(Point(block, v, c.tensor, stat.t(v), noise=noise, approximate=approximate))
             # Dense blocks and MoE blocks (DeepSeek's first dense layers, then experts of another width) are
             # two populations: each is its own series over depth, never one trend across both.
             routed = {b for b in blocks_present if (b, key) in cells and cells[(b, key)].experts}

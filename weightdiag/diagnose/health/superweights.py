@@ -261,8 +261,8 @@ def super_weight_text(sw: dict[str, Any], n_layers: int | None) -> list[str]:
             "intermediate neuron (chance: 1 in the FFN width per block), so one neuron builds the outlier"
         )
     top = sw["top"][0] if sw["top"] else None
-    early = top and top["kind"] in FFN_OUTPUT_KINDS and top["block"] is not None and n_layers
-    if early and top["block"] < max(1, n_layers // 4):
+    ffn_output = top and top["kind"] in FFN_OUTPUT_KINDS and top["block"] is not None
+    if top and ffn_output and n_layers and top["block"] < max(1, n_layers // 4):
         lines.append(
             f"the most extreme weight sits in the down-projection of early block {top['block']}: where Yu et al. "
             "(2024) find super weights in LLaMA, Mistral, OLMo and Phi-3"
