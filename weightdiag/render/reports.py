@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.markup import escape
@@ -10,6 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 from .tables import FirstFit, FitWidth, counted, fmt
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 
 def compare_view(report: dict[str, Any]) -> Group:
@@ -93,7 +96,7 @@ def db_list_view(rows: list[dict[str, Any]], width: int | None = None) -> FitWid
         # Ids and revisions whole, never cut: `db show ID@REVISION` takes them as printed. The attention
         # layout folds at spaces; a narrow terminal loses the source, creation time and protocol first (and
         # with ids as long as "an-organisation/a-rather-long-model-name-v2", the attention and matrix count).
-        justify = "right" if col in ("matrices", "FFN median k") else "left"
+        justify: JustifyMethod = "right" if col in ("matrices", "FFN median k") else "left"
         table.add_column(col, justify=justify, no_wrap=col != "attention")
     for r in rows:
         table.add_row(
