@@ -16,7 +16,7 @@ plain dicts, so the CLI can print them and `--json` can emit them unchanged.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,7 @@ def _entry(row: dict[str, Any]) -> str:
     return model["id"] + (f"@{model['revision']}" if model.get("revision") and model["source"] != "cohort" else "")
 
 
-def ffn_median_k(row: dict[str, Any], trim: str | None = None) -> float | None:
+def ffn_median_k(row: Mapping[str, Any], trim: str | None = None) -> float | None:
     """An entry's FFN k: the median of its FFN kinds' median k (gate/up/down or ffn_in/ffn_out)."""
     values = [row["kinds"][k]["k_median"] for k in FFN_KINDS if k in row["kinds"] and row["kinds"][k]["k_median"]]
     return float(np.median(values)) if values else None

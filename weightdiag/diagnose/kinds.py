@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from statistics import median  # np.median would import numpy.ma: 20-30 ms of a fit's start-up
-from typing import Any
+from typing import Any, cast
 
 from ..record.row import json_float
+from ..record.schema import Row
 from ..vocabulary import COHORT_TRIM, kind_class, kind_order
 from . import lambda_axis
 from .classes import NON_WEIBULL_R2, kind_k_fields
@@ -26,7 +27,7 @@ def interpret(
     weight_decay: float | None = None,
     steps: float | None = None,
     preset: str | None = None,
-) -> dict[str, Any]:
+) -> Row:
     """The measured row with `hyperparameters`, `kinds` and `part_kinds` (at the row's trim) added."""
     trim = row["protocol"]["trim"]
     added = {
@@ -46,7 +47,7 @@ def interpret(
         if key == "matrices":
             out.update(added)
         out[key] = value
-    return out
+    return cast(Row, out)  # the measured keys and the summaries: all that a Row requires
 
 
 def kind_summaries(matrices: list[dict[str, Any]], trim: str = COHORT_TRIM, parts: bool = False) -> dict[str, Any]:
