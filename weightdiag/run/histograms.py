@@ -167,6 +167,7 @@ def _reduce(wanted: list[tuple[str, Any, Segments | None]], reader: Any) -> Iter
                 for ref, cuts in ordered
             ]
             for index, result in reduce_chunked(targets, reader, "cpu"):
+                assert isinstance(result, list)  # matrices: a reduction per selection
                 for (name, _), reduction in zip(ordered[index][1], result, strict=True):
                     yield name, reduction
             return
