@@ -216,6 +216,7 @@ class GPTQDecoder(_PackedLinear):
 
         def locate(wanted: np.ndarray) -> int:
             wanted_slot = wanted.any(axis=1)
+            assert isinstance(wanted_slot, np.ndarray)  # [slots]: `wanted` is [slots, codes]
             for r0, r1, c0, c1, offset in rects:
                 sub = slots[r0 - row_lo : r1 - row_lo, c0:c1].reshape(-1)
                 candidates = np.flatnonzero(wanted_slot[sub])  # words (in decoded order) in a wanted slot
@@ -294,6 +295,7 @@ class AWQDecoder(_PackedLinear):
 
         def locate(wanted: np.ndarray) -> int:
             wanted_slot = wanted.any(axis=1)
+            assert isinstance(wanted_slot, np.ndarray)  # [slots]: `wanted` is [slots, codes]
             for r0, r1, c0, c1, offset, codes, slots in rects:
                 jj, gg = np.nonzero(wanted_slot[slots])  # (output, group) pairs in a wanted slot: a few
                 if not jj.size:
