@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -149,6 +149,7 @@ def _check_quantized_views(ref: TensorRef, views: list[View]) -> None:
     logical rows only: a cut that is not whole rows of theirs is refused, never reduced on the wrong values."""
     from ..decode.decoder import FACTORIES, RowMajorDecoder
 
+    assert ref.quant is not None  # called for quantized weights only
     factory = FACTORIES.get(ref.quant.spec.format) if ref.quant is not None else None
     if isinstance(factory, type) and issubclass(factory, RowMajorDecoder):
         return
@@ -254,6 +255,7 @@ def measure(
                     )
                 )
             else:
+                assert reduced.whole is not None  # a matrix: reduced whole
                 matrices.append(
                     matrix_record(
                         ref.name,
@@ -405,7 +407,7 @@ def _reduce_all(
     parts = [_parts(item, arch, options) for item in work]
     if hasattr(reader, "chunk"):
         from ..decode.loader import CompanionLoader, LazyDecoder
-        from ..reduce.stream import Target, reduce_chunked
+        from ..reduce.stream import ChunkReader, Target, reduce_chunked
 
         if hasattr(reader, "set_connections"):
             reader.set_connections(options.connections)
@@ -429,7 +431,8 @@ def _reduce_all(
         verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
         on_bytes = (lambda n: progress("bytes", n)) if progress else None
         try:
-            for index, result in reduce_chunked(targets, reader, device, verify=verify, on_bytes=on_bytes):
+            chunked = cast(ChunkReader, reader)  # it has `chunk`: a reader of byte ranges
+            for index, result in reduce_chunked(targets, chunked, device, verify=verify, on_bytes=on_bytes):
                 yield work[index], _as_reduced(work[index], result, *parts[index], arch.norm_offset)
         finally:
             if loader is not None:
