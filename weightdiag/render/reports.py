@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
@@ -9,13 +10,14 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..diagnose.results import CheckResult, CompareReport, FlatRecord, TrajectoryResult
 from .tables import FirstFit, FitWidth, counted, fmt
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
 
 
-def compare_view(report: dict[str, Any]) -> Group:
+def compare_view(report: CompareReport) -> Group:
     title = report["model"] + (f"@{report['revision']}" if report.get("revision") else "")
     table = Table(
         title=f"{escape(title)} vs the 12-entry cohort",
@@ -53,7 +55,7 @@ def compare_view(report: dict[str, Any]) -> Group:
     return Group(*parts)
 
 
-def check_view(result: dict[str, Any], show_passing: bool = False) -> FitWidth:
+def check_view(result: CheckResult, show_passing: bool = False) -> FitWidth:
     status = "PASS" if result["passed"] else "FAIL"
     table = Table(
         title=f"check {escape(result['model'])} against {escape(str(result['baseline']))}: {status} "
@@ -86,7 +88,7 @@ def check_view(result: dict[str, Any], show_passing: bool = False) -> FitWidth:
 PLAIN_LIST_ROWS = 500  # beyond this many rows, a plain text table: rich measures every cell (12 s for 5,000)
 
 
-def db_list_view(rows: list[dict[str, Any]], width: int | None = None) -> FitWidth | Text:
+def db_list_view(rows: list[FlatRecord], width: int | None = None) -> FitWidth | Text:
     """The listing: a table, or plain aligned text when there are many rows or when even the narrowest table
     could not show every id and revision whole on `width` columns (the table would fold them across lines)."""
     if len(rows) > PLAIN_LIST_ROWS or (width is not None and rows and _narrowest_list_table(rows) > width):
@@ -112,12 +114,12 @@ def db_list_view(rows: list[dict[str, Any]], width: int | None = None) -> FitWid
     return FitWidth(table, optional=("source", "created", "protocol", "attention", "matrices"))
 
 
-def _matrices(record: dict[str, Any]) -> str:
+def _matrices(record: FlatRecord) -> str:
     """A cohort entry holds per-kind medians, no matrix records: "-", not a count of 0 (issue 21)."""
     return "-" if str(record["source"]).startswith("cohort") else str(record["matrices"])
 
 
-def _narrowest_list_table(rows: list[dict[str, Any]]) -> int:
+def _narrowest_list_table(rows: list[FlatRecord]) -> int:
     """Columns the narrowest db list table takes with ids and revisions whole: those two and FFN median k (its
     header folded to "median"), plus borders and padding (4 bars, 2 spaces per column)."""
     ids = max(len(r["id"]) for r in rows)
@@ -126,7 +128,7 @@ def _narrowest_list_table(rows: list[dict[str, Any]]) -> int:
     return ids + revisions + numbers + 4 + 3 * 2
 
 
-def _plain_list(rows: list[dict[str, Any]]) -> Text:
+def _plain_list(rows: list[FlatRecord]) -> Text:
     """The same columns as db_list_view's table, aligned with spaces, every cell whole."""
     header = ("id", "revision", "source", "protocol", "matrices", "FFN median k", "attention", "created")
     cells = [
@@ -153,7 +155,7 @@ def _plain_list(rows: list[dict[str, Any]]) -> Text:
     return Text("\n".join(lines), no_wrap=True, overflow="ignore")
 
 
-def trajectory_view(t: dict[str, Any]) -> Group:
+def trajectory_view(t: TrajectoryResult) -> Group:
     parts: list[Any] = []
     if not t.get("steps"):
         return Group(Text("\n".join(t["findings"])))
@@ -187,9 +189,9 @@ def trajectory_view(t: dict[str, Any]) -> Group:
             i = s["steps"].index(step) if step in s["steps"] else None
             ks.append("-" if i is None else f"{s['k'][i]:.4f}")
             lambdas.append("-" if i is None else f"{s['lambda'][i]:.3g}")
-        state = states.get(step, {})
+        state: Mapping[str, Any] = states.get(step, {})
         known = state.get("t_over_tau") is not None
-        original = t["duplicates"].get(revision)
+        original = t["duplicates"].get(revision) if revision is not None else None
         label = str(step) + (f" (= {escape(original)})" if original else "")
         both.add_row(
             label,

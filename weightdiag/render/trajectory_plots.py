@@ -7,11 +7,11 @@ Transmission band [1.186, 1.204] shaded on the k panel.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ..diagnose.classes import INIT_ANCHOR_K
+from ..diagnose.results import TrajectoryResult
 from .plots import pyplot, save_figure
 
 
@@ -19,7 +19,7 @@ def _x(steps: list[int]) -> np.ndarray:
     return np.maximum(np.asarray(steps, dtype=float), 1.0)  # step 0 sits at 1 on the log axis
 
 
-def k_lambda_plot(t: dict[str, Any], path: Path) -> Path:
+def k_lambda_plot(t: TrajectoryResult, path: Path) -> Path:
     plt = pyplot()
     fig, (ax_k, ax_l) = plt.subplots(1, 2, figsize=(12, 4.5))
     for kind, s in t["kinds"].items():
