@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from statistics import median
 from typing import Any
@@ -206,7 +207,7 @@ def summary_withheld(summary: dict[str, Any], records: list[dict[str, Any]] | No
     return summary.get("k_class_withheld") or (kind_withheld(records) if records else None)
 
 
-def kind_records(row: dict[str, Any], kind: str, parts: bool = False) -> list[dict[str, Any]]:
+def kind_records(row: Mapping[str, Any], kind: str, parts: bool = False) -> list[dict[str, Any]]:
     """The matrix records behind row["kinds"][kind] (parts=True: the fused matrices holding that part)."""
     if parts:
         return [m for m in row.get("matrices", []) if any(p["kind"] == kind for p in m.get("parts", []))]

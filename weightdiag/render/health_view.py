@@ -4,6 +4,7 @@ audio tower of a `health_report` result."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Group
@@ -14,18 +15,19 @@ from ..citations import NORM_ARTICLE
 from ..diagnose.health import fmt
 from ..diagnose.health.cells import elide, short_name
 from ..diagnose.health.towers import tower_size
+from ..diagnose.results import HealthReport
 from ..vocabulary import KIND_ORDER, SELECTION_KEYS
 from .tables import FitWidth
 
 _CLASS_STYLE = {"selection-deep": "bold red", "selection-mild": "yellow", "non-weibull": "magenta"}
 
 
-def _kinds(result: dict[str, Any]) -> list[str]:
+def _kinds(result: Mapping[str, Any]) -> list[str]:
     present = {k for b in result["blocks"] for k in b["kinds"]}
     return [k for k in KIND_ORDER if k in present]
 
 
-def _sites(result: dict[str, Any]) -> list[str]:
+def _sites(result: Mapping[str, Any]) -> list[str]:
     return sorted({s for b in result["blocks"] for s in b["norms"]})
 
 
@@ -41,7 +43,7 @@ def _plain(*cells: str | Text) -> list[Text]:
     return [c if isinstance(c, Text) else Text(c) for c in cells]
 
 
-def block_tables(result: dict[str, Any]) -> list[FitWidth]:
+def block_tables(result: Mapping[str, Any]) -> list[FitWidth]:
     kinds, sites = _kinds(result), _sites(result)
     scale = Table(title="blocks: structure and scale (std per projection, norm weight ‖γ‖/√d)", title_justify="left")
     for col in ("block", "params", "QK-norm", "biases", *(f"std {k}" for k in kinds), *(f"γ {s}" for s in sites)):
@@ -100,7 +102,7 @@ def block_tables(result: dict[str, Any]) -> list[FitWidth]:
     ]
 
 
-def findings_view(result: dict[str, Any]) -> Text:
+def findings_view(result: Mapping[str, Any]) -> Text:
     text = Text(f"Findings ({len(result['findings'])})\n", style="bold")
     if not result["findings"]:
         text.append(
@@ -114,7 +116,7 @@ def findings_view(result: dict[str, Any]) -> Text:
     return text
 
 
-def super_weight_table(result: dict[str, Any]) -> FitWidth:
+def super_weight_table(result: Mapping[str, Any]) -> FitWidth:
     sw = result["super_weights"]
     table = Table(
         title=f"super-weight candidates: the {len(sw['top'])} largest |w| (one per matrix)", title_justify="left"
@@ -156,7 +158,7 @@ def moe_outlier_cell(layer: dict[str, Any], outliers: list[dict[str, Any]]) -> s
     return ", ".join(seen)
 
 
-def moe_table(result: dict[str, Any]) -> FitWidth | None:
+def moe_table(result: Mapping[str, Any]) -> FitWidth | None:
     """Per MoE layer: the routed experts' median k and λ per kind with their spread (MAD as sigma; λ as a
     relative spread), the shared expert's k, the router's k and the outlier experts."""
     moe = result.get("moe")
@@ -199,7 +201,7 @@ def tower_name(layer: dict[str, Any]) -> str:
     return "-" if not name else (short_name(name) if layer["layer"] is not None else name)
 
 
-def tower_tables(result: dict[str, Any]) -> list[FitWidth]:
+def tower_tables(result: Mapping[str, Any]) -> list[FitWidth]:
     """One table per vision/audio tower, per layer: never mixed into the language model's blocks."""
     out = []
     for t in result.get("towers", []):
@@ -228,7 +230,7 @@ def tower_tables(result: dict[str, Any]) -> list[FitWidth]:
     return out
 
 
-def shallow_table(result: dict[str, Any]) -> FitWidth | None:
+def shallow_table(result: Mapping[str, Any]) -> FitWidth | None:
     sh = result.get("shallow_ffn")
     if not sh or not sh["matrices"]:
         return None
@@ -253,7 +255,7 @@ def shallow_table(result: dict[str, Any]) -> FitWidth | None:
     return FitWidth(table)
 
 
-def report_view(result: dict[str, Any]) -> Group:
+def report_view(result: HealthReport) -> Group:
     model = result["model"]
     title = Text(
         f"{model['id']}" + (f"@{model['revision']}" if model.get("revision") else "") + f" ({model.get('how', 'row')}; "
@@ -278,7 +280,7 @@ def report_view(result: dict[str, Any]) -> Group:
     return Group(*parts)
 
 
-def _cuts_line(result: dict[str, Any]) -> str:
+def _cuts_line(result: Mapping[str, Any]) -> str:
     c = result["cuts"]
     return (
         f"|robust z| >= {c['robust_z']} against the median of {c['neighbours']} nearest blocks or a Theil-Sen trend, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Mapping
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from ..citations import NORM_ARTICLE, NORM_ARTICLE_SHORT
 from ..database.store import write_text_atomic
 from ..diagnose.health.towers import tower_size
+from ..diagnose.results import HealthReport
 from ..vocabulary import KIND_ORDER
 from .health_view import moe_kinds, moe_outlier_cell, spread_text, tower_name
 from .plots import PlotFile
@@ -60,7 +62,7 @@ def _k_cell(cell: dict[str, Any] | None) -> str:
     return f'<span class="{css}">{cell["k"]:.3f}</span>' if css else f"{cell['k']:.3f}"
 
 
-def _blocks(result: dict[str, Any]) -> str:
+def _blocks(result: Mapping[str, Any]) -> str:
     blocks = result["blocks"]
     kinds = [k for k in KIND_ORDER if any(k in b["kinds"] for b in blocks)]
     sites = sorted({s for b in blocks for s in b["norms"]})
@@ -86,7 +88,7 @@ def _blocks(result: dict[str, Any]) -> str:
     return _table(headers, rows, left=1)
 
 
-def _moe(result: dict[str, Any]) -> str:
+def _moe(result: Mapping[str, Any]) -> str:
     moe = result.get("moe")
     if not moe:
         return ""
@@ -116,7 +118,7 @@ def _moe(result: dict[str, Any]) -> str:
     return "<h2>MoE layers</h2>" + head + _table(headers, rows)
 
 
-def _towers(result: dict[str, Any]) -> str:
+def _towers(result: Mapping[str, Any]) -> str:
     parts = []
     for t in result.get("towers", []):
         rows = [
@@ -140,7 +142,7 @@ def _towers(result: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def _findings(result: dict[str, Any]) -> str:
+def _findings(result: Mapping[str, Any]) -> str:
     if not result["findings"]:
         band = f"the healthy band of {escape(NORM_ARTICLE)}"
         return f"<p>No block stands out from the depth trend, and no norm lies outside {band}.</p>"
@@ -151,7 +153,7 @@ def _findings(result: dict[str, Any]) -> str:
     return f"<ol style='list-style:none;padding-left:0'>{items}</ol>"
 
 
-def _super_weights(result: dict[str, Any]) -> str:
+def _super_weights(result: Mapping[str, Any]) -> str:
     rows = [
         [
             escape(t["tensor"]),
@@ -167,7 +169,7 @@ def _super_weights(result: dict[str, Any]) -> str:
     return _table(["tensor", "block", "(row, col)", "|w|", "max/q99", "|w|/std", "kurtosis"], rows)
 
 
-def _norms(result: dict[str, Any]) -> str:
+def _norms(result: Mapping[str, Any]) -> str:
     rows = [
         [escape(r["name"]), escape(r["site"]), str(r["d"]), _fmt(r["l2"]), _fmt(r["ratio"], 4), escape(r["regime"])]
         for r in result["norms"]["vectors"]
@@ -175,7 +177,7 @@ def _norms(result: dict[str, Any]) -> str:
     return _table(["norm weight", "site", "d", "‖γ‖₂", "‖γ‖/√d", f"regime ({NORM_ARTICLE_SHORT})"], rows, left=2)
 
 
-def _shallow(result: dict[str, Any]) -> str:
+def _shallow(result: Mapping[str, Any]) -> str:
     sh = result.get("shallow_ffn")
     if not sh:
         return "<p>No FFN matrices in blocks 0-5.</p>"
@@ -203,7 +205,7 @@ def _figure(plot: PlotFile) -> str:
     )
 
 
-def render_html(result: dict[str, Any], plots: list[PlotFile]) -> str:
+def render_html(result: Mapping[str, Any], plots: list[PlotFile]) -> str:
     model = result["model"]
     title = f"weightdiag report: {model['id']}" + (f"@{model['revision']}" if model.get("revision") else "")
     observations = "".join(f"<li>{escape(line)}</li>" for line in result["observations"])
@@ -224,7 +226,7 @@ def render_html(result: dict[str, Any], plots: list[PlotFile]) -> str:
     )
 
 
-def write_html(result: dict[str, Any], plots: list[PlotFile], path: Path) -> Path:
+def write_html(result: HealthReport, plots: list[PlotFile], path: Path) -> Path:
     write_text_atomic(path, render_html(result, plots))
     umask = os.umask(0)
     os.umask(umask)

@@ -12,6 +12,7 @@ import importlib.util
 import math
 import re
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from ..citations import NORM_ARTICLE_SHORT
 from ..codes import BIN_EDGES
 from ..diagnose.classes import ABOVE_BAND_K, BAND, INIT_ANCHOR_K, SELECTION_DEEP_BELOW_K, TRANSMISSION_MIN_K
 from ..diagnose.health import NORM_COLLAPSE, NORM_EXPLOSION, TABLE2, short_name
+from ..diagnose.results import HealthReport
 from ..errors import MissingDependencyError
 from ..vocabulary import KIND_ORDER
 
@@ -78,7 +80,7 @@ def safe_name(name: str) -> str:
     return f"{clean[:100]}_{zlib.crc32(name.encode()):08x}".lstrip("_")
 
 
-def write_plots(result: dict[str, Any], histograms: dict[str, dict[str, Any]], folder: Path) -> list[PlotFile]:
+def write_plots(result: HealthReport, histograms: dict[str, dict[str, Any]], folder: Path) -> list[PlotFile]:
     """Write every plot of `result` into `folder`; returns them in reading order."""
     plt = pyplot()
     folder.mkdir(parents=True, exist_ok=True)
@@ -89,11 +91,11 @@ def write_plots(result: dict[str, Any], histograms: dict[str, dict[str, Any]], f
     return files
 
 
-def _warning_blocks(result: dict[str, Any]) -> set[int]:
+def _warning_blocks(result: Mapping[str, Any]) -> set[int]:
     return {b for f in result["findings"] if f["severity"] == "warning" for b in f["blocks"]}
 
 
-def heatmap_k(plt, result: dict[str, Any], folder: Path) -> PlotFile:
+def heatmap_k(plt, result: Mapping[str, Any], folder: Path) -> PlotFile:
     from matplotlib.colors import TwoSlopeNorm
     from matplotlib.patches import Rectangle
 
@@ -180,7 +182,7 @@ def k_color_range(grid: np.ndarray) -> tuple[float, float]:
     return INIT_ANCHOR_K - span, INIT_ANCHOR_K + span
 
 
-def depth_profile(plt, result: dict[str, Any], folder: Path) -> PlotFile:
+def depth_profile(plt, result: Mapping[str, Any], folder: Path) -> PlotFile:
     depth = result["depth"]
     series = depth["series"]
     fig, axes = plt.subplots(5, 1, figsize=(9, 13), sharex=True)
@@ -240,7 +242,7 @@ def depth_profile(plt, result: dict[str, Any], folder: Path) -> PlotFile:
     )
 
 
-def norms_plot(plt, result: dict[str, Any], folder: Path) -> PlotFile:
+def norms_plot(plt, result: Mapping[str, Any], folder: Path) -> PlotFile:
     depth = result["depth"]
     fig, ax = plt.subplots(figsize=(9, 4))
     for site, s in depth["norm_series"].items():

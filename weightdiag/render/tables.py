@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
@@ -205,7 +205,7 @@ CLASS_LEGEND = (
 )
 
 
-def kinds_table(row: dict[str, Any], title: str | None = None) -> FitWidth:
+def kinds_table(row: Mapping[str, Any], title: str | None = None) -> FitWidth:
     model = row["model"]
     arch = row.get("architecture", {})
     if model["source"] == "cohort":
