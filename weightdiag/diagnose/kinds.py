@@ -8,6 +8,7 @@ the training hyperparameters that place the model on the lambda axis (T/tau, Sec
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from statistics import median  # np.median would import numpy.ma: 20-30 ms of a fit's start-up
 from typing import Any, cast
 
@@ -21,7 +22,7 @@ _K_AXIS = ("selection", "transmission")
 
 
 def interpret(
-    row: dict[str, Any],
+    row: Mapping[str, Any],
     *,
     lr: float | None = None,
     weight_decay: float | None = None,
@@ -85,7 +86,7 @@ def kind_summaries(matrices: list[dict[str, Any]], trim: str = COHORT_TRIM, part
     return dict(sorted(out.items(), key=lambda item: kind_order(item[0])))
 
 
-def at_trim(row: dict[str, Any], trim: str = COHORT_TRIM) -> dict[str, Any]:
+def at_trim(row: Mapping[str, Any], trim: str = COHORT_TRIM) -> Mapping[str, Any]:
     """The row with its per-kind summaries taken at `trim` (the cohort's is mid80).
 
     Every matrix record keeps its fits at all trims, so a row fitted with --trim mid90 still compares

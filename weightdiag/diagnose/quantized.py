@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -44,12 +45,12 @@ def k_shift_text(fmt: str | None) -> str | None:
     return f"k moved {min(lows):+.3f} to {max(highs):+.3f} when real weights were quantized so"
 
 
-def dequantized_formats(row: dict[str, Any]) -> Counter[str]:
+def dequantized_formats(row: Mapping[str, Any]) -> Counter[str]:
     """Matrices per quantization label ("GPTQ int4, group 128") of a row's dequantized matrices."""
     return Counter(m["dequantized"]["label"] for m in row.get("matrices", []) if m.get("dequantized"))
 
 
-def dequantized_line(row: dict[str, Any]) -> str | None:
+def dequantized_line(row: Mapping[str, Any]) -> str | None:
     """One line for fit, compare, check and report: what was dequantized (None for an unquantized row)."""
     formats = dequantized_formats(row)
     if not formats:
@@ -58,7 +59,7 @@ def dequantized_line(row: dict[str, Any]) -> str | None:
     return "dequantized from " + "; ".join(parts) + ": fits are of the exactly dequantized values"
 
 
-def grid_line(row: dict[str, Any]) -> str | None:
+def grid_line(row: Mapping[str, Any]) -> str | None:
     """One line when float matrices hold dequantized values (a 4-bit grid per group), None otherwise."""
     held = [m for m in row.get("matrices", []) if m.get("grid") and not m.get("dequantized")]
     if not held:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from itertools import pairwise
 from typing import Any
 
@@ -110,7 +111,7 @@ def stagnant_blocks(init_like: list[int], cells: dict[tuple[int, str], Cell], n_
     return [b for b in init_like if b >= n_layers / 2]
 
 
-def placement_of(row: dict[str, Any]) -> tuple[str | None, str]:
+def placement_of(row: Mapping[str, Any]) -> tuple[str | None, str]:
     arch = row["architecture"]
     placement = arch.get("norm_placement")
     sites = sorted({v.get("site") for v in row["vectors"] if v["kind"] == "norm" and v.get("site")})
@@ -140,7 +141,7 @@ _READING = {
 
 
 def depth_profile(
-    row: dict[str, Any],
+    row: Mapping[str, Any],
     cells: dict[tuple[int, str], Cell],
     norm_recs: list[dict[str, Any]],
     trim: str,

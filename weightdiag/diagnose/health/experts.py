@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -111,7 +112,7 @@ def _single(rec: dict[str, Any], trim: str) -> dict[str, Any]:
     }
 
 
-def moe_section(row: dict[str, Any], trim: str) -> dict[str, Any] | None:
+def moe_section(row: Mapping[str, Any], trim: str) -> dict[str, Any] | None:
     """Per MoE layer: routed experts per kind (median, spread, range of k and λ; outliers), the shared
     expert's matrices and the router; None for a dense model."""
     routed: dict[int, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))

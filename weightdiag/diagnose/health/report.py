@@ -4,6 +4,7 @@ model-level observation lines."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, cast
 
 from ...errors import RowUseError
@@ -24,7 +25,7 @@ from .superweights import super_weight_text, super_weights
 from .towers import split_towers, tower_section, tower_text
 
 
-def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -> HealthReport:
+def health_report(row: Mapping[str, Any], top: int = 10, trim: str | None = None) -> HealthReport:
     """Everything `weightdiag report` shows for one row (JSON-able)."""
     model = row.get("model", {})
     if not row.get("matrices"):
@@ -174,7 +175,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _observations(report: dict[str, Any], row: dict[str, Any]) -> list[str]:
+def _observations(report: dict[str, Any], row: Mapping[str, Any]) -> list[str]:
     """Model-level statements, each one line."""
     a = report["architecture"]
     lines = [
