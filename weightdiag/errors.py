@@ -18,6 +18,7 @@ The classes name the cause and carry its fields (exit code in brackets):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
 from os import PathLike
 from typing import Any, ClassVar
@@ -158,7 +159,7 @@ class DatabaseError(BadInputError):
     def __init__(self, message: str, *, folder: str | PathLike[str]) -> None:
         super().__init__(message)
         self.folder = str(folder)
-        self.unsaved_row: dict[str, Any] | None = None  # a fitted row that could not be written (fit --json)
+        self.unsaved_row: Mapping[str, Any] | None = None  # a fitted Row that could not be written (fit --json)
 
 
 class MissingDependencyError(BadInputError):
@@ -193,7 +194,7 @@ class HubError(WeightdiagError):
     HTTP status) are None where unknown."""
 
     exit_code = ExitCode.HUB
-    field_names = ("repo", "revision", "file", "status")
+    field_names: ClassVar[tuple[str, ...]] = ("repo", "revision", "file", "status")  # subclasses add theirs
 
     def __init__(
         self,

@@ -47,7 +47,7 @@ import secrets
 import sys
 import time
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -121,7 +121,11 @@ def name_part(text: str, limit: int, reserved_endings: tuple[str, ...] = ()) -> 
     return f"{stem}~{digest}"
 
 
-def _identity(row: Row) -> tuple[str, str, str]:
+# What names a row's file: a Row, or a stub with just the keys that name it (model, protocol, run).
+RowIdentity = Mapping[str, Any]
+
+
+def _identity(row: RowIdentity) -> tuple[str, str, str]:
     model = row["model"]
     revision = model.get("revision") or model.get("fingerprint") or "unknown"
     return str(model["id"]), str(revision), str(row["protocol"]["name"])
@@ -146,7 +150,7 @@ def identity_stub(
     }
 
 
-def fit_variant(row: Row) -> str:
+def fit_variant(row: RowIdentity) -> str:
     """'' for a full fit of |w|; else what sets the row apart: '.centered' (--center), '.sel-<8 hex>' (a fit
     restricted by --include/--exclude: the hash of the sorted patterns). Such rows never replace, nor stand
     for, the model's full fit."""
@@ -159,7 +163,7 @@ def fit_variant(row: Row) -> str:
     return variant
 
 
-def row_filename(row: Row) -> str:
+def row_filename(row: RowIdentity) -> str:
     """rows/ file name of a row: one per (model id, revision or fingerprint, protocol, fit variant), never
     shared."""
     model_id, revision, protocol = _identity(row)
@@ -170,7 +174,7 @@ def row_filename(row: Row) -> str:
     return f"{name_part(model_id, ID_BYTES)}@{rev}{suffix}{fit_variant(row)}.json"
 
 
-def legacy_row_filename(row: Row) -> str:
+def legacy_row_filename(row: RowIdentity) -> str:
     """The name earlier versions gave a row (lossy: slugs only, unbounded): such rows are still found and replaced."""
     model_id, revision, protocol = _identity(row)
     suffix = "" if protocol == "hist1024" else f".{protocol}"
@@ -411,7 +415,7 @@ def _drop_legacy_copy(folder: Path, path: Path, row: Row) -> None:
             legacy.unlink()
 
 
-def row_file(db_dir: Path, row: Row) -> Path:
+def row_file(db_dir: Path, row: RowIdentity) -> Path:
     """Where the row of this identity is (its name, else its old lossy name holding it), or would be written."""
     folder = db_dir / ROWS_DIR
     path = folder / row_filename(row)
@@ -510,12 +514,12 @@ def _read_summary(path: Path) -> Row | None:
     return cast(Row, row)
 
 
-def count_of(row: Row, key: str) -> int:
+def count_of(row: Mapping[str, Any], key: str) -> int:
     """How many matrices or vectors a row (or its summary) holds."""
     counts = row.get("counts")
     if isinstance(counts, dict) and key not in row:
         return int(counts.get(key, 0))
-    return len(row.get(key, []))  # type: ignore[arg-type]
+    return len(row.get(key, []))
 
 
 def iter_summaries(

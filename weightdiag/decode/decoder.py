@@ -123,7 +123,7 @@ class RowMajorDecoder:
 
     bits: int = 8
     unit_bytes: int = 1
-    any_selection = True
+    any_selection: ClassVar[bool] = True
     # The counting path: formats whose codes are bytes or nibbles, with one scale (and zero point) per
     # group of `group_cols` columns of a row, set these and implement `slot_table`; each piece is then
     # counted per (slot, code) by a C kernel and reduced from the counts, never decoded element by element.

@@ -342,6 +342,7 @@ def _ct_scheme(module: str, qc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _group_ct(ref, by_name, qc, read_small):
+    group: int | None  # the codes' group size; None: one scale per output channel
     name = ref.name
     if name.endswith(".weight_packed"):
         base = name[: -len("_packed")]

@@ -8,6 +8,7 @@ A matrix passes when |k - k_base| <= tol_k (absolute) and |lambda / lambda_base 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, cast
 from xml.sax.saxutils import escape, quoteattr
 
@@ -19,7 +20,7 @@ DEFAULT_TOL_K = 0.002
 DEFAULT_TOL_LAMBDA = 0.01
 
 
-def _fits(row: dict[str, Any], trim: str) -> dict[str, dict[str, Any]]:
+def _fits(row: Mapping[str, Any], trim: str) -> dict[str, dict[str, Any]]:
     out = {}
     for m in row.get("matrices", []):
         out[m["name"]] = m["fits"][trim]
@@ -29,8 +30,8 @@ def _fits(row: dict[str, Any], trim: str) -> dict[str, dict[str, Any]]:
 
 
 def check(
-    row: dict[str, Any],
-    baseline: dict[str, Any],
+    row: Mapping[str, Any],
+    baseline: Mapping[str, Any],
     tol_k: float = DEFAULT_TOL_K,
     tol_lambda: float = DEFAULT_TOL_LAMBDA,
     trim: str = COHORT_TRIM,

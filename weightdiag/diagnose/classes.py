@@ -38,7 +38,7 @@ SELECTION_DEEP = "selection-deep"
 NON_WEIBULL = "non-weibull"
 
 
-def k_class(k: float, r2: float | None = None) -> str | None:
+def k_class(k: float | None, r2: float | None = None) -> str | None:
     """Class of one fit (or of a kind's median k with its median R^2)."""
     if k is None or not math.isfinite(k):
         return None
@@ -100,12 +100,12 @@ def fitted_values(record: dict[str, Any]) -> int | None:
 
 def median_k_sigma(records: list[dict[str, Any]], trim: str = COHORT_TRIM) -> float:
     """Standard error of the median k over `records` (one kind's blocks); the floor alone without records."""
-    parts = [
+    fitted = [
         (r["fits"][trim]["k"], fitted_values(r))
         for r in records
         if r.get("fits", {}).get(trim, {}).get("ok") and r["fits"][trim].get("k") is not None
     ]
-    parts = [(k, n) for k, n in parts if n]
+    parts = [(k, n) for k, n in fitted if n]
     if not parts:
         return K_NOISE_FLOOR
     sampling = float(median([K_NOISE_C * k / math.sqrt(n) for k, n in parts]))

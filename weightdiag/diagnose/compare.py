@@ -10,6 +10,7 @@ naming schemes like the paper's Fig. 4: up and ffn_in -> ffn_in, down and ffn_ou
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -63,7 +64,7 @@ SHALLOW_BLOCKS = range(0, 6)  # the Qwen companion's shallow-FFN window (blocks 
 REGIME_A_MIN_K, REGIME_B_MAX_K = 1.0, 0.7
 
 
-def _keys(row: dict[str, Any]) -> dict[str, tuple[float, float]]:
+def _keys(row: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
     out: dict[str, list[tuple[float, float]]] = {}
     for kind, s in row["kinds"].items():
         key = COMPARISON_KEY.get(kind)
@@ -72,7 +73,7 @@ def _keys(row: dict[str, Any]) -> dict[str, tuple[float, float]]:
     return {k: (float(np.mean([a for a, _ in v])), float(np.mean([b for _, b in v]))) for k, v in out.items()}
 
 
-def distance(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, list[str]]:
+def distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[float | None, list[str]]:
     ka, kb = _keys(a), _keys(b)
     shared = sorted(set(ka) & set(kb))
     if not shared:
@@ -83,7 +84,7 @@ def distance(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, list[s
     return math.sqrt(sum(terms) / len(terms)), shared
 
 
-def shallow_ffn_regime(row: dict[str, Any], trim: str = COHORT_TRIM) -> dict[str, Any] | None:
+def shallow_ffn_regime(row: Mapping[str, Any], trim: str = COHORT_TRIM) -> dict[str, Any] | None:
     """The Qwen companion's test: min block k over gate/up/down in blocks 0-5 (A >= 1.0, B <= 0.7)."""
     ks = [
         m["fits"][trim]["k"]
@@ -128,7 +129,7 @@ def _same_entry(entry: str, model_id: str) -> bool:
     return entry.lower() == (model_id or "").lower()
 
 
-def compare(row: dict[str, Any]) -> CompareReport:
+def compare(row: Mapping[str, Any]) -> CompareReport:
     """Everything `weightdiag compare` prints for one row (its summaries at the cohort's mid80 trim)."""
     row = at_trim(row, COHORT_TRIM)
     cohort = load_cohort("v9_1")
@@ -206,7 +207,7 @@ def compare(row: dict[str, Any]) -> CompareReport:
         k for k in sorted(SELECTION_KINDS, key=kind_order) if k in row["kinds"] and row["kinds"][k].get("k_median")
     ]
     expected, evidence = GROUP_EXPECTATION.get(group, (None, "no cohort group"))
-    selection = {"kinds": {}, "expected": expected, "evidence": evidence, "departs": False}
+    selection: dict[str, Any] = {"kinds": {}, "expected": expected, "evidence": evidence, "departs": False}
     for kind in sel_kinds:
         verdict = selection_verdict(row, kind, group, expected, evidence)
         selection["kinds"][kind] = verdict
@@ -288,11 +289,11 @@ def compare(row: dict[str, Any]) -> CompareReport:
     return cast(CompareReport, out)
 
 
-def _ffn_kinds(row: dict[str, Any]) -> list[str]:
+def _ffn_kinds(row: Mapping[str, Any]) -> list[str]:
     return [k for k in FFN_KINDS if k in row["kinds"] and row["kinds"][k].get("k_median")]
 
 
-def transmission_verdict(row: dict[str, Any], data_range: list[float] | None) -> dict[str, Any]:
+def transmission_verdict(row: Mapping[str, Any], data_range: list[float] | None) -> dict[str, Any]:
     """The FFN median k against the paper's band [1.186, 1.204] with its standard error.
 
     The standard error is the largest of the FFN kinds' (classes.median_k_sigma) combined with the
@@ -357,7 +358,7 @@ def transmission_verdict(row: dict[str, Any], data_range: list[float] | None) ->
 
 
 def selection_verdict(
-    row: dict[str, Any], kind: str, group: str, expected: str | None, evidence: str
+    row: Mapping[str, Any], kind: str, group: str, expected: str | None, evidence: str
 ) -> dict[str, Any]:
     """One Q/K (or qkv) kind's class against its architecture group's prediction, beyond noise only."""
     s = row["kinds"][kind]

@@ -16,7 +16,7 @@ plain dicts, so the CLI can print them and `--json` can emit them unchanged.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,12 +25,12 @@ from ..vocabulary import COHORT_TRIM, FFN_KINDS, FFN_OUTPUT_KINDS, PYTHIA_LAMBDA
 from .classes import BAND, INIT_ANCHOR_K
 
 
-def _entry(row: dict[str, Any]) -> str:
+def _entry(row: Mapping[str, Any]) -> str:
     model = row["model"]
     return model["id"] + (f"@{model['revision']}" if model.get("revision") and model["source"] != "cohort" else "")
 
 
-def ffn_median_k(row: dict[str, Any], trim: str | None = None) -> float | None:
+def ffn_median_k(row: Mapping[str, Any], trim: str | None = None) -> float | None:
     """An entry's FFN k: the median of its FFN kinds' median k (gate/up/down or ffn_in/ffn_out)."""
     values = [row["kinds"][k]["k_median"] for k in FFN_KINDS if k in row["kinds"] and row["kinds"][k]["k_median"]]
     return float(np.median(values)) if values else None
@@ -67,7 +67,7 @@ def cross_family_band(entries: Sequence[dict[str, Any]], models: Iterable[dict[s
     return out
 
 
-def transmission_lambda(row: dict[str, Any], kinds: Sequence[str] | None = None) -> float | None:
+def transmission_lambda(row: Mapping[str, Any], kinds: Sequence[str] | None = None) -> float | None:
     """Mean over Transmission kinds of the per-kind median lambda (o + FFN; q/k/qkv excluded)."""
     kinds = kinds or (PYTHIA_LAMBDA_KINDS if "ffn_in" in row["kinds"] else SWIGLU_LAMBDA_KINDS)
     values = [row["kinds"][k]["lambda_median"] for k in kinds if k in row["kinds"]]
@@ -110,7 +110,7 @@ def lambda_scaling(entries: Sequence[dict[str, Any]], lambdas: dict[str, float] 
     }
 
 
-def k_drift(row: dict[str, Any], init: dict[str, Any] | None = None) -> dict[str, Any]:
+def k_drift(row: Mapping[str, Any], init: dict[str, Any] | None = None) -> dict[str, Any]:
     """F6. Per kind: delta k = k_median - k_init, k_init from a measured step-0 row or the anchor."""
     out = {}
     for kind, summary in row["kinds"].items():
@@ -164,7 +164,7 @@ def lambda_paired_correlation(lambda_o: Sequence[float], lambda_ffn_out: Sequenc
     return {"n": int(a.size), "pearson_r_loglog": r}
 
 
-def paired_lambdas_by_block(row: dict[str, Any], trim: str = COHORT_TRIM) -> tuple[list[float], list[float]]:
+def paired_lambdas_by_block(row: Mapping[str, Any], trim: str = COHORT_TRIM) -> tuple[list[float], list[float]]:
     """(lambda_O, lambda_FFN_out) per block of one fitted row (down_proj serves as FFN_out)."""
     o: dict[int, float] = {}
     out: dict[int, float] = {}

@@ -8,10 +8,12 @@ the training hyperparameters that place the model on the lambda axis (T/tau, Sec
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from statistics import median  # np.median would import numpy.ma: 20-30 ms of a fit's start-up
-from typing import Any
+from typing import Any, cast
 
 from ..record.row import json_float
+from ..record.schema import Row
 from ..vocabulary import COHORT_TRIM, kind_class, kind_order
 from . import lambda_axis
 from .classes import NON_WEIBULL_R2, kind_k_fields
@@ -20,13 +22,13 @@ _K_AXIS = ("selection", "transmission")
 
 
 def interpret(
-    row: dict[str, Any],
+    row: Mapping[str, Any],
     *,
     lr: float | None = None,
     weight_decay: float | None = None,
     steps: float | None = None,
     preset: str | None = None,
-) -> dict[str, Any]:
+) -> Row:
     """The measured row with `hyperparameters`, `kinds` and `part_kinds` (at the row's trim) added."""
     trim = row["protocol"]["trim"]
     added = {
@@ -46,7 +48,7 @@ def interpret(
         if key == "matrices":
             out.update(added)
         out[key] = value
-    return out
+    return cast(Row, out)  # the measured keys and the summaries: all that a Row requires
 
 
 def kind_summaries(matrices: list[dict[str, Any]], trim: str = COHORT_TRIM, parts: bool = False) -> dict[str, Any]:
@@ -84,7 +86,7 @@ def kind_summaries(matrices: list[dict[str, Any]], trim: str = COHORT_TRIM, part
     return dict(sorted(out.items(), key=lambda item: kind_order(item[0])))
 
 
-def at_trim(row: dict[str, Any], trim: str = COHORT_TRIM) -> dict[str, Any]:
+def at_trim(row: Mapping[str, Any], trim: str = COHORT_TRIM) -> Mapping[str, Any]:
     """The row with its per-kind summaries taken at `trim` (the cohort's is mid80).
 
     Every matrix record keeps its fits at all trims, so a row fitted with --trim mid90 still compares

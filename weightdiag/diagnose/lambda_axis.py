@@ -77,9 +77,9 @@ class Hyperparameters:
 
     @property
     def t_over_tau(self) -> float | None:
-        if None in (self.lr, self.weight_decay, self.steps):
+        if self.lr is None or self.weight_decay is None or self.steps is None:
             return None
-        return t_over_tau(self.steps, self.lr, self.weight_decay)  # type: ignore[arg-type]
+        return t_over_tau(self.steps, self.lr, self.weight_decay)
 
     @property
     def tau_iter(self) -> float | None:

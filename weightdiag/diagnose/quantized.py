@@ -25,7 +25,9 @@ def measured_k_shift() -> dict[str, Any]:
 def k_shift_within_noise(fmt: str | None) -> bool:
     """True when quantizing real weights in this format moved k less than the fit's noise (the class is kept)."""
     entry = measured_k_shift().get(fmt or "")
-    return bool(entry) and entry.get("beyond_noise") is False
+    if not entry:
+        return False
+    return entry.get("beyond_noise") is False
 
 
 def k_shift_text(fmt: str | None) -> str | None:

@@ -17,7 +17,7 @@ Deviation Reference Manual", made quantitative here):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -34,7 +34,7 @@ INPUT_SIDE = {"qkv": "o", "ffn_in": "ffn_out", "up": "down", "gate": "down"}  # 
 STEP0_Z = 4.0  # standard errors of k allowed between a step-0 matrix and the anchor
 
 
-def _step(row: dict[str, Any]) -> int | None:
+def _step(row: Mapping[str, Any]) -> int | None:
     hp = row.get("hyperparameters") or {}
     if "step" in (hp.get("source") or "") and hp.get("steps") is not None:
         return int(hp["steps"])
@@ -43,9 +43,9 @@ def _step(row: dict[str, Any]) -> int | None:
     return step_from_revision(row["model"].get("revision"))
 
 
-def ordered(rows: Sequence[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+def ordered(rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, Mapping[str, Any]]]:
     """(step, row) for rows with a step number, ascending; one row per step (the newest)."""
-    by_step: dict[int, dict[str, Any]] = {}
+    by_step: dict[int, Mapping[str, Any]] = {}
     for row in rows:
         step = _step(row)
         if step is None:
@@ -91,7 +91,7 @@ def t_over_tau_at(step: int, hp: dict[str, Any], schedule: dict[str, Any] | None
 # --- the pieces ------------------------------------------------------------------------------------
 
 
-def _kind_series(points: list[tuple[int, dict[str, Any]]]) -> dict[str, dict[str, list]]:
+def _kind_series(points: list[tuple[int, Mapping[str, Any]]]) -> dict[str, dict[str, list]]:
     series: dict[str, dict[str, list]] = {}
     for step, row in points:
         for kind, s in row["kinds"].items():
@@ -137,7 +137,7 @@ def _drift(series: dict[str, dict[str, list]], has_step0: bool) -> dict[str, Any
 RECIPE_TOLERANCE_PERCENT = 5.0
 
 
-def step0_checks(row: dict[str, Any]) -> dict[str, Any]:
+def step0_checks(row: Mapping[str, Any]) -> dict[str, Any]:
     """At initialisation: k of every block at the anchor, in/out lambda ratios of App. A.3, norms at sqrt(d)."""
     k_off = []
     for m in row["matrices"]:
@@ -196,7 +196,7 @@ def step0_checks(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def block_std(points: list[tuple[int, dict[str, Any]]]) -> tuple[list[int], list[int], np.ndarray]:
+def block_std(points: list[tuple[int, Mapping[str, Any]]]) -> tuple[list[int], list[int], np.ndarray]:
     """(steps, blocks, std[step, block]): per block the median std over its attention/FFN matrices."""
     steps = [s for s, _ in points]
     blocks = sorted(
@@ -214,7 +214,7 @@ def block_std(points: list[tuple[int, dict[str, Any]]]) -> tuple[list[int], list
     return steps, blocks, table
 
 
-def std_pattern(points: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+def std_pattern(points: list[tuple[int, Mapping[str, Any]]]) -> dict[str, Any]:
     """Name the layer-wise std evolution (the layer-wise std manual's patterns) with its evidence."""
     steps, blocks, table = block_std(points)
     nonfinite = [
@@ -289,7 +289,7 @@ def std_pattern(points: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
-def trajectory(rows: Sequence[dict[str, Any]], schedule: dict[str, Any] | None = None) -> TrajectoryResult:
+def trajectory(rows: Sequence[Mapping[str, Any]], schedule: dict[str, Any] | None = None) -> TrajectoryResult:
     """The whole reading of a run; `schedule` = {"kind": "cosine", "total": T, "warmup": W, "min_ratio": r}."""
     points = [(step, at_trim(row, COHORT_TRIM)) for step, row in ordered(rows)]
     if not points:

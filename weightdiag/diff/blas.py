@@ -9,7 +9,7 @@ numpy's OpenBLAS is found among the loaded libraries (as threadpoolctl does); an
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 
@@ -18,7 +18,7 @@ _SUFFIXES = ("64_", "")
 
 
 @cache
-def _openblas() -> tuple[object, object] | None:
+def _openblas() -> tuple[Callable[[], int], Callable[[int], object]] | None:
     """(get_num_threads, set_num_threads) of the OpenBLAS numpy loaded, or None."""
     import numpy  # noqa: F401  (loads its BLAS)
 
@@ -51,9 +51,9 @@ def single_threaded(active: bool = True) -> Iterator[None]:
         yield
         return
     get, put = funcs
-    before = int(get())  # type: ignore[operator]
-    put(1)  # type: ignore[operator]
+    before = int(get())
+    put(1)
     try:
         yield
     finally:
-        put(before)  # type: ignore[operator]
+        put(before)

@@ -143,12 +143,12 @@ def block_part(base: Side, tuned: Side, *, delta: bool = True) -> tuple[BlockPar
     unchanged = _unchanged(base, tuned)
     if b.dtype == np.float32 and t.dtype == np.float32:
         d32 = t - b
-        delta = reduce_array(d32.view(np.uint32), "F32")
-        if _finite_count(delta) == d32.size:
+        delta_red = reduce_array(d32.view(np.uint32), "F32")
+        if _finite_count(delta_red) == d32.size:
             with np.errstate(divide="ignore", invalid="ignore"):
                 ratio = np.abs(d32) / np.abs(b)  # W_base = 0: Inf or NaN, outside the finite distribution
             base_red, tuned_red = _reduce(base), _reduce(tuned)
-            d2, b2, t2 = square_sum(delta), square_sum(base_red), square_sum(tuned_red)
+            d2, b2, t2 = square_sum(delta_red), square_sum(base_red), square_sum(tuned_red)
             part = BlockPart(
                 numel=b.size,
                 d2=d2,
@@ -160,7 +160,7 @@ def block_part(base: Side, tuned: Side, *, delta: bool = True) -> tuple[BlockPar
                 nonfinite=0,
                 base=base_red,
                 tuned=tuned_red,
-                delta=delta,
+                delta=delta_red,
                 ratio=ratio_reduction(ratio),
             )
             return part, d32

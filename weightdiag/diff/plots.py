@@ -17,15 +17,15 @@ from .result import DiffResult, TensorDiff
 
 def _grid(result: DiffResult, value) -> tuple[np.ndarray, list[int], list[str]]:
     """[kinds x blocks] of value(matrix) (NaN where none); several matrices of one cell: the largest."""
-    blocked = [m for m in result.matrices if m.block is not None]
-    blocks = sorted({m.block for m in blocked if m.block is not None})
-    kinds = sorted({m.kind for m in blocked}, key=lambda k: (KIND_ORDER.index(k) if k in KIND_ORDER else 99, k))
+    blocked = [(m, m.block) for m in result.matrices if m.block is not None]
+    blocks = sorted({block for _, block in blocked})
+    kinds = sorted({m.kind for m, _ in blocked}, key=lambda k: (KIND_ORDER.index(k) if k in KIND_ORDER else 99, k))
     grid = np.full((len(kinds), len(blocks)), np.nan)
-    for m in blocked:
+    for m, block in blocked:
         v = value(m)
         if v is None or not math.isfinite(v):
             continue
-        i, j = kinds.index(m.kind), blocks.index(m.block)
+        i, j = kinds.index(m.kind), blocks.index(block)
         grid[i, j] = v if np.isnan(grid[i, j]) else max(grid[i, j], v)
     return grid, blocks, kinds
 

@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 GRAM_COLS = 1024  # up to this many columns the spectrum is exact (Gram matrix, 8 MB at most)
 SKETCH_CAP = 128  # k: largest range sketch; l = 2k + 1 (Tropp et al.'s advice for a decaying spectrum)
@@ -156,7 +159,7 @@ class Sketch(Accumulator):
         self.gram = np.zeros((self.k, self.k), dtype=np.float64)  # Y^T Y
         self.test_y = np.zeros((self.l + self.s, self.k), dtype=np.float64)  # [Ψ; Θ] Y
         self.w = np.zeros((self.l + self.s, n), dtype=np.float64)  # [Ψ; Θ] ΔW
-        self._omega_dev = None
+        self._omega_dev: torch.Tensor | None = None  # omega on the device, copied there on first use
 
     def _test(self, r0: int, rows: int) -> np.ndarray:
         """[Ψ; Θ][:, r0:r0 + rows]: drawn from the seed and the block's first row, never held whole."""

@@ -30,9 +30,9 @@ from .. import settings
 try:
     if settings.numpy_kernels_forced():
         raise ImportError("numpy kernels forced by WEIGHTDIAG_KERNELS")
-    from . import _kernels as _c  # type: ignore[attr-defined]
+    from . import _kernels as _c
 except ImportError:
-    _c = None
+    _c = None  # type: ignore[assignment]  # mypy cannot type a module as optional; HAVE_C guards every use
 
 HAVE_C = _c is not None
 BACKEND = "c" if HAVE_C else "numpy"

@@ -98,11 +98,10 @@ def _float(value: float | None) -> float:
 def read_reduction_fit(record: Mapping[str, Any]) -> ReductionFit:
     """The fit of one reduction back from its record's fields (null numbers as NaN, rounded as written)."""
     stats = record["stats"]
+    values: dict[str, Any] = {f.name: math.nan if stats[f.name] is None else stats[f.name] for f in fields(MatrixStats)}
     return ReductionFit(
         numel=record["numel"],
-        stats=MatrixStats(
-            **{f.name: math.nan if stats[f.name] is None else stats[f.name] for f in fields(MatrixStats)}
-        ),
+        stats=MatrixStats(**values),
         argmax=tuple(record["argmax"]) if record["argmax"] is not None else None,
         fits={
             trim: WeibullFit(

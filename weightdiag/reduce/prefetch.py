@@ -16,7 +16,6 @@ from typing import Generic, TypeVar
 import numpy as np
 
 T = TypeVar("T")
-_END = object()
 
 
 class Prefetcher(Generic[T]):
@@ -50,8 +49,9 @@ class Prefetcher(Generic[T]):
             def refill() -> None:
                 # Keep one buffer for the consumer; every other free buffer reads the next item.
                 while len(pending) < self._slots - 1 and free:
-                    item = next(items, _END)
-                    if item is _END:
+                    try:
+                        item = next(items)
+                    except StopIteration:
                         return
                     n = self._size(item)
                     buf = free.pop()

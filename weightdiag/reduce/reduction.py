@@ -265,6 +265,7 @@ def merge(parts: list[Reduction]) -> Reduction:
         finite = finite_mask("F32")
         total = np.zeros(kernels.POWER_SUMS, dtype=np.float64)
         for p in parts:
+            assert p.power_sums is not None  # the parts of one tensor were reduced with the same options
             total += shift_sums(p.power_sums, float(p.counts[finite].sum()), p.shift - merged.shift)
         merged.power_sums = total
     if first.n_inf is not None:

@@ -61,6 +61,8 @@ class VectorSummary:
             return VectorSummary(self.numel + other.numel, *_fields(self))
         if not self.n:
             return VectorSummary(self.numel + other.numel, *_fields(other))
+        # Both have finite values, so both have a min and a max.
+        assert self.vmin is not None and self.vmax is not None and other.vmin is not None and other.vmax is not None
         n = self.n + other.n
         with np.errstate(over="ignore", invalid="ignore"):
             delta = other.total / other.n - self.total / self.n
@@ -71,8 +73,8 @@ class VectorSummary:
             self.total + other.total,
             float(m2),
             self.sumsq + other.sumsq,
-            min(self.vmin, other.vmin),  # type: ignore[type-var]
-            max(self.vmax, other.vmax),  # type: ignore[type-var]
+            min(self.vmin, other.vmin),
+            max(self.vmax, other.vmax),
         )
 
     @property

@@ -14,6 +14,7 @@ from ..citations import NORM_ARTICLE
 from ..diagnose.health import fmt
 from ..diagnose.health.cells import elide, short_name
 from ..diagnose.health.towers import tower_size
+from ..diagnose.results import HealthReport
 from ..vocabulary import KIND_ORDER, SELECTION_KEYS
 from .tables import FitWidth
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..citations import NORM_ARTICLE, NORM_ARTICLE_SHORT
 from ..database.store import write_text_atomic
 from ..diagnose.health.towers import tower_size
+from ..diagnose.results import HealthReport
 from ..vocabulary import KIND_ORDER
 from .health_view import moe_kinds, moe_outlier_cell, spread_text, tower_name
 from .plots import PlotFile

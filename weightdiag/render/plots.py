@@ -22,6 +22,7 @@ from ..citations import NORM_ARTICLE_SHORT
 from ..codes import BIN_EDGES
 from ..diagnose.classes import ABOVE_BAND_K, BAND, INIT_ANCHOR_K, SELECTION_DEEP_BELOW_K, TRANSMISSION_MIN_K
 from ..diagnose.health import NORM_COLLAPSE, NORM_EXPLOSION, TABLE2, short_name
+from ..diagnose.results import HealthReport
 from ..errors import MissingDependencyError
 from ..vocabulary import KIND_ORDER
 

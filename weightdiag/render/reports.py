@@ -9,9 +9,12 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..diagnose.results import CheckResult, CompareReport, FlatRecord, TrajectoryResult
 from .tables import FirstFit, FitWidth, counted, fmt
 
 if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
     from ..diagnose.results import CheckResult, CompareReport, FlatRecord, TrajectoryResult
 
 
@@ -96,7 +99,7 @@ def db_list_view(rows: list[FlatRecord], width: int | None = None) -> FitWidth |
         # Ids and revisions whole, never cut: `db show ID@REVISION` takes them as printed. The attention
         # layout folds at spaces; a narrow terminal loses the source, creation time and protocol first (and
         # with ids as long as "an-organisation/a-rather-long-model-name-v2", the attention and matrix count).
-        justify = "right" if col in ("matrices", "FFN median k") else "left"
+        justify: JustifyMethod = "right" if col in ("matrices", "FFN median k") else "left"
         table.add_column(col, justify=justify, no_wrap=col != "attention")
     for r in rows:
         table.add_row(

@@ -13,8 +13,8 @@ from rich.table import Column, Table
 from ..diagnose.classes import k_class_label, kind_records
 
 if TYPE_CHECKING:
-    from rich.console import Console, ConsoleOptions, RenderResult
-    from rich.progress import Progress
+    from rich.console import Console, ConsoleOptions, JustifyMethod, RenderResult
+    from rich.progress import Progress, TaskID
 
     from ..record.schema import Row
 
@@ -226,11 +226,16 @@ def kinds_table(row: Row, title: str | None = None) -> FitWidth:
     caption = f"protocol {row['protocol']['name']}, trim {row['protocol']['trim']}"
     if model["source"] != "cohort":
         caption += f"; {contents}"
+    if arch.get("attention"):
+        caption += f"; attention {arch['attention']}"
+    if model["source"] == "cohort":  # a line of its own: caption lines never fold, even in a file (issue 21)
+        caption += f"\n{contents}"
+    caption += "\n" + CLASS_LEGEND
     table = Table(
         title=escape(title or f"{model['id']}" + (f"@{model['revision']}" if model.get("revision") else "")),
         caption=caption,
     )
-    for col, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("kind", "left"),
         ("class", "left"),
         ("n", "right"),
@@ -240,7 +245,8 @@ def kinds_table(row: Row, title: str | None = None) -> FitWidth:
         ("R²<0.95", "right"),
         ("k class", "left"),
         ("flags", "left"),
-    ):
+    )
+    for col, justify in columns:
         # Numbers and the kind never wrap; the class names and flags fold when space is short.
         table.add_column(col, justify=justify, no_wrap=col not in ("class", "k class", "flags"))
     for kind, s in row["kinds"].items():
@@ -267,11 +273,6 @@ def kinds_table(row: Row, title: str | None = None) -> FitWidth:
             k_class_label(s, kind_records(row, kind, parts=True)),
             ", ".join(s["flags"]),
         )
-    if arch.get("attention"):
-        table.caption += f"; attention {arch['attention']}"
-    if model["source"] == "cohort":  # a line of its own: caption lines never fold, even in a file (issue 21)
-        table.caption += f"\n{contents}"
-    table.caption += "\n" + CLASS_LEGEND
     # Narrow terminals (80 columns) lose the least needed columns first rather than show "0.0712…".
     return FitWidth(table, optional=("median R²", "R²<0.95", "flags"))
 
@@ -285,7 +286,7 @@ class FitProgress:
         self.console = console
         self.enabled = enabled and progress_bars()  # HF_HUB_DISABLE_PROGRESS_BARS=1 hides it, as huggingface_hub's
         self._progress: Progress | None = None
-        self._task = None
+        self._task: TaskID | None = None
 
     def __call__(self, event: str, payload: Any) -> None:
         if not self.enabled:
@@ -327,9 +328,10 @@ class FitProgress:
                 payload["model"], total=payload["bytes"], done=0, tensors=payload["tensors"]
             )
             self._done = 0
-        elif event == "bytes" and self._progress is not None:  # as chunks land: a smooth rate and ETA
+        elif event == "bytes" and self._progress is not None and self._task is not None:
+            # as chunks land: a smooth rate and ETA
             self._progress.update(self._task, advance=payload)
-        elif event == "advance" and self._progress is not None:
+        elif event == "advance" and self._progress is not None and self._task is not None:
             self._done += 1
             self._progress.update(self._task, done=self._done)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..diagnose.classes import INIT_ANCHOR_K
+from ..diagnose.results import TrajectoryResult
 from .plots import pyplot, save_figure
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ and only the chosen matrices are read and reduced.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from ..vocabulary import COHORT_TRIM, FFN_KEYS
 DEFAULT_HISTOGRAMS = 3
 
 
-def histogram_choice(result: dict[str, Any], row: dict[str, Any], asked: list[str]) -> dict[str, str]:
+def histogram_choice(result: Mapping[str, Any], row: Mapping[str, Any], asked: list[str]) -> dict[str, str]:
     """--hist names/globs, else the most extreme max/q99, the lowest k and a typical FFN matrix: {name: why it is
     drawn} (said under each histogram, so a reader knows why a second or third one appears)."""
     names = [m["name"] for m in row["matrices"]]
@@ -62,7 +62,7 @@ def histogram_choice(result: dict[str, Any], row: dict[str, Any], asked: list[st
 
 
 def read_histograms(
-    row: dict[str, Any], names: list[str], spec: str | None, token: str | None
+    row: Mapping[str, Any], names: list[str], spec: str | None, token: str | None
 ) -> tuple[dict[str, dict[str, Any]], str | None]:
     """Re-read the named matrices and reduce them to their |w| distributions.
 
@@ -169,6 +169,7 @@ def _reduce(wanted: list[tuple[str, Any, Segments | None]], reader: Reader) -> I
                 for ref, cuts in ordered
             ]
             for index, result in reduce_chunked(targets, reader, Execution.from_settings("cpu")):
+                assert isinstance(result, list)  # matrices: a reduction per selection
                 for (name, _), reduction in zip(ordered[index][1], result, strict=True):
                     yield name, reduction
             return

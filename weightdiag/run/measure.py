@@ -271,6 +271,7 @@ def _measure(
                     )
                 )
             else:
+                assert reduced.whole is not None  # a matrix: reduced whole
                 matrices.append(
                     matrix_record(
                         ref.name,

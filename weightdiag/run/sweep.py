@@ -170,17 +170,17 @@ def _log_spaced(stepped: list[Revision], count: int) -> list[Revision]:
     """`count` revisions spread evenly in log(step): step 0 (if any), the last, and log-spaced between."""
     if count < 2:
         raise OptionError("--steps log:N needs N >= 2", option="--steps")
-    positive = [r for r in stepped if r.step and r.step > 0]
+    positive = [(r.step, r) for r in stepped if r.step and r.step > 0]
     chosen: dict[str, Revision] = {}
     zero = [r for r in stepped if r.step == 0]
     if zero:
         chosen[zero[0].name] = zero[0]
     if positive:
-        lo, hi = math.log(positive[0].step), math.log(positive[-1].step)
+        lo, hi = math.log(positive[0][0]), math.log(positive[-1][0])
         slots = count - len(chosen)
         for i in range(slots):
             target = lo + (hi - lo) * i / max(slots - 1, 1)
-            best = min(positive, key=lambda r: abs(math.log(r.step) - target))
+            _, best = min(positive, key=lambda sr: abs(math.log(sr[0]) - target))
             chosen[best.name] = best
     return list(chosen.values())
 

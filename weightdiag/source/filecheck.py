@@ -29,9 +29,10 @@ from pathlib import Path
 
 from ..errors import CheckpointFormatError
 
-_SETLEASE = getattr(fcntl, "F_SETLEASE", None)
-_GETLEASE = getattr(fcntl, "F_GETLEASE", None)
-_SETSIG = getattr(fcntl, "F_SETSIG", None)
+# Linux only (None elsewhere, where no lease is taken).
+_SETLEASE: int | None = getattr(fcntl, "F_SETLEASE", None)
+_GETLEASE: int | None = getattr(fcntl, "F_GETLEASE", None)
+_SETSIG: int | None = getattr(fcntl, "F_SETSIG", None)
 # A lease break is announced by a signal, SIGIO unless told otherwise, whose default action ends the process;
 # SIGURG is ignored by default and nothing in weightdiag handles it.
 _BREAK_SIGNAL = getattr(signal, "SIGURG", 0)
@@ -104,7 +105,7 @@ def check_path(path: Path, identity: FileIdentity) -> None:
 
 def take_read_lease(fd: int) -> bool:
     """Hold a read lease on `fd` (see the module's docstring); False where none can be had."""
-    if _SETLEASE is None or _SETSIG is None:
+    if _SETLEASE is None or _GETLEASE is None or _SETSIG is None:
         return False
     try:
         fcntl.fcntl(fd, _SETSIG, _BREAK_SIGNAL)
@@ -116,10 +117,12 @@ def take_read_lease(fd: int) -> bool:
 
 def break_pending(fd: int) -> bool:
     """Whether someone waits to truncate or write the leased file (the lease is being broken)."""
+    assert _GETLEASE is not None  # a lease is held: take_read_lease found the constants
     return fcntl.fcntl(fd, _GETLEASE) != fcntl.F_RDLCK
 
 
 def release_lease(fd: int) -> None:
     """Let a waiting writer go now: a live mapping keeps the file, and so its lease, open past close()."""
+    assert _SETLEASE is not None  # a lease is held: take_read_lease found the constants
     with contextlib.suppress(OSError):  # already broken by the kernel after lease-break-time
         fcntl.fcntl(fd, _SETLEASE, fcntl.F_UNLCK)

@@ -162,14 +162,14 @@ def resolve_hf_cache(path: Path) -> tuple[Path, str | None, str | None, str | No
         ref = path / "refs" / "main"
         snapshots = sorted((path / "snapshots").iterdir())
         if ref.is_file():
-            commit = _read_ref(ref)
-            if not _HEX40.match(commit) or not (path / "snapshots" / commit).is_dir():
+            head = _read_ref(ref)
+            if not _HEX40.match(head) or not (path / "snapshots" / head).is_dir():
                 raise ModelPathError(
-                    f"{ref}: does not name a snapshot of this cache folder ({commit[:48]!r}); "
+                    f"{ref}: does not name a snapshot of this cache folder ({head[:48]!r}); "
                     "pass one snapshot folder, or download the model again",
                     path=ref,
                 )
-            return path / "snapshots" / commit, repo_id, "main", commit
+            return path / "snapshots" / head, repo_id, "main", head
         if len(snapshots) == 1:
             return snapshots[0], repo_id, None, snapshots[0].name
         raise ModelPathError(

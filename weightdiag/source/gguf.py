@@ -622,7 +622,7 @@ def hf_config(header: GGUFHeader, tensor_names: set[str]) -> dict[str, Any]:
         ("num_local_experts", "expert_count"),
         ("num_experts_per_tok", "expert_used_count"),
     ):
-        value = _count(get(suffix))
+        value: float | None = _count(get(suffix))  # a count here, a real in the loop below
         if value is not None:
             config[key] = value
     for key, suffix in (
@@ -713,7 +713,7 @@ class GGUFReader(Reader):
     def _read_tensor(self, ref: TensorRef, out: np.ndarray) -> None:
         s = self.stored[ref.name]
         if s.type.name in RAW_TYPES and not s.norm_shift:
-            self._read_exact(memoryview(out).cast("B"), s.offset, ref.name)
+            self._read_exact(memoryview(out).cast("B"), s.offset, ref.name)  # type: ignore[arg-type]  # numpy's stubs: ndarray is a Buffer on 3.12+ only
         elif s.type.name in DECODERS or s.type.name in RAW_TYPES:
             values = out.view("<f4")
             step = max(1, _DECODE_CHUNK // s.type.size) * s.type.size  # whole blocks per read
@@ -721,7 +721,7 @@ class GGUFReader(Reader):
             buf = np.empty(min(step, s.nbytes), dtype=np.uint8)
             for i, at in enumerate(range(0, s.nbytes, step)):
                 chunk = buf[: min(step, s.nbytes - at)]
-                self._read_exact(memoryview(chunk), s.offset + at, ref.name)
+                self._read_exact(memoryview(chunk), s.offset + at, ref.name)  # type: ignore[arg-type]  # numpy's stubs: ndarray is a Buffer on 3.12+ only
                 dst = values[i * per : i * per + len(chunk) // s.type.size * s.type.block]
                 if s.type.name in DECODERS:
                     dequantize(chunk, s.type.name, dst)

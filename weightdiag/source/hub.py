@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote, urlsplit
@@ -654,7 +655,8 @@ def _download(repo: str, revision: str, names: list[str], token: str | None) -> 
                 with hub_errors(repo, revision, token):
                     try:
                         path = _watched(
-                            lambda name=name: hf_hub_download(
+                            partial(
+                                hf_hub_download,
                                 repo,
                                 name,
                                 revision=revision,

@@ -247,12 +247,12 @@ class _OrderedHasher:
             try:
                 while True:
                     with self._lock:
-                        buf = self._waiting.pop(self._next, None)
-                    if buf is None:
+                        ready = self._waiting.pop(self._next, None)
+                    if ready is None:
                         break
                     chunk = self._chunks[self._next]
-                    self._hashers[chunk.shard].update(memoryview(buf)[: chunk.nbytes])
-                    self._release(buf)
+                    self._hashers[chunk.shard].update(memoryview(ready)[: chunk.nbytes])  # type: ignore[arg-type]  # numpy's stubs: ndarray is a Buffer on 3.12+ only
+                    self._release(ready)
                     shard = self._last_chunk.get(self._next)
                     if shard is not None and self._hashers[shard].copy().hexdigest() == self._expected[shard]:
                         with self._lock:

@@ -66,7 +66,7 @@ class LocalReader(Reader):
 
     def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
         with self._open(ref.shard) as (fd, path, identity):
-            _pread_exact(fd, memoryview(out).cast("B")[: ref.nbytes], ref.start, path, identity)
+            _pread_exact(fd, memoryview(out).cast("B")[: ref.nbytes], ref.start, path, identity)  # type: ignore[arg-type]  # numpy's stubs: ndarray is a Buffer on 3.12+ only
             check(fd, path, identity)
 
     # Chunked reading (weightdiag.source.chunks): 32 MiB mappings measured fastest on two cores from the page
@@ -113,7 +113,7 @@ def _mapped(fd: int, chunk: Chunk, path: Path) -> np.ndarray:
 
 
 def _pread_exact(fd: int, out: np.ndarray | memoryview, offset: int, path: Path, identity: FileIdentity) -> None:
-    view, done = memoryview(out).cast("B"), 0
+    view, done = memoryview(out).cast("B"), 0  # type: ignore[arg-type]  # numpy's stubs: ndarray is a Buffer on 3.12+ only
     while done < view.nbytes:
         got = os.preadv(fd, [view[done:]], offset + done)
         if got == 0:  # the file ended early: it shrank after it was opened
@@ -238,6 +238,7 @@ def _open_other_formats(
     from .torch_bin import bin_shards, open_torch_bin
 
     bins, _ = bin_shards(folder)
+    reader: Reader  # a TorchBinReader or a GGUFReader
     if bins:
         plan, reader = open_torch_bin(folder, bins, model_id=model_id)
     else:

@@ -16,6 +16,7 @@ import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from ..dtypes import DTYPES, DType
 from ..errors import CheckpointFormatError
@@ -56,7 +57,9 @@ class SafetensorsHeader:
         return PREFIX_BYTES + self.header_length
 
 
-def _fail(where: str, what: str, todo: str = "the file is damaged or not a safetensors file; re-download it"):
+def _fail(
+    where: str, what: str, todo: str = "the file is damaged or not a safetensors file; re-download it"
+) -> NoReturn:
     raise CheckpointFormatError(f"{where}: {what}; {todo}", file=where)
 
 
@@ -162,8 +165,9 @@ def _parse_entry(name: str, info: object, where: str) -> tuple[int, int, str, DT
     shape_raw = info.get("shape")
     if not isinstance(shape_raw, list):
         _fail(where, f"tensor {name!r} has no valid shape")
-    shape = tuple(_as_int(d) for d in shape_raw)
-    if any(d is None or d < 0 for d in shape):
+    dims = [_as_int(d) for d in shape_raw]
+    shape = tuple(d for d in dims if d is not None and d >= 0)
+    if len(shape) != len(dims):
         _fail(where, f"tensor {name!r} has an invalid shape {shape_raw!r}")
     offsets = info.get("data_offsets")
     if not isinstance(offsets, list) or len(offsets) != 2:
@@ -171,14 +175,14 @@ def _parse_entry(name: str, info: object, where: str) -> tuple[int, int, str, DT
     begin, end = _as_int(offsets[0]), _as_int(offsets[1])
     if begin is None or end is None or begin < 0 or end < begin:
         _fail(where, f"tensor {name!r} has invalid data_offsets {offsets!r}")
-    numel = math.prod(shape)  # type: ignore[arg-type]
+    numel = math.prod(shape)
     expected = dtype.nbytes(numel)
     if expected is None or expected != end - begin:
         _fail(
             where,
             f"tensor {name!r}: {dtype_name} x {list(shape)} needs {expected} bytes but data_offsets span {end - begin}",
         )
-    return begin, end, name, dtype, shape  # type: ignore[return-value]
+    return begin, end, name, dtype, shape
 
 
 def read_header(read_at: Callable[[int, int], bytes], file_size: int, where: str) -> SafetensorsHeader:

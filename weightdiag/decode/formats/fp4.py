@@ -37,6 +37,7 @@ class ScaledFP4(RowMajorDecoder):
     bits = 4
     unit_bytes = 1
     high_nibble_first = False
+    group_cols: int  # always set here: E2M1 codes come in scale groups
 
     def __init__(self, q: Quantized, companions: Companions) -> None:
         super().__init__(q, companions)

@@ -42,6 +42,7 @@ inputs of one output). Other GPTQ layouts (interleaved groups, 2- and 8-bit code
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
 
@@ -74,7 +75,7 @@ class _PackedLinear:
     logical row j (an output channel) is the middle axis."""
 
     unit_bytes = 4
-    any_selection = False  # decoded in storage order (columns of words): whole logical rows only
+    any_selection: ClassVar[bool] = False  # decoded in storage order (columns of words): whole logical rows only
     _a: int
     _b: int
 
@@ -217,6 +218,7 @@ class GPTQDecoder(_PackedLinear):
 
         def locate(wanted: np.ndarray) -> int:
             wanted_slot = wanted.any(axis=1)
+            assert isinstance(wanted_slot, np.ndarray)  # [slots]: `wanted` is [slots, codes]
             for r0, r1, c0, c1, offset in rects:
                 sub = slots[r0 - row_lo : r1 - row_lo, c0:c1].reshape(-1)
                 candidates = np.flatnonzero(wanted_slot[sub])  # words (in decoded order) in a wanted slot
@@ -295,6 +297,7 @@ class AWQDecoder(_PackedLinear):
 
         def locate(wanted: np.ndarray) -> int:
             wanted_slot = wanted.any(axis=1)
+            assert isinstance(wanted_slot, np.ndarray)  # [slots]: `wanted` is [slots, codes]
             for r0, r1, c0, c1, offset, codes, slots in rects:
                 jj, gg = np.nonzero(wanted_slot[slots])  # (output, group) pairs in a wanted slot: a few
                 if not jj.size:

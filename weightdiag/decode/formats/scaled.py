@@ -55,7 +55,7 @@ class ScaledCodes(RowMajorDecoder):
         expected = (matrices * self.grid_rows, grid_cols)
         scale = companions["scale"]
         check_shape(self.name, "scale", scale, expected)
-        self.scales = as_float32(scale.raw, scale.dtype).reshape(expected)
+        self.scales: np.ndarray = as_float32(scale.raw, scale.dtype).reshape(expected)  # numpy's stubs would infer 0-d
         self.zeros = None
         if "zero" in companions:
             zero = companions["zero"]

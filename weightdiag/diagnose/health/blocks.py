@@ -4,6 +4,7 @@ architecture summary."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from ...vocabulary import BLOCK_KEYS, FFN_KEYS
@@ -16,7 +17,7 @@ from .cuts import HALF_NORMAL_Q90_Q10, QUANT_K_SHIFT
 from .depth import placement_of
 
 
-def shallow_ffn(row: dict[str, Any], cells: dict[tuple[int, str], Cell], trim: str) -> dict[str, Any] | None:
+def shallow_ffn(row: Mapping[str, Any], cells: dict[tuple[int, str], Cell], trim: str) -> dict[str, Any] | None:
     regime = shallow_ffn_regime(row, trim)
     if regime is None:
         return None
@@ -51,7 +52,7 @@ def shallow_ffn(row: dict[str, Any], cells: dict[tuple[int, str], Cell], trim: s
     return regime
 
 
-def quantization_summary(row: dict[str, Any]) -> dict[str, Any]:
+def quantization_summary(row: Mapping[str, Any]) -> dict[str, Any]:
     types: dict[str, int] = defaultdict(int)
     kinds: dict[str, set[str]] = defaultdict(set)
     withheld: dict[str, bool] = {}
@@ -94,7 +95,7 @@ def quantization_summary(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def block_table(
-    row: dict[str, Any], cells: dict[tuple[int, str], Cell], norm_recs: list[dict[str, Any]], trim: str
+    row: Mapping[str, Any], cells: dict[tuple[int, str], Cell], norm_recs: list[dict[str, Any]], trim: str
 ) -> list[dict[str, Any]]:
     params: dict[int, int] = defaultdict(int)
     for m in row["matrices"]:
@@ -146,7 +147,7 @@ def block_table(
     return out
 
 
-def architecture_summary(row: dict[str, Any], blocks: list[dict[str, Any]]) -> dict[str, Any]:
+def architecture_summary(row: Mapping[str, Any], blocks: list[dict[str, Any]]) -> dict[str, Any]:
     arch = row["architecture"]
     att = attention_arch(arch)
     placement, evidence = placement_of(row)

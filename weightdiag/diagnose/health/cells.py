@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,7 +93,7 @@ def shared_key(key: str) -> bool:
     return key.startswith(SHARED)
 
 
-def gather_cells(row: dict[str, Any]) -> dict[tuple[int, str], Cell]:
+def gather_cells(row: Mapping[str, Any]) -> dict[tuple[int, str], Cell]:
     """Every (block, kind) cell; fused matrices add their parts as 'qkv[q]' etc. A layer's routed experts
     of one kind share a cell (read as their median); its shared expert's matrices have their own keys
     ('shared:gate'), so they are never pooled with the routed experts (experts.py reads those one by one)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from itertools import pairwise
 from typing import Any
 
@@ -110,7 +111,7 @@ def stagnant_blocks(init_like: list[int], cells: dict[tuple[int, str], Cell], n_
     return [b for b in init_like if b >= n_layers / 2]
 
 
-def placement_of(row: dict[str, Any]) -> tuple[str | None, str]:
+def placement_of(row: Mapping[str, Any]) -> tuple[str | None, str]:
     arch = row["architecture"]
     placement = arch.get("norm_placement")
     sites = sorted({v.get("site") for v in row["vectors"] if v["kind"] == "norm" and v.get("site")})
@@ -140,7 +141,7 @@ _READING = {
 
 
 def depth_profile(
-    row: dict[str, Any],
+    row: Mapping[str, Any],
     cells: dict[tuple[int, str], Cell],
     norm_recs: list[dict[str, Any]],
     trim: str,
@@ -148,7 +149,7 @@ def depth_profile(
     blocks = sorted({b for b, _ in cells})
     n_layers = row["architecture"].get("n_layers") or (blocks[-1] + 1 if blocks else 0)
     keys = [k for k in BLOCK_KEYS if any((b, k) in cells for b in blocks)]
-    series = {
+    series: dict[str, dict[str, list[Any]]] = {
         key: {
             "blocks": [b for b in blocks if (b, key) in cells],
             **{
@@ -183,7 +184,7 @@ def depth_profile(
         }
     change = _adjacent_change(cells, norms_at, blocks, trim)
     similar = [b for b, v in change.items() if v <= 1.0]
-    stretches = []
+    stretches: list[dict[str, Any]] = []
     for run in _runs(similar):
         members = [run[0] - 1, *run]  # a pair (b-1, b) makes both blocks part of the stretch
         if len(members) >= 3:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -72,7 +73,7 @@ def expert_outliers(
     median = float(np.median(t))
     mad_sigma = MAD_SIGMA * float(np.median(np.abs(t - median)))
     # spread: the MAD as a sigma, in k units for k and as a relative factor - 1 for λ (0.05: ±5%)
-    summary = {
+    summary: dict[str, float | None] = {
         "median": median if stat == "k" else math.exp(median),
         "spread": mad_sigma if stat == "k" else math.expm1(mad_sigma),
         "min": min(v for _, v in pairs),
@@ -111,7 +112,7 @@ def _single(rec: dict[str, Any], trim: str) -> dict[str, Any]:
     }
 
 
-def moe_section(row: dict[str, Any], trim: str) -> dict[str, Any] | None:
+def moe_section(row: Mapping[str, Any], trim: str) -> dict[str, Any] | None:
     """Per MoE layer: routed experts per kind (median, spread, range of k and λ; outliers), the shared
     expert's matrices and the router; None for a dense model."""
     routed: dict[int, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))

@@ -121,8 +121,8 @@ def _body_text(key: str, hit: Hit, holder: Cell, cells: dict[tuple[int, str], Ce
     """Whether the outlier's matrix kept the body of the others: its k against the nearest blocks' median."""
     k = holder.value("k", trim)
     point = next((p for p in hit.points if p.block == holder.block), hit.points[0])
-    near = [cells[(b, key)].value("k", trim) for b in point.neighbours if (b, key) in cells] if cells else []
-    near = [v for v in near if v is not None]
+    values = [cells[(b, key)].value("k", trim) for b in point.neighbours if (b, key) in cells] if cells else []
+    near = [v for v in values if v is not None]
     if k is None or not near:
         return f"(k {fmt(k)})"
     median = float(np.median(near))
@@ -251,8 +251,8 @@ def matrix_findings(series: list[Series], cells: dict[tuple[int, str], Cell], tr
         ev = evidence_of(main)
         summary = evidence_text(ev, _label(main.stat.key))
         if main.stat.key == "k":
-            ranges = [_cohort_k_ranges().get(COMPARISON_KEY.get(_base(k), "")) for k in keys]
-            ranges = [r for r in ranges if r]
+            known = [_cohort_k_ranges().get(COMPARISON_KEY.get(_base(k), "")) for k in keys]
+            ranges = [r for r in known if r]
             if ranges:
                 ev["cohort"] = {"k_range": [min(r[0] for r in ranges), max(r[1] for r in ranges)]}
                 summary += (

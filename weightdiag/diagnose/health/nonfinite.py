@@ -3,6 +3,7 @@ checkpoint), placed in its own block; its statistics, where any are left, descri
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .cells import elide, short_name
@@ -32,7 +33,7 @@ def _what_is_bad(n_nan: int, n_inf: int, bad: int, total: int) -> str:
     return f"has {counted}: none of its {total:,} values is finite"
 
 
-def nonfinite_findings(row: dict[str, Any]) -> list[dict[str, Any]]:
+def nonfinite_findings(row: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One warning per matrix or vector with NaN or Inf values."""
     out = []
     for rec in [*row.get("matrices", []), *row.get("vectors", [])]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ def norm_regime(l2: float, numel: int, lo: float | None = None, hi: float | None
     return "healthy shrink" if ratio < 1 else "grown (within band)"
 
 
-def _norm_records(row: dict[str, Any]) -> list[dict[str, Any]]:
+def _norm_records(row: Mapping[str, Any]) -> list[dict[str, Any]]:
     n_layers = row["architecture"].get("n_layers")
     out = []
     for v in row["vectors"]:
@@ -128,7 +129,7 @@ def _norm_finding(r: dict[str, Any], hit: Hit | None, model_wide: list[str]) -> 
     )
 
 
-def analyse_norms(row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def analyse_norms(row: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Norm regimes (hard cuts of “Why √d_model Is Your North Star”) and robust outliers against the
     depth trend of each site."""
     records = _norm_records(row)

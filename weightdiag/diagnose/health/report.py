@@ -4,6 +4,7 @@ model-level observation lines."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, cast
 
 from ...errors import RowUseError
@@ -24,7 +25,7 @@ from .superweights import super_weight_text, super_weights
 from .towers import split_towers, tower_section, tower_text
 
 
-def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -> HealthReport:
+def health_report(row: Mapping[str, Any], top: int = 10, trim: str | None = None) -> HealthReport:
     """Everything `weightdiag report` shows for one row (JSON-able)."""
     model = row.get("model", {})
     if not row.get("matrices"):
@@ -52,14 +53,16 @@ def health_report(row: dict[str, Any], top: int = 10, trim: str | None = None) -
     for key in (*BLOCK_KEYS, *shared_keys):
         for stat in STATS.values():
             pts = []
-            for b in blocks_present:
-                c = cells.get((b, key))
-                v = c.value(stat.key, trim) if c else None
+            for block in blocks_present:
+                c = cells.get((block, key))
+                if c is None:
+                    continue
+                v = c.value(stat.key, trim)
                 if v is not None and (not stat.log or v + stat.offset > 0):
                     # k of one fit scatters by 1.2/sqrt(n) (Gaussian matrices; depth.py's tolerances).
                     noise = 1.2 / math.sqrt(c.records[0]["numel"]) if stat.key == "k" else 0.0
                     approximate = stat.key == "max_over_q99" and not q99_exact(c.records[0])
-                    pts.append(Point(b, v, c.tensor, stat.t(v), noise=noise, approximate=approximate))
+                    pts.append(Point(block, v, c.tensor, stat.t(v), noise=noise, approximate=approximate))
             # Dense blocks and MoE blocks (DeepSeek's first dense layers, then experts of another width) are
             # two populations: each is its own series over depth, never one trend across both.
             routed = {b for b in blocks_present if (b, key) in cells and cells[(b, key)].experts}
@@ -172,7 +175,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _observations(report: dict[str, Any], row: dict[str, Any]) -> list[str]:
+def _observations(report: dict[str, Any], row: Mapping[str, Any]) -> list[str]:
     """Model-level statements, each one line."""
     a = report["architecture"]
     lines = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -65,7 +66,7 @@ def _table2_place(value: float, column: int) -> dict[str, Any]:
     }
 
 
-def super_weights(row: dict[str, Any], trim: str, top: int) -> dict[str, Any]:
+def super_weights(row: Mapping[str, Any], trim: str, top: int) -> dict[str, Any]:
     # The N largest |w| of the model, one per matrix (a row keeps each matrix's largest only).
     ranked = sorted(
         (m for m in row["matrices"] if m["stats"].get("max_abs") is not None and m["stats"].get("max_over_q99")),
@@ -151,7 +152,7 @@ def hidden_index(m: dict[str, Any], d_model: int | None) -> int | None:
     return arg[axis] if shape[axis] == d_model else None
 
 
-def _channels(top: list[dict[str, Any]], row: dict[str, Any]) -> list[dict[str, Any]]:
+def _channels(top: list[dict[str, Any]], row: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Hidden dimensions that hold the largest |w| of more matrices than chance allows.
 
     Checked over the top-N matrices and over all matrices; an index is reported when it is hit at
@@ -190,7 +191,7 @@ def _channels(top: list[dict[str, Any]], row: dict[str, Any]) -> list[dict[str, 
     return sorted(found.values(), key=lambda x: -x["count"] / x["of"])
 
 
-def _ffn_neurons(row: dict[str, Any]) -> list[dict[str, Any]]:
+def _ffn_neurons(row: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Blocks whose FFN input and output matrices have their largest |w| on the same intermediate
     neuron: one neuron that reads the hidden state and writes an outlier back (chance: 1 in ffn_size)."""
     found: dict[int, dict[str, Any]] = defaultdict(dict)
@@ -261,8 +262,8 @@ def super_weight_text(sw: dict[str, Any], n_layers: int | None) -> list[str]:
             "intermediate neuron (chance: 1 in the FFN width per block), so one neuron builds the outlier"
         )
     top = sw["top"][0] if sw["top"] else None
-    early = top and top["kind"] in FFN_OUTPUT_KINDS and top["block"] is not None and n_layers
-    if early and top["block"] < max(1, n_layers // 4):
+    ffn_output = top and top["kind"] in FFN_OUTPUT_KINDS and top["block"] is not None
+    if top and ffn_output and n_layers and top["block"] < max(1, n_layers // 4):
         lines.append(
             f"the most extreme weight sits in the down-projection of early block {top['block']}: where Yu et al. "
             "(2024) find super weights in LLaMA, Mistral, OLMo and Phi-3"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ def tower_of(record: dict[str, Any]) -> str | None:
     return match.group(1) if match else None
 
 
-def split_towers(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, list[dict[str, Any]]]]]:
+def split_towers(row: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, dict[str, list[dict[str, Any]]]]]:
     """(the row with the language model's matrices and vectors only, {tower: {"matrices", "vectors"}})."""
     towers: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: {"matrices": [], "vectors": []})
     kept: dict[str, list[dict[str, Any]]] = {"matrices": [], "vectors": []}
