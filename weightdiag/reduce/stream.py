@@ -195,6 +195,7 @@ def reduce_chunked(
                     values, first = decoder.decode(raw, piece.lo)
                     selections = [s if s is None else decoder.selection(s) for s in target.selections]
                     out.append((piece.item, reduce_piece(values.view(np.uint8), "F32", selections, first)))
+                    del values  # before the chunk's next piece is decoded: one piece's values at a time
                     continue
                 dtype = target.ref.dtype.name
                 lo = piece.lo // STORAGE_NUMPY[dtype].itemsize
