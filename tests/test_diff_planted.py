@@ -256,9 +256,11 @@ def test_bad_options_are_one_line_and_exit_2(planted, extra, needle):
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: ") and needle in r.stderr, r.stderr
 
 
-def test_gguf_and_missing_models_are_one_line_errors(planted, smollm_gguf, tmp_path):
-    r = run_cli("diff", str(smollm_gguf), str(planted[1]), "--no-save")
-    assert r.returncode == 2 and "diff reads safetensors checkpoints" in r.stderr and r.stderr.count("\n") == 1
+def test_bin_and_missing_models_are_one_line_errors(planted, antiberty_bin, smollm_gguf, tmp_path):
+    r = run_cli("diff", str(antiberty_bin), str(planted[1]), "--no-save")
+    assert r.returncode == 2 and "diff reads safetensors" in r.stderr and r.stderr.count("\n") == 1
+    r = run_cli("diff", str(smollm_gguf), str(planted[1]), "--no-save")  # a GGUF is read: no shape in common
+    assert r.returncode == 2 and "no tensor in common" in r.stderr and r.stderr.count("\n") == 1
     r = run_cli("diff", str(tmp_path / "nothing"), str(planted[1]), "--no-save")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
 

@@ -50,7 +50,9 @@ class Counted:
 
 
 class Decoder(Protocol):
-    unit_bytes: int  # pieces start at multiples of this many stored bytes (the engine cuts at 8-byte multiples)
+    # Pieces start at multiples of this many stored bytes: the engine cuts at 8-byte multiples, and at multiples of
+    # Quantized.unit_bytes where a weight sets it (GGUF blocks), which a decoder's unit_bytes then equals.
+    unit_bytes: int
 
     def counts(self, raw: np.ndarray, byte_lo: int) -> Counted | None:
         """The piece counted per scale group and code (the fast path), or None where the format has none."""
@@ -58,7 +60,8 @@ class Decoder(Protocol):
 
     def decode(self, raw: np.ndarray, byte_lo: int) -> tuple[np.ndarray, int]:
         """float32 values of the stored bytes [byte_lo, byte_lo + raw.size), in decoded order, and the
-        decoded index of the first one."""
+        decoded index of the first one (values in the TensorRef's own dtype where it is not F32: rows of a
+        GGUF F16 tensor that are only reordered)."""
         ...
 
     def logical_index(self, index: int) -> int:
@@ -201,7 +204,7 @@ class RowMajorDecoder:
 
 
 DecoderFactory = Callable[[Quantized, Companions], Decoder]
-FACTORIES: dict[str, DecoderFactory] = {}  # format id -> decoder; filled by the modules of quant.formats
+FACTORIES: dict[str, DecoderFactory] = {}  # format id -> decoder; filled by the modules of decode.formats
 
 
 def register(fmt: str) -> Callable[[DecoderFactory], DecoderFactory]:

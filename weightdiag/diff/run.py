@@ -37,14 +37,15 @@ def check_options(options: DiffOptions) -> None:
 
 
 def open_side(spec: str, options: DiffOptions) -> tuple[ModelPlan, Any]:
-    """One checkpoint, opened for ranged reads (safetensors, local or Hub), its quantized weights grouped."""
+    """One checkpoint, opened for ranged reads (safetensors local or Hub, GGUF), its quantized weights grouped."""
     from ..decode.group import group_quantized
 
     plan, reader = open_model(spec, token=options.token)
     if not hasattr(reader, "chunk"):
         reader.close()
         raise ModelPathError(
-            f"{spec}: diff reads safetensors checkpoints (a file, a folder or a Hub repo); this is {plan.file_format}",
+            f"{spec}: diff reads safetensors (a file, a folder or a Hub repo) and GGUF checkpoints; "
+            f"this is {plan.file_format}",
             path=spec,
         )
     if hasattr(reader, "set_connections"):

@@ -73,8 +73,9 @@ class DecoderHandle(Protocol):
 class Target:
     """A tensor to reduce over `selections` (None: all its elements; else a fused part), or, with no
     selections, a vector whose bytes are gathered whole (norm weights and biases are small). With a
-    `decoder`, the bytes are a quantized weight's codes: each piece is decoded to float32 values first
-    (selections are of the logical matrix; argmax positions come out logical too)."""
+    `decoder`, the bytes are a quantized weight's codes: each piece is decoded to float32 values first (to
+    the ref's dtype where only rows are reordered: GGUF's F16 Q/K; a vector's pieces are decoded too;
+    selections are of the logical matrix; argmax positions come out logical too)."""
 
     ref: TensorRef
     selections: tuple[Segments | None, ...]
@@ -161,7 +162,7 @@ def reduce_chunked(
     on_bytes: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, list[Reduction] | np.ndarray | VectorSummary]]:
     """(target index, merged reduction per selection, a vector's raw bytes or its summary), in file order."""
-    spans = [Span(t.ref.shard, t.ref.start, t.ref.end) for t in targets]
+    spans = [Span(t.ref.shard, t.ref.start, t.ref.end, t.ref.quant.unit_bytes if t.ref.quant else 1) for t in targets]
     regions = reader.regions() if verify else None
     chunks = plan_chunks(spans, reader.chunk_bytes, cover=regions, split_bytes=SPLIT_BYTES)
     reader.start(chunks, verify=regions is not None)
@@ -180,6 +181,8 @@ def reduce_chunked(
                 target = targets[piece.item]
                 raw = buf[piece.offset : piece.offset + piece.hi - piece.lo]
                 if not target.selections:
+                    if target.decoder is not None:  # a vector computed from its bytes (a GGUF norm stored as 1 + w)
+                        raw = target.decoder.get().decode(raw, piece.lo)[0].view(np.uint8)
                     if target.summarize:
                         out.append((piece.item, summarize_vector(raw, target.ref.dtype.name, target.offset)))
                     else:
@@ -192,9 +195,10 @@ def reduce_chunked(
                         red = reduce_counted(counted.values, counted.weights, counted.numel, counted.locate)
                         out.append((piece.item, [[red]]))
                         continue
-                    values, first = decoder.decode(raw, piece.lo)
+                    values, first = decoder.decode(raw, piece.lo)  # float32, or rows only reordered: ref.dtype
                     selections = [s if s is None else decoder.selection(s) for s in target.selections]
-                    out.append((piece.item, reduce_piece(values.view(np.uint8), "F32", selections, first)))
+                    dtype = target.ref.dtype.name
+                    out.append((piece.item, reduce_piece(values.view(np.uint8), dtype, selections, first)))
                     del values  # before the chunk's next piece is decoded: one piece's values at a time
                     continue
                 dtype = target.ref.dtype.name
@@ -285,13 +289,15 @@ def reduce_chunked(
                 entry.pieces_left -= 1
                 if entry.pieces_left == 0:
                     del partials[item]
+                    handle = targets[item].decoder
+                    if handle is not None and not targets[item].selections:
+                        handle.release()
                     if entry.summary is not None:
                         yield item, entry.summary
                     elif entry.raw:
                         yield item, entry.raw[0] if len(entry.raw) == 1 else np.concatenate(entry.raw)
                     else:
                         merged = [parts[0].unpack() for parts in entry.reductions]
-                        handle = targets[item].decoder
                         if handle is not None:  # decoded order -> the logical matrix's flat index
                             decoder = handle.get()
                             for red in merged:

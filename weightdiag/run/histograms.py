@@ -138,7 +138,7 @@ def read_histograms(
 
 def _reduce(wanted: list[tuple[str, Any, Segments | None]], reader: Any) -> Iterator[tuple[str, Any]]:
     """(record name, its reduction): through the chunk engine where the reader has one (memory a few chunks,
-    whatever the tensor's size), else one whole tensor at a time (GGUF, .bin)."""
+    whatever the tensor's size), else one whole tensor at a time (.bin)."""
     import numpy as np
 
     from ..decode.loader import CompanionLoader, LazyDecoder

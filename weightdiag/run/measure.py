@@ -1,7 +1,7 @@
 """Measure a whole model: plan -> read every tensor once -> reduce -> fit -> the measured row.
 
-This is F1 + F2 + F3 of the Weibull paper as one streaming pass (engine/stream.py for safetensors:
-memory is a few chunk buffers, whatever the largest tensor; prefetch.py for decoded formats). What the
+This is F1 + F2 + F3 of the Weibull paper as one streaming pass (reduce/stream.py for safetensors and GGUF:
+memory is a few chunk buffers, whatever the largest tensor; prefetch.py for pickled .bin files). What the
 measurements mean (per-kind summaries, k classes, the lambda axis) is added by diagnose.kinds.interpret;
 api.fit_plan does both.
 """
@@ -104,9 +104,9 @@ class _Work:
     @property
     def vector(self) -> bool:
         """Read as a vector: 1-D tensors, a mixer's parameters whatever their rank (Jamba's 2-D A_log, the
-        3-D convolutions) and experts' stacked biases; never a quantized weight."""
-        if self.ref.quant is not None:
-            return False
+        3-D convolutions) and experts' stacked biases; never a quantized weight of two dimensions or more."""
+        if self.ref.quant is not None:  # a 1-D one is decoded values still (a GGUF norm stored as 1 + w)
+            return len(self.ref.shape) == 1
         return len(self.ref.shape) == 1 or self.role.kind == "ssm_param" or any(v.vector for v in self.views)
 
 
@@ -398,9 +398,9 @@ def _reduce_all(
 ) -> Iterator[tuple[_Work, _Reduced]]:
     """Reduce every selected tensor, yielding results in file order.
 
-    Readers of byte ranges (safetensors, local or Hub) go through the chunk engine (stream.py):
+    Readers of byte ranges (safetensors local or Hub, GGUF) go through the chunk engine (stream.py):
     memory bounded by a few chunks, all cores and connections busy, even on one large tensor. Readers
-    that deliver whole decoded tensors (GGUF dequantization, pickled .bin) are read one tensor at a time.
+    that deliver whole tensors (pickled .bin) are read one tensor at a time.
     """
     parts = [_parts(item, arch, options) for item in work]
     if hasattr(reader, "chunk"):
