@@ -4,7 +4,10 @@ Three checkpoints, each one safetensors file (BF16, Gaussian values, Llama-style
 - `tiny`: 12,000 matrices of 16x16 (7.5 MB): thousands of tensors share each chunk;
 - `moe`: an MoE of 18,674 expert matrices of 64x128 (306 MB): 24 layers x 256 experts x gate/up/down,
   plus attention, as DeepSeek-V3-style models carry tens of thousands of small expert matrices;
-- `vector`: one 1-D tensor of 128 M BF16 values (256 MB) and a small matrix.
+- `vector`: one 1-D tensor of 128 M BF16 values (256 MB) and a small matrix;
+and one GGUF file (local only: the Hub source reads safetensors):
+- `gguf`: one Q8_0 matrix of 8192 x 16384 (142 MB stored, 512 MB as float32: the whole-tensor GGUF reader
+  held that) and a norm, decoded piece by piece in the stream.
 Each is fitted by the CLI in a fresh process (`--no-save`, from the page cache), with the default
 threads and with WEIGHTDIAG_THREADS=8, locally and through the loopback Hub (tests/hub_server.py, no
 bandwidth cap); the child prints its peak resident memory (VmHWM).
@@ -86,15 +89,36 @@ def write_vector(folder: Path) -> None:
     save_file(tensors, str(folder / "model.safetensors"))
 
 
-CHECKPOINTS = {"tiny": write_tiny, "moe": write_moe, "vector": write_vector}
+def write_gguf(folder: Path) -> None:
+    import gguf
+
+    rows, cols = 8192, 16384
+    rng = np.random.default_rng(0)
+    blocks = np.empty((rows, cols // 32, 34), dtype=np.uint8)  # Q8_0: an f16 scale and 32 int8 codes
+    blocks[..., :2] = np.array([2**-7], dtype="<f2").view(np.uint8)
+    blocks[..., 2:] = rng.integers(0, 256, (rows, cols // 32, 32), dtype=np.uint8)
+    writer = gguf.GGUFWriter(str(folder / "model.gguf"), "llama")
+    writer.add_block_count(1)
+    writer.add_embedding_length(cols)
+    writer.add_tensor("blk.0.ffn_down.weight", blocks.reshape(rows, -1), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.add_tensor("blk.0.ffn_norm.weight", np.ones(cols, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+CHECKPOINTS = {"tiny": write_tiny, "moe": write_moe, "vector": write_vector, "gguf": write_gguf}
+LOCAL_ONLY = {"gguf"}
 
 
 def ensure(root: Path, key: str) -> Path:
     folder = root / key
-    if not (folder / "model.safetensors").is_file():
+    if not any(folder.glob("model.*")):
         folder.mkdir(parents=True, exist_ok=True)
         CHECKPOINTS[key](folder)
-        (folder / "config.json").write_text(json.dumps(CONFIG))
+        if key not in LOCAL_ONLY:
+            (folder / "config.json").write_text(json.dumps(CONFIG))
     return folder
 
 
@@ -134,7 +158,7 @@ def main() -> None:
             for p in folder.iterdir():
                 p.read_bytes()  # page cache
             sources = [("local", str(folder), {})]
-            if hub is not None:
+            if hub is not None and key not in LOCAL_ONLY:
                 hub.add_folder(f"bench/{key}", folder)
                 home = Path(tempfile.mkdtemp(prefix="bench_memory_hf-"))
                 hub_env = {

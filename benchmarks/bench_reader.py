@@ -22,7 +22,7 @@ def main() -> None:
     parser.add_argument("--fits", type=int, default=5)
     args = parser.parse_args()
     if args.pread:
-        import weightdiag.source.local as local
+        import weightdiag.source.local_reader as local
 
         local.take_read_lease = lambda fd: False
     from weightdiag.api import fit_path

@@ -134,7 +134,7 @@ def test_a_file_that_cannot_be_leased_is_copied_not_mapped(tmp_path: Path, monke
         expected = bytes(mapped)
     with open(f, "r+b"), reader.chunk(chunk) as copied:  # held open for writing: no read lease is granted
         assert bytes(copied) == expected
-    monkeypatch.setattr("weightdiag.source.local.take_read_lease", lambda fd: False)
+    monkeypatch.setattr("weightdiag.source.local_reader.take_read_lease", lambda fd: False)
     with reader.chunk(chunk) as copied:
         assert bytes(copied) == expected
     os.truncate(f, ref.start + 10)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -67,6 +69,27 @@ def test_chunks_cover_every_selected_byte_once(layout, split_units, factor, gap,
             assert not tiles or tiles[-1][1] == size
     order = [(c.shard, c.start) for c in plan]
     assert order == sorted(order)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 64), st.integers(1, 400), st.integers(0, 50))
+def test_a_tensor_of_code_units_is_cut_between_whole_units(unit, split_units, units, start):
+    """GGUF weights are decoded in whole blocks (or heads of rows): cut at multiples of cut_step, the largest
+    multiple of the unit (and of 8) up to the split size, or one unit when a unit is larger."""
+    split = 8 * split_units
+    step = chunks.cut_step(split, unit)
+    assert step % unit == 0 and step % chunks.CHUNK_ALIGN == 0
+    assert step <= split or step == math.lcm(unit, chunks.CHUNK_ALIGN)
+    assert step > split - math.lcm(unit, chunks.CHUNK_ALIGN)  # no smaller than it needs to be
+    if chunks.CHUNK_ALIGN % unit == 0:
+        assert step == split  # elements and packed codes: the cuts of every other tensor
+    size = unit * units
+    span = Span(0, 8 + 8 * start, 8 + 8 * start + size, unit)
+    plan = plan_chunks([Span(0, 0, 8), span], 2 * split, split_bytes=split)
+    pieces = [(c, p) for c in plan for p in c.pieces if p.item == 1]
+    assert [(p.lo, p.hi) for _, p in pieces] == [(lo, min(lo + step, size)) for lo in range(0, size, step)]
+    for c, p in pieces:
+        assert c.start + p.offset == span.start + p.lo and p.offset + p.hi - p.lo <= c.nbytes
 
 
 def test_small_tensors_share_a_request_and_large_ones_are_cut():

@@ -18,12 +18,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from weightdiag.api import fit_plan
+from weightdiag.decode import ggml_blocks
+from weightdiag.decode.formats import build_decoder
 from weightdiag.errors import CheckpointFormatError
 from weightdiag.layout import arch_from_config
 from weightdiag.run.measure import FitOptions
 from weightdiag.source import gguf as G
 from weightdiag.source.gguf import GGUFReader, open_gguf, parse_gguf_bytes
-from weightdiag.source.plan import ModelPlan
+from weightdiag.source.local import LocalReader
+from weightdiag.source.plan import STORAGE_NUMPY, ModelPlan, TensorRef
 
 # --- a minimal GGUF writer --------------------------------------------------------------------
 
@@ -99,12 +102,20 @@ def write(tmp_path: Path, blob: bytes, name: str = "model.gguf") -> Path:
     return path
 
 
+def values_of(ref: TensorRef, raw: np.ndarray) -> np.ndarray:
+    """A tensor's stored bytes as the pipeline reduces them: decoded when it has a `quant` (weightdiag.decode)."""
+    if ref.quant is None:
+        return raw.view(STORAGE_NUMPY[ref.dtype.name]).reshape(ref.shape)
+    values, first = build_decoder(ref.quant, {}).decode(raw, 0)
+    assert first == 0 and values.dtype == STORAGE_NUMPY[ref.dtype.name]
+    return values.reshape(ref.shape)
+
+
 def read(plan: ModelPlan, reader: GGUFReader, name: str) -> np.ndarray:
     ref = next(t for t in plan.tensors if t.name == name)
     out = np.empty(ref.nbytes, dtype=np.uint8)
     reader.read_into(ref, out)
-    storage = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}[ref.dtype.name]
-    return out.view(storage).reshape(ref.shape)
+    return values_of(ref, out)
 
 
 def llama_permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -162,7 +173,7 @@ def test_float_and_quantized_round_trip(tmp_path, monkeypatch):
         tensors.append((f"m.{name}", (3, 128), name, raw))
         expected[f"m.{name}"] = values.reshape(3, 128)
     path = write(tmp_path, gguf_file(llama_kv(), tensors))
-    monkeypatch.setattr(G, "_DECODE_CHUNK", 40)  # several reads per tensor: chunk seams are exercised
+    monkeypatch.setattr(ggml_blocks, "_DECODE_CHUNK", 40)  # several block batches per tensor: seams exercised
     plan, reader = open_gguf(path)
     try:
         np.testing.assert_array_equal(read(plan, reader, "a.f32"), f32)
@@ -178,12 +189,17 @@ def test_float_and_quantized_round_trip(tmp_path, monkeypatch):
         ref = refs[f"m.{name}"]
         assert ref.dtype.name == "F32"
         assert ref.shape == (3, 128)
-        assert ref.nbytes == 3 * 128 * 4
+        assert ref.nbytes == 3 * 4 * G.GGML_BY_NAME[name].size  # the stored blocks, decoded in the stream
         assert ref.note == f"GGUF {name}, dequantized"
+        assert ref.quant is not None and ref.quant.spec.format == f"gguf-{name.lower()}"
+        assert not ref.quant.companions and ref.quant.logical_shape == (3, 128)
+        assert ref.quant.unit_bytes == G.GGML_BY_NAME[name].size
+    assert refs["a.f32"].quant is None and refs["b.f16"].quant is None  # plain byte ranges
     assert plan.file_format == "gguf"
     assert plan.model_id == "model"  # the file name, not general.name ("tiny test model", with spaces)
     assert [s.name for s in plan.shards] == ["model.gguf"]
     assert plan.shards[0].size == path.stat().st_size
+    assert isinstance(reader, LocalReader)
 
 
 @pytest.mark.parametrize("k_type", ["F32", "Q8_0"])
@@ -371,6 +387,7 @@ def _open_and_read_all(blob: bytes) -> None:
                 if ref.dtype.fittable:
                     out = np.empty(ref.nbytes, np.uint8)
                     reader.read_into(ref, out)
+                    values_of(ref, out)  # damaged blocks decode to inf/nan, never an exception
         finally:
             reader.close()
 
@@ -394,14 +411,18 @@ def test_fuzz_mutated_valid_file(mutations, data):
 # --- dequantization against the gguf package ----------------------------------------------------
 
 
-@pytest.mark.parametrize("type_name", sorted(G.DECODERS))
+def test_the_source_plans_what_the_decoders_decode():
+    assert sorted(ggml_blocks.DECODERS) == sorted(G.DEQUANTIZED_TYPES)
+
+
+@pytest.mark.parametrize("type_name", sorted(ggml_blocks.DECODERS))
 def test_dequantize_matches_the_gguf_package(type_name):
     gguf = pytest.importorskip("gguf")
     t = G.GGML_BY_NAME[type_name]
     raw = np.random.default_rng(t.id).integers(0, 256, 64 * t.size, dtype=np.uint8)
     with np.errstate(all="ignore"):
         expected = gguf.quants.dequantize(raw.reshape(1, -1), gguf.GGMLQuantizationType[type_name]).ravel()
-    np.testing.assert_array_equal(G.dequantize(raw, type_name), expected.astype(np.float32))
+    np.testing.assert_array_equal(ggml_blocks.dequantize(raw, type_name), expected.astype(np.float32))
 
 
 # --- the real SmolLM2-135M-Instruct Q4_1 file ---------------------------------------------------
@@ -442,7 +463,7 @@ def test_smollm_values_match_the_gguf_package(smollm, smollm_gguf):
         o = oracle[ref.name]
         assert ref.start == o.data_offset
         assert ref.shape == tuple(int(d) for d in reversed(o.shape))
-        assert reader.stored[ref.name].nbytes == o.n_bytes
+        assert ref.nbytes == o.n_bytes  # the stored bytes, decoded in the stream
     sample = {
         "token_embd.weight": None,  # Q8_0
         "blk.0.attn_q.weight": 9,  # Q4_1, permuted with 9 heads

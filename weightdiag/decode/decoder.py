@@ -52,7 +52,9 @@ class Counted:
 class Decoder(Protocol):
     """What every format's decoder answers (one class per format, registered in FACTORIES)."""
 
-    unit_bytes: int  # pieces start at multiples of this many stored bytes (the engine cuts at 8-byte multiples)
+    # Pieces start at multiples of this many stored bytes: the engine cuts at 8-byte multiples, and at multiples of
+    # Quantized.unit_bytes where a weight sets it (GGUF blocks), which a decoder's unit_bytes then equals.
+    unit_bytes: int
     # True: decoded order is the logical row-major order, so any selection of elements (a fused part, a
     # view cut from the matrix) can be reduced; False: only selections of whole logical rows.
     any_selection: ClassVar[bool]
@@ -65,7 +67,8 @@ class Decoder(Protocol):
 
     def decode(self, raw: np.ndarray, byte_lo: int) -> tuple[np.ndarray, int]:
         """float32 values of the stored bytes [byte_lo, byte_lo + raw.size), in decoded order, and the
-        decoded index of the first one."""
+        decoded index of the first one (values in the TensorRef's own dtype where it is not F32: rows of a
+        GGUF F16 tensor that are only reordered)."""
         ...
 
     def logical_index(self, index: int) -> int:

@@ -611,6 +611,10 @@ _GROUPERS: dict[str, Grouper] = {
 }
 
 
-def describe(q: Quantized) -> dict[str, Any]:
-    """The row's `dequantized` record of one weight: its format and how values were computed."""
+def describe(q: Quantized) -> dict[str, Any] | None:
+    """The row's `dequantized` record of one weight: its format and how values were computed. None for GGUF:
+    its records name the stored type in `dtype`, `quantization` and `note` (GGUF rows kept their fields when
+    GGUF moved from whole-tensor dequantization to the stream's decoders)."""
+    if q.spec.method == "gguf":
+        return None
     return {**q.spec.to_json(), "stored": {role: ref.name for role, ref in {"codes": q.codes, **q.companions}.items()}}

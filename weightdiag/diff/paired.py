@@ -65,7 +65,8 @@ def rows_per_block(n: int, base_row: int, tuned_row: int, elems: int = BLOCK_ELE
 
 
 def block_rows(pair: Pair) -> int:
-    """Rows per block of a pair: larger blocks where the one-pass kernel takes them (fewer merges)."""
+    """Rows per block of a pair: larger blocks where the one-pass kernel takes them (fewer merges), a multiple
+    of the rows a side's code unit spans (a GGUF Q/K tensor is decoded in whole heads of rows)."""
     m, n = matrix_shape(pair.base.shape)
     base, tuned = pair.base, pair.tuned
     counted = (
@@ -75,7 +76,16 @@ def block_rows(pair: Pair) -> int:
         and base.dtype.name == tuned.dtype.name
         and base.dtype.name in FINITE_LIMIT16
     )
-    return rows_per_block(n, row_bytes(base, m), row_bytes(tuned, m), COUNTED_BLOCK_ELEMS if counted else BLOCK_ELEMS)
+    rows = rows_per_block(n, row_bytes(base, m), row_bytes(tuned, m), COUNTED_BLOCK_ELEMS if counted else BLOCK_ELEMS)
+    unit = math.lcm(*(_unit_rows(ref, m) for ref in (base, tuned)))
+    return max(unit, rows - rows % unit)
+
+
+def _unit_rows(ref: TensorRef, m: int) -> int:
+    """Rows spanned by one code unit of a quantized side (1 when its units are within a row)."""
+    unit = ref.quant.unit_bytes if ref.quant is not None else 1
+    per_row = row_bytes(ref, m)
+    return unit // per_row if unit > per_row and unit % per_row == 0 else 1
 
 
 @dataclass(frozen=True)
@@ -154,6 +164,8 @@ def side_values(ref: TensorRef, raw: np.ndarray, byte_lo: int, decoder: Any, fir
         values, at = decoder.decode(raw, byte_lo)
         if at != first:
             raise CheckpointFormatError(f"{ref.name}: decoded block starts at {at}, not {first}", file=ref.name)
+        if ref.dtype.name != "F32":  # stored elements only reordered (GGUF F16 Q/K rows): as stored
+            return Side(ref.dtype.name, values)
         return Side("F32", None, values)
     dtype = ref.dtype.name
     stored = raw.view(STORAGE_NUMPY[dtype])

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .. import __version__, kernels
-from ..errors import ModelPathError, OptionError
+from ..errors import OptionError
 from ..execution import Execution
 from ..layout import arch_from_config, classify_tensor, complete_arch
 from ..run.measure import selected
@@ -42,12 +42,6 @@ def open_side(spec: str, options: DiffOptions) -> tuple[ModelPlan, Reader]:
 
     plan, reader = open_model(spec, token=options.token)
     with closing_on_error(reader):
-        if reader.whole_tensors:
-            raise ModelPathError(
-                f"{spec}: diff reads checkpoints in row blocks (safetensors or .bin, a file, a folder or a Hub "
-                f"repo); this is {plan.file_format}",
-                path=spec,
-            )
         reader.set_connections(options.connections)
         group_quantized(plan, reader.tensor_bytes)
     return plan, reader

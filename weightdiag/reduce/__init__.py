@@ -2,6 +2,6 @@
 
 stream (the chunk engine: chunks read several at once, each reduced as it lands, partial results
 merged per tensor in a fixed order), reduction and reduction_torch (one piece's exact summary on the
-CPU or with torch), vectors (1-D tensors summarised piece by piece), prefetch (read-ahead of whole
-tensors), device (where reductions run). Nothing here knows about fits, rows or the command line.
+CPU or with torch), vectors (1-D tensors summarised piece by piece). Nothing here knows about fits, rows
+or the command line.
 """

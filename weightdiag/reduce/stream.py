@@ -34,8 +34,9 @@ from .vectors import VectorSummary, summarize_vector
 class Target:
     """A tensor to reduce over `selections` (None: all its elements; else a fused part), or, with no
     selections, a vector whose bytes are gathered whole (norm weights and biases are small). With a
-    `decoder`, the bytes are a quantized weight's codes: each piece is decoded to float32 values first
-    (selections are of the logical matrix; argmax positions come out logical too)."""
+    `decoder`, the bytes are a quantized weight's codes: each piece is decoded to float32 values first (to
+    the ref's dtype where only rows are reordered: GGUF's F16 Q/K; a vector's pieces are decoded too;
+    selections are of the logical matrix; argmax positions come out logical too)."""
 
     ref: TensorRef
     selections: tuple[Segments | None, ...]
@@ -121,7 +122,7 @@ def plan_reads(targets: Sequence[Target], reader: Reader, verify: bool) -> ReadP
     """Chunks of about reader.chunk_bytes covering every target (large tensors cut at SPLIT_BYTES
     multiples of their own start, whatever the reader: the same pieces, the same merged sums); with
     `verify` and a reader that hashes, every byte of the shards' data regions."""
-    spans = [Span(t.ref.shard, t.ref.start, t.ref.end) for t in targets]
+    spans = [Span(t.ref.shard, t.ref.start, t.ref.end, t.ref.quant.unit_bytes if t.ref.quant else 1) for t in targets]
     regions = reader.regions() if verify else None
     return ReadPlan(plan_chunks(spans, reader.chunk_bytes, cover=regions, split_bytes=SPLIT_BYTES), regions is not None)
 
@@ -136,6 +137,8 @@ def reduce_chunk(targets: Sequence[Target], chunk: Chunk, buf: np.ndarray, devic
             target = targets[piece.item]
             raw = buf[piece.offset : piece.offset + piece.hi - piece.lo]
             if not target.selections:
+                if target.decoder is not None:  # a vector computed from its bytes (a GGUF norm stored as 1 + w)
+                    raw = target.decoder.get().decode(raw, piece.lo)[0].view(np.uint8)
                 if target.summarize:
                     out.append((piece.item, summarize_vector(raw, target.ref.dtype.name, target.offset)))
                 else:
@@ -148,9 +151,11 @@ def reduce_chunk(targets: Sequence[Target], chunk: Chunk, buf: np.ndarray, devic
                     red = reduce_counted(counted.values, counted.weights, counted.numel, counted.locate)
                     out.append((piece.item, [[red]]))
                     continue
-                values, first = decoder.decode(raw, piece.lo)
+                values, first = decoder.decode(raw, piece.lo)  # float32, or rows only reordered: ref.dtype
                 selections = [s if s is None else decoder.selection(s) for s in target.selections]
-                out.append((piece.item, reduce_piece(values.view(np.uint8), "F32", selections, first)))
+                dtype = target.ref.dtype.name
+                out.append((piece.item, reduce_piece(values.view(np.uint8), dtype, selections, first)))
+                del values  # before the chunk's next piece is decoded: one piece's values at a time
                 continue
             dtype = target.ref.dtype.name
             lo = piece.lo // STORAGE_NUMPY[dtype].itemsize
@@ -207,12 +212,14 @@ class Fold:
                 yield item, self._finished(item, entry)
 
     def _finished(self, item: int, entry: _Partial) -> list[Reduction] | np.ndarray | VectorSummary:
+        handle = self._targets[item].decoder
+        if handle is not None and not self._targets[item].selections:  # a decoded vector: its decoder is done
+            handle.release()
         if entry.summary is not None:
             return entry.summary
         if entry.raw:
             return entry.raw[0] if len(entry.raw) == 1 else np.concatenate(entry.raw)
         merged = [parts[0].unpack() for parts in entry.reductions]
-        handle = self._targets[item].decoder
         if handle is not None:  # decoded order -> the logical matrix's flat index
             decoder = handle.get()
             for red in merged:

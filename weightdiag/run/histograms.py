@@ -139,48 +139,32 @@ def read_histograms(
 
 
 def _reduce(wanted: list[tuple[str, Any, Segments | None]], reader: Reader) -> Iterator[tuple[str, Any]]:
-    """(record name, its reduction): through the chunk engine where the reader has one (memory a few chunks,
-    whatever the tensor's size), else one whole tensor at a time (GGUF, .bin)."""
-    import numpy as np
-
+    """(record name, its reduction), through the chunk engine: memory a few chunks, whatever the tensor's size."""
     from ..decode.loader import CompanionLoader, LazyDecoder
-    from ..reduce.reduction import reduce_array
-    from ..source.plan import storage_view
+    from ..reduce.stream import Target, reduce_chunked
 
     quantized_refs = list({ref.name: ref for _, ref, _ in wanted if ref.quant is not None}.values())
     handle = {ref.name: i for i, ref in enumerate(quantized_refs)}  # the loader's index of each quantized tensor
     quantized = [ref.quant for ref in quantized_refs]
     loader = CompanionLoader(reader.tensor_bytes, quantized, lookahead=0) if quantized else None
     try:
-        if not reader.whole_tensors:
-            from ..reduce.stream import Target, reduce_chunked
-
-            # One target per tensor, in file order, with the selections of every record cut from it.
-            tensors: dict[str, tuple[Any, list[tuple[str, Segments | None]]]] = {}
-            for name, ref, cut in wanted:
-                tensors.setdefault(ref.name, (ref, []))[1].append((name, cut))
-            ordered = sorted(tensors.values(), key=lambda t: (t[0].shard, t[0].start))
-            targets = [
-                Target(
-                    ref,
-                    tuple(cut for _, cut in cuts),
-                    LazyDecoder(loader, handle[ref.name]) if ref.quant is not None and loader else None,
-                )
-                for ref, cuts in ordered
-            ]
-            for index, result in reduce_chunked(targets, reader, Execution.from_settings("cpu")):
-                assert isinstance(result, list)  # matrices: a reduction per selection
-                for (name, _), reduction in zip(ordered[index][1], result, strict=True):
-                    yield name, reduction
-            return
+        # One target per tensor, in file order, with the selections of every record cut from it.
+        tensors: dict[str, tuple[Any, list[tuple[str, Segments | None]]]] = {}
         for name, ref, cut in wanted:
-            raw = np.empty(ref.nbytes, dtype=np.uint8)
-            reader.read_into(ref, raw)
-            if ref.quant is not None and loader is not None:  # a quantized weight: its codes decoded
-                values, _ = loader.decoder(handle[ref.name]).decode(raw, 0)
-                yield name, reduce_array(values, "F32", cut)
-            else:
-                yield name, reduce_array(storage_view(ref, raw), ref.dtype.name, cut)
+            tensors.setdefault(ref.name, (ref, []))[1].append((name, cut))
+        ordered = sorted(tensors.values(), key=lambda t: (t[0].shard, t[0].start))
+        targets = [
+            Target(
+                ref,
+                tuple(cut for _, cut in cuts),
+                LazyDecoder(loader, handle[ref.name]) if ref.quant is not None and loader else None,
+            )
+            for ref, cuts in ordered
+        ]
+        for index, result in reduce_chunked(targets, reader, Execution.from_settings("cpu")):
+            assert isinstance(result, list)  # matrices: a reduction per selection
+            for (name, _), reduction in zip(ordered[index][1], result, strict=True):
+                yield name, reduction
     finally:
         if loader is not None:
             loader.close()

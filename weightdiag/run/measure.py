@@ -1,7 +1,7 @@
 """Measure a whole model: plan -> read every tensor once -> reduce -> fit -> the measured row.
 
-This is F1 + F2 + F3 of the Weibull paper as one streaming pass (engine/stream.py for safetensors:
-memory is a few chunk buffers, whatever the largest tensor; prefetch.py for decoded formats). What the
+This is F1 + F2 + F3 of the Weibull paper as one streaming pass through the chunk engine (reduce/stream.py):
+memory is a few chunk buffers, whatever the largest tensor, for every source. What the
 measurements mean (per-kind summaries, k classes, the lambda axis) is added by diagnose.kinds.interpret;
 api.fit_plan does both.
 """
@@ -39,8 +39,7 @@ from ..layout import (
 from ..layout.views import View, views_of, whole_rows
 from ..record.journal import Journal, Resumed
 from ..record.row import SCHEMA, matrix_record, vector_offset, vector_record
-from ..reduce.prefetch import Prefetcher
-from ..reduce.reduction import Reduction, reduce_array
+from ..reduce.reduction import Reduction
 from ..reduce.vectors import VectorSummary, values_of
 from ..segments import Segments
 from ..source.plan import ModelPlan, TensorRef
@@ -106,9 +105,9 @@ class _Work:
     @property
     def vector(self) -> bool:
         """Read as a vector: 1-D tensors, a mixer's parameters whatever their rank (Jamba's 2-D A_log, the
-        3-D convolutions) and experts' stacked biases; never a quantized weight."""
-        if self.ref.quant is not None:
-            return False
+        3-D convolutions) and experts' stacked biases; never a quantized weight of two dimensions or more."""
+        if self.ref.quant is not None:  # a 1-D one is decoded values still (a GGUF norm stored as 1 + w)
+            return len(self.ref.shape) == 1
         return len(self.ref.shape) == 1 or self.role.kind == "ssm_param" or any(v.vector for v in self.views)
 
 
@@ -160,37 +159,6 @@ def _check_quantized_views(ref: TensorRef, views: list[View]) -> None:
             "fit the unquantized base model instead",
             method=ref.quant.spec.method,
         )
-
-
-Reducer = Callable[[np.ndarray, str, Sequence[Segments | None]], list[Reduction]]
-
-
-def _reducer(device: str) -> Reducer:
-    """Reduce one tensor's raw bytes over several selections (None: the whole tensor; else a fused part)."""
-    if device == "cpu":
-        return lambda raw, dtype, segs: [reduce_array(raw.view(_np_storage(dtype)), dtype, seg) for seg in segs]
-    from ..reduce.reduction_torch import reduce_torch, upload
-
-    def on_device(raw: np.ndarray, dtype: str, segs: Sequence[Segments | None]) -> list[Reduction]:
-        data = upload(raw, dtype, device)  # once per tensor, however many parts it has
-        return [reduce_torch(data, dtype, device, seg) for seg in segs]
-
-    return on_device
-
-
-def _np_storage(dtype: str) -> np.dtype:
-    from ..source.plan import STORAGE_NUMPY
-
-    return STORAGE_NUMPY[dtype]
-
-
-def _allocator(device: str) -> Callable[[int], np.ndarray] | None:
-    if device == "cpu":
-        return None
-    import torch
-
-    # Pinned host memory lets the copy to the GPU run at full PCIe speed.
-    return lambda n: torch.empty(n, dtype=torch.uint8, pin_memory=True).numpy()
 
 
 def measure(
@@ -410,56 +378,39 @@ def _reduce_all(
 ) -> Iterator[tuple[_Work, _Reduced]]:
     """Reduce every selected tensor, yielding results in file order.
 
-    Every reader hands out byte ranges, so everything goes through the chunk engine (reduce/stream.py):
-    memory bounded by a few chunks, all cores and connections busy, even on one large tensor. (GGUF still
-    delivers whole dequantized tensors until its blocks decode in decode/: read one tensor at a time.)
+    Every reader hands out byte ranges (safetensors local or Hub, GGUF, .bin), so everything goes through
+    the chunk engine (reduce/stream.py): memory bounded by a few chunks, all cores and connections busy,
+    even on one large tensor.
     """
-    parts = [_parts(item, arch, options) for item in work]
-    if not reader.whole_tensors:
-        from ..decode.loader import CompanionLoader, LazyDecoder
-        from ..reduce.stream import Target, reduce_chunked
+    from ..decode.loader import CompanionLoader, LazyDecoder
+    from ..reduce.stream import Target, reduce_chunked
 
-        reader.set_connections(options.connections)
-        quantized = [item.ref.quant for item in work if item.ref.quant is not None]
-        loader = CompanionLoader(reader.tensor_bytes, quantized) if quantized else None
-        handles = iter(range(len(quantized)))
-        targets = []
-        for item, (segs, _) in zip(work, parts, strict=True):
-            vector = item.vector
-            targets.append(
-                Target(
-                    item.ref,
-                    () if vector else _selections(item, segs),
-                    LazyDecoder(loader, next(handles)) if loader is not None and item.ref.quant is not None else None,
-                    # a vector cut into records (experts' biases) is gathered whole: small, [experts, width]
-                    summarize=vector and not item.views and item.ref.nbytes > VECTOR_GATHER_BYTES,
-                    offset=vector_offset(item.role, arch.norm_offset),
-                )
+    parts = [_parts(item, arch, options) for item in work]
+    reader.set_connections(options.connections)
+    quantized = [item.ref.quant for item in work if item.ref.quant is not None]
+    loader = CompanionLoader(reader.tensor_bytes, quantized) if quantized else None
+    handles = iter(range(len(quantized)))
+    targets = []
+    for item, (segs, _) in zip(work, parts, strict=True):
+        vector = item.vector
+        targets.append(
+            Target(
+                item.ref,
+                () if vector else _selections(item, segs),
+                LazyDecoder(loader, next(handles)) if loader is not None and item.ref.quant is not None else None,
+                # a vector cut into records (experts' biases) is gathered whole: small, [experts, width]
+                summarize=vector and not item.views and item.ref.nbytes > VECTOR_GATHER_BYTES,
+                offset=vector_offset(item.role, arch.norm_offset),
             )
-        verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
-        on_bytes = (lambda n: progress("bytes", n)) if progress else None
-        try:
-            for index, result in reduce_chunked(targets, reader, execution, verify=verify, on_bytes=on_bytes):
-                yield work[index], _as_reduced(work[index], result, *parts[index], arch.norm_offset)
-        finally:
-            if loader is not None:
-                loader.close()
-        return
-    reduce = _reducer(execution.device)
-    # Whole decoded tensors: two reusable buffers, one filled while the other is reduced.
-    prefetch = Prefetcher(
-        work,
-        lambda w: w.ref.nbytes,
-        lambda w, out: reader.read_into(w.ref, out),
-        slots=2,
-        workers=1,
-        allocate=_allocator(execution.device),
-    )
-    for (item, raw), (segs, note) in zip(prefetch, parts, strict=True):  # the prefetcher keeps the order
-        if progress:
-            progress("bytes", item.ref.file_nbytes)
-        result = raw if item.vector else reduce(raw, item.ref.dtype.name, list(_selections(item, segs)))
-        yield item, _as_reduced(item, result, segs, note, arch.norm_offset)
+        )
+    verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
+    on_bytes = (lambda n: progress("bytes", n)) if progress else None
+    try:
+        for index, result in reduce_chunked(targets, reader, execution, verify=verify, on_bytes=on_bytes):
+            yield work[index], _as_reduced(work[index], result, *parts[index], arch.norm_offset)
+    finally:
+        if loader is not None:
+            loader.close()
 
 
 def _as_reduced(

@@ -1,16 +1,18 @@
 """Split the bytes to read into chunks of about one size: the unit of every read and reduction.
 
 Pure planning, no I/O. A tensor larger than a chunk is cut at fixed offsets from its own start
-(multiples of `chunk_bytes`), whatever else is read around it, so its partial reductions, and
-therefore the merged result, are the same bit for bit whether the file is read locally, from the
-Hub, whole or in part. Small neighbouring tensors are coalesced into one chunk (one ranged GET
-for hundreds of norm vectors). In `cover` mode the chunks tile each shard's data region without a
-hole (the bytes between and after selected tensors are read too), so that every byte of the file
-passes through the reader and can be hashed.
+(multiples of the split size, rounded down to whole code units for a GGUF weight: `cut_step`),
+whatever else is read around it, so its partial reductions, and therefore the merged result, are
+the same bit for bit whether the file is read locally, from the Hub, whole or in part. Small
+neighbouring tensors are coalesced into one chunk (one ranged GET for hundreds of norm vectors).
+In `cover` mode the chunks tile each shard's data region without a hole (the bytes between and
+after selected tensors are read too), so that every byte of the file passes through the reader
+and can be hashed.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,11 +23,13 @@ SPLIT_BYTES = 16 << 20
 
 @dataclass(frozen=True)
 class Span:
-    """What one work item needs: bytes [start, end) of shard `shard`."""
+    """What one work item needs: bytes [start, end) of shard `shard`, cut only at multiples of `unit` bytes
+    from its start (a GGUF weight's blocks, or heads of rows, are decoded whole: weightdiag.decode)."""
 
     shard: int
     start: int
     end: int
+    unit: int = 1
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,14 @@ def plan_chunks(
     return chunks
 
 
+def cut_step(split_bytes: int, unit: int) -> int:
+    """Where a tensor of `unit`-byte code units is cut: the largest multiple of the unit (and of CHUNK_ALIGN) up
+    to split_bytes, so that no unit straddles two pieces; split_bytes itself for units that divide CHUNK_ALIGN
+    (every element type and most packed codes), or one whole unit when a unit is larger than split_bytes."""
+    align = math.lcm(max(unit, 1), CHUNK_ALIGN)
+    return max(align, split_bytes - split_bytes % align)
+
+
 def _units(
     spans: Sequence[Span], chunk_bytes: int, cover: dict[int, tuple[int, int]] | None
 ) -> list[tuple[int, int, int, tuple[int, int] | None]]:
@@ -116,8 +128,9 @@ def _units(
             at = position.get(span.shard, cover[span.shard][0])
             filler(span.shard, at, span.start)
             position[span.shard] = span.end
-        for lo in range(0, span.end - span.start, chunk_bytes):
-            hi = min(lo + chunk_bytes, span.end - span.start)
+        step = cut_step(chunk_bytes, span.unit)
+        for lo in range(0, span.end - span.start, step):
+            hi = min(lo + step, span.end - span.start)
             units.append((span.shard, span.start + lo, span.start + hi, (item, lo)))
     if cover is not None:
         for shard, (data_start, size) in cover.items():

@@ -1,4 +1,4 @@
-"""GGUF files (llama.cpp): header validation, an HF-style config, dequantizing tensor reads.
+"""GGUF files (llama.cpp): header validation, an HF-style config, the tensor table, the reader.
 
 Format (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md), little-endian: magic "GGUF",
 u32 version (2 or 3; v1 used 32-bit counts and is refused), u64 tensor count, u64 metadata count,
@@ -11,21 +11,21 @@ offsets are aligned, inside the file and do not overlap. Every violation raises
 CheckpointFormatError with one line; no other exception escapes `parse_gguf`, and `open_gguf` adds
 only ModelPathError for paths it cannot open.
 
-What the pipeline sees (TensorRef): HF shapes (GGUF dims reversed) and the bytes the reader
-*delivers*, not the stored ones:
+What the pipeline sees (TensorRef): HF shapes (GGUF dims reversed); `start..end` are the stored bytes,
+read in chunks through the engine like a safetensors file's (GGUFReader is a LocalReader):
 
-* F32, F16, BF16, F64 (and integer types) are delivered as stored, under their own DType;
+* F32, F16, BF16, F64 (and integer types) are plain tensors of their own DType;
 * quantized types weightdiag can decode (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL,
-  IQ4_XS, MXFP4) are delivered dequantized to little-endian F32, with `note` "GGUF Q4_1,
-  dequantized";
+  IQ4_XS, MXFP4) are F32 tensors whose `quant` (format "gguf-q4_1", no companions: the scales
+  live in the blocks) has their blocks dequantized piece by piece (weightdiag.decode.formats.gguf),
+  with `note` "GGUF Q4_1, dequantized";
 * any other ggml type gets a non-fittable DType named "GGUF_<type>", so the pipeline lists the
   tensor as skipped ("float format GGUF_IQ2_XS is not supported for fitting yet").
 
-`start` is the tensor's real file offset (so sorting by it reads the file in order) and
-`end - start` the delivered size, which the pipeline allocates for `read_into`; the stored offset,
-type and size live in the reader. llama.cpp's convert script permutes the rows of llama-family
-attention Q and K weights (for its rotary layout) and stores Gemma norms as 1 + w; the reader
-undoes both, so values and row order match the Hugging Face checkpoint the file was made from.
+llama.cpp's convert script permutes the rows of llama-family attention Q and K weights (for its rotary
+layout) and stores Gemma norms as 1 + w: such tensors get a `quant` too (format "gguf-f16" for F16 rows,
+params `heads` and `subtract`) and are decoded in HF row order, 1 subtracted, so values and row order
+match the Hugging Face checkpoint the file was made from.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ import re
 import struct
 from collections import Counter
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -47,11 +46,10 @@ import numpy as np
 
 from ..dtypes import DTYPES, DType
 from ..errors import CheckpointFormatError, ModelPathError
-from .chunks import Chunk
-from .filecheck import FileIdentity, check, open_checked
+from .filecheck import FileIdentity
 from .files import blob_sha256
-from .plan import ModelPlan, ShardInfo, TensorRef
-from .reader import Reader
+from .local_reader import LocalReader
+from .plan import ModelPlan, Quantized, QuantSpec, ShardInfo, TensorRef
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -66,7 +64,6 @@ KEEP_STRINGS = 64  # longer string arrays (token lists, merges) are counted, not
 KEEP_NUMBERS = 4096  # per-layer numbers are kept; token types and scores are not
 METADATA_CHARS = 4096  # longer metadata strings are cut in plan.metadata
 _HEADER_CHUNK = 1 << 20
-_DECODE_CHUNK = 1 << 21  # stored bytes dequantized at a time: bounds the temporaries
 
 _TODO = "the file is damaged or not a GGUF file; re-download it"
 
@@ -129,186 +126,24 @@ GGML_TYPES: dict[int, GGMLType] = {
 }
 GGML_BY_NAME = {t.name: t for t in GGML_TYPES.values()}
 RAW_TYPES = ("F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64")  # delivered as stored
-
-
-# --- dequantization: blocks (n, block bytes) uint8 -> out (n, block elements) float32 ----------
-# Each decoder follows ggml's block layout; results are bit-identical to ggml's reference
-# dequantization (tests compare with the gguf package's).
-
-_NIBBLE_SHIFT = np.array([0, 4], dtype=np.uint8)
-_CRUMB_SHIFT = np.array([0, 2, 4, 6], dtype=np.uint8)
-_BIT_SHIFT = np.arange(8, dtype=np.uint8)
-_IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
-_MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.float32)  # e2m1 x 2
-
-
-def _f16(blocks: np.ndarray, at: int) -> np.ndarray:
-    """The f16 at byte `at` of every block, as an (n, 1) float32 column."""
-    return blocks[:, at : at + 2].view("<f2").astype(np.float32)
-
-
-def _nibbles(qs: np.ndarray) -> np.ndarray:
-    """(n, 16) bytes -> (n, 32) codes: low nibbles are elements 0..15, high nibbles 16..31."""
-    return ((qs[:, None, :] >> _NIBBLE_SHIFT[None, :, None]) & 15).reshape(len(qs), -1)
-
-
-def _high_bits(qh: np.ndarray) -> np.ndarray:
-    """(n, 4) bytes of a little-endian u32 -> (n, 32) bits, bit j for element j."""
-    return np.unpackbits(qh, axis=1, bitorder="little")
-
-
-def _q4_0(blocks: np.ndarray, out: np.ndarray) -> None:
-    out[:] = _nibbles(blocks[:, 2:])
-    out -= 8
-    out *= _f16(blocks, 0)
-
-
-def _q4_1(blocks: np.ndarray, out: np.ndarray) -> None:
-    out[:] = _nibbles(blocks[:, 4:])
-    out *= _f16(blocks, 0)
-    out += _f16(blocks, 2)
-
-
-def _q5_0(blocks: np.ndarray, out: np.ndarray) -> None:
-    out[:] = _nibbles(blocks[:, 6:]) | (_high_bits(blocks[:, 2:6]) << 4)
-    out -= 16
-    out *= _f16(blocks, 0)
-
-
-def _q5_1(blocks: np.ndarray, out: np.ndarray) -> None:
-    out[:] = _nibbles(blocks[:, 8:]) | (_high_bits(blocks[:, 4:8]) << 4)
-    out *= _f16(blocks, 0)
-    out += _f16(blocks, 2)
-
-
-def _q8_0(blocks: np.ndarray, out: np.ndarray) -> None:
-    np.multiply(blocks[:, 2:].view(np.int8), _f16(blocks, 0), out=out)
-
-
-def _iq4_nl(blocks: np.ndarray, out: np.ndarray) -> None:
-    np.take(_IQ4_VALUES, _nibbles(blocks[:, 2:]), out=out)
-    out *= _f16(blocks, 0)
-
-
-def _mxfp4(blocks: np.ndarray, out: np.ndarray) -> None:
-    # e8m0 scale: 2^(e - 127), halved because the value table is doubled.
-    scale = np.ldexp(np.float32(1), blocks[:, :1].astype(np.int32) - 128)
-    np.take(_MXFP4_VALUES, _nibbles(blocks[:, 1:]), out=out)
-    out *= scale
-
-
-def _k_scales(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Q4_K/Q5_K: 12 bytes -> eight 6-bit scales and eight 6-bit mins, each (n, 8) uint8."""
-    lo, hi, top = s[:, 0:4], s[:, 4:8], s[:, 8:12]
-    sc = np.concatenate([lo & 63, (top & 15) | ((lo >> 6) << 4)], axis=1)
-    mn = np.concatenate([hi & 63, (top >> 4) | ((hi >> 6) << 4)], axis=1)
-    return sc, mn
-
-
-def _q2_k(blocks: np.ndarray, out: np.ndarray) -> None:
-    n, s = len(blocks), blocks[:, 0:16]
-    # Element 128h + 32j + l takes bits 2j..2j+1 of qs[32h + l]; scale (and min) index is element // 16.
-    q = (blocks[:, 16:80].reshape(n, 2, 1, 32) >> _CRUMB_SHIFT[None, None, :, None]) & 3
-    dl = (_f16(blocks, 80) * (s & 15)).reshape(n, 16, 1)
-    ml = (_f16(blocks, 82) * (s >> 4)).reshape(n, 16, 1)
-    o = out.reshape(n, 16, 16)
-    o[:] = q.reshape(n, 16, 16)
-    o *= dl
-    o -= ml
-
-
-def _q3_k(blocks: np.ndarray, out: np.ndarray) -> None:
-    n = len(blocks)
-    hmask, qs, s = blocks[:, 0:32], blocks[:, 32:96], blocks[:, 96:108]
-    # Sixteen 6-bit signed scales: low 4 bits from bytes 0..7 (low then high nibbles), top 2 bits
-    # from bytes 8..11 (bit pairs 0..3 in turn).
-    low = ((s[:, None, 0:8] >> _NIBBLE_SHIFT[None, :, None]) & 15).reshape(n, 16)
-    high = ((s[:, None, 8:12] >> _CRUMB_SHIFT[None, :, None]) & 3).reshape(n, 16)
-    scale = (low | (high << 4)).astype(np.int8) - np.int8(32)
-    q = ((qs.reshape(n, 2, 1, 32) >> _CRUMB_SHIFT[None, None, :, None]) & 3).astype(np.int8)
-    # A clear hmask bit (bit 4h + j of hmask[l]) subtracts 4.
-    h = (hmask[:, None, :] >> _BIT_SHIFT[None, :, None]) & 1
-    q -= ((h ^ 1) << 2).astype(np.int8).reshape(n, 2, 4, 32)
-    o = out.reshape(n, 16, 16)
-    o[:] = q.reshape(n, 16, 16)
-    o *= (_f16(blocks, 108) * scale).reshape(n, 16, 1)
-
-
-def _q45_k(blocks: np.ndarray, out: np.ndarray, qs_at: int, qh: np.ndarray | None) -> None:
-    n = len(blocks)
-    sc, mn = _k_scales(blocks[:, 4:16])
-    # Four 32-byte chunks: low nibbles are sub-block 2c, high nibbles sub-block 2c + 1.
-    q = (blocks[:, qs_at:].reshape(n, 4, 1, 32) >> _NIBBLE_SHIFT[None, None, :, None]) & 15
-    q = q.reshape(n, 8, 32)
-    if qh is not None:  # Q5_K: bit j of qh[l] is the fifth bit of element l of sub-block j
-        q |= ((qh[:, None, :] >> _BIT_SHIFT[None, :, None]) & 1) << 4
-    o = out.reshape(n, 8, 32)
-    o[:] = q
-    o *= (_f16(blocks, 0) * sc).reshape(n, 8, 1)
-    o -= (_f16(blocks, 2) * mn).reshape(n, 8, 1)
-
-
-def _q4_k(blocks: np.ndarray, out: np.ndarray) -> None:
-    _q45_k(blocks, out, 16, None)
-
-
-def _q5_k(blocks: np.ndarray, out: np.ndarray) -> None:
-    _q45_k(blocks, out, 48, blocks[:, 16:48])
-
-
-def _q6_k(blocks: np.ndarray, out: np.ndarray) -> None:
-    n = len(blocks)
-    # Per 128-element half h: low 4 bits from ql[64h : 64h + 64] (low nibbles first), top 2 bits
-    # from bit pair j of qh[32h + l] for element 32j + l; scale index is element // 16.
-    low = (blocks[:, 0:128].reshape(n, 2, 1, 64) >> _NIBBLE_SHIFT[None, None, :, None]) & 15
-    high = (blocks[:, 128:192].reshape(n, 2, 1, 32) >> _CRUMB_SHIFT[None, None, :, None]) & 3
-    q = (low.reshape(n, 2, 128) | (high.reshape(n, 2, 128) << 4)).astype(np.int8) - np.int8(32)
-    o = out.reshape(n, 16, 16)
-    o[:] = q.reshape(n, 16, 16)
-    o *= (_f16(blocks, 208) * blocks[:, 192:208].view(np.int8)).reshape(n, 16, 1)
-
-
-def _iq4_xs(blocks: np.ndarray, out: np.ndarray) -> None:
-    n = len(blocks)
-    # Eight sub-blocks of 32: 6-bit scale = nibble of scales_l | bit pair of the u16 scales_h, minus 32.
-    low = ((blocks[:, None, 4:8] >> _NIBBLE_SHIFT[None, :, None]) & 15).transpose(0, 2, 1).reshape(n, 8)
-    sh = blocks[:, 2:4].view("<u2").astype(np.uint16)
-    high = (sh >> (2 * np.arange(8, dtype=np.uint16))) & 3
-    scale = (low | (high << 4)).astype(np.int16) - np.int16(32)
-    o = out.reshape(n, 8, 32)
-    np.take(_IQ4_VALUES, _nibbles(blocks[:, 8:].reshape(n * 8, 16)).reshape(n, 8, 32), out=o)
-    o *= (_f16(blocks, 0) * scale).reshape(n, 8, 1)
-
-
-DECODERS: dict[str, Callable[[np.ndarray, np.ndarray], None]] = {
-    "Q4_0": _q4_0,
-    "Q4_1": _q4_1,
-    "Q5_0": _q5_0,
-    "Q5_1": _q5_1,
-    "Q8_0": _q8_0,
-    "Q2_K": _q2_k,
-    "Q3_K": _q3_k,
-    "Q4_K": _q4_k,
-    "Q5_K": _q5_k,
-    "Q6_K": _q6_k,
-    "IQ4_NL": _iq4_nl,
-    "IQ4_XS": _iq4_xs,
-    "MXFP4": _mxfp4,
-}
-
-
-def dequantize(raw: np.ndarray, type_name: str, out: np.ndarray | None = None) -> np.ndarray:
-    """Stored bytes of a quantized tensor -> float32 values (flat), into `out` when given."""
-    t = GGML_BY_NAME[type_name]
-    blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, t.size)
-    if out is None:
-        out = np.empty(len(blocks) * t.block, dtype=np.float32)
-    per_chunk = max(1, _DECODE_CHUNK // t.size)
-    dst = out.reshape(-1, t.block)
-    with np.errstate(all="ignore"):  # random or damaged scales may overflow: inf/nan, not errors
-        for i in range(0, len(blocks), per_chunk):
-            DECODERS[type_name](blocks[i : i + per_chunk], dst[i : i + per_chunk])
-    return out
+RAW_FLOATS = RAW_TYPES[:4]
+# The quantized types weightdiag.decode.ggml_blocks dequantizes (tests hold the two lists equal); any other
+# type is planned as a non-fittable dtype, so the fit lists it as skipped.
+DEQUANTIZED_TYPES = (
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q8_0",
+    "Q2_K",
+    "Q3_K",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+    "IQ4_NL",
+    "IQ4_XS",
+    "MXFP4",
+)
 
 
 # --- the header ---------------------------------------------------------------------------------
@@ -657,124 +492,81 @@ def _metadata_text(value: Any, vtype: str) -> str:
     return text if len(text) <= METADATA_CHARS else f"{text[:METADATA_CHARS]}... ({len(text)} chars)"
 
 
-# --- the reader ---------------------------------------------------------------------------------
+# --- the reader and the tensor table -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Stored:
-    """Where a tensor's bytes are and what reading it involves."""
+class GGUFReader(LocalReader):
+    """A GGUF file read like a one-file safetensors checkpoint (local_reader.py): byte ranges mapped or copied
+    with pread, in chunks through the engine, each read checked to come from the file planned, unchanged
+    (filecheck.py). A quantized tensor's bytes are its blocks, decoded in the stream
+    (weightdiag.decode.formats.gguf)."""
 
-    offset: int
-    type: GGMLType
-    nbytes: int
-    heads: int | None = None  # un-permute rows in groups of this many heads (llama Q/K)
-    norm_shift: bool = False  # subtract 1 (Gemma norms stored as 1 + w)
-
-
-class GGUFReader(Reader):
-    """Reads tensors of one GGUF file with pread, dequantizing into the caller's buffer; each tensor checked to
-    come from the file planned, unchanged (filecheck.py: a file rewritten during a fit is exit 2, not a row)."""
-
-    whole_tensors = True
-
-    def chunk(self, chunk: Chunk) -> AbstractContextManager[np.ndarray]:
-        raise NotImplementedError("GGUF tensors are read whole (read_into)")
-
-    def __init__(self, path: Path, stored: dict[str, _Stored], identity: FileIdentity | None = None) -> None:
+    def __init__(self, path: Path, shard: ShardInfo, identity: FileIdentity | None = None) -> None:
+        super().__init__(path.parent, [shard], [identity] if identity is not None else None)
         self.path = path
-        self.stored = stored
-        self._identity = identity
-        self._fd: int | None = None
-
-    def _read_exact(self, view: memoryview, offset: int, name: str) -> None:
-        if self._fd is None:
-            if self._identity is None:
-                self._identity = FileIdentity.of(os.stat(self.path))
-            self._fd = open_checked(self.path, self._identity)
-        done = 0
-        while done < len(view):
-            got = os.preadv(self._fd, [view[done:]], offset + done)
-            if got == 0:
-                if self._identity is not None:  # it shrank since it was planned: say so
-                    check(self._fd, self.path, self._identity)
-                raise CheckpointFormatError(
-                    f"{self.path}: file ended while reading tensor {name!r} (truncated or changed while "
-                    "reading); re-download it",
-                    file=self.path,
-                )
-            done += got
-
-    def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
-        """Fill `out` (uint8, ref.nbytes) with the tensor's values in HF order and dtype."""
-        self._read_tensor(ref, out)
-        if self._fd is not None and self._identity is not None:  # not torn by a write while it was read
-            check(self._fd, self.path, self._identity)
-
-    def _read_tensor(self, ref: TensorRef, out: np.ndarray) -> None:
-        s = self.stored[ref.name]
-        if s.type.name in RAW_TYPES and not s.norm_shift:
-            self._read_exact(memoryview(out).cast("B"), s.offset, ref.name)  # type: ignore[arg-type]  # numpy's stubs: ndarray is a Buffer on 3.12+ only
-        elif s.type.name in DECODERS or s.type.name in RAW_TYPES:
-            values = out.view("<f4")
-            step = max(1, _DECODE_CHUNK // s.type.size) * s.type.size  # whole blocks per read
-            per = step // s.type.size * s.type.block
-            buf = np.empty(min(step, s.nbytes), dtype=np.uint8)
-            for i, at in enumerate(range(0, s.nbytes, step)):
-                chunk = buf[: min(step, s.nbytes - at)]
-                self._read_exact(memoryview(chunk), s.offset + at, ref.name)  # type: ignore[arg-type]  # numpy's stubs: ndarray is a Buffer on 3.12+ only
-                dst = values[i * per : i * per + len(chunk) // s.type.size * s.type.block]
-                if s.type.name in DECODERS:
-                    dequantize(chunk, s.type.name, dst)
-                else:  # a norm stored as float, delivered as F32 to shift it
-                    dst[:] = _raw_floats(chunk, s.type.name)
-            if s.norm_shift:
-                values -= 1
-        else:
-            raise CheckpointFormatError(
-                f"{self.path}: tensor {ref.name!r} is {s.type.name}, which weightdiag cannot dequantize; "
-                "exclude it (--exclude)",
-                file=self.path,
-            )
-        if s.heads:
-            _unpermute_rows(out, ref.shape, s.heads)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
-def _raw_floats(chunk: np.ndarray, type_name: str) -> np.ndarray:
-    if type_name == "BF16":
-        return (chunk.view("<u2").astype(np.uint32) << 16).view(np.float32)
-    return chunk.view({"F32": "<f4", "F16": "<f2", "F64": "<f8"}[type_name])
+_DECODE_SOURCE = "ggml ggml-quants.c (dequantize_row_*); llama.cpp convert_hf_to_gguf.py (LlamaModel.permute)"
 
 
-def _unpermute_rows(out: np.ndarray, shape: tuple[int, ...], heads: int) -> None:
-    """Undo convert_hf_to_gguf's LlamaModel.permute on the rows of `out`, in place, one head at a time.
+def _tensor_ref(t: GGUFTensor, heads: int | None, norm_shift: bool) -> TensorRef:
+    """What the pipeline sees of `t`: its HF shape, its stored bytes, the dtype its values are reduced in (F32
+    for what is dequantized or shifted) and, where values are computed from the bytes, a `quant` that has
+    them decoded in the stream: quantized blocks, rows in llama.cpp's rotary order, Gemma's 1 + w."""
+    name = t.type.name
+    if name in DEQUANTIZED_TYPES:
+        dtype, note = DTYPES["F32"], f"GGUF {name}, dequantized"
+    elif norm_shift:
+        dtype, note = DTYPES["F32"], f"GGUF {name}, stored as 1 + w; 1 subtracted"
+    elif name in RAW_TYPES:
+        dtype, note = DTYPES[name], None
+    else:  # not decodable: a non-fittable float DType puts it on the row's skipped list with a reason
+        bits = max(1, round(8 * t.type.size / t.type.block))
+        dtype, note = DType(f"GGUF_{name}", bits, "float", False), f"GGUF {name}: no dequantizer"
+    if heads:
+        note = f"{note}; Q/K rows un-permuted to HF order" if note else "Q/K rows un-permuted to HF order"
+    decoded = name in DEQUANTIZED_TYPES or norm_shift or (heads is not None and name in RAW_FLOATS)
+    return TensorRef(
+        t.name,
+        dtype,
+        t.shape,
+        0,
+        t.offset,
+        t.offset + t.nbytes,
+        note,
+        # The row records the file's type (Q4_1), not only the F32 the fit saw.
+        name if name != dtype.name else None,
+        name if name in DEQUANTIZED_TYPES else None,
+        quant=_quantized(t, dtype.name, heads, norm_shift) if decoded and t.nbytes else None,
+    )
 
-    The script stores HF row (h, i, j) of a (heads, 2, half) split at (h, j, i) of (heads, half, 2).
-    """
-    rows = shape[0]
-    per_head = rows // heads
-    grid = out.reshape(rows, -1)  # rows as bytes: works for any delivered dtype
-    for h in range(heads):
-        block = grid[h * per_head : (h + 1) * per_head]
-        block[:] = block.reshape(per_head // 2, 2, -1).swapaxes(0, 1).reshape(per_head, -1)
 
-
-def _delivered(t: GGUFTensor, norm_shift: bool) -> tuple[DType, int, str | None]:
-    """The DType, byte size and note of what read_into hands over for `t`."""
-    f32_size = 4 * math.prod(t.dims)
-    if t.type.name in RAW_TYPES and not norm_shift:
-        return DTYPES[t.type.name], t.nbytes, None
-    if t.type.name in DECODERS:
-        return DTYPES["F32"], f32_size, f"GGUF {t.type.name}, dequantized"
+def _quantized(t: GGUFTensor, delivered: str, heads: int | None, norm_shift: bool) -> Quantized:
+    """The decoding of `t` (no companions: a block's scales are in the block). Pieces hold whole blocks, and
+    whole heads of rows when the rows are to be un-permuted, so that every piece decodes in HF order."""
+    name, block = t.type.name, t.type.block
+    params: dict[str, Any] = {"ggml_type": name, "dtype": delivered}
+    unit = block
+    steps = [f"ggml's dequantize_row_{name.lower()}" if name in DEQUANTIZED_TYPES else "the stored values"]
+    if heads:
+        params["heads"] = heads
+        unit = math.lcm(t.shape[0] // heads * math.prod(t.shape[1:]), block)
+        steps.append("rows un-permuted per head")
     if norm_shift:
-        return DTYPES["F32"], f32_size, f"GGUF {t.type.name}, stored as 1 + w; 1 subtracted"
-    # Not decodable: a non-fittable float DType puts it on the row's skipped list with a reason.
-    bits = max(1, round(8 * t.type.size / t.type.block))
-    return DType(f"GGUF_{t.type.name}", bits, "float", False), t.nbytes, f"GGUF {t.type.name}: no dequantizer"
+        params["subtract"] = 1.0
+        steps.append("minus 1")
+    spec = QuantSpec(
+        format=f"gguf-{name.lower()}",
+        method="gguf",
+        bits=max(1, round(8 * t.type.size / block)),
+        label=f"GGUF {name}",
+        arithmetic=", ".join(steps) + ", in float32" if delivered == "F32" else ", ".join(steps),
+        source=_DECODE_SOURCE,
+        group=block if block > 1 else None,
+        params=params,
+    )
+    codes = TensorRef(t.name, DTYPES["U8"], (t.nbytes,), 0, t.offset, t.offset + t.nbytes)
+    return Quantized(spec, codes, {}, t.shape, unit // block * t.type.size)
 
 
 def _qk_heads(t: GGUFTensor, arch: Any, meta: dict[str, Any]) -> tuple[int | None, str | None]:
@@ -815,38 +607,17 @@ def open_gguf(path: str | os.PathLike[str], model_id: str | None = None) -> tupl
     arch = meta.get("general.architecture")
     names = {t.name for t in header.tensors}
     refs: list[TensorRef] = []
-    stored: dict[str, _Stored] = {}
     notes: list[str] = []
     for t in sorted(header.tensors, key=lambda t: t.offset):
         heads, why_not = _qk_heads(t, arch, meta)
         if why_not:
             notes.append(why_not)
-        norm_shift = arch in _NORM_PLUS_ONE and t.name.endswith("norm.weight") and t.type.name in RAW_TYPES[:4]
-        dtype, size, note = _delivered(t, norm_shift)
-        if heads:
-            note = f"{note}; Q/K rows un-permuted to HF order" if note else "Q/K rows un-permuted to HF order"
-        # The row records the file's type (Q4_1), not only the F32 the fit saw.
-        stored_type = t.type.name if t.type.name != dtype.name else None
-        quantization = t.type.name if t.type.name in DECODERS else None
-        refs.append(
-            TensorRef(
-                t.name,
-                dtype,
-                t.shape,
-                0,
-                t.offset,
-                t.offset + size,
-                note,
-                stored_type,
-                quantization,
-                stored_nbytes=t.nbytes if size != t.nbytes else None,
-            )
-        )
-        stored[t.name] = _Stored(t.offset, t.type, t.nbytes, heads, norm_shift)
+        norm_shift = arch in _NORM_PLUS_ONE and t.name.endswith("norm.weight") and t.type.name in RAW_FLOATS
+        refs.append(_tensor_ref(t, heads, norm_shift))
 
     counts = Counter(t.type.name for t in header.tensors)
     types_text = ", ".join(f"{n} {name}" for name, n in counts.most_common())
-    quantized = sorted(name for name in counts if name in DECODERS)
+    quantized = sorted(name for name in counts if name in DEQUANTIZED_TYPES)
     if quantized:
         notes.append(f"GGUF tensor types: {types_text}; {', '.join(quantized)} dequantized to F32 for fitting")
     split = _count(meta.get("split.count"))
@@ -856,16 +627,17 @@ def open_gguf(path: str | os.PathLike[str], model_id: str | None = None) -> tupl
     metadata = {k: _metadata_text(v, header.value_types[k]) for k, v in meta.items()}
     metadata["gguf.version"] = str(header.version)
     metadata["gguf.tensor_types"] = types_text
+    shard = ShardInfo(p.name, file_size, blob_sha256(p), digest.hexdigest())
     plan = ModelPlan(
         # The file name, as for every other file (general.name is free text: "SmolLM2 135M Instruct").
         model_id=model_id or p.stem,
         source="local",
         location=str(p.resolve()),
-        shards=[ShardInfo(p.name, file_size, blob_sha256(p), digest.hexdigest())],
+        shards=[shard],
         tensors=refs,
         config=hf_config(header, names),
         file_format="gguf",
         metadata=metadata,
         notes=notes,
     )
-    return plan, GGUFReader(p, stored, identity)
+    return plan, GGUFReader(p, shard, identity)

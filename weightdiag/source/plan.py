@@ -40,7 +40,8 @@ class ShardInfo:
 class QuantSpec:
     """One quantization format, as a decoder needs it and as the row reports it."""
 
-    format: str  # decoder id: fp8-block, fp8-channel, fp8-tensor, int-pack, nvfp4, mxfp4, bnb-4bit, bnb-int8, gptq, awq
+    # decoder id: fp8-block, fp8-channel, fp8-tensor, int-pack, nvfp4, mxfp4, bnb-4bit, bnb-int8, gptq, awq, gguf-<type>
+    format: str
     method: (
         str  # the checkpoint's quant_method (fp8, compressed-tensors, gptq, awq, bitsandbytes, mxfp4, modelopt, ...)
     )
@@ -76,6 +77,9 @@ class Quantized:
     codes: TensorRef  # the stored tensor the engine streams (its bytes are the chunks)
     companions: Mapping[str, TensorRef]
     logical_shape: tuple[int, ...]  # the dequantized weight's shape (HF layout: [out, in], experts first)
+    # The codes are decoded in whole units of this many bytes (a GGUF block, or whole heads of rows whose order
+    # llama.cpp changed), so the engine cuts them only between units (weightdiag.source.chunks.cut_step).
+    unit_bytes: int = 1
 
     @property
     def stored_names(self) -> list[str]:
@@ -93,9 +97,9 @@ class TensorRef:
     note: str | None = None  # e.g. "dequantized from Q4_1"
     stored_type: str | None = None  # the file's type when `dtype` is what it is delivered as (GGUF Q4_1 -> F32)
     quantization: str | None = None  # the quantized type it was dequantized from (GGUF Q4_1), else None
-    stored_nbytes: int | None = None  # bytes in the file when they differ from the delivered ones (GGUF)
-    # A quantized safetensors weight: start..end are its packed codes, decoded in the stream with its
-    # companions (scales, zero points, ...) into float32 values of `shape` (see weightdiag.decode).
+    stored_nbytes: int | None = None  # bytes in the file when they differ from start..end
+    # A quantized weight: start..end are its packed codes (a GGUF tensor's blocks), decoded in the stream with
+    # its companions (scales, zero points, ...; none for GGUF) into values of `shape` (see weightdiag.decode).
     quant: Quantized | None = None
 
     @property

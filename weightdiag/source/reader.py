@@ -34,8 +34,6 @@ class Reader(ABC):
     chunk_bytes: int = 32 << 20
     # True: chunks are read with fetch()/done() on threads of their own (network); False: with chunk().
     fetches: ClassVar[bool] = False
-    # True: only whole decoded tensors through read_into (GGUF until its blocks decode in decode/).
-    whole_tensors: ClassVar[bool] = False
 
     @property
     def workers(self) -> int:

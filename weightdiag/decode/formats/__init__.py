@@ -2,7 +2,7 @@
 
 from ...source.plan import Quantized
 from ..decoder import FACTORIES, Companions, Decoder
-from . import bnb, fp4, gptq, intpack, scaled  # noqa: F401  (each registers its formats)
+from . import bnb, fp4, gguf, gptq, intpack, scaled  # noqa: F401  (each registers its formats)
 
 
 def build_decoder(q: Quantized, companions: Companions) -> Decoder:

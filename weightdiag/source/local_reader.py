@@ -1,0 +1,110 @@
+"""Byte ranges of local files: the reader of local safetensors checkpoints and of GGUF files.
+
+Each shard is opened only while it is read, and checked, before and after, to be the file planned,
+unchanged (filecheck.py).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CheckpointFormatError
+from .chunks import Chunk
+from .filecheck import FileIdentity, break_pending, changed, check, open_checked, release_lease, take_read_lease
+from .plan import ShardInfo, TensorRef
+from .reader import Reader
+
+
+class LocalReader(Reader):
+    """Reads tensors of the plan's shard files, each opened only while it is read (filecheck.py).
+
+    `chunk` gives access to a chunk of bytes (weightdiag.source.chunks): zero-copy through a mapping of just that
+    range, held under a read lease so that no truncation can pull the pages away (SIGBUS) while it is
+    reduced, else copied with pread; `read_into` copies one tensor with pread (companions, tests). Every
+    read checks, before and after, that the shard is still the file planned, unchanged.
+    """
+
+    def __init__(self, root: Path, shards: list[ShardInfo], identities: list[FileIdentity] | None = None) -> None:
+        self._paths = [root / s.name for s in shards]
+        # Recorded where the headers were read; a reader built without them records each shard at first use.
+        self._identities: list[FileIdentity | None] = list(identities) if identities else [None] * len(shards)
+        self._lock = threading.Lock()
+        self._buffers = threading.local()  # pread fallback: one reusable buffer per worker thread
+
+    @contextmanager
+    def _open(self, shard: int) -> Iterator[tuple[int, Path, FileIdentity]]:
+        path, identity = self._paths[shard], self._identities[shard]
+        if identity is None:
+            with self._lock:
+                identity = self._identities[shard]
+                if identity is None:
+                    identity = self._identities[shard] = FileIdentity.of(os.stat(path))
+        fd = open_checked(path, identity)
+        try:
+            yield fd, path, identity
+        finally:
+            os.close(fd)
+
+    def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
+        with self._open(ref.shard) as (fd, path, identity):
+            _pread_exact(fd, memoryview(out).cast("B")[: ref.nbytes], ref.start, path, identity)  # type: ignore[arg-type]  # numpy's stubs: ndarray is a Buffer on 3.12+ only
+            check(fd, path, identity)
+
+    # Chunked reading (weightdiag.source.chunks): 32 MiB mappings measured fastest on two cores from the page
+    # cache (76% of `cat` against 47% for pread into reused buffers).
+    chunk_bytes = 32 << 20
+
+    @contextmanager
+    def chunk(self, chunk: Chunk) -> Iterator[np.ndarray]:
+        """The chunk's bytes, valid inside the `with`: mapped under a read lease (populated up front: one
+        system call instead of a page fault per 4 KiB), else copied into this thread's buffer."""
+        with self._open(chunk.shard) as (fd, path, identity):
+            if not take_read_lease(fd):
+                buf = self._buffer(chunk.nbytes)
+                _pread_exact(fd, buf, chunk.start, path, identity)
+                check(fd, path, identity)  # not torn by a write while it was copied
+                yield buf
+                return
+            try:
+                check(fd, path, identity)  # unchanged when the lease was taken: from now on a writer waits
+                yield _mapped(fd, chunk, path)
+                if break_pending(fd):
+                    raise changed(path, "another process is truncating or writing to it")
+                check(fd, path, identity)  # renamed or replaced meanwhile (a lease does not stop a rename)
+            finally:
+                release_lease(fd)
+
+    def _buffer(self, nbytes: int) -> np.ndarray:
+        buf = getattr(self._buffers, "buf", None)
+        if buf is None or buf.size < nbytes:
+            buf = self._buffers.buf = np.empty(max(nbytes, self.chunk_bytes), dtype=np.uint8)
+        return buf[:nbytes]
+
+
+def _mapped(fd: int, chunk: Chunk, path: Path) -> np.ndarray:
+    """Bytes [chunk.start, chunk.end) of `fd` through a mapping of just that range, unmapped when the last
+    view of it is dropped."""
+    start = chunk.start - chunk.start % mmap.ALLOCATIONGRANULARITY
+    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+    try:
+        mapping = mmap.mmap(fd, chunk.end - start, flags=flags, prot=mmap.PROT_READ, offset=start)
+    except (ValueError, OSError) as exc:
+        raise CheckpointFormatError(f"{path}: cannot map bytes ({exc}); re-download it", file=path) from None
+    return np.frombuffer(mapping, dtype=np.uint8, count=chunk.nbytes, offset=chunk.start - start)
+
+
+def _pread_exact(fd: int, out: np.ndarray | memoryview, offset: int, path: Path, identity: FileIdentity) -> None:
+    view, done = memoryview(out).cast("B"), 0  # type: ignore[arg-type]  # numpy's stubs: ndarray is a Buffer on 3.12+ only
+    while done < view.nbytes:
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if got == 0:  # the file ended early: it shrank after it was opened
+            check(fd, path, identity)
+            raise changed(path, f"it ends before byte {offset + view.nbytes}")
+        done += got
