@@ -38,8 +38,8 @@ weightwatcher.py, RMT_Util.py, WW_powerlaw.py), plus its `mp_fit=True` columns a
 Not here: WW's randomize=True columns (rand_num_spikes/num_traps, max_rand_eval, rand_distance,
 ww_softrank, ww_maxdist) need the spectrum of W with its entries shuffled by numpy's global RNG, which
 no streamed Gram can give; `rand_distance` below computes WW's formula from such a spectrum when a caller
-has one. WW 0.7.7 under a CUDA torch rounds singular values to float16 and uses EVALS_THRESH = 1e-4 and
-EPSILON = 6e-5: these are the values of its CPU path.
+has one. WW 0.7.7 under a CUDA torch converts a state dict's weights to float16, runs a float32 SVD and uses
+EVALS_THRESH = 1e-4 and EPSILON = 6e-5: these are the values of its CPU path (float32 weights, float64 SVD).
 """
 
 from __future__ import annotations
