@@ -144,8 +144,11 @@ def _stdout() -> "Console":
 def _progress(quiet: bool):  # -> FitProgress
     """The fit progress bar on stderr: not with -q, not when stderr is no terminal (a log file), not when
     HF_HUB_DISABLE_PROGRESS_BARS is set (FitProgress reads it)."""
+    from .kernels import fallback_note
     from .render.tables import FitProgress
 
+    if note := fallback_note():  # once a process, and only without the C kernels
+        _say(note, quiet)
     return FitProgress(_stderr(), enabled=not quiet and _stderr().is_terminal)
 
 
@@ -996,7 +999,7 @@ def _environment() -> dict[str, Any]:
     import platform
     from importlib import metadata
 
-    from .kernels import BACKEND
+    from .kernels import describe
 
     try:
         torch_version = metadata.version("torch")
@@ -1010,7 +1013,7 @@ def _environment() -> dict[str, Any]:
         "weightdiag version": __version__,
         "Python version": platform.python_version(),
         "Platform": platform.platform(),
-        "Kernels": "C extension" if BACKEND == "c" else "numpy (the C extension is not built, or WEIGHTDIAG_KERNELS)",
+        "Kernels": describe(),
         "Cores": _cores_summary(),
         "Torch version": torch_version or "not installed (only needed for .bin files and CUDA)",
         "CUDA": _cuda_summary() if torch_version else "no (torch is not installed)",
