@@ -144,18 +144,19 @@ def _stdout() -> "Console":
 def _progress(quiet: bool):  # -> FitProgress
     """The fit progress bar on stderr: not with -q, not when stderr is no terminal (a log file), not when
     HF_HUB_DISABLE_PROGRESS_BARS is set (FitProgress reads it)."""
-    from .kernels import fallback_note
     from .render.tables import FitProgress
 
-    if note := fallback_note():  # once a process, and only without the C kernels
-        _say(note, quiet)
     return FitProgress(_stderr(), enabled=not quiet and _stderr().is_terminal)
 
 
 def _say(text: str, quiet: bool) -> None:
     """One line of chatter on stderr (what was written, what was fitted, fallbacks), unless -q."""
     if not quiet:
-        _stderr().print(text, markup=False, highlight=False, soft_wrap=True)
+        from .kernels import fallback_note  # once the numpy kernels ran (no C), before the first line: never an error's
+
+        for line in (fallback_note(), text):
+            if line is not None:
+                _stderr().print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 # Notes a source adds to the row when it had to fall back (weightdiag.source.hub._from_cache_only).

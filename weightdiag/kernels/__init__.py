@@ -56,14 +56,20 @@ def describe() -> str:
     return "C extension" if HAVE_C else f"numpy ({WHY_NUMPY})"
 
 
+_ran = False  # the numpy kernels counted something in this process
 _noted = False
 
 
+def _ran_numpy() -> None:
+    global _ran
+    _ran = True
+
+
 def fallback_note() -> str | None:
-    """The one line the CLI says when the numpy kernels are in use: only the first time it is asked in a process
-    (None with the C kernels, and after that). Not a warning: the results are the same, only slower."""
+    """The one line the CLI says once the numpy kernels have run: only the first time it is asked in a process
+    (None with the C kernels, before they ran, and after that). Not a warning: the results are the same, slower."""
     global _noted
-    if HAVE_C or _noted:
+    if HAVE_C or _noted or not _ran:
         return None
     _noted = True
     return f"note: {WHY_NUMPY}: the pure-numpy kernels are used (the same results, several times slower)"
@@ -127,6 +133,7 @@ def _map(fn: Callable[[np.ndarray], Any], view: np.ndarray) -> list[Any]:
 
 def _chunks(view: np.ndarray):
     """(flat offset, 1-D chunk) over a 2-D view, for the numpy kernels."""
+    _ran_numpy()
     for r, row in enumerate(view):
         for lo in range(0, row.size, NUMPY_CHUNK):
             yield r * view.shape[1] + lo, row[lo : lo + NUMPY_CHUNK]
@@ -393,6 +400,7 @@ def count_slots(codes: np.ndarray, slots: np.ndarray, col0: int, group: int, bit
     if HAVE_C:
         _c.count_slots(codes, slots, col0, group, bits, ncodes, out)
         return
+    _ran_numpy()
     _check_codes("count_slots", codes, bits, ncodes)  # the C code checks them as it counts
     values = _codes(codes, bits)
     cols = col0 + np.arange(values.shape[1])
@@ -415,6 +423,7 @@ def locate_slots(
     if HAVE_C:
         flags = np.ascontiguousarray(wanted, dtype=np.uint8)
         return int(_c.locate_slots(codes, slots, col0, group, bits, ncodes, flags, high_first))
+    _ran_numpy()
     values = _codes(codes, bits, high_first)
     wanted = wanted.astype(bool)
     cols = col0 + np.arange(values.shape[1])
@@ -443,6 +452,7 @@ def reduce_slots(
         tops = np.empty(SLOT_TOPS, dtype=np.int64)
         n_split, n_inf, top, n_tops = _c.reduce_slots(weights, values, first_bins, last_bins, counts, hist, split, tops)
         return counts, hist, split[:n_split], n_inf, top, tops[:n_tops] if n_tops <= SLOT_TOPS else None
+    _ran_numpy()
     held = np.flatnonzero(weights)
     w, bits = weights[held], values[held].view(np.uint32)
     np.add.at(counts, bits >> 16, w)
@@ -469,6 +479,7 @@ def weighted_power_sums(values: np.ndarray, weights: np.ndarray, shift: float) -
     if HAVE_C:
         _c.weighted32(values, weights, float(shift), None, sums)
         return sums
+    _ran_numpy()
     keep = np.isfinite(values) & (weights > 0)
     x, w = values[keep].astype(np.float64), weights[keep].astype(np.float64)
     d = x - shift
