@@ -9,7 +9,6 @@ import io
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import traceback
@@ -34,25 +33,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
-@pytest.fixture(params=["c", "numpy"])
+@pytest.fixture(params=["c", "numpy"] if kernels.HAVE_C else ["numpy"])
 def kernel_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each kernel implementation in turn, for a test that holds both to one oracle: "c" (skipped only where this
-    process runs the numpy kernels: WEIGHTDIAG_KERNELS=numpy, or no C build and WEIGHTDIAG_REQUIRE_C_KERNELS unset),
-    then "numpy", the fallback (HAVE_C off for the test). A test that takes it is marked `kernels`, so the numpy
-    pass of scripts/test runs it too."""
-    if request.param == "c" and not kernels.HAVE_C:
-        pytest.skip(f"the C kernels are not in use here: {kernels.WHY_NUMPY}")
+    """Each kernel implementation this process has, in turn, for a test that holds both to one oracle: "c", then
+    "numpy", the fallback (HAVE_C off for the test); only "numpy" where the process runs the numpy kernels
+    (WEIGHTDIAG_KERNELS=numpy, or no C build and WEIGHTDIAG_REQUIRE_C_KERNELS unset). A test that takes it is
+    marked `kernels`, so the numpy pass of scripts/test runs it too."""
     if request.param == "numpy":
         monkeypatch.setattr(kernels, "HAVE_C", False)
     return request.param
-
-
-def default_signals() -> None:
-    """preexec_fn of a child a test sends signals to: SIGINT, SIGTERM and SIGHUP take their default action in it.
-    A child inherits ignored signals, and a suite started in a background job has SIGINT ignored (nohup: SIGHUP),
-    so the child's Python would never see the Ctrl-C the test sends."""
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_DFL)
 
 
 def _package_dir(module: str) -> Path | None:
@@ -232,7 +221,7 @@ def _run_cli_in_process(args: list[str], env: dict[str, str] | None, cwd: Path |
     ]
     handler_streams = [h.stream for h in handlers]
     had_pool = kernels._pool.cache_info().currsize > 0
-    kernels._noted = False  # a fresh process has not said which kernels it uses yet
+    kernels._ran = kernels._noted = False  # a fresh process: no kernel ran yet, nothing said about them
     code: int | str | None = 0
     try:
         os.environ.update({**CLI_ENV, **(env or {})})

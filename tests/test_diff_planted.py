@@ -18,6 +18,8 @@ from weightdiag.diff.run import diff
 from .conftest import run_cli
 from .diff_checkpoints import base_tensors, low_rank_update, noise, stored, values, write
 
+pytestmark = pytest.mark.kernels  # scripts/test runs these again on the numpy kernels
+
 Q1 = "model.layers.1.self_attn.q_proj.weight"
 O2 = "model.layers.2.self_attn.o_proj.weight"
 

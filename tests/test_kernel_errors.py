@@ -3,7 +3,7 @@ run on the C kernels and on the numpy fallback (the kernel_backend fixture), rai
 input neither can use. Was: count_slots' fallback raised IndexError for a slot past `out` where C said ValueError,
 counted a negative slot into another slot's codes, and read a float16 view as its values where C reads its codes;
 count_f32 with an irregular bucket numbered past its histograms wrote past them in C (a segmentation fault).
-Also: the C code alone refuses what would have it write or read past its buffers (a code of ncodes or more)."""
+The C code called alone: tests/test_kernel_build.py."""
 
 from __future__ import annotations
 
@@ -215,21 +215,3 @@ def test_a_view_is_read_as_the_bytes_it_holds(kernel_backend):
     wanted = np.zeros((2, 256), dtype=np.uint8)
     wanted[1, 21] = 1  # code 21 is row 1's sixth element, in its first group: slot 1
     assert _locate(CODES, SLOTS.astype(np.int64), wanted=wanted) == 16 + 5  # slots of any integer type
-
-
-@pytest.mark.skipif(not kernels.HAVE_C, reason="calls the C module itself")
-@pytest.mark.parametrize("bits", [8, 4])
-def test_the_c_code_alone_never_counts_or_reads_past_its_buffers(bits):
-    """Called directly (no checks in Python before it), a code of ncodes or more in the last slot is an error,
-    not a write past `out` or a read past `wanted`."""
-    codes = np.full((1, 16), 0xFF, dtype=np.uint8)
-    slots = np.array([[1]], dtype=np.int32)  # the last of two slots
-    out = np.zeros(2 * 8, dtype=np.int64)
-    with pytest.raises(ValueError, match="count_slots: code out of range"):
-        kernels._c.count_slots(codes, slots, 0, 32, bits, 8, out)
-    wanted = np.zeros(2 * 8, dtype=np.uint8)
-    wanted[-1] = 1
-    with pytest.raises(ValueError, match="locate_slots: code out of range"):
-        kernels._c.locate_slots(codes, slots, 0, 32, bits, 8, wanted, False)
-    with pytest.raises(ValueError, match="count_slots: inconsistent shapes"):
-        kernels._c.count_slots(codes, slots, -32, 32, bits, 8, out)
