@@ -23,6 +23,10 @@ from weightdiag.dtypes import DTYPES
 from weightdiag.errors import CheckpointFormatError
 from weightdiag.source.plan import Quantized, QuantSpec, TensorRef
 
+from .quant_checkpoints import bnb_4bit_values
+
+pytestmark = pytest.mark.kernels  # scripts/test runs these again on the numpy kernels
+
 ROLES_4BIT = {
     "weight.absmax": "absmax",
     "weight.quant_map": "quant_map",
@@ -149,19 +153,7 @@ def _oracle_4bit(bnb, torch, tensors, via_torch_kernel: bool = False) -> np.ndar
     codes = torch.frombuffer(bytearray(tensors["weight"][2].tobytes()), dtype=torch.uint8).reshape(-1, 1)
     if not via_torch_kernel:
         return dequantize_4bit(codes, state).numpy()
-    # bitsandbytes' torch kernel (backends/default/ops.py): flat blocks whatever the row length
-    from bitsandbytes.backends.default.ops import _dequantize_4bit_compute
-    from bitsandbytes.backends.utils import _get_4bit_code
-    from bitsandbytes.functional import dequantize_blockwise
-
-    absmax = state.absmax
-    if state.nested:
-        absmax = dequantize_blockwise(state.absmax, state.state2)
-        absmax += state.offset
-    code = _get_4bit_code(state.quant_type, codes.device)
-    return _dequantize_4bit_compute(
-        codes.reshape(-1), absmax, code, state.blocksize, state.shape, torch.float32
-    ).numpy()
+    return bnb_4bit_values(codes, state).numpy()  # bitsandbytes' torch kernel: flat blocks whatever the row length
 
 
 @pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
