@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -42,6 +43,14 @@ def kernel_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
     if request.param == "numpy":
         monkeypatch.setattr(kernels, "HAVE_C", False)
     return request.param
+
+
+def default_signals() -> None:
+    """preexec_fn of a child a test sends signals to: SIGINT, SIGTERM and SIGHUP take their default action in it.
+    A child inherits ignored signals, and a suite started in a background job has SIGINT ignored (nohup: SIGHUP),
+    so the child's Python would never see the Ctrl-C the test sends."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def _package_dir(module: str) -> Path | None:

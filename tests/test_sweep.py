@@ -20,7 +20,7 @@ from weightdiag.errors import BadInputError
 from weightdiag.run import sweep as sw
 from weightdiag.testing import synthetic
 
-from .conftest import run_cli
+from .conftest import default_signals, run_cli
 
 RUN = synthetic.RunSpec()  # steps 0..8000, peak 1000, 2 stagnant deep blocks, step 8000 == step 4000
 
@@ -302,6 +302,7 @@ def test_a_signal_stops_a_parallel_sweep_at_once(run_folder, tmp_path, signum, c
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=default_signals,  # SIGINT is not ignored, even when the suite runs in a background job
     )
     time.sleep(2.5)  # the workers are started and inside their first slowed write
     workers = _children(proc.pid)
