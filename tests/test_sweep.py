@@ -342,6 +342,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow  # worker processes started and killed: 6 s
 def test_sweep_workers_end_when_the_sweep_is_killed_with_9(run_folder, tmp_path):
     """kill -9 leaves no handler to end the workers: they notice their parent is gone and exit within a
     second, writing nothing after it, instead of fitting on re-parented to pid 1."""
@@ -400,6 +401,7 @@ def test_a_parallel_sweep_leaves_the_environment_as_it_found_it(run_folder, tmp_
     assert "WEIGHTDIAG_THREADS" not in os.environ
 
 
+@pytest.mark.slow  # two sweeps of worker processes: 6 s
 def test_two_sweeps_of_one_run_share_the_work(run_folder, tmp_path):
     """Two sweeps of the same run into one database at once: each revision is fitted by one of them (a claim
     per revision while it is fitted), the other reports it claimed or existing; every row is written once."""
