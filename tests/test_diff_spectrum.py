@@ -7,8 +7,6 @@ import pytest
 
 from weightdiag.diff.spectrum import Gram, Sketch, accumulator, rank90_bounds, rank_at
 
-pytestmark = pytest.mark.kernels  # scripts/test runs these again on the numpy kernels
-
 
 def feed(acc, a: np.ndarray, rows: int):
     """Row blocks in order, as the paired stream hands them."""
