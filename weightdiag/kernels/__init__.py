@@ -35,7 +35,7 @@ def _load_c() -> tuple[Any, str | None]:
     if settings.numpy_kernels_forced():
         return None, FORCED
     try:
-        from . import _kernels  # type: ignore[attr-defined]
+        from . import _kernels
     except ModuleNotFoundError:
         return None, "the C extension is not built"
     except ImportError as exc:  # built, but it does not load (another Python's build, a missing symbol)
