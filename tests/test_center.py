@@ -14,6 +14,8 @@ from weightdiag.fit.weibull import fit_exact, fit_hist1024
 from weightdiag.reduce.reduction import reduce_array
 from weightdiag.run.measure import FitOptions
 
+pytestmark = pytest.mark.kernels  # scripts/test runs these again on the numpy kernels
+
 RNG = np.random.default_rng(7)
 
 

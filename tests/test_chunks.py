@@ -18,6 +18,8 @@ from weightdiag.source import chunks
 from weightdiag.source.chunks import Span, plan_chunks
 from weightdiag.testing import synthetic
 
+pytestmark = pytest.mark.kernels  # scripts/test runs these again on the numpy kernels
+
 _CONTEXT = ("model", "files", "created", "run", "notes")
 
 

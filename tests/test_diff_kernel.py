@@ -2,7 +2,9 @@
 
 Every figure a block gives (counts of both sides, of ΔW and of the ratio, the cohort histogram of ΔW, the
 largest magnitudes and where they first are, unchanged elements, sign flips, ΔW itself) must be equal;
-the float64 sums agree to rounding. Blocks with Inf/NaN go to the numpy path."""
+the float64 sums agree to rounding. Blocks with Inf/NaN go to the numpy path. Without the C kernels (the numpy
+pass of scripts/test) every block takes the numpy path, held to figures taken from its elements directly
+(tests/kernel_oracle.py) and to the figures of the whole."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from weightdiag import kernels
 from weightdiag.diff import measures
 from weightdiag.diff.measures import CountedPart, Side, Totals, block_part, figures
 
-pytestmark = pytest.mark.skipif(not kernels.HAVE_C, reason="C kernels not built")
+from . import kernel_oracle
+
+pytestmark = pytest.mark.kernels
 
 
 def codes16(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -65,11 +69,12 @@ def test_the_kernel_equals_the_numpy_path(monkeypatch, dtype, case):
     with np.errstate(over="ignore"):
         base, tuned = Side(dtype, codes16(b, dtype)), Side(dtype, codes16(t, dtype))
     part, delta = block_part(base, tuned)
-    assert isinstance(part, CountedPart)
+    assert isinstance(part, CountedPart) == kernels.HAVE_C
     oracle, delta_ref = numpy_path(monkeypatch, base, tuned)
     assert np.array_equal(delta, delta_ref)
     mine, fig = folded(part)
     ref, fig_ref = folded(oracle)
+    kernel_oracle.assert_pair_figures(mine, [(base, tuned)])
     for name in ("base", "tuned", "delta", "ratio"):
         a, c = getattr(mine, name).unpack(), getattr(ref, name).unpack()
         assert np.array_equal(a.counts, c.counts), name

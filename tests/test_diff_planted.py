@@ -19,6 +19,8 @@ from weightdiag.run.measure import FitOptions
 from .conftest import run_cli
 from .diff_checkpoints import base_tensors, low_rank_update, noise, stored, values, write
 
+pytestmark = pytest.mark.kernels  # scripts/test runs these again on the numpy kernels
+
 Q1 = "model.layers.1.self_attn.q_proj.weight"
 O2 = "model.layers.2.self_attn.o_proj.weight"
 

@@ -61,6 +61,8 @@ def ft_result(minilm_dir, fine_tuned) -> dict:
     return _run(minilm_dir, fine_tuned)
 
 
+@pytest.mark.slow  # the fine-tune: a minute or two of CPU
+@pytest.mark.kernels  # scripts/test-slow runs it again on the numpy kernels
 def test_fine_tune_figures_equal_numpy(minilm_dir, fine_tuned, ft_result):
     base = load_file(str(minilm_dir / "model.safetensors"))
     tuned = load_file(str(fine_tuned / "model.safetensors"))
@@ -83,6 +85,8 @@ def test_fine_tune_figures_equal_numpy(minilm_dir, fine_tuned, ft_result):
             assert rec["rank90"] == truth, name  # exact path: MiniLM's matrices are at most 1536 wide
 
 
+@pytest.mark.slow  # the fine-tune: a minute or two of CPU
+@pytest.mark.kernels  # scripts/test-slow runs it again on the numpy kernels
 def test_fine_tune_findings(ft_result):
     found = {f["code"]: f for f in ft_result["findings"]}
     pooler = {m["name"]: m for m in ft_result["matrices"]}["pooler.dense.weight"]
@@ -131,6 +135,8 @@ def test_a_corrupted_hub_transfer_fails_the_sha256_check(fake_hub, minilm_dir, l
         _run("acme/minilm", "acme/minilm-lora")
 
 
+@pytest.mark.slow  # the fine-tune: a minute or two of CPU
+@pytest.mark.kernels  # scripts/test-slow runs it again on the numpy kernels
 def test_hub_against_local(fake_hub, minilm_dir, fine_tuned, ft_result):
     fake_hub.add_folder("acme/minilm", minilm_dir)
     mixed = _run("acme/minilm", fine_tuned)

@@ -21,6 +21,8 @@ from weightdiag.fit.weibull import (
 from weightdiag.reduce.reduction import reduce_array
 from weightdiag.testing import synthetic
 
+pytestmark = pytest.mark.kernels  # scripts/test runs these again on the numpy kernels
+
 K0, LAMBDA0 = 1.2054, 0.8875  # paper App. A.1
 
 

@@ -454,6 +454,7 @@ def test_smollm_plan_and_config(smollm):
     assert "Q8_0" in embed.note
 
 
+@pytest.mark.slow  # the gguf package dequantizes in Python: 5 to 8 s
 def test_smollm_values_match_the_gguf_package(smollm, smollm_gguf):
     gguf = pytest.importorskip("gguf")
     plan, reader = smollm

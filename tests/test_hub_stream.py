@@ -225,6 +225,7 @@ def test_the_last_round_of_chunks_is_read_in_parts(fake_hub, model, small_chunks
     assert len(fake_hub.requests_to("/cdn/")) >= requests_whole + 8  # the last chunks came in parts
 
 
+@pytest.mark.slow  # waits out its deadlines: 10 s or more
 def test_a_trickling_download_ends_in_exit_3(fake_hub, model, monkeypatch):
     """--download goes through huggingface_hub, whose read timeout never fires on a trickle: the growth of
     the partial file in the cache is watched instead."""

@@ -2,7 +2,11 @@
 review: each path is compared with the one it replaced (its oracle): the diff's numpy path (kernels.HAVE_C
 forced off), the F32 reduction's four passes (reduce.ONE_PASS off), an exact SVD for the sketch.
 The tests not named test_ok_* each failed on the first version of the kernels (the comment says what was
-wrong and what is right); test_ok_* pin cases that were right from the start."""
+wrong and what is right); test_ok_* pin cases that were right from the start.
+
+Without the C kernels (the numpy pass of scripts/test) the same blocks go through the numpy paths, the oracles
+themselves: there each test holds them to its own assertions and to the plain numpy of tests/kernel_oracle.py
+(the F32 reductions) or to figures taken from the elements directly (the diff's counts and sums)."""
 
 from __future__ import annotations
 
@@ -20,7 +24,9 @@ from weightdiag.reduce import reduction as reduce_module
 from weightdiag.reduce.reduction import reduce_array
 from weightdiag.segments import Segments
 
-needs_c = pytest.mark.skipif(not kernels.HAVE_C, reason="C kernels not built")
+from . import kernel_oracle as oracle
+
+pytestmark = pytest.mark.kernels
 BF16_MAX = float(np.array([0x7F7F0000], dtype=np.uint32).view(np.float32)[0])
 
 
@@ -54,14 +60,20 @@ def fold(parts) -> Totals:
     return totals
 
 
+COUNTED = "CountedPart" if kernels.HAVE_C else "BlockPart"  # a block pair16 counts (the numpy path without C)
+
+
 def both_paths(monkeypatch, blocks, dtype: str):
-    """(kinds of the new path's parts, new totals, oracle totals) for blocks [(base values, tuned values)]."""
+    """(kinds of the new path's parts, new totals, oracle totals) for blocks [(base values, tuned values)]; the
+    totals of finite blocks are also held to figures taken from their elements directly."""
     sides = [(side(b, dtype), side(t, dtype)) for b, t in blocks]
     with np.errstate(over="ignore", invalid="ignore"):
         mine = [block_part(b, t) for b, t in sides]
         ref = oracle_parts(monkeypatch, sides)
     kinds = [type(p).__name__ for p, _ in mine]
-    return kinds, fold([p for p, _ in mine]), fold([p for p, _ in ref])
+    totals = fold([p for p, _ in mine])
+    oracle.assert_pair_figures(totals, sides)
+    return kinds, totals, fold([p for p, _ in ref])
 
 
 def same_max(a: float, b: float) -> bool:
@@ -109,20 +121,20 @@ def one_vs_four(monkeypatch, x: np.ndarray, segments: Segments | None = None):
     assert same_max(one.max_abs, four.max_abs)
     scale = np.abs(four.power_sums).max()
     np.testing.assert_allclose(one.power_sums, four.power_sums, rtol=1e-9, atol=1e-12 * scale)
+    oracle.assert_is_the_f32_reduction(one, x, segments)
     return one, four
 
 
 # --------------------------------------------------------------------------------------------- found wrong, fixed
 
 
-@needs_c
 def test_f16_signed_zeros_are_changed_elements_on_both_paths(monkeypatch):
     # Same-dtype sides compare their stored bit patterns (measures' docstring), so +0 vs -0 is a change, on
     # both paths. Was: the numpy path compared F16 sides as float16 values (+0 == -0): 15 where pair16 said 5.
     b = np.array([0.0] * 10 + [1.0] * 5)
     t = np.array([-0.0] * 10 + [1.0] * 5)
     kinds, mine, ref = both_paths(monkeypatch, [(b, t)], "F16")
-    assert kinds == ["CountedPart"]
+    assert kinds == [COUNTED]
     assert mine.unchanged == 5
     assert ref.unchanged == mine.unchanged
 
@@ -137,7 +149,6 @@ def test_f16_nan_block_counts_unchanged_by_stored_bits():
     assert part.unchanged == 2
 
 
-@needs_c
 @pytest.mark.parametrize(
     ("case", "dtype"),
     [
@@ -162,7 +173,7 @@ def test_counted_delta_power_sums_do_not_cancel_when_the_mean_dominates(monkeypa
     else:
         b, t = np.full(300_000, 0.01), np.full(300_000, 0.02)
     kinds, mine, ref = both_paths(monkeypatch, [(b, t)], dtype)
-    assert kinds == ["CountedPart"]
+    assert kinds == [COUNTED]
     assert mine.delta.shift == ref.delta.shift
     np.testing.assert_allclose(mine.delta.power_sums, ref.delta.power_sums, rtol=1e-9)
     if case in ("mean at a bucket midpoint", "zero base, tuned ~ 1"):
@@ -171,7 +182,6 @@ def test_counted_delta_power_sums_do_not_cancel_when_the_mean_dominates(monkeypa
         )
 
 
-@needs_c
 def test_a_tie_with_an_earlier_numpy_path_block_keeps_the_earlier_block(monkeypatch):
     # Block 0 holds a NaN (numpy path), block 1 is counted; both have the same largest |W_base| (2.0), |W_tuned|,
     # |ΔW| and ratio: the earlier block's argmax wins, as merge() gives it within one kind of block. Was: the
@@ -179,12 +189,11 @@ def test_a_tie_with_an_earlier_numpy_path_block_keeps_the_earlier_block(monkeypa
     b0, t0 = np.array([0.5, np.nan, 0.25, 2.0, 1.0]), np.array([0.5, 1.0, 0.25, 1.0, 1.0])
     b1, t1 = np.array([2.0, 0.5, 0.25, 1.0]), np.array([1.0, 0.5, 0.25, 1.0])
     kinds, mine, ref = both_paths(monkeypatch, [(b0, t0), (b1, t1)], "BF16")
-    assert kinds == ["BlockPart", "CountedPart"]
+    assert kinds == ["BlockPart", COUNTED]
     for name in ("base", "tuned", "delta", "ratio"):
         assert getattr(mine, name).argmax == getattr(ref, name).argmax, name
 
 
-@needs_c
 def test_a_strided_stored_side_is_diffed_not_rejected(monkeypatch):
     # A strided side (a view of every other element) is copied contiguous first. Was: "ValueError: ndarray is not
     # C-contiguous" from pair16 (the diff's reader always hands contiguous blocks; the API need not).
@@ -199,7 +208,6 @@ def test_a_strided_stored_side_is_diffed_not_rejected(monkeypatch):
 # --------------------------------------------------------------------------------------------- pair16: verified OK
 
 
-@needs_c
 @pytest.mark.parametrize("dtype", ["BF16", "F16"])
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 7, 8, 9, 2047, 2048, 2049, 4095, 4097])
 def test_ok_pair16_lengths(monkeypatch, dtype, n):
@@ -207,11 +215,10 @@ def test_ok_pair16_lengths(monkeypatch, dtype, n):
     b = rng.standard_normal(n) * 0.02 + 0.01  # no exact zeros (F16 signed zeros: tested above)
     t = b + rng.standard_normal(n) * 1e-3
     kinds, mine, ref = both_paths(monkeypatch, [(b, t)], dtype)
-    assert kinds == ["CountedPart"]
+    assert kinds == [COUNTED]
     assert_same_totals(mine, ref)
 
 
-@needs_c
 @pytest.mark.parametrize(
     "case",
     ["f16 subnormals", "all ties", "all zero", "both -0", "bf16 subnormals", "huge count in one bin", "wide range"],
@@ -246,11 +253,10 @@ def test_ok_pair16_edge_blocks(monkeypatch, case, dtype):
             b = np.where(np.float16(b) == 0, 0.0, b)
             t = np.where(np.float16(t) == 0, 0.0, t)
     kinds, mine, ref = both_paths(monkeypatch, [(b, t)], dtype)
-    assert kinds == ["CountedPart"]
+    assert kinds == [COUNTED]
     assert_same_totals(mine, ref)
 
 
-@needs_c
 @pytest.mark.parametrize("dtype", ["BF16", "F16"])
 def test_ok_pair16_every_finite_code_against_zero(monkeypatch, dtype):
     """ΔW = every finite code (and its negation): counts, cohort bins at every edge, largest, ratio Inf/NaN."""
@@ -261,7 +267,7 @@ def test_ok_pair16_every_finite_code_against_zero(monkeypatch, dtype):
     zero = np.zeros_like(stored)
     for base, tuned in ((Side(dtype, zero), Side(dtype, stored)), (Side(dtype, stored), Side(dtype, zero))):
         part, delta = block_part(base, tuned)
-        assert isinstance(part, CountedPart)
+        assert isinstance(part, CountedPart) == kernels.HAVE_C
         ((ref, ref_delta),) = oracle_parts(monkeypatch, [(base, tuned)])
         assert np.array_equal(delta, ref_delta)
         mine = fold([part])
@@ -271,7 +277,6 @@ def test_ok_pair16_every_finite_code_against_zero(monkeypatch, dtype):
         assert np.array_equal(mine.delta.hist1024, np.bincount(bins[inside], minlength=HIST_BINS))
 
 
-@needs_c
 @pytest.mark.parametrize("dtype", ["BF16", "F16"])
 def test_ok_overflowing_or_nonfinite_delta_takes_the_numpy_path(monkeypatch, dtype):
     rng = np.random.default_rng(2)
@@ -279,14 +284,13 @@ def test_ok_overflowing_or_nonfinite_delta_takes_the_numpy_path(monkeypatch, dty
     b = np.r_[np.full(10, -big), rng.standard_normal(100)]
     t = np.r_[np.full(10, big), rng.standard_normal(100)]
     kinds, mine, ref = both_paths(monkeypatch, [(b, t)], dtype)
-    assert kinds == (["BlockPart"] if dtype == "BF16" else ["CountedPart"])
+    assert kinds == (["BlockPart"] if dtype == "BF16" else [COUNTED])
     assert_same_totals(mine, ref)
     b2, t2 = np.r_[np.inf, rng.standard_normal(10)], np.r_[np.inf, rng.standard_normal(10)]
     kinds, mine, ref = both_paths(monkeypatch, [(b2, t2)], dtype)
     assert kinds == ["BlockPart"] and mine.nonfinite == 1
 
 
-@needs_c
 def test_ok_ties_across_counted_blocks_keep_the_first_block(monkeypatch):
     rng = np.random.default_rng(4)
     blocks = []
@@ -296,15 +300,15 @@ def test_ok_ties_across_counted_blocks_keep_the_first_block(monkeypatch):
         b[100 * (3 - k)], t[50 * (3 - k)] = 2.0, -2.0  # equal largest in every block, at different places
         blocks.append((b, t))
     kinds, mine, ref = both_paths(monkeypatch, blocks, "BF16")
-    assert kinds == ["CountedPart"] * 3
+    assert kinds == [COUNTED] * 3
     assert_same_totals(mine, ref)
     assert mine.base.argmax == 300 and mine.tuned.argmax == 150
 
 
-@needs_c
-def test_ok_pair16_scratch_is_left_zero_in_every_thread():
+def test_ok_a_block_counts_the_same_in_every_thread_and_leaves_nothing_behind():
+    """Blocks counted in the main thread and in three others at once give the same figures; with C, each thread's
+    pair16 scratch tables are left zero after every call (the numpy path keeps no state)."""
     rng = np.random.default_rng(6)
-    thresholds = f32_bin_tables().thresholds
     calls = [
         (rng.standard_normal(5000), rng.standard_normal(5000)),
         (np.r_[np.nan, np.inf, 1.0], np.r_[1.0, np.inf, -np.inf]),  # non-finite: counted, then dropped
@@ -316,9 +320,19 @@ def test_ok_pair16_scratch_is_left_zero_in_every_thread():
         out = []
         for b, t in calls:
             with np.errstate(invalid="ignore"):
-                c = kernels.pair16(bf16(b), bf16(t), (None, None), (0x7F80, 0x7F80), thresholds, None)
-            out.append((c.unchanged, c.flips, c.nonfinite, c.tops, {k: v[1].sum() for k, v in c.packed.items()}))
-            assert not kernels._pair_scratch.tables.any()
+                part, _ = block_part(side(b, "BF16"), side(t, "BF16"), delta=False)
+            totals = fold([part])
+            out.append(
+                (
+                    totals.unchanged,
+                    totals.flips,
+                    totals.nonfinite,
+                    [(r.argmax, r.counts.sum()) for r in (totals.base, totals.tuned, totals.delta, totals.ratio)],
+                    totals.d2,
+                )
+            )
+            if kernels.HAVE_C:
+                assert not kernels._pair_scratch.tables.any()
         return out
 
     first = work()
@@ -336,7 +350,6 @@ def test_ok_pair16_scratch_is_left_zero_in_every_thread():
 # --------------------------------------------------------------------------------------------- f32_pass: verified OK
 
 
-@needs_c
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 7, 8, 9, 2047, 2048, 2049, 4095, 4097])
 def test_ok_f32_one_pass_lengths(monkeypatch, threads, n):
@@ -346,7 +359,6 @@ def test_ok_f32_one_pass_lengths(monkeypatch, threads, n):
         one_vs_four(monkeypatch, x)
 
 
-@needs_c
 @pytest.mark.parametrize(
     "case",
     [
@@ -406,7 +418,6 @@ def test_ok_f32_one_pass_edge_cases(monkeypatch, split_threads, case):
         assert np.array_equal(one.hist1024, np.bincount(bins[inside], minlength=HIST_BINS))
 
 
-@needs_c
 @pytest.mark.parametrize(
     "segments",
     [

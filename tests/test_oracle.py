@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+pytestmark = pytest.mark.kernels  # scripts/test runs these again on the numpy kernels
+
 npm = pytest.importorskip("npm_weibull")
 
 from weightdiag.api import fit_path  # noqa: E402

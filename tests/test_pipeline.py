@@ -19,6 +19,8 @@ from weightdiag.testing import synthetic
 
 from .conftest import write_safetensors
 
+pytestmark = pytest.mark.kernels  # scripts/test runs these again on the numpy kernels
+
 
 @pytest.fixture(scope="module")
 def llama_row(small_llama):

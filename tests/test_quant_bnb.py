@@ -23,6 +23,10 @@ from weightdiag.dtypes import DTYPES
 from weightdiag.errors import CheckpointFormatError
 from weightdiag.source.plan import Quantized, QuantSpec, TensorRef
 
+from .quant_checkpoints import bnb_4bit_values
+
+pytestmark = pytest.mark.kernels  # scripts/test runs these again on the numpy kernels
+
 ROLES_4BIT = {
     "weight.absmax": "absmax",
     "weight.quant_map": "quant_map",
@@ -149,19 +153,7 @@ def _oracle_4bit(bnb, torch, tensors, via_torch_kernel: bool = False) -> np.ndar
     codes = torch.frombuffer(bytearray(tensors["weight"][2].tobytes()), dtype=torch.uint8).reshape(-1, 1)
     if not via_torch_kernel:
         return dequantize_4bit(codes, state).numpy()
-    # bitsandbytes' torch kernel (backends/default/ops.py): flat blocks whatever the row length
-    from bitsandbytes.backends.default.ops import _dequantize_4bit_compute
-    from bitsandbytes.backends.utils import _get_4bit_code
-    from bitsandbytes.functional import dequantize_blockwise
-
-    absmax = state.absmax
-    if state.nested:
-        absmax = dequantize_blockwise(state.absmax, state.state2)
-        absmax += state.offset
-    code = _get_4bit_code(state.quant_type, codes.device)
-    return _dequantize_4bit_compute(
-        codes.reshape(-1), absmax, code, state.blocksize, state.shape, torch.float32
-    ).numpy()
+    return bnb_4bit_values(codes, state).numpy()  # bitsandbytes' torch kernel: flat blocks whatever the row length
 
 
 @pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
@@ -408,3 +400,50 @@ def test_damaged_int8_scb():
         build_decoder(q, {"scb": _f32([1.0, 2.0, 3.0])})
     with pytest.raises(CheckpointFormatError, match="scb"):
         build_decoder(q, {})
+
+
+_TWIN_IN_A_FRESH_PROCESS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+if sys.argv[2] == "avx2":
+    import tests.avx2_only  # before torch and bitsandbytes run anything
+import bitsandbytes as bnb
+import torch
+from bitsandbytes.functional import dequantize_4bit
+from tests.quant_checkpoints import bnb_4bit
+
+w = torch.randn(64, 256, generator=torch.Generator().manual_seed(3)) * 0.02
+_, (_, twin) = bnb_4bit("fp4", nested=False)("x.weight", w)
+lin = bnb.nn.Linear4bit(256, 64, bias=False, quant_type="fp4", compress_statistics=False)
+lin.weight = bnb.nn.Params4bit(w, requires_grad=False, quant_type="fp4", compress_statistics=False, blocksize=64)
+state = lin.to("cpu").weight.quant_state
+state.dtype = torch.float32
+library = dequantize_4bit(lin.weight.data, state)
+print(twin.view(torch.int32).numpy().tobytes().hex())
+print(int(((library == 0) & library.signbit()).sum()), int(((twin == 0) & twin.signbit()).sum()))
+"""
+
+
+@pytest.mark.slow  # two fresh processes importing torch and bitsandbytes
+def test_the_twin_is_the_same_without_avx512():
+    """Issue 28: tests/quant_checkpoints' bnb-4bit twin is bitwise the same when bitsandbytes' CPU library takes
+    the kernels of a machine without AVX-512 (tests/avx2_only.py forces them here), where dequantize_4bit itself
+    writes -0.0 for FP4's code 8: test_the_fit_equals_the_dequantized_twin[bnb-fp4] failed on such machines."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("bitsandbytes")
+    root = str(Path(__file__).resolve().parent.parent)
+    runs = {}
+    for machine in ("this", "avx2"):
+        out = subprocess.run(
+            [sys.executable, "-c", _TWIN_IN_A_FRESH_PROCESS, root, machine], capture_output=True, text=True
+        )
+        if out.returncode and "tests.avx2_only" in out.stderr:
+            pytest.skip(f"bitsandbytes' AVX-512 switch is not where tests/avx2_only.py looks: {out.stderr[-300:]}")
+        assert out.returncode == 0, out.stderr
+        runs[machine] = out.stdout.split("\n")[-3:-1]
+    assert runs["this"][0] == runs["avx2"][0]  # the twin, bit for bit
+    library_negative_zeros, twin_negative_zeros = map(int, runs["avx2"][1].split())
+    assert library_negative_zeros > 0 and twin_negative_zeros == 0  # the switch took: the library wrote -0.0

@@ -22,6 +22,8 @@ from weightdiag.source.plan import Quantized, QuantSpec, TensorRef
 
 from . import quant_checkpoints as qc
 
+pytestmark = pytest.mark.kernels  # scripts/test runs these again on the numpy kernels
+
 torch = pytest.importorskip("torch")
 
 

@@ -23,6 +23,8 @@ from weightdiag.source import hub_stream
 from .conftest import run_cli
 from .quant_checkpoints import FP8_BLOCK_CONFIG, fit_row, fp8_block, same_fits, write_pair
 
+pytestmark = pytest.mark.kernels  # scripts/test runs these again on the numpy kernels
+
 CHUNK = 16 << 10
 
 

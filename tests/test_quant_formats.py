@@ -151,6 +151,7 @@ def test_the_report_names_the_quantization(pair, tmp_path):
     assert f"dequantized from {FORMATS[name][4]} (37 matrices)" in out.stderr
 
 
+@pytest.mark.kernels  # every format's decoder in small pieces: scripts/test runs it again on the numpy kernels
 @pytest.mark.parametrize("name", sorted(FORMATS))
 def test_from_the_hub_with_companions_in_another_shard(name, fake_hub, tmp_path_factory, minilm_dir, monkeypatch):
     from weightdiag.reduce import stream

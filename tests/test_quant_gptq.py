@@ -27,6 +27,8 @@ from weightdiag.source.plan import TensorRef
 
 from . import quant_gptq_checkpoints as gq
 
+pytestmark = pytest.mark.kernels  # scripts/test runs these again on the numpy kernels
+
 DT = {torch.int32: "I32", torch.float16: "F16", torch.float32: "F32"}
 
 

@@ -1,5 +1,6 @@
-"""The kernels of the counting path (quantized weights counted per scale group and code): the C code equals
-the numpy fallback, and a counted reduction equals the reduction of the elements themselves."""
+"""The kernels of the counting path (quantized weights counted per scale group and code): each implementation
+(the C code, the numpy fallback) equals the plain count of tests/kernel_oracle.py, and a counted reduction equals
+the reduction of the elements themselves."""
 
 from __future__ import annotations
 
@@ -10,21 +11,18 @@ from weightdiag import kernels
 from weightdiag.codes import HIST_BINS, cohort_bins, f32_bin_tables
 from weightdiag.reduce.reduction import reduce_array, reduce_counted
 
-needs_c = pytest.mark.skipif(not kernels.HAVE_C, reason="the C kernels are not built")
+from . import kernel_oracle as oracle
+
+pytestmark = pytest.mark.kernels
 
 
-def _numpy(monkeypatch):
-    monkeypatch.setattr(kernels, "HAVE_C", False)
-
-
-@needs_c
 @pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("col0", [0, 6, 130])
 @pytest.mark.parametrize("group", [64, 256])
 @pytest.mark.parametrize("skewed", [False, True])
-def test_count_slots_c_equals_numpy(monkeypatch, bits, col0, group, skewed):
-    """Groups of 4-bit codes of 64+ bytes take the AVX2 path (64 bytes at a time, then a scalar tail); skewed
-    codes (most of a group one code) reach its per-lane limits."""
+def test_count_slots_equals_the_plain_count(kernel_backend, bits, col0, group, skewed):
+    """Groups of 4-bit codes of 64+ bytes take the AVX2 path in C (64 bytes at a time, then a scalar tail); skewed
+    codes (most of a group one code) reach its per-lane limits. Was test_count_slots_c_equals_numpy."""
     rng = np.random.default_rng(bits + col0 + group)
     rows, width = 37, 1100
     codes = rng.integers(0, 256, (rows, width * bits // 8), dtype=np.uint8)
@@ -37,14 +35,22 @@ def test_count_slots_c_equals_numpy(monkeypatch, bits, col0, group, skewed):
     ncodes = 256 if bits == 8 else 16
     got = np.zeros(9 * ncodes, dtype=np.int64)
     kernels.count_slots(codes, slots, col0, group, bits, ncodes, got)
-    _numpy(monkeypatch)
-    want = np.zeros(9 * ncodes, dtype=np.int64)
-    kernels.count_slots(codes, slots, col0, group, bits, ncodes, want)
-    assert np.array_equal(got, want)
+    assert np.array_equal(got, oracle.count_slots(codes, slots, col0, group, bits, ncodes, 9))
     assert got.sum() == codes.size * 8 // bits
 
 
-def test_count_slots_by_hand():
+@pytest.mark.parametrize("ncodes", [16, 20])
+def test_count_slots_of_4_bit_codes_kept_one_a_byte(kernel_backend, ncodes):
+    """GPTQ's 8-bit path: bytes that hold codes below 16, counted into 16 (or more) codes a slot."""
+    rng = np.random.default_rng(ncodes)
+    codes = rng.integers(0, 16, (5, 300), dtype=np.uint8)
+    slots = rng.integers(0, 3, (5, 5), dtype=np.int32)
+    got = np.zeros(3 * ncodes, dtype=np.int64)
+    kernels.count_slots(codes, slots, 0, 64, 8, ncodes, got)
+    assert np.array_equal(got, oracle.count_slots(codes, slots, 0, 64, 8, ncodes, 3))
+
+
+def test_count_slots_by_hand(kernel_backend):
     codes = np.array([[0x21, 0x43, 0x21, 0x21]], dtype=np.uint8)  # nibbles 1 2 3 4 | 1 2 1 2
     out = np.zeros(2 * 16, dtype=np.int64)
     kernels.count_slots(codes, np.array([[0, 1]], dtype=np.int32), 0, 4, 4, 16, out)
@@ -52,19 +58,14 @@ def test_count_slots_by_hand():
     assert out[16:].tolist() == [0, 2, 2] + [0] * 13
 
 
-def test_a_slot_outside_the_counts_is_an_error():
+def test_a_slot_outside_the_counts_is_an_error(kernel_backend):
     with pytest.raises(ValueError):
         kernels.count_slots(
             np.zeros((1, 8), np.uint8), np.array([[5]], np.int32), 0, 8, 8, 256, np.zeros(256, np.int64)
         )
 
 
-@pytest.mark.parametrize("kernel", ["c", "numpy"])
-def test_a_counted_reduction_is_the_reduction_of_its_elements(monkeypatch, kernel):
-    if kernel == "numpy":
-        _numpy(monkeypatch)
-    elif not kernels.HAVE_C:
-        pytest.skip("the C kernels are not built")
+def test_a_counted_reduction_is_the_reduction_of_its_elements(kernel_backend):
     rng = np.random.default_rng(3)
     values = (rng.standard_normal(500) * 0.03).astype(np.float32)
     values[:3] = [0.0, np.inf, np.nan]
@@ -104,15 +105,11 @@ def test_cohort_bins_by_arithmetic_equal_a_binary_search():
     assert np.array_equal(cohort_bins(values), want)
 
 
-@pytest.mark.parametrize("kernel", ["c", "numpy"])
-def test_bucket_bins_are_cohort_bins(monkeypatch, kernel):
+@pytest.mark.slow  # millions of patterns: seconds on each implementation
+def test_bucket_bins_are_cohort_bins(kernel_backend):
     """The counted path bins its values with a log10 only where a bin edge splits their 16-bit bucket: the
     same histogram as cohort_bins of every pattern of split buckets (sampled), of whole unsplit ones, and
     of values over the whole range, signs, zeros, subnormals, Inf and NaN."""
-    if kernel == "numpy":
-        _numpy(monkeypatch)
-    elif not kernels.HAVE_C:
-        pytest.skip("the C kernels are not built")
     tables = f32_bin_tables()
     low = np.arange(65536, dtype=np.uint32)
     split = np.flatnonzero(tables.thresholds != 0xFFFFFFFF).astype(np.uint32)
@@ -135,12 +132,12 @@ def test_bucket_bins_are_cohort_bins(monkeypatch, kernel):
         assert np.array_equal(got.hist1024, want)
 
 
-@needs_c
 @pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("high_first", [False, True])
 @pytest.mark.parametrize("col0", [0, 6, 130])
-def test_locate_slots_c_equals_numpy(monkeypatch, bits, high_first, col0):
-    """The first element whose (slot, code) is wanted: the same in C (groups of unwanted slots skipped) and numpy."""
+def test_locate_slots_finds_the_first_wanted_element(kernel_backend, bits, high_first, col0):
+    """The first element whose (slot, code) is wanted: the plain search's, in C (groups of unwanted slots skipped)
+    and numpy. Was test_locate_slots_c_equals_numpy."""
     rng = np.random.default_rng(bits + col0 + high_first)
     rows, width, group, nslots = 23, 700, 64, 9
     codes = rng.integers(0, 256, (rows, width * bits // 8), dtype=np.uint8)
@@ -151,8 +148,5 @@ def test_locate_slots_c_equals_numpy(monkeypatch, bits, high_first, col0):
         wanted = np.zeros((nslots, ncodes), dtype=bool)
         wanted[rng.integers(0, nslots, 1 + trial % 3), rng.integers(0, ncodes, 1 + trial % 3)] = True
         got = kernels.locate_slots(codes, slots, col0, group, bits, wanted, high_first)
-        with monkeypatch.context() as m:
-            _numpy(m)
-            want = kernels.locate_slots(codes, slots, col0, group, bits, wanted, high_first)
-        assert got == want
+        assert got == oracle.locate_slots(codes, slots, col0, group, bits, wanted, high_first)
     assert kernels.locate_slots(codes, slots, col0, group, bits, np.zeros((nslots, ncodes), bool), high_first) == -1

@@ -45,7 +45,7 @@ from weightdiag.record.journal import PARTIAL_DIR
 from weightdiag.run.measure import FitOptions
 from weightdiag.testing import synthetic
 
-from .conftest import CLI_ENV, run_cli
+from .conftest import CLI_ENV, default_signals, run_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -102,6 +102,7 @@ def _start(*args: str, db: Path, delay: float = WAIT, group: bool = False) -> su
         text=True,
         env=env,
         start_new_session=group,
+        preexec_fn=default_signals,  # the signals the tests send are not ignored, even from a background job
     )
 
 

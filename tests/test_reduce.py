@@ -1,4 +1,6 @@
-"""The reducers: C == numpy == torch, exact statistics, strided parts, damaged values."""
+"""The reducers: C == numpy == torch, exact statistics, strided parts, damaged values. Every test here is a kernel
+test (scripts/test runs them again on the numpy kernels); those of each implementation hold it to
+tests/kernel_oracle.py."""
 
 from __future__ import annotations
 
@@ -14,6 +16,10 @@ from weightdiag.reduce.reduction import Reduction, merge, reduce_array, reduce_r
 from weightdiag.reduce.reduction_torch import reduce_torch, upload
 from weightdiag.segments import Segments
 from weightdiag.testing import synthetic
+
+from . import kernel_oracle as oracle
+
+pytestmark = pytest.mark.kernels
 
 RNG = np.random.default_rng(11)
 
@@ -80,31 +86,50 @@ def _kernel_inputs():
     return x, view16, view32
 
 
-@pytest.mark.skipif(not kernels.HAVE_C, reason="C kernels not built")
-def test_c_and_numpy_kernels_agree():
+@pytest.fixture(params=["whole", "pieces"])
+def pieces(request, monkeypatch) -> str:
+    """The kernels as they run on one core, or with every view split over 3 threads and the numpy kernels' steps
+    of 1,000 elements (so threads and steps end inside rows, and a one-row view is split by columns)."""
+    if request.param == "pieces":
+        monkeypatch.setattr(kernels, "PARALLEL_MIN", 64)
+        monkeypatch.setattr(kernels, "NUMPY_CHUNK", 1000)
+    with kernels.thread_budget(3 if request.param == "pieces" else 1):
+        yield request.param
+
+
+def test_each_kernel_equals_the_plain_count(kernel_backend, pieces):
+    """Was test_c_and_numpy_kernels_agree (C against the numpy kernels, skipped without C): now both against the
+    plain numpy of tests/kernel_oracle.py, so the numpy pass holds the fallback to something else than itself."""
     x, view16, view32 = _kernel_inputs()
-    assert np.array_equal(kernels._hist16_c(view16), kernels._hist16_numpy(view16))
+    one_row16 = np.ascontiguousarray(view16).reshape(1, -1)
+    for view in (view16, one_row16):
+        counts, at = kernels.count_codes16(view, 0x7F80)
+        assert np.array_equal(counts, oracle.hist16(view))
+        assert at == oracle.first_largest_finite(view & 0x7FFF, (view & 0x7FFF) < 0x7F80)
     t = f32_bin_tables()
     irregular = t.irregular.copy()
     irregular[np.flatnonzero(t.thresholds != 0xFFFFFFFF)[:3]] = [0, 1, 2]  # exercise the irregular path
-    for n_irr in (0, 3):
-        a = kernels._hist32_c(view32, t.thresholds, irregular, n_irr)
-        b = kernels._hist32_numpy(view32, t.thresholds, irregular, n_irr)
-        for u, v in zip(a, b, strict=True):
-            assert np.array_equal(u, v)
-    assert kernels._c.max_finite32(view32) == kernels._max_finite32_numpy(view32)
-    assert kernels._c.max_finite32(np.full((2, 3), np.nan, dtype=np.float32).view(np.uint32)) == -1
+    for view in (view32, np.ascontiguousarray(view32).reshape(1, -1)):
+        for n_irr in (0, 3):
+            counts, above, irregular_hist, at = kernels.count_f32(view, t.thresholds, irregular, n_irr)
+            want = oracle.hist32(view, t.thresholds, irregular, n_irr)
+            for got, expected in zip((counts, above, irregular_hist), want, strict=True):
+                assert np.array_equal(got, expected)
+            mags = view & 0x7FFFFFFF
+            assert at == oracle.first_largest_finite(mags, mags < oracle.F32_INF)
+    _, _, _, at = kernels.count_f32(np.full((2, 3), np.nan, dtype=np.float32).view(np.uint32), t.thresholds, None, 0)
+    assert at == -1
     for view, mask, target in (
         (view16, 0x7FFF, 0x4300),
         (view16, 0xFFFF, 0xC300),
         (view16, 0xFFFF, 0x1234),
+        (one_row16, 0xFFFF, int(one_row16[0, -3])),
         (view32, 0x7FFFFFFF, int(view32[5, 3]) & 0x7FFFFFFF),
     ):
-        assert kernels.find_first(view, mask, target) == kernels._find_numpy(view, mask, target)
+        assert kernels.find_first(view, mask, target) == oracle.find_first(view, mask, target)
     finite = np.nan_to_num(x, nan=0.0, posinf=0.0)
-    np.testing.assert_allclose(
-        kernels._power_sums_c(finite, 0.001), kernels._power_sums_numpy(finite, 0.001), rtol=1e-10
-    )
+    for view in (finite, finite.reshape(1, -1), finite[::3, 5:200]):
+        np.testing.assert_allclose(kernels.power_sums(view, 0.001), oracle.power_sums(view, 0.001), rtol=1e-10)
 
 
 def test_argmax_is_the_first_largest_finite_value():
@@ -297,13 +322,14 @@ def _four_passes(monkeypatch, bits: np.ndarray, segments=None):
         return reduce_array(bits, "F32", segments)
 
 
-@pytest.mark.skipif(not kernels.HAVE_C, reason="C kernels not built")
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize(
     "case",
     ["gaussian", "inf and nan", "ties of the largest", "large mean", "all nan", "strided rows"],
 )
-def test_the_one_pass_f32_reduction_equals_the_four_passes(monkeypatch, threads, case):
+def test_the_one_pass_f32_reduction_equals_the_four_passes(kernel_backend, monkeypatch, threads, case):
+    """With C, the one pass (kernels.f32_pass) against the four it replaced; on either kernels, the reduction
+    against the plain numpy of its elements (the numpy kernels take the four passes)."""
     rng = np.random.default_rng(11)
     x = (rng.standard_normal(50 * 2048 + 13) * 0.02).astype(np.float32)
     if case == "inf and nan":
@@ -330,6 +356,7 @@ def test_the_one_pass_f32_reduction_equals_the_four_passes(monkeypatch, threads,
     np.testing.assert_allclose(one.power_sums, four.power_sums, rtol=1e-9, atol=1e-12 * scale)
     if case == "ties of the largest":
         assert one.argmax == 17
+    oracle.assert_is_the_f32_reduction(one, x, segments)
 
 
 @pytest.mark.parametrize("dtype", ["BF16", "F16", "F32"])

@@ -66,3 +66,22 @@ def test_ci_runs_the_cli_tests_on_the_lowest_declared_versions():
     assert 'pins.append("torch==2.13.0")' in floor and ".venv-floor" in floor
     assert "tests/test_cli.py tests/test_cli_surface.py" in floor
     assert ".venv-floor/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_ci_runs_the_suite_without_its_slow_tests_then_them_and_the_kernel_tests_on_both_kernels():
+    """Issue 28: scripts/test (the README's command) leaves the slow tests out, so it stays under 10 minutes of CPU
+    on 2 cores; .ci/run runs it, then scripts/test-slow. Both run the `kernels` tests again on the numpy kernels,
+    and require the C kernels otherwise."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert [line for line in ci.splitlines() if line.startswith("bash ")] == [
+        "bash scripts/test",
+        "bash scripts/test-slow",
+    ]
+    test = (ROOT / "scripts" / "test").read_text()
+    slow = (ROOT / "scripts" / "test-slow").read_text()
+    assert 'marks=(-m "not slow")' in test and 'python -m pytest -q ${marks[@]+"${marks[@]}"} "$@"' in test
+    assert 'WEIGHTDIAG_KERNELS=numpy python -m pytest -q -m "kernels and not slow"' in test
+    assert 'python -m pytest -q -m slow "$@"' in slow
+    assert 'WEIGHTDIAG_KERNELS=numpy python -m pytest -q -m "kernels and slow"' in slow
+    for script in (test, slow):
+        assert "export WEIGHTDIAG_REQUIRE_C_KERNELS=1" in script

@@ -20,7 +20,7 @@ from weightdiag.errors import BadInputError
 from weightdiag.run import sweep as sw
 from weightdiag.testing import synthetic
 
-from .conftest import run_cli
+from .conftest import default_signals, run_cli
 
 RUN = synthetic.RunSpec()  # steps 0..8000, peak 1000, 2 stagnant deep blocks, step 8000 == step 4000
 
@@ -302,6 +302,7 @@ def test_a_signal_stops_a_parallel_sweep_at_once(run_folder, tmp_path, signum, c
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=default_signals,  # SIGINT is not ignored, even when the suite runs in a background job
     )
     time.sleep(2.5)  # the workers are started and inside their first slowed write
     workers = _children(proc.pid)
@@ -341,6 +342,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow  # worker processes started and killed: 6 s
 def test_sweep_workers_end_when_the_sweep_is_killed_with_9(run_folder, tmp_path):
     """kill -9 leaves no handler to end the workers: they notice their parent is gone and exit within a
     second, writing nothing after it, instead of fitting on re-parented to pid 1."""
@@ -399,6 +401,7 @@ def test_a_parallel_sweep_leaves_the_environment_as_it_found_it(run_folder, tmp_
     assert "WEIGHTDIAG_THREADS" not in os.environ
 
 
+@pytest.mark.slow  # two sweeps of worker processes: 6 s
 def test_two_sweeps_of_one_run_share_the_work(run_folder, tmp_path):
     """Two sweeps of the same run into one database at once: each revision is fitted by one of them (a claim
     per revision while it is fitted), the other reports it claimed or existing; every row is written once."""

@@ -157,7 +157,11 @@ def _progress(quiet: bool) -> "FitProgress":
 def _say(text: str, quiet: bool) -> None:
     """One line of chatter on stderr (what was written, what was fitted, fallbacks), unless -q."""
     if not quiet:
-        _stderr().print(text, markup=False, highlight=False, soft_wrap=True)
+        from .kernels import fallback_note  # once the numpy kernels ran (no C), before the first line: never an error's
+
+        for line in (fallback_note(), text):
+            if line is not None:
+                _stderr().print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 # Notes a source adds to the row when it had to fall back (weightdiag.source.hub._from_cache_only).
@@ -1066,7 +1070,7 @@ def _environment() -> dict[str, Any]:
     import platform
     from importlib import metadata
 
-    from .kernels import BACKEND
+    from .kernels import describe
 
     try:
         torch_version = metadata.version("torch")
@@ -1080,7 +1084,7 @@ def _environment() -> dict[str, Any]:
         "weightdiag version": __version__,
         "Python version": platform.python_version(),
         "Platform": platform.platform(),
-        "Kernels": "C extension" if BACKEND == "c" else "numpy (the C extension is not built, or WEIGHTDIAG_KERNELS)",
+        "Kernels": describe(),
         "Cores": _cores_summary(),
         "Torch version": torch_version or "not installed (only needed for .bin files and CUDA)",
         "CUDA": _cuda_summary() if torch_version else "no (torch is not installed)",

@@ -219,6 +219,12 @@ def numpy_kernels_forced() -> bool:
     return os.environ.get("WEIGHTDIAG_KERNELS", "").strip().lower() == "numpy"
 
 
+def require_c_kernels() -> bool:
+    """WEIGHTDIAG_REQUIRE_C_KERNELS=1 (the test suite, as scripts/test runs it): a C extension that did not build
+    fails the run instead of leaving it to the numpy kernels (WEIGHTDIAG_KERNELS=numpy still chooses them)."""
+    return _flag("WEIGHTDIAG_REQUIRE_C_KERNELS")
+
+
 def ray_address() -> str | None:
     """RAY_ADDRESS: the Ray cluster `sweep --executor ray` joins when --ray-address is not given."""
     return os.environ.get("RAY_ADDRESS") or None

@@ -157,12 +157,12 @@ def _ks_scan(data: np.ndarray) -> tuple[int, float, float]:
         if d < best_d or (d == best_d and i < best_i):
             best_i, best_alpha, best_d = i, alpha, d
 
-    for i in np.unique(np.linspace(0, cand - 1, 64).astype(np.int64)):
-        consider(int(i))
+    for first in np.unique(np.linspace(0, cand - 1, 64).astype(np.int64)):
+        consider(int(first))
     bound = _d_lower_bounds(data, log_data)
-    for i in np.flatnonzero(bound <= best_d + _MARGIN):
-        if bound[i] <= best_d + _MARGIN:  # best_d shrinks as the scan goes
-            consider(int(i))
+    for candidate in np.flatnonzero(bound <= best_d + _MARGIN):
+        if bound[candidate] <= best_d + _MARGIN:  # best_d shrinks as the scan goes
+            consider(int(candidate))
     return best_i, best_alpha, best_d
 
 

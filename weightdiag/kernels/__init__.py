@@ -27,15 +27,54 @@ import numpy as np
 
 from .. import settings
 
-try:
-    if settings.numpy_kernels_forced():
-        raise ImportError("numpy kernels forced by WEIGHTDIAG_KERNELS")
-    from . import _kernels as _c
-except ImportError:
-    _c = None  # type: ignore[assignment]  # mypy cannot type a module as optional; HAVE_C guards every use
+FORCED = "WEIGHTDIAG_KERNELS=numpy"
 
+
+def _load_c() -> tuple[Any, str | None]:
+    """The C module, or None and why the numpy kernels are used instead."""
+    if settings.numpy_kernels_forced():
+        return None, FORCED
+    try:
+        from . import _kernels
+    except ModuleNotFoundError:
+        return None, "the C extension is not built"
+    except ImportError as exc:  # built, but it does not load (another Python's build, a missing symbol)
+        if "cannot import name" in str(exc):  # `from . import _kernels` with no _kernels module
+            return None, "the C extension is not built"
+        return None, f"the C extension does not load: {exc}"
+    return _kernels, None
+
+
+_c, WHY_NUMPY = _load_c()
 HAVE_C = _c is not None
 BACKEND = "c" if HAVE_C else "numpy"
+C_MISSING = WHY_NUMPY not in (None, FORCED)  # no usable C module, and none was asked to be skipped
+
+
+def describe() -> str:
+    """Which kernels this process uses, and why not C (`weightdiag env`)."""
+    return "C extension" if HAVE_C else f"numpy ({WHY_NUMPY})"
+
+
+_ran = False  # the numpy kernels counted something in this process
+_noted = False
+
+
+def _ran_numpy() -> None:
+    global _ran
+    _ran = True
+
+
+def fallback_note() -> str | None:
+    """The one line the CLI says once the numpy kernels have run: only the first time it is asked in a process
+    (None with the C kernels, before they ran, and after that). Not a warning: the results are the same, slower."""
+    global _noted
+    if HAVE_C or _noted or not _ran:
+        return None
+    _noted = True
+    return f"note: {WHY_NUMPY}: the pure-numpy kernels are used (the same results, several times slower)"
+
+
 PARALLEL_MIN = 1 << 22  # elements; smaller tensors are not worth a thread hand-off
 NUMPY_CHUNK = 1 << 20  # elements per numpy step: keeps temporaries in cache
 F32_INF = 0x7F800000
@@ -94,9 +133,90 @@ def _map(fn: Callable[[np.ndarray], Any], view: np.ndarray) -> list[Any]:
 
 def _chunks(view: np.ndarray):
     """(flat offset, 1-D chunk) over a 2-D view, for the numpy kernels."""
+    _ran_numpy()
     for r, row in enumerate(view):
         for lo in range(0, row.size, NUMPY_CHUNK):
             yield r * view.shape[1] + lo, row[lo : lo + NUMPY_CHUNK]
+
+
+# ---------------------------------------------------------------------------------------------
+# The inputs of every entry point are checked here, once, before either implementation runs: the C and the numpy
+# kernels raise the same ValueError for the same input (the C code's message), and read the same bytes (a view
+# of 2-byte items is counted as uint16 codes whatever its dtype, as the C code reads it). The C code keeps its
+# own checks, for callers of weightdiag.kernels._kernels itself.
+
+_UNSIGNED: dict[int, Any] = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+
+
+def _grid(view: Any, itemsize: int, as_type: Any = None) -> np.ndarray:
+    """`view` as the kernels read it: 2-D, items of `itemsize` bytes, each row contiguous (as numpy exports a
+    C-contiguous array: its strides recomputed, whatever the stride of a dimension of size 1)."""
+    view = np.asarray(view)
+    if view.ndim != 2 or view.itemsize != itemsize or not (view.strides[1] == itemsize or view.flags.c_contiguous):
+        raise ValueError(f"expected a 2-D buffer of {itemsize}-byte items with contiguous rows")
+    return view.view(as_type or _UNSIGNED[itemsize])
+
+
+def _vector(name: str, what: str, array: Any, dtype: Any, size: int | None = None) -> np.ndarray:
+    """`array` as one contiguous run of `dtype` values (`size` of them when given)."""
+    array = np.asarray(array)
+    if array.dtype != dtype or (size is not None and array.size != size):
+        count = "" if size is None else f"{size} "
+        raise ValueError(f"{name}: {what} must be {count}{np.dtype(dtype).name} values")
+    return np.ascontiguousarray(array).reshape(-1)
+
+
+def _weights(name: str, values: Any, weights: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(float32 values, int64 weights), as many of each; a weight counts elements, so none is negative."""
+    values = _vector(name, "values", values, np.float32)
+    weights = _vector(name, "weights", weights, np.int64)
+    if weights.size != values.size:
+        raise ValueError(f"{name}: values and weights differ in length")
+    if weights.size and weights.min() < 0:
+        raise ValueError(f"{name}: a weight is negative")
+    return values, weights
+
+
+def _slot_grid(
+    name: str, codes: Any, slots: Any, col0: int, group: int, bits: int, ncodes: int, nslots: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(uint8 codes, int32 slots) of a rectangle of packed codes (count_slots, locate_slots), after the C code's
+    checks: the shapes agree, and every slot the rectangle's groups use is below `nslots`."""
+    codes = _grid(codes, 1)
+    slots = _grid(np.ascontiguousarray(slots, dtype=np.int32), 4, np.int32)
+    elements = codes.shape[1] * (2 if bits == 4 else 1)
+    used = (col0 + elements - 1) // group - col0 // group + 1 if group > 0 and elements > 0 else 0
+    if (
+        slots.shape[0] != codes.shape[0]
+        or group <= 0
+        or col0 < 0
+        or ncodes <= 0
+        or bits not in (4, 8)
+        or (bits == 4 and (group % 2 or col0 % 2))
+        or used > slots.shape[1]
+    ):
+        raise ValueError(f"{name}: inconsistent shapes")
+    held = slots[:, :used]
+    if held.size and (held.min() < 0 or held.max() >= nslots):
+        raise ValueError(f"{name}: slot out of range")
+    return codes, slots
+
+
+def _check_codes(name: str, codes: np.ndarray, bits: int, ncodes: int) -> None:
+    """Every code of a rectangle is below `ncodes` (a format that keeps 4-bit codes one a byte says 16 of 256)."""
+    if ncodes >= 1 << bits or not codes.size:
+        return
+    top = int(codes.max()) if bits == 8 else max(int((codes & 15).max()), int((codes >> 4).max()))
+    if top >= ncodes:
+        raise ValueError(f"{name}: code out of range")
+
+
+def _codes(codes: np.ndarray, bits: int, high_first: bool = False) -> np.ndarray:
+    """The codes of a rectangle, one per element (4-bit: a byte's low nibble first unless `high_first`)."""
+    if bits == 8:
+        return codes
+    lo, hi = codes & 15, codes >> 4
+    return np.stack((hi, lo) if high_first else (lo, hi), axis=-1).reshape(codes.shape[0], -1)
 
 
 def _find_numpy(view: np.ndarray, mask: int, target: int) -> int:
@@ -108,7 +228,11 @@ def _find_numpy(view: np.ndarray, mask: int, target: int) -> int:
 
 
 def find_first(view: np.ndarray, mask: int, target: int) -> int:
-    """First flat index with (x & mask) == target, -1 if none."""
+    """First flat index with (x & mask) == target, -1 if none (a view of 2- or 4-byte codes)."""
+    view = _grid(view, 2 if np.asarray(view).itemsize == 2 else 4)
+    width = 8 * view.itemsize
+    if not (0 <= mask < 1 << width and 0 <= target < 1 << width):
+        raise ValueError(f"find_first: mask and target must be {width}-bit codes")
     if HAVE_C:
         return int((_c.find16 if view.itemsize == 2 else _c.find32)(view, mask, target))
     return _find_numpy(view, mask, target)
@@ -134,6 +258,7 @@ def _hist16_c(view: np.ndarray) -> np.ndarray:
 
 def count_codes16(view: np.ndarray, finite_limit: int) -> tuple[np.ndarray, int]:
     """Histogram of uint16 codes in a 2-D view and the flat index of the first largest finite |w|."""
+    view = _grid(view, 2)
     parts = _map(_hist16_c if HAVE_C else _hist16_numpy, view)
     counts = parts[0] if len(parts) == 1 else np.sum(parts, axis=0)
     magnitude_counts = counts[:32768] + counts[32768:]
@@ -185,6 +310,14 @@ def _max_finite32_numpy(view: np.ndarray) -> int:
 
 def count_f32(view: np.ndarray, thresholds: np.ndarray, irregular: np.ndarray, n_irregular: int):
     """One pass over uint32 bit patterns; see the section comment for the outputs."""
+    view = _grid(view, 4)
+    thresholds = _vector("count_f32", "thresholds", thresholds, np.uint32, 32768)
+    if n_irregular < 0:
+        raise ValueError("count_f32: n_irregular is negative")
+    if n_irregular:
+        irregular = _vector("count_f32", "irregular", irregular, np.int64, 32768)
+        if int(irregular.max()) >= n_irregular:
+            raise ValueError("count_f32: an irregular bucket is numbered n_irregular or more")
     kernel = _hist32_c if HAVE_C else _hist32_numpy
     results = _map(lambda piece: kernel(piece, thresholds, irregular, n_irregular), view)
     counts, above, irregular_hist = (np.sum([r[i] for r in results], axis=0) for i in range(3))
@@ -204,6 +337,8 @@ def f32_pass(
     moves them to one shift), largest finite magnitude bits (-1: none), its first flat index, the Inf count.
     C only; callers check HAVE_C."""
     assert _c is not None, "f32_pass needs the C kernels"
+    view = _grid(view, 4)
+    thresholds = _vector("f32_pass", "thresholds", thresholds, np.uint32, 32768)
     split = _split(view)
     pieces = [piece for _, piece in split]
 
@@ -248,21 +383,29 @@ def _power_sums_c(view: np.ndarray, shift: float) -> np.ndarray:
 
 
 def power_sums(view: np.ndarray, shift: float) -> np.ndarray:
-    """[sum d, sum d^2, sum d^3, sum d^4, sum |x|] with d = x - shift, accumulated in float64."""
+    """[sum d, sum d^2, sum d^3, sum d^4, sum |x|] with d = x - shift, accumulated in float64 (a 2-D view of
+    float32 values)."""
+    view = _grid(view, 4, np.float32)
     kernel = _power_sums_c if HAVE_C else _power_sums_numpy
     return np.sum(_map(lambda piece: kernel(piece, float(shift)), view), axis=0)
 
 
 def count_slots(codes: np.ndarray, slots: np.ndarray, col0: int, group: int, bits: int, ncodes: int, out: np.ndarray):
     """out[slot * ncodes + code] += elements of the rectangle `codes` (uint8 2-D: bytes of packed codes, rows
-    of the matrix from column col0) holding `code` in a group whose slot is slots[row, group index - first]."""
+    of the matrix from column col0) holding `code` in a group whose slot is slots[row, group index - first].
+    `out`: a writable contiguous int64 array, ncodes counts per slot."""
+    if not (isinstance(out, np.ndarray) and out.dtype == np.int64 and out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("count_slots: out must be a writable contiguous int64 array")
+    codes, slots = _slot_grid("count_slots", codes, slots, col0, group, bits, ncodes, out.size // max(ncodes, 1))
     if HAVE_C:
-        _c.count_slots(codes, np.ascontiguousarray(slots, dtype=np.int32), col0, group, bits, ncodes, out)
+        _c.count_slots(codes, slots, col0, group, bits, ncodes, out)
         return
-    values = codes if bits == 8 else np.stack([codes & 15, codes >> 4], axis=-1).reshape(codes.shape[0], -1)
+    _ran_numpy()
+    _check_codes("count_slots", codes, bits, ncodes)  # the C code checks them as it counts
+    values = _codes(codes, bits)
     cols = col0 + np.arange(values.shape[1])
     slot = slots[:, cols // group - col0 // group].astype(np.int64)
-    np.add.at(out, (slot * ncodes + values).reshape(-1), 1)
+    np.add.at(out.reshape(-1), (slot * ncodes + values).reshape(-1), 1)
 
 
 def locate_slots(
@@ -271,19 +414,18 @@ def locate_slots(
     """Offset (row * elements + column) in the rectangle `codes` (as count_slots reads it) of its first
     element whose (slot, code) is wanted (bool [slots, codes]); -1 when none. `high_first`: 4-bit codes
     whose first element is a byte's high nibble."""
+    wanted = np.asarray(wanted)
+    if wanted.ndim != 2:
+        raise ValueError("locate_slots: inconsistent shapes")
     ncodes = wanted.shape[1]
+    codes, slots = _slot_grid("locate_slots", codes, slots, col0, group, bits, ncodes, wanted.shape[0])
+    _check_codes("locate_slots", codes, bits, ncodes)  # all of them: the C code stops at the first wanted one
     if HAVE_C:
         flags = np.ascontiguousarray(wanted, dtype=np.uint8)
-        return int(
-            _c.locate_slots(
-                codes, np.ascontiguousarray(slots, dtype=np.int32), col0, group, bits, ncodes, flags, high_first
-            )
-        )
-    if bits == 4:
-        lo, hi = codes & 15, codes >> 4
-        values = np.stack((hi, lo) if high_first else (lo, hi), axis=-1).reshape(codes.shape[0], -1)
-    else:
-        values = codes
+        return int(_c.locate_slots(codes, slots, col0, group, bits, ncodes, flags, high_first))
+    _ran_numpy()
+    values = _codes(codes, bits, high_first)
+    wanted = wanted.astype(bool)
     cols = col0 + np.arange(values.shape[1])
     hit = wanted[slots[:, cols // group - col0 // group], values]
     return int(np.argmax(hit)) if hit.any() else -1
@@ -300,6 +442,9 @@ def reduce_slots(
     entries in a bucket a bin edge splits, elements that are +-Inf, the largest finite |value| (-1: none),
     the entries holding it or None when more than SLOT_TOPS do). `first_bins`/`last_bins`: each 16-bit
     magnitude bucket's bin at its first and last pattern (int32 [32768])."""
+    values, weights = _weights("reduce_slots", values, weights)
+    first_bins = _vector("reduce_slots", "first_bins", first_bins, np.int32, 32768)
+    last_bins = _vector("reduce_slots", "last_bins", last_bins, np.int32, 32768)
     counts = np.zeros(65536, dtype=np.int64)
     hist = np.zeros(1024, dtype=np.int64)
     if HAVE_C:
@@ -307,6 +452,7 @@ def reduce_slots(
         tops = np.empty(SLOT_TOPS, dtype=np.int64)
         n_split, n_inf, top, n_tops = _c.reduce_slots(weights, values, first_bins, last_bins, counts, hist, split, tops)
         return counts, hist, split[:n_split], n_inf, top, tops[:n_tops] if n_tops <= SLOT_TOPS else None
+    _ran_numpy()
     held = np.flatnonzero(weights)
     w, bits = weights[held], values[held].view(np.uint32)
     np.add.at(counts, bits >> 16, w)
@@ -328,10 +474,12 @@ def reduce_slots(
 
 def weighted_power_sums(values: np.ndarray, weights: np.ndarray, shift: float) -> np.ndarray:
     """power_sums of float32 `values` held `weights` times each (finite values only)."""
+    values, weights = _weights("weighted_power_sums", values, weights)
     sums = np.zeros(POWER_SUMS, dtype=np.float64)
     if HAVE_C:
         _c.weighted32(values, weights, float(shift), None, sums)
         return sums
+    _ran_numpy()
     keep = np.isfinite(values) & (weights > 0)
     x, w = values[keep].astype(np.float64), weights[keep].astype(np.float64)
     d = x - shift

@@ -1,5 +1,6 @@
 /*
- * weightdiag.engine._kernels: the exact-histogram hot loops in C (see weightdiag/engine/kernels.py).
+ * weightdiag.kernels._kernels: the exact-histogram hot loops in C (see weightdiag/kernels/__init__.py, which
+ * checks every input before it calls them, for the numpy fallback and this code alike).
  *
  * Every function takes a 2-D buffer (rows x row_length, any row stride, contiguous rows) of raw
  * element codes and releases the GIL while it runs, so Python threads can split one tensor across
@@ -349,7 +350,8 @@ static void count_nibbles(const uint8_t *p, Py_ssize_t n, int64_t *h) {
  * or one nibble of byte c / 2 (bits 4: both nibbles of a byte are in one group, so which comes first
  * does not change the counts), and slot
  * slots[r][(col0 + c) / group - col0 / group]; out[slot * ncodes + code] += 1. Group boundaries never
- * split a byte (group and col0 are even for 4-bit codes). */
+ * split a byte (group and col0 are even for 4-bit codes). A code of ncodes or more (ncodes below 2^bits:
+ * 4-bit codes kept one a byte) is an error, never a count in the next slot or past `out`. */
 static PyObject *count_slots(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *data, *slots_obj, *out;
@@ -368,17 +370,18 @@ static PyObject *count_slots(PyObject *self, PyObject *args) {
     Py_ssize_t nslots_codes = ob.len / 8;
     Py_ssize_t per_byte = bits == 4 ? 2 : 1;
     Py_ssize_t elements = g.cols * per_byte;
-    int bad = sg.rows != g.rows || group <= 0 || (bits != 4 && bits != 8) || (bits == 4 && (group % 2 || col0 % 2));
+    int bad = sg.rows != g.rows || group <= 0 || col0 < 0 || ncodes <= 0 || (bits != 4 && bits != 8) ||
+              (bits == 4 && (group % 2 || col0 % 2));
     if (!bad && elements > 0 && (col0 + elements - 1) / group - col0 / group >= sg.cols) bad = 1;
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "count_slots: inconsistent shapes");
         PyBuffer_Release(&g.view); PyBuffer_Release(&sg.view); PyBuffer_Release(&ob);
         return NULL;
     }
-    int overflow = 0;
+    int overflow = 0, bad_code = 0;
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t first_group = col0 / group;
-    for (Py_ssize_t r = 0; r < g.rows && !overflow; r++) {  /* row by row: streams memory, scales with threads */
+    for (Py_ssize_t r = 0; r < g.rows && !overflow && !bad_code; r++) {  /* row by row: streams memory, scales with threads */
         const int32_t *srow = ROW(sg, int32_t, r);
         Py_ssize_t c = 0;
         while (c < elements) {
@@ -389,17 +392,26 @@ static PyObject *count_slots(PyObject *self, PyObject *args) {
             if (base < 0 || base + ncodes > nslots_codes) { overflow = 1; break; }
             int64_t *restrict h = counts + base;
             const uint8_t *restrict p = ROW(g, uint8_t, r);
-            if (bits == 8) {
+            if (bits == 8 && ncodes >= 256) {
                 Py_ssize_t i = c;
                 for (; i + 4 <= end; i += 4) { h[p[i]]++; h[p[i + 1]]++; h[p[i + 2]]++; h[p[i + 3]]++; }
                 for (; i < end; i++) h[p[i]]++;
+            } else if (bits == 8) {  /* codes below ncodes: checked, as the numpy fallback checks them */
+                for (Py_ssize_t i = c; i < end; i++) {
+                    if (p[i] >= ncodes) { bad_code = 1; break; }
+                    h[p[i]]++;
+                }
             } else if (ncodes == 16) {
                 count_nibbles(p + c / 2, (end - c) / 2, h);
             } else {
                 const uint8_t *restrict b = p + c / 2;
                 Py_ssize_t n = (end - c) / 2;
-                for (Py_ssize_t i = 0; i < n; i++) { h[b[i] & 15]++; h[b[i] >> 4]++; }
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    if (ncodes < 16 && ((b[i] & 15) >= ncodes || (b[i] >> 4) >= ncodes)) { bad_code = 1; break; }
+                    h[b[i] & 15]++; h[b[i] >> 4]++;
+                }
             }
+            if (bad_code) break;
             c = end;
         }
     }
@@ -408,6 +420,7 @@ static PyObject *count_slots(PyObject *self, PyObject *args) {
     PyBuffer_Release(&sg.view);
     PyBuffer_Release(&ob);
     if (overflow) { PyErr_SetString(PyExc_ValueError, "count_slots: slot out of range"); return NULL; }
+    if (bad_code) { PyErr_SetString(PyExc_ValueError, "count_slots: code out of range"); return NULL; }
     Py_RETURN_NONE;
 }
 
@@ -433,7 +446,8 @@ static PyObject *locate_slots(PyObject *self, PyObject *args) {
     Py_ssize_t nslots = ncodes > 0 ? wb.len / ncodes : 0;
     Py_ssize_t per_byte = bits == 4 ? 2 : 1;
     Py_ssize_t elements = g.cols * per_byte;
-    int bad = sg.rows != g.rows || group <= 0 || ncodes <= 0 || (bits != 4 && bits != 8) || (bits == 4 && (group % 2 || col0 % 2));
+    int bad = sg.rows != g.rows || group <= 0 || col0 < 0 || ncodes <= 0 || (bits != 4 && bits != 8) ||
+              (bits == 4 && (group % 2 || col0 % 2));
     if (!bad && elements > 0 && (col0 + elements - 1) / group - col0 / group >= sg.cols) bad = 1;
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "locate_slots: inconsistent shapes");
@@ -446,11 +460,11 @@ static PyObject *locate_slots(PyObject *self, PyObject *args) {
         return PyErr_NoMemory();
     }
     Py_ssize_t found = -1;
-    int overflow = 0;
+    int overflow = 0, bad_code = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t k = 0; k < nslots * ncodes; k++) if (wanted[k]) any_wanted[k / ncodes] = 1;
     Py_ssize_t first_group = col0 / group;
-    for (Py_ssize_t r = 0; r < g.rows && found < 0 && !overflow; r++) {
+    for (Py_ssize_t r = 0; r < g.rows && found < 0 && !overflow && !bad_code; r++) {
         const int32_t *srow = ROW(sg, int32_t, r);
         const uint8_t *p = ROW(g, uint8_t, r);
         Py_ssize_t c = 0;
@@ -469,9 +483,11 @@ static PyObject *locate_slots(PyObject *self, PyObject *args) {
                         uint8_t b = p[i / 2];
                         code = ((i & 1) ^ (high_first != 0)) ? b >> 4 : b & 15;
                     }
+                    if (code >= (unsigned)ncodes) { bad_code = 1; break; }  /* never a read past `wanted` */
                     if (w[code]) { found = r * elements + i; break; }
                 }
             }
+            if (bad_code) break;
             c = end;
         }
     }
@@ -481,6 +497,7 @@ static PyObject *locate_slots(PyObject *self, PyObject *args) {
     PyBuffer_Release(&sg.view);
     PyBuffer_Release(&wb);
     if (overflow) { PyErr_SetString(PyExc_ValueError, "locate_slots: slot out of range"); return NULL; }
+    if (bad_code) { PyErr_SetString(PyExc_ValueError, "locate_slots: code out of range"); return NULL; }
     return PyLong_FromSsize_t(found);
 }
 
