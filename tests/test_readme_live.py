@@ -218,3 +218,27 @@ def test_one_vocabulary_for_the_two_classes_in_json(minilm_dir, tmp_path):
         assert compared["kinds"][kind]["k_class"] == row["kinds"][kind]["k_class"] == compared["kinds"][kind]["class"]
         assert compared["kinds"][kind]["role"] == row["kinds"][kind]["class"]
     assert row["kinds"]["q"]["class"] == "selection" and row["kinds"]["q"]["k_class"] == "transmission"
+
+
+# Each command's section of the README and the commands whose options it names.
+_COMMAND_SECTIONS = {
+    "Training runs: `sweep` and `trajectory`": ("sweep", "trajectory"),
+    "What fine-tuning changed: `diff`": ("diff",),
+    "Regression checks in CI: `check`": ("check",),
+    "Health report: `report`": ("report",),
+    "Comparing with the paper's cohort: `compare`": ("compare",),
+}
+
+
+def test_every_option_a_command_section_names_is_an_option_of_its_commands():
+    """Issue 33: the sweep section promised `--center` and `--include/--exclude`, which `sweep` did not have."""
+    import typer.main
+
+    from weightdiag.cli import app
+
+    commands = typer.main.get_command(app).commands
+    for title, names in _COMMAND_SECTIONS.items():
+        known = {opt for name in names for p in commands[name].params for opt in (*p.opts, *p.secondary_opts)}
+        named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", _section(title)))
+        assert named, title
+        assert not named - known, f"{title}: the README names options its commands lack: {sorted(named - known)}"

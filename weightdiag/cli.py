@@ -241,6 +241,14 @@ QuietOption = Annotated[
 ]
 # What --json and -q do to a command's output is decided in one place: _emit.
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+CenterOption = Annotated[
+    bool,
+    typer.Option(
+        "--center",
+        help="Fit |w - mean| of each matrix (the Weibull paper's App. A.1 text) instead of |w| (its "
+        "library and the cohort).",
+    ),
+]
 IncludeOption = Annotated[
     list[str] | None, typer.Option("--include", metavar="GLOB", help="Only tensors matching this glob (repeatable).")
 ]
@@ -373,14 +381,7 @@ def fit(
     trim: Annotated[
         str, typer.Option("--trim", metavar="TRIM", help="Trim for per-kind medians: mid80 (paper), mid90 or full.")
     ] = COHORT_TRIM,
-    center: Annotated[
-        bool,
-        typer.Option(
-            "--center",
-            help="Fit |w - mean| of each matrix (the Weibull paper's App. A.1 text) instead of |w| (its "
-            "library and the cohort).",
-        ),
-    ] = False,
+    center: CenterOption = False,
     include: IncludeOption = None,
     exclude: ExcludeOption = None,
     revision: Annotated[
@@ -839,6 +840,9 @@ def sweep(
     ] = None,
     protocol: ProtocolOption = "hist1024",
     device: DeviceOption = "auto",
+    center: CenterOption = False,
+    include: IncludeOption = None,
+    exclude: ExcludeOption = None,
     lr: LrOption = None,
     weight_decay: WeightDecayOption = None,
     preset: PresetOption = None,
@@ -862,8 +866,18 @@ def sweep(
     from .render.tables import FitWidth, counted
 
     # No --train-steps: each revision's own step number gives it. --name is the sweep's, not a fit option.
+    # --center and --include/--exclude make every revision's row that variant (its own file, never counted as the
+    # revision's full fit: run/sweep.py row_path), as on `fit`.
     options = _fit_options(
-        protocol=protocol, device=device, connections=connections, lr=lr, weight_decay=weight_decay, preset=preset
+        protocol=protocol,
+        device=device,
+        connections=connections,
+        center=center,
+        include=include,
+        exclude=exclude,
+        lr=lr,
+        weight_decay=weight_decay,
+        preset=preset,
     )
 
     def planned(model_id: str, names: list[str]) -> None:
