@@ -128,7 +128,7 @@ def compare(
 ) -> list[CompareReport]:
     """`weightdiag compare`: a comparison with the cohort per model (default: every fitted row); models
     fitted on the way are saved unless save=False."""
-    from .database.store import iter_rows
+    from .database.store import iter_rows, require_database
     from .diagnose.compare import compare as compare_row
 
     options = options or FitOptions()
@@ -141,6 +141,7 @@ def compare(
                 on_row(spec, row, how)
             rows.append(row)
     else:
+        require_database(Path(db_dir) if db_dir else None)
         rows = [row for _, row in iter_rows(Path(db_dir) if db_dir else None)]
         if not rows:
             raise DatabaseError(
@@ -377,9 +378,10 @@ def trajectory(
 ) -> TrajectoryResult:
     """`weightdiag trajectory`: a swept run read from its rows (k and lambda over steps, drift, the lambda
     peak, step-0 checks, std patterns); with plot (a folder), its PNG figures too."""
-    from .database.store import find_rows
+    from .database.store import find_rows, require_database
     from .diagnose import trajectory as tr
 
+    require_database(Path(db_dir) if db_dir else None)
     rows = [r for r in find_rows(model, Path(db_dir) if db_dir else None) if r["model"]["id"] == model]
     if not rows:
         folder = (Path(db_dir) if db_dir else default_db_dir()).resolve()
@@ -436,9 +438,10 @@ def list_rows(
     db_dir: str | Path | None = None, *, fitted_only: bool = False, on_skip: SkipNote | None = None
 ) -> list[FlatRecord]:
     """`weightdiag db list`: one flat record per cohort entry and fitted row (db.flat_record)."""
-    from .database.store import cohort_rows, flat_record, iter_summaries
+    from .database.store import cohort_rows, flat_record, iter_summaries, require_database
 
     db = Path(db_dir) if db_dir else None
+    require_database(db)  # a typo'd --db is no empty database
     # One summary at a time, flattened as it is read: 20,000 summaries held at once took 500 MB.
     records = [] if fitted_only else [flat_record(r) for r in cohort_rows()]
     records.extend(flat_record(row) for _, row in iter_summaries(db, on_skip))

@@ -542,6 +542,36 @@ def iter_summaries(
         yield path, summary
 
 
+def missing_database(db_dir: Path | None) -> DatabaseError | None:
+    """The error for a database folder that was named (--db DIR, $WEIGHTDIAG_DB) and does not exist, else None.
+
+    Reading rows from such a folder found none, so a typo read as an empty database: `db list --db typo` printed
+    an empty table with exit 0 and `db show X --db typo` said only "no such row" (issue 33). The folders chosen
+    by default may be absent (a new user has no rows yet: the per-user folder is created on the first write), and
+    commands that write rows (fit, sweep, diff) create a named one."""
+    if db_dir is not None:
+        folder, named, instead = db_dir, f"--db {db_dir}", "leave --db out for the default"
+    else:
+        where, why = settings.db_location()
+        if why != settings.DB_FROM_ENV:
+            return None
+        folder, named, instead = Path(where), f"WEIGHTDIAG_DB={where}", "unset it for the default"
+    if folder.exists():
+        return None
+    return DatabaseError(
+        f"{named}: no such database folder ({folder.absolute()}); check the path, or {instead} (`weightdiag env` "
+        "shows it)",
+        folder=folder / ROWS_DIR,
+    )
+
+
+def require_database(db_dir: Path | None) -> None:
+    """Raise missing_database's error, for a command that reads rows from the database folder."""
+    error = missing_database(db_dir)
+    if error is not None:
+        raise error
+
+
 def _rows_folder(db_dir: Path | None) -> Path:
     base = db_dir or default_db_dir()
     if base.exists() and not base.is_dir():  # a typo'd --db naming a file must not read as an empty database
@@ -705,6 +735,7 @@ def row_by_id(spec: str, db_dir: Path | None = None, summary: bool = False) -> R
     path = Path(spec)
     if spec and os.path.lexists(path) and not path.is_dir():
         return read_row(path)
+    require_database(db_dir)
     folder = (db_dir or default_db_dir()) / ROWS_DIR
     if spec.endswith(".json") and "/" not in spec and os.sep not in spec and os.path.lexists(folder / spec):
         return read_row(folder / spec)
