@@ -422,12 +422,76 @@ def test_cohort_entry_applies_the_same_rule_to_the_cohorts_alone():
         db.cohort_entry("QWEN3-8B")
 
 
+def test_an_id_of_several_revisions_names_mains_row_else_asks_for_one(tmp_path, fitted_row):
+    """Issue 33: `db show RUN` picked one of 15 revisions silently (the newest). A bare id names main's row (the
+    Hub's default branch, what the id alone means); with no main row, one line lists a few revisions, exit 2."""
+    dbdir = tmp_path / "db"
+    for n, step in enumerate((0, 20, 100, 1000, 3000, 143000)):
+        rev = f"step{step}"
+        put(dbdir, f"{rev}.json", variant(fitted_row, "Org/run", revision=rev, created=f"2026-01-0{n + 1}T00:00:00Z"))
+    with pytest.raises(db.AmbiguousRowError) as info:
+        db.row_by_id("Org/run", dbdir)
+    assert info.value.candidates == sorted(f"Org/run@step{s}" for s in (0, 20, 100, 1000, 3000, 143000))
+    out = cli("db", "show", "Org/run", "--db", str(dbdir))
+    assert out.code == ExitCode.BAD_INPUT and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        "error: Org/run: 6 revisions in the database and none named: name one, e.g. Org/run@step0, Org/run@step20, "
+        "Org/run@step100, ..., Org/run@step143000 (`weightdiag db list` shows them all)"
+    ]
+    assert db.row_by_id("Org/run@step100", dbdir)["model"]["revision"] == "step100"
+    assert db.row_by_id("org/RUN@step20", dbdir)["model"]["revision"] == "step20"  # one name ignoring case
+    with pytest.raises(db.AmbiguousRowError):
+        db.row_by_id("org/RUN", dbdir)  # ignoring case, no revision: asks as well
+    put(dbdir, "main.json", variant(fitted_row, "Org/run", revision="main", created="2025-01-01T00:00:00Z"))
+    assert db.row_by_id("Org/run", dbdir)["model"]["revision"] == "main"  # the oldest row, but main's
+    assert db.row_by_id("org/run", dbdir)["model"]["revision"] == "main"
+    put(dbdir, "one.json", variant(fitted_row, "Org/one", revision="step5"))
+    assert db.row_by_id("Org/one", dbdir)["model"]["revision"] == "step5"  # one revision: no question
+
+
+def test_a_local_sweep_named_by_id_asks_for_a_revision_in_compare_and_report(tmp_path, fitted_row):
+    dbdir = tmp_path / "db"
+    for step in (0, 100):
+        row = variant(fitted_row, "my-run", revision=f"step_{step}", source="local")
+        put(dbdir, db.row_filename(row), row)  # named as a fit names it: compare looks for it by that name
+    for command in ("compare", "report"):
+        out = cli(command, "my-run", "--db", str(dbdir), "-q")
+        assert out.code == ExitCode.BAD_INPUT, (command, out.stderr)
+        assert "my-run: 2 revisions in the database and none named: name one, e.g. my-run@step_0, my-run@step_100" in (
+            out.stderr
+        )
+        assert cli(command, "my-run@step_100", "--db", str(dbdir), "-q").code == 0
+
+
+def test_offline_a_hub_id_without_revision_is_answered_by_mains_row_only(tmp_path, fitted_row, monkeypatch):
+    """Issue 33: with the Hub unreachable `compare ORG/NAME -q` used the newest row (@step2000), not main's."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # nothing cached: the database answers, or nothing
+    dbdir = tmp_path / "db"
+    for n, rev in enumerate(("step1000", "step2000")):
+        row = variant(fitted_row, "Org/net", revision=rev, source="hub", created=f"2026-01-0{n + 1}T00:00:00Z")
+        put(dbdir, db.row_filename(row), row)
+    out = cli("compare", "Org/net", "--db", str(dbdir), "-q", "--json")
+    assert out.code == ExitCode.BAD_INPUT and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        "error: Org/net: the Hub is unreachable and the database holds no row of main, only of 2 other revisions: "
+        "name one, e.g. Org/net@step1000, Org/net@step2000 (`weightdiag db list` shows them all)"
+    ]
+    out = cli("compare", "Org/net@step1000", "--db", str(dbdir), "-q", "--json")
+    assert out.code == 0, out.stderr  # a revision named: its row
+    main = variant(fitted_row, "Org/net", revision="main", source="hub", created="2025-06-01T00:00:00Z")
+    put(dbdir, db.row_filename(main), main)
+    out = cli("compare", "Org/net", "--db", str(dbdir), "--json")
+    assert out.code == 0, out.stderr
+    assert "Org/net: the Hub is unreachable; its row of main in the database is used" in out.stderr
+
+
 def test_fitted_ids_exact_then_ignoring_case(tmp_path, fitted_row):
     dbdir = tmp_path / "db"
     put(dbdir, "a.json", variant(fitted_row, "Org/Model", revision="main", created="2026-01-01T00:00:00Z"))
     put(dbdir, "b.json", variant(fitted_row, "Org/Model", revision="v2", created="2026-02-01T00:00:00Z"))
     put(dbdir, "c.json", variant(fitted_row, "org/model", revision="main", created="2026-03-01T00:00:00Z"))
-    assert db.row_by_id("Org/Model", dbdir)["model"]["revision"] == "v2"  # exact id: the newest row
+    assert db.row_by_id("Org/Model", dbdir)["model"]["revision"] == "main"  # exact id: main's, not the newest
     assert db.row_by_id("Org/Model@main", dbdir)["created"] == "2026-01-01T00:00:00Z"
     assert db.row_by_id("org/model", dbdir)["created"] == "2026-03-01T00:00:00Z"
     assert db.row_by_id("ORG/MODEL@V2", dbdir)["model"]["revision"] == "v2"  # one name ignoring case

@@ -465,7 +465,8 @@ def _row_note(quiet: bool, save: bool = True) -> "RowNote":
         if how == "fitted":
             _say(f"{spec}: fitted" + (" and saved" if save else ""), quiet)
         elif how.startswith("database (the Hub is unreachable)"):
-            _say(f"{spec}: the Hub is unreachable; its newest row in the database is used", quiet)
+            revision = row["model"].get("revision")
+            _say(f"{spec}: the Hub is unreachable; its row of {revision} in the database is used", quiet)
 
     return note
 

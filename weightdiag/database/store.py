@@ -25,7 +25,8 @@ Naming a row (row_by_id, `weightdiag db show ID`), first rule that applies:
   2. a row file's name (`NAME.json`, as in rows/): that file of the database;
   3. a cohort or companion entry id, exactly (`qwen3-8b` is DATABASE_v9_1's, `Qwen3-8B` the companion's);
   4. a fitted model id, id@revision or id@fingerprint, exactly: the newest such row (a bare id of local
-     checkpoints with different contents, folders that share a name, is refused listing their names);
+     checkpoints with different contents, folders that share a name, is refused listing their names; a bare
+     id of rows of several revisions names main's, else is refused listing a few: meant_revision);
   5. (a damaged row whose model.id is exactly ID: refused with its RowError, exit 2);
   6. the same names ignoring case, when they name one entry or one fitted model; when they name
      several, AmbiguousRowError (exit 2) lists them;
@@ -673,12 +674,58 @@ class AmbiguousRowError(BadInputError):
 
     field_names = ("spec", "candidates")
 
-    def __init__(self, spec: str, candidates: Iterable[str], how: str = "when case is ignored") -> None:
+    def __init__(
+        self, spec: str, candidates: Iterable[str], how: str = "when case is ignored", message: str | None = None
+    ) -> None:
         self.spec = spec
         self.candidates = sorted(set(candidates))
         super().__init__(
-            f"{spec}: matches {len(self.candidates)} rows {how}: {', '.join(self.candidates)}; give one of them exactly"
+            message
+            or f"{spec}: matches {len(self.candidates)} rows {how}: {', '.join(self.candidates)}; give one of them "
+            "exactly"
         )
+
+
+DEFAULT_REVISION = "main"  # the Hub's default branch: what ORG/NAME without @REV means
+
+
+def natural_key(text: str) -> tuple[tuple[int, int, str], ...]:
+    """Sort key that orders the numbers in a text by value: step20 before step100 (as text, step100 came first)."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part)
+
+
+def _checkpoint(row: Row) -> str:
+    """What tells a model's rows of different checkpoints apart: the revision, else (local files) the fingerprint."""
+    model = row["model"]
+    return str(model.get("revision") or model.get("fingerprint") or "")
+
+
+def revision_needed(spec: str, names: Iterable[str], why: str) -> AmbiguousRowError:
+    """One line that asks for a revision, offering a few (in natural order) to choose from."""
+    choices = sorted(set(names), key=natural_key)
+    few = choices if len(choices) <= 5 else [*choices[:3], "...", choices[-1]]
+    return AmbiguousRowError(
+        spec,
+        choices,
+        message=f"{spec}: {why}: name one, e.g. {', '.join(few)} (`weightdiag db list` shows them all)",
+    )
+
+
+def meant_revision(spec: str, rows: list[Row]) -> list[Row]:
+    """Of the rows a model id without @REV names, those of the checkpoint meant: all of them when they are of one
+    revision, else those of main (the Hub's default branch, what the id alone means there). Rows of several
+    revisions and none of main: AmbiguousRowError listing a few to choose from. Never one picked silently
+    (issue 33: `db show RUN` answered with the newest of 15 revisions)."""
+    checkpoints = {_checkpoint(row) for row in rows}
+    if len(checkpoints) <= 1:
+        return rows
+    main = [row for row in rows if row["model"].get("revision") == DEFAULT_REVISION]
+    if main:
+        return main
+    model_id = rows[0]["model"]["id"]
+    raise revision_needed(
+        spec, (f"{model_id}@{c}" for c in checkpoints), f"{len(checkpoints)} revisions in the database and none named"
+    )
 
 
 def _names(row: Row) -> list[str]:
@@ -696,10 +743,12 @@ def _newest(rows: list[Row]) -> Row:
 def _one_checkpoint(spec: str, rows: list[Row]) -> Row:
     """The newest of `rows` named `spec`, unless a bare id names local checkpoints with different contents
     (folders of the same name: `ckpt`): then AmbiguousRowError lists their id@local-fingerprint names.
-    Revisions of one model (a sweep) are one name: the newest answers, as `db list` shows them."""
+    A bare id of a model with rows of several revisions (a sweep) names main's, else asks for one (meant_revision)."""
     unnamed = {r["model"].get("fingerprint") for r in rows if not r["model"].get("revision")}
     if "@" not in spec and len(unnamed) > 1 and all(not r["model"].get("revision") for r in rows):
         raise AmbiguousRowError(spec, (f"{spec}@{fp}" for fp in unnamed if fp), "of different checkpoints")
+    if all(r["model"]["id"].casefold() == spec.casefold() for r in rows):  # no revision named
+        rows = meant_revision(spec, rows)
     return _newest(rows)
 
 
@@ -778,7 +827,7 @@ def row_by_id(spec: str, db_dir: Path | None = None, summary: bool = False) -> R
     if len(matches) > 1:
         raise AmbiguousRowError(spec, matches)
     if matches:
-        return whole(_newest(next(iter(matches.values()))))
+        return whole(_one_checkpoint(spec, next(iter(matches.values()))))
     for exc in damaged:  # the row asked for may be one of these: the command line names them on stderr
         _skip(exc, None)
     raise RowNotFoundError(spec, folder=(db_dir or default_db_dir()).resolve())

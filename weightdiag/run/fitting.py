@@ -175,7 +175,16 @@ def resolve_row(
     it is fitted. Fresh fits are saved unless save=False. Without `reuse` (check: always afresh) an
     interrupted fit's journal is not resumed either.
     """
-    from ..database.store import cohort_entry, find_rows, fit_variant, load_row, local_row, missing_database
+    from ..database.store import (
+        DEFAULT_REVISION,
+        cohort_entry,
+        find_rows,
+        fit_variant,
+        load_row,
+        local_row,
+        missing_database,
+        revision_needed,
+    )
 
     options = options or FitOptions()
     check_options(options)
@@ -208,6 +217,17 @@ def resolve_row(
         rows = [r for r in find_rows(spec, protocol=options.protocol, rows=[r for _, r in named]) if not fit_variant(r)]
         if not rows:
             raise
+        if "@" not in spec:  # ORG/NAME means main: never the newest row of another revision (issue 33)
+            main = [r for r in rows if r["model"].get("revision") == DEFAULT_REVISION]
+            if not main:
+                others = {f"{spec}@{r['model'].get('revision')}" for r in rows}
+                raise revision_needed(
+                    spec,
+                    others,
+                    f"the Hub is unreachable and the database holds no row of main, only of {len(others)} "
+                    f"other revision{'s' if len(others) > 1 else ''}",
+                ) from None
+            rows = main
         return load_row(next(p for p, r in named if r is rows[-1])), "database (the Hub is unreachable)"
     if reuse and plan.source == "hub" and plan.commit:
         named = list(iter_summaries(db, model_id=plan.model_id))
