@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -605,3 +606,32 @@ def test_a_db_that_is_a_file_is_refused_not_read_as_empty(tmp_path):
         api.list_rows(afile)
     with pytest.raises(DatabaseError, match=str(tmp_path / "empty")):
         api.compare([], db_dir=tmp_path / "empty")  # the message names the folder it looked in
+
+
+def test_r2_below_95_is_a_number_and_old_rows_holding_text_still_read(tmp_path, fitted_row):
+    """Issue 33: `r2_below_95` was the text "a/b" (DATABASE_v9_1.csv's form, copied into every row): a number now,
+    how many of the kind's `fitted` fits have R² < 0.95; rows and summaries written before read as that number."""
+    kinds = fitted_row["kinds"]
+    assert all(type(s["r2_below_95"]) is int and 0 <= s["r2_below_95"] <= s["fitted"] for s in kinds.values())
+    for row in db.cohort_rows():
+        assert all(s["r2_below_95"] is None or type(s["r2_below_95"]) is int for s in row["kinds"].values())
+    pythia = db.cohort_entry("pythia-160m")
+    assert pythia is not None and pythia["kinds"]["qkv"]["r2_below_95"] == 0 and pythia["kinds"]["qkv"]["fitted"] == 12
+    old = copy.deepcopy(fitted_row)
+    for s in old["kinds"].values():
+        s["r2_below_95"] = f"{s['r2_below_95']}/{s['fitted']}"  # as rows were written before
+    old["kinds"]["q"]["r2_below_95"] = "1/" + str(old["kinds"]["q"]["fitted"])
+    dbdir = tmp_path / "db"
+    path = put(dbdir, db.row_filename(old), old)
+    row = db.read_row(path)
+    assert row["kinds"]["q"]["r2_below_95"] == 1
+    assert all(type(s["r2_below_95"]) is int for s in row["kinds"].values())
+    listed = cli("db", "show", str(path))
+    assert listed.code == 0, listed.stderr
+    assert re.search(rf"│ q +│ .* │ +1/{old['kinds']['q']['fitted']} │", listed.stdout), listed.stdout
+    shown = json.loads(cli("db", "show", "tiny-llama", "--db", str(dbdir), "--json").stdout)
+    assert shown["kinds"]["q"]["r2_below_95"] == 1
+    out = cli("db", "list", "--db", str(dbdir), "--fitted", "--json")  # through the summary, made from the row
+    assert out.code == 0 and (dbdir / "rows" / ".summary" / path.name).is_file()
+    summary = json.loads((dbdir / "rows" / ".summary" / path.name).read_text())
+    assert summary["row"]["kinds"]["q"]["r2_below_95"] == 1

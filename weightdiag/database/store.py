@@ -473,7 +473,8 @@ def _row_paths(folder: Path) -> list[Path]:
 # missing or unreadable, the row itself is read (every field checked) and the summary made again. A
 # crash between the two writes leaves a summary of the old file, which no longer matches: never used.
 SUMMARY_DIR = ".summary"
-SUMMARY_SCHEMA = "weightdiag.row-summary/1"
+# /2: kinds' r2_below_95 is a number (issue 33); summaries of /1 may hold the text "a/b" and are made again.
+SUMMARY_SCHEMA = "weightdiag.row-summary/2"
 
 
 def _identity_of(path: Path) -> list[int]:
