@@ -635,3 +635,21 @@ def test_r2_below_95_is_a_number_and_old_rows_holding_text_still_read(tmp_path, 
     assert out.code == 0 and (dbdir / "rows" / ".summary" / path.name).is_file()
     summary = json.loads((dbdir / "rows" / ".summary" / path.name).read_text())
     assert summary["row"]["kinds"]["q"]["r2_below_95"] == 1
+
+
+def test_db_list_orders_revisions_by_their_numbers(tmp_path, fitted_row):
+    """Issue 33: revisions were sorted as text, step100 before step20."""
+    dbdir = tmp_path / "db"
+    for step in (1000, 20, 0, 100, 3):
+        row = variant(fitted_row, "Org/run", revision=f"step{step}")
+        put(dbdir, db.row_filename(row), row)
+    other = variant(fitted_row, "Org/another", revision="main")
+    put(dbdir, db.row_filename(other), other)
+    out = cli("db", "list", "--db", str(dbdir), "--fitted", "--json")
+    listed = [(r["id"], r["revision"]) for r in json.loads(out.stdout)]
+    assert listed == [("Org/another", "main")] + [("Org/run", f"step{s}") for s in (0, 3, 20, 100, 1000)]
+    table = cli("db", "list", "--db", str(dbdir), "--fitted").stdout
+    assert [table.index(f"step{s} ") for s in (0, 3, 20, 100, 1000)] == sorted(
+        table.index(f"step{s} ") for s in (0, 3, 20, 100, 1000)
+    )
+    assert db.natural_key("step20") < db.natural_key("step100") < db.natural_key("step_5")

@@ -438,13 +438,15 @@ def list_rows(
     db_dir: str | Path | None = None, *, fitted_only: bool = False, on_skip: SkipNote | None = None
 ) -> list[FlatRecord]:
     """`weightdiag db list`: one flat record per cohort entry and fitted row (db.flat_record)."""
-    from .database.store import cohort_rows, flat_record, iter_summaries, require_database
+    from .database.store import cohort_rows, flat_record, iter_summaries, natural_key, require_database
 
     db = Path(db_dir) if db_dir else None
     require_database(db)  # a typo'd --db is no empty database
     # One summary at a time, flattened as it is read: 20,000 summaries held at once took 500 MB.
     records = [] if fitted_only else [flat_record(r) for r in cohort_rows()]
-    records.extend(flat_record(row) for _, row in iter_summaries(db, on_skip))
+    fitted = [(natural_key(path.name), flat_record(row)) for path, row in iter_summaries(db, on_skip)]
+    # By file name (a model's rows together), its numbers by value: step20 before step100 (issue 33).
+    records.extend(record for _, record in sorted(fitted, key=lambda pair: pair[0]))
     return records
 
 
