@@ -359,9 +359,12 @@ def test_env_reports_the_setup_without_the_token(monkeypatch, capsys):
     assert secret not in out
     code, out, _ = run(capsys, "env", "--json")
     document = json.loads(out)
-    assert document["HF token"] == "present"
+    assert document["hf_token"] == "present"
     assert secret not in out
-    assert document["Kernels"].startswith(("C", "numpy"))
+    assert document["kernels"].startswith(("C", "numpy"))
+    # Issue 33: keys with spaces ("HF token") were awkward in scripts (jq .["HF token"]): snake_case, as elsewhere.
+    assert all(re.fullmatch(r"[a-z][a-z0-9]*(_[a-z0-9]+)*", key) for key in document), list(document)
+    assert document["weightdiag_variables"]["WEIGHTDIAG_THREADS"] == "3"
 
 
 def test_shell_completion_is_enabled(monkeypatch):

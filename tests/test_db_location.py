@@ -85,12 +85,12 @@ def test_env_says_which_folder_and_why(away, tmp_path):
     out = run_cli("env", "--json", cwd=work)
     assert out.returncode == 0, out.stderr
     document = json.loads(out.stdout)
-    assert document["Database folder"] == str(home / ".local" / "share" / "weightdiag")
-    assert document["Database folder chosen"].startswith("the per-user data folder")
+    assert document["database_folder"] == str(home / ".local" / "share" / "weightdiag")
+    assert document["database_folder_chosen"].startswith("the per-user data folder")
     (work.parent / "DATABASE").mkdir()
     document = json.loads(run_cli("env", "--json", cwd=work).stdout)
-    assert document["Database folder"] == str(work.parent / "DATABASE")
-    assert "nearest DATABASE folder above" in document["Database folder chosen"]
+    assert document["database_folder"] == str(work.parent / "DATABASE")
+    assert "nearest DATABASE folder above" in document["database_folder_chosen"]
     text = run_cli("env", cwd=work, env={"WEIGHTDIAG_DB": str(tmp_path / "x")}).stdout
     assert f"- Database folder: {tmp_path / 'x'}\n- Database folder chosen: from $WEIGHTDIAG_DB" in text
 

@@ -1070,7 +1070,7 @@ def env(
         for key, value in document.items():
             if isinstance(value, dict):
                 value = ", ".join(f"{k}={v}" for k, v in value.items()) or "none set"
-            lines.append(f"- {key}: {value}")
+            lines.append(f"- {ENV_LABELS[key]}: {value}")
         return _Verbatim("\n".join(lines) + "\n")
 
     _emit(document, view, as_json=as_json, quiet=quiet)
@@ -1092,23 +1092,45 @@ def _environment() -> dict[str, Any]:
     except metadata.PackageNotFoundError:
         hub_version = "not installed"
     return {
-        "weightdiag version": __version__,
-        "Python version": platform.python_version(),
-        "Platform": platform.platform(),
-        "Kernels": "C extension" if BACKEND == "c" else "numpy (the C extension is not built, or WEIGHTDIAG_KERNELS)",
-        "Cores": _cores_summary(),
-        "Torch version": torch_version or "not installed (only needed for .bin files and CUDA)",
-        "CUDA": _cuda_summary() if torch_version else "no (torch is not installed)",
-        "huggingface_hub version": hub_version,
-        "Database folder": str(Path(settings.db_dir()).absolute()),
-        "Database folder chosen": settings.db_location()[1] + "; a command's --db DIR overrides it",
-        "HF endpoint": settings.hf_endpoint(),
-        "HF cache": settings.hf_cache_dir(),
-        "HF offline": settings.hf_offline(),
-        "HF token": "present" if settings.hf_token_present() else "not found",
-        "Progress bars": "shown on a terminal" if settings.progress_bars() else "hidden (HF_HUB_DISABLE_PROGRESS_BARS)",
-        "WEIGHTDIAG variables": settings.weightdiag_variables(),
+        "weightdiag_version": __version__,
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "kernels": "C extension" if BACKEND == "c" else "numpy (the C extension is not built, or WEIGHTDIAG_KERNELS)",
+        "cores": _cores_summary(),
+        "torch_version": torch_version or "not installed (only needed for .bin files and CUDA)",
+        "cuda": _cuda_summary() if torch_version else "no (torch is not installed)",
+        "huggingface_hub_version": hub_version,
+        "database_folder": str(Path(settings.db_dir()).absolute()),
+        "database_folder_chosen": settings.db_location()[1] + "; a command's --db DIR overrides it",
+        "hf_endpoint": settings.hf_endpoint(),
+        "hf_cache": settings.hf_cache_dir(),
+        "hf_offline": settings.hf_offline(),
+        "hf_token": "present" if settings.hf_token_present() else "not found",
+        "progress_bars": "shown on a terminal" if settings.progress_bars() else "hidden (HF_HUB_DISABLE_PROGRESS_BARS)",
+        "weightdiag_variables": settings.weightdiag_variables(),
     }
+
+
+# `env --json`'s keys are snake_case, as in every other JSON weightdiag prints (they had spaces before issue 33);
+# the text for a person keeps the words.
+ENV_LABELS = {
+    "weightdiag_version": "weightdiag version",
+    "python_version": "Python version",
+    "platform": "Platform",
+    "kernels": "Kernels",
+    "cores": "Cores",
+    "torch_version": "Torch version",
+    "cuda": "CUDA",
+    "huggingface_hub_version": "huggingface_hub version",
+    "database_folder": "Database folder",
+    "database_folder_chosen": "Database folder chosen",
+    "hf_endpoint": "HF endpoint",
+    "hf_cache": "HF cache",
+    "hf_offline": "HF offline",
+    "hf_token": "HF token",
+    "progress_bars": "Progress bars",
+    "weightdiag_variables": "WEIGHTDIAG variables",
+}
 
 
 def _cores_summary() -> str:
