@@ -213,7 +213,7 @@ def test_one_vocabulary_for_the_two_classes_in_json(minilm_dir, tmp_path):
 
     fitted = run_cli("fit", str(minilm_dir), "--json", "-q", "--db", str(tmp_path))
     row = json.loads(fitted.stdout)
-    compared = json.loads(run_cli("compare", str(minilm_dir), "--json", "-q", "--db", str(tmp_path)).stdout)
+    (compared,) = json.loads(run_cli("compare", str(minilm_dir), "--json", "-q", "--db", str(tmp_path)).stdout)
     for kind in ("q", "k", "ffn_out"):
         assert compared["kinds"][kind]["k_class"] == row["kinds"][kind]["k_class"] == compared["kinds"][kind]["class"]
         assert compared["kinds"][kind]["role"] == row["kinds"][kind]["class"]

@@ -522,8 +522,9 @@ def compare(
         )
     finally:
         progress.close()
-    document = reports if len(reports) > 1 or not models else reports[0]
-    _emit(document, lambda: [compare_view(r) for r in reports], as_json=as_json, quiet=quiet)
+    # Always a list, one report per model: a lone object for one model and a list for several made every script
+    # test the shape (issue 33; the README's "JSON that changed").
+    _emit(reports, lambda: [compare_view(r) for r in reports], as_json=as_json, quiet=quiet)
 
 
 @app.command()
