@@ -320,3 +320,28 @@ def test_progress_counts_every_byte_and_tensor(planted):
     assert events[0][0] == "start" and start["tensors"] == 35
     assert sum(p for e, p in events if e == "bytes") == start["bytes"]
     assert len([e for e, _ in events if e == "advance"]) == 35
+
+
+def test_a_quiet_gate_prints_its_verdict_alone(planted):
+    """Issue 33: `diff --fail-above X -q` printed the whole report before PASS/FAIL; -q leaves the verdict."""
+    r = run_cli("diff", str(planted[0]), str(planted[1]), "--no-save", "--fail-above", "0", "-q")
+    assert r.returncode == 1 and r.stderr == ""
+    (line,) = r.stdout.splitlines()
+    assert line.startswith("FAIL: 27 of 35 tensors changed more than 0: ") and line.endswith(" and 22 more")
+    r = run_cli("diff", str(planted[0]), str(planted[1]), "--no-save", "--fail-above", "1", "-q", "--blocks", "0")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "PASS: 8 tensors within relative change 1\n", "")
+    wide = {"COLUMNS": "100000"}
+    loud = run_cli("diff", str(planted[0]), str(planted[1]), "--no-save", "--fail-above", "0", env=wide)
+    assert loud.stdout.count("\n") > 5 and loud.stdout.splitlines()[-1] == line  # without -q: the report, then it
+
+
+def test_plot_and_html_say_what_they_wrote(planted, tmp_path):
+    """Issue 33: `diff --plot/--html` wrote silently; one line each on stderr now (not with -q, as for report)."""
+    pytest.importorskip("matplotlib")
+    plots, page = tmp_path / "plots", tmp_path / "diff.html"
+    args = ("diff", str(planted[0]), str(planted[1]), "--no-save", "--plot", str(plots), "--html", str(page))
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == [f"3 plots written to {plots}", f"HTML page written to {page}"]
+    assert len(list(plots.glob("*.png"))) == 3 and page.is_file()
+    assert run_cli(*args, "-q").stderr == ""

@@ -545,6 +545,9 @@ def diff(
 
         with tempfile.TemporaryDirectory() as scratch:
             plots = write_plots(result, plot_dir or Path(scratch))
+            if plot_dir is not None:  # what was written, for the command to say (it wrote silently before)
+                result.run["plots"] = [str(p.path) for p in plots]
             if html_file is not None:
                 write_html(result, plots, html_file)
+                result.run["html"] = str(html_file)
     return result

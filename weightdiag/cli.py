@@ -660,7 +660,7 @@ def diff(
     """What changed from BASE to TUNED, matrix by matrix: exact figures, rank90, findings; a CI gate."""
     from .api import diff as diff_api
     from .diff.gate import gate, parse_blocks
-    from .diff.render import diff_view
+    from .diff.render import diff_view, gate_line
     from .diff.result import DiffOptions
 
     base, tuned = (first, second) if second is not None else (None, first)
@@ -688,9 +688,16 @@ def diff(
     if verdict is not None:
         document["gate"] = verdict.to_json()
     every = all_matrices or all_matrices_alias
-    _emit(document, lambda: diff_view(result, every, verdict), as_json=as_json, quiet=quiet)
+    if verdict is not None and quiet:  # a CI gate's result is its verdict: -q prints that line alone (issue 33)
+        _emit(document, lambda: _Verbatim(gate_line(verdict) + "\n"), as_json=as_json, quiet=quiet)  # never folded
+    else:
+        _emit(document, lambda: diff_view(result, every, verdict), as_json=as_json, quiet=quiet)
     if save and not as_json and result.run.get("saved"):
         _say(f"diff row written to {result.run['saved']}", quiet)
+    if plot is not None:
+        _say(f"{len(result.run.get('plots') or [])} plots written to {plot}", quiet)
+    if html is not None:
+        _say(f"HTML page written to {html}", quiet)
     raise typer.Exit(ExitCode.OK if verdict is None or verdict.passed else ExitCode.REGRESSION)
 
 
