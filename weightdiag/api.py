@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from .database.store import ROWS_DIR, RowNotFoundError, default_db_dir
+from .database.store import ROWS_DIR, RowNotFoundError, default_db_dir, natural_key
 from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthReport, TrajectoryResult
 from .diff.result import DiffOptions, DiffResult
-from .errors import DatabaseError, OptionError, OutputError
+from .errors import DatabaseError, OptionError, OutputError, RowUseError
 from .record.schema import Row, RowError
 from .run.fitting import check_options, fit_and_save_model, fit_model, fit_path, fit_plan, resolve_row, save_row
 from .run.measure import FitOptions
@@ -397,6 +397,16 @@ def trajectory(
     if not rows:
         found = ", ".join(sorted(fitted))
         raise OptionError(f"{model}: no rows fitted with --protocol {chosen} (found: {found})", option="--protocol")
+    if not tr.ordered([_plain(r) for r in rows]):  # an empty trajectory with exit 0, before issue 33
+        revisions = sorted(
+            {str(r["model"].get("revision") or r["model"].get("fingerprint")) for r in rows}, key=natural_key
+        )
+        raise RowUseError(
+            f"{model}: its rows are of no training step (revisions: {', '.join(revisions[:5])}"
+            f"{', ...' if len(revisions) > 5 else ''}); a trajectory reads checkpoints named stepN, step_N or "
+            "checkpoint-N, as `weightdiag sweep` fits them",
+            model_id=model,
+        )
     if schedule not in SCHEDULES:
         raise OptionError(f"--schedule {schedule!r}: choose constant or cosine", option="--schedule")
     spec = None
