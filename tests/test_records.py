@@ -653,3 +653,31 @@ def test_db_list_orders_revisions_by_their_numbers(tmp_path, fitted_row):
         table.index(f"step{s} ") for s in (0, 3, 20, 100, 1000)
     )
     assert db.natural_key("step20") < db.natural_key("step100") < db.natural_key("step_5")
+
+
+def test_report_check_and_compare_take_revision_as_fit_does(tmp_path, fitted_row, monkeypatch):
+    """Issue 33: `report/check --revision` were "No such option" (fit had it): MODEL --revision REV is MODEL@REV."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    dbdir = tmp_path / "db"
+    for step in (0, 100):
+        row = variant(fitted_row, "my-run", revision=f"step_{step}", source="local")
+        put(dbdir, db.row_filename(row), row)
+    baseline = put(tmp_path / "base", "base.json", variant(fitted_row, "my-run", revision="step_100", source="local"))
+    for command in (("report",), ("compare",), ("check", "--baseline", str(baseline))):
+        named = cli(*command, "my-run", "--revision", "step_100", "--db", str(dbdir), "-q", "--json")
+        assert named.code == 0, (command, named.stderr)
+        assert named.stdout == cli(*command, "my-run@step_100", "--db", str(dbdir), "-q", "--json").stdout
+        same = cli(*command, "my-run@step_100", "--revision", "step_100", "--db", str(dbdir), "-q", "--json")
+        assert same.code == 0, (command, same.stderr)
+        two = cli(*command, "my-run@step_0", "--revision", "step_100", "--db", str(dbdir), "-q")
+        assert two.code == ExitCode.BAD_INPUT
+        assert two.stderr == "error: --revision step_100 and my-run@step_0 name two revisions; give one of them\n"
+        local = cli(*command, str(baseline), "--revision", "step_100", "--db", str(dbdir), "-q")
+        assert local.code == ExitCode.BAD_INPUT and "--revision applies to a Hub id or a fitted model's id" in (
+            local.stderr
+        )
+    report = json.loads(cli("report", "my-run", "--revision", "step_0", "--db", str(dbdir), "-q", "--json").stdout)
+    assert report["model"]["revision"] == "step_0"
+    several = cli("compare", "my-run", "pythia-70m", "--revision", "step_0", "--db", str(dbdir), "-q")
+    assert several.code == ExitCode.BAD_INPUT and "for several, give each as ORG/NAME@REV" in several.stderr

@@ -34,7 +34,7 @@ from .errors import DatabaseError, OptionError, OutputError, RowUseError
 from .record.schema import Row, RowError
 from .run.fitting import check_options, fit_and_save_model, fit_model, fit_path, fit_plan, resolve_row, save_row
 from .run.measure import FitOptions
-from .source.open import is_hub_id, open_model, split_revision
+from .source.open import is_hub_id, open_model, split_revision, with_revision
 
 if TYPE_CHECKING:  # the type only: the sweep module is imported when a sweep runs
     from .run.sweep import Outcome
@@ -125,14 +125,22 @@ def compare(
     token: str | None = None,
     save: bool = True,
     on_row: RowNote | None = None,
+    revision: str | None = None,
 ) -> list[CompareReport]:
     """`weightdiag compare`: a comparison with the cohort per model (default: every fitted row); models
-    fitted on the way are saved unless save=False."""
+    fitted on the way are saved unless save=False. `revision`: of the one model given (as MODEL@REV)."""
     from .database.store import iter_rows, require_database
     from .diagnose.compare import compare as compare_row
 
     options = options or FitOptions()
     check_options(options)
+    if revision is not None:
+        if len(specs) != 1:
+            raise OptionError(
+                "--revision names the revision of one model; for several, give each as ORG/NAME@REV",
+                option="--revision",
+            )
+        specs = [with_revision(specs[0], revision)]
     if specs:
         rows = []
         for spec in specs:
@@ -166,6 +174,7 @@ def check(
     token: str | None = None,
     save: bool = False,
     on_row: RowNote | None = None,
+    revision: str | None = None,
 ) -> CheckResult:
     """`weightdiag check`: compare a model's fits with a baseline row; result["passed"] says whether every
     matrix stayed within |dk| <= tol_k and |dlambda/lambda| <= tol_lambda (the fit uses the baseline's protocol)."""
@@ -177,6 +186,7 @@ def check(
         if not (math.isfinite(tol) and tol >= 0):
             raise OptionError(f"{flag} {tol}: give a finite tolerance >= 0", option=flag)
     check_options(FitOptions(connections=connections))  # before reading anything, even a row file
+    spec = with_revision(spec, revision)  # --revision REV: spec@REV, as fit takes it
     junit_path = Path(junit) if junit is not None else None
     if junit_path is not None and junit_path.is_dir():  # before the fit: a folder cannot take the report
         raise OutputError(
@@ -222,6 +232,7 @@ def report(
     hist: Sequence[str] = (),
     token: str | None = None,
     save: bool = True,
+    revision: str | None = None,
 ) -> Report:
     """`weightdiag report`: the health report of a model; with plot (a folder) and/or html (a file) also
     its figures, re-reading the few matrices whose |w| histogram is drawn."""
@@ -236,6 +247,7 @@ def report(
     if hist and not (plot_dir or html_file):
         raise OptionError("--hist draws into --plot DIR or --html FILE; add one of them", option="--hist")
     _check_outputs(plot_dir, html_file)  # before a long fit, not after it
+    spec = with_revision(spec, revision)  # --revision REV: spec@REV, as fit takes it
     options = options or FitOptions()
     row, how = resolve_row(spec, db_dir, options, progress, token=token, save=save)
     result = health_report(_plain(row), top=top)

@@ -278,6 +278,10 @@ DeviceOption = Annotated[
         "--device", metavar="DEVICE", help="Where to reduce when a model must be fitted: auto, cpu, cuda, cuda:N."
     ),
 ]
+# fit, compare, check, report: MODEL --revision REV is MODEL@REV (a Hub id's, or a fitted model id's in the database).
+RevisionOption = Annotated[
+    str | None, typer.Option("--revision", metavar="REV", help="Hub branch, tag or commit (same as ORG/NAME@REV).")
+]
 TokenOption = Annotated[
     str | None, typer.Option("--token", metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
 ]
@@ -384,9 +388,7 @@ def fit(
     center: CenterOption = False,
     include: IncludeOption = None,
     exclude: ExcludeOption = None,
-    revision: Annotated[
-        str | None, typer.Option("--revision", metavar="REV", help="Hub branch, tag or commit (same as ORG/NAME@REV).")
-    ] = None,
+    revision: RevisionOption = None,
     token: Annotated[
         str | None, typer.Option("--token", metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
     ] = None,
@@ -488,6 +490,7 @@ def compare(
     weight_decay: WeightDecayOption = None,
     train_steps: TrainStepsOption = None,
     preset: PresetOption = None,
+    revision: RevisionOption = None,
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
     save: Annotated[
@@ -519,6 +522,7 @@ def compare(
             token=token,
             save=save,
             on_row=_row_note(quiet, save),
+            revision=revision,
         )
     finally:
         progress.close()
@@ -549,6 +553,7 @@ def check(
     ] = None,
     db: DbOption = None,
     device: DeviceOption = "auto",
+    revision: RevisionOption = None,
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Save the fitted row in the database.")] = False,
@@ -577,6 +582,7 @@ def check(
             token=token,
             save=save,
             on_row=lambda spec, row, how: _say_fallbacks(row, quiet),
+            revision=revision,
         )
     finally:
         progress.close()
@@ -1018,6 +1024,7 @@ def report(
         list[str] | None,
         typer.Option("--hist", metavar="GLOB", help="Tensor name or glob to draw a |w| histogram of (repeatable)."),
     ] = None,
+    revision: RevisionOption = None,
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Save a freshly fitted row in the database.")] = True,
@@ -1042,6 +1049,7 @@ def report(
             hist=hist or (),
             token=token,
             save=save,
+            revision=revision,
         )
     finally:
         progress.close()
