@@ -31,6 +31,7 @@ class CompanionLoader:
         self._lookahead = lookahead
         self._futures: dict[int, Future[Decoder]] = {}
         self._released: set[int] = set()
+        self._notes: dict[int, str] = {}  # what a weight's decoder found worth saying in its record (kept past release)
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max(1, lookahead), thread_name_prefix="weightdiag-companions")
 
@@ -41,7 +42,15 @@ class CompanionLoader:
             for role, ref in q.companions.items()
             if not role.startswith("activation")  # activation scales are listed, never needed
         }
-        return build_decoder(q, companions)
+        decoder = build_decoder(q, companions)
+        note = getattr(decoder, "note", None)  # e.g. GPTQ v1 zero points read one way of two (formats/gptq.py)
+        if note:
+            self._notes[index] = note
+        return decoder
+
+    def note(self, index: int) -> str | None:
+        """The note weight `index`'s decoder left for its record, once its decoder was built."""
+        return self._notes.get(index)
 
     def decoder(self, index: int) -> Decoder:
         """The decoder of weight `index` (blocks until its companions are in); starts the next ones' reads."""
@@ -74,3 +83,6 @@ class LazyDecoder:
 
     def release(self) -> None:
         self._loader.release(self._index)
+
+    def note(self) -> str | None:
+        return self._loader.note(self._index)
