@@ -12,7 +12,7 @@ from rich.text import Text
 
 from ..render.tables import FitWidth
 from .gate import GateResult
-from .result import DiffResult, TensorDiff
+from .result import DiffResult, TensorDiff, cosine_cell
 
 TOP = 15  # matrices listed (by relative change); --all lists every one
 
@@ -45,7 +45,7 @@ def matrices_table(result: DiffResult, every: bool = False) -> Table:
             "-" if t.block is None else str(t.block),
             t.kind,
             f"{t.relative_change:.3g}",
-            f"{t.figures.cosine:.6f}",
+            cosine_cell(t.figures.cosine),
             f"{t.figures.unchanged_fraction:.1%}",
             _rank(t),
             _verdict(t),
