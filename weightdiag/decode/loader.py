@@ -17,6 +17,7 @@ import numpy as np
 from ..source.plan import Quantized, TensorRef
 from .decoder import Companion, Decoder
 from .formats import build_decoder
+from .formats.gptq import GPTQDecoder
 
 ReadTensor = Callable[[TensorRef], np.ndarray]  # a tensor's stored bytes (uint8, flat)
 LOOKAHEAD = 4  # weights whose companions are read ahead of the one being reduced
@@ -43,9 +44,10 @@ class CompanionLoader:
             if not role.startswith("activation")  # activation scales are listed, never needed
         }
         decoder = build_decoder(q, companions)
-        note = getattr(decoder, "note", None)  # e.g. GPTQ v1 zero points read one way of two (formats/gptq.py)
-        if note:
-            self._notes[index] = note
+        # The one decoder with something to say in its weight's record (GPTQ v1 zero points its libraries read two
+        # ways): asked by its type, since the Decoder contract (decoder.py) declares no note.
+        if isinstance(decoder, GPTQDecoder) and decoder.note:
+            self._notes[index] = decoder.note
         return decoder
 
     def note(self, index: int) -> str | None:
