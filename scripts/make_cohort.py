@@ -80,7 +80,7 @@ def _kind_summary(kind: str, k: float, lam: float, r2: float | None, below: str 
         "k_median": k,
         "lambda_median": lam,
         "r2_median": r2,
-        "r2_below_95": below,
+        "r2_below_95": int(below.split("/")[0]) if below else None,  # the CSV's "a/b": a of b fitted
         "k_min": None,
         "k_max": None,
         "k_class": k_class(k, r2) if axis else None,

@@ -359,9 +359,12 @@ def test_env_reports_the_setup_without_the_token(monkeypatch, capsys):
     assert secret not in out
     code, out, _ = run(capsys, "env", "--json")
     document = json.loads(out)
-    assert document["HF token"] == "present"
+    assert document["hf_token"] == "present"
     assert secret not in out
-    assert document["Kernels"].startswith(("C", "numpy"))
+    assert document["kernels"].startswith(("C", "numpy"))
+    # Issue 33: keys with spaces ("HF token") were awkward in scripts (jq .["HF token"]): snake_case, as elsewhere.
+    assert all(re.fullmatch(r"[a-z][a-z0-9]*(_[a-z0-9]+)*", key) for key in document), list(document)
+    assert document["weightdiag_variables"]["WEIGHTDIAG_THREADS"] == "3"
 
 
 def test_shell_completion_is_enabled(monkeypatch):
@@ -480,7 +483,10 @@ def test_every_command_reads_at_80_and_100_columns(columns, _tiny_run, tmp_path,
     assert LONG_ID in ids, listed
     revisions = [line.split("│")[2].strip() for line in listed.splitlines() if line.startswith("│ " + LONG_ID)]
     assert "step_1000" in revisions, listed
-    for row_id, revision in [(i, "-") for i in ids] + [(LONG_ID, r) for r in revisions]:
+    # LONG_ID has rows of three checkpoints (a fit, two swept steps): its bare id asks for one (issue 33).
+    code, out, err = run(capsys, "db", "show", LONG_ID, "--db", db)
+    assert code == ExitCode.BAD_INPUT and f"{LONG_ID}@step_1000" in err, err
+    for row_id, revision in [(i, "-") for i in ids if i != LONG_ID] + [(LONG_ID, r) for r in revisions]:
         shown = row_id if revision == "-" else f"{row_id}@{revision}"
         code, out, err = run(capsys, "db", "show", shown, "--db", db)
         assert code == 0, (shown, err)  # the id as printed names its row

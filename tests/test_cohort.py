@@ -198,7 +198,7 @@ def test_compare_cli_on_minilm_runs_end_to_end(minilm_dir, tmp_path):
     for text in ("vs the 12-entry cohort", "Findings", "nearest cohort entry", "CC BY 4.0"):
         assert text in out.stdout
     out = run_cli("compare", str(minilm_dir), "--db", str(tmp_path), "--json", "-q", "--device", "cpu")
-    report = json.loads(out.stdout)
+    (report,) = json.loads(out.stdout)  # a list, one report per model, even for one (issue 33)
     assert report["transmission"]["position"] == "below"
     assert report["group"] == "MHA (separate Q/K)"
     assert report["shallow_ffn"]["regime"] == "A"
@@ -207,7 +207,9 @@ def test_compare_cli_on_minilm_runs_end_to_end(minilm_dir, tmp_path):
 @pytest.mark.e2e
 def test_compare_cli_on_cohort_entries(tmp_path):
     out = run_cli("compare", "olmo-1-7b", "--json", "--db", str(tmp_path))
-    report = json.loads(out.stdout)
+    (report,) = json.loads(out.stdout)
+    both = json.loads(run_cli("compare", "olmo-1-7b", "pythia-70m", "--json", "--db", str(tmp_path)).stdout)
+    assert [r["model"] for r in both] == ["olmo-1-7b", "pythia-70m"]  # the same shape for several
     assert report["model"] == "olmo-1-7b"
     assert report["nearest"]  # the others, never itself at distance 0
     assert all(n["entry"] != "olmo-1-7b" and n["distance"] > 0 for n in report["nearest"])

@@ -85,12 +85,12 @@ def test_env_says_which_folder_and_why(away, tmp_path):
     out = run_cli("env", "--json", cwd=work)
     assert out.returncode == 0, out.stderr
     document = json.loads(out.stdout)
-    assert document["Database folder"] == str(home / ".local" / "share" / "weightdiag")
-    assert document["Database folder chosen"].startswith("the per-user data folder")
+    assert document["database_folder"] == str(home / ".local" / "share" / "weightdiag")
+    assert document["database_folder_chosen"].startswith("the per-user data folder")
     (work.parent / "DATABASE").mkdir()
     document = json.loads(run_cli("env", "--json", cwd=work).stdout)
-    assert document["Database folder"] == str(work.parent / "DATABASE")
-    assert "nearest DATABASE folder above" in document["Database folder chosen"]
+    assert document["database_folder"] == str(work.parent / "DATABASE")
+    assert "nearest DATABASE folder above" in document["database_folder_chosen"]
     text = run_cli("env", cwd=work, env={"WEIGHTDIAG_DB": str(tmp_path / "x")}).stdout
     assert f"- Database folder: {tmp_path / 'x'}\n- Database folder chosen: from $WEIGHTDIAG_DB" in text
 
@@ -103,7 +103,8 @@ def test_db_list_says_where_it_looked_when_no_fitted_row_is_there(away, tmp_path
     assert f"note: no fitted rows in the database {folder} (the per-user data folder" in out.stderr
     assert "--db" in out.stderr
     assert run_cli("db", "list", "-q", cwd=work).stderr == ""
-    assert run_cli("db", "list", "--db", str(tmp_path / "chosen"), cwd=work).stderr == ""  # chosen: no surprise
+    (tmp_path / "chosen").mkdir()  # an empty folder named with --db: chosen, no surprise (a missing one: exit 2)
+    assert run_cli("db", "list", "--db", str(tmp_path / "chosen"), cwd=work).stderr == ""
     _model_fitted = run_cli("fit", str(_model(tmp_path / "m")), "-q", cwd=work)
     assert _model_fitted.returncode == 0, _model_fitted.stderr
     assert run_cli("db", "list", cwd=work).stderr == ""  # rows are there: nothing to explain
@@ -121,7 +122,60 @@ def test_no_text_users_read_claims_the_old_default():
 
 def test_db_list_shows_no_matrix_count_for_cohort_entries(tmp_path):
     """Cohort entries hold per-kind medians, no matrices: '-' rather than 0 (issue 21)."""
-    out = run_cli("db", "list", "--db", str(tmp_path / "db"), env={"COLUMNS": "200"})
+    out = run_cli("db", "list", "--db", str(tmp_path), env={"COLUMNS": "200"})
     assert out.returncode == 0, out.stderr
     lines = [line for line in out.stdout.splitlines() if "cohort:DATABASE_v9_1 " in line]
     assert lines and all(re.search(r"│\s+-\s+│\s+1\.\d{4}\s+│", line) for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["db", "list"],
+        ["db", "list", "--fitted", "--json"],
+        ["db", "show", "all-MiniLM-L6-v2"],
+        ["db", "show", "x@main.json"],
+        ["db", "export"],
+        ["compare"],
+        ["compare", "all-MiniLM-L6-v2"],
+        ["report", "all-MiniLM-L6-v2"],
+        ["trajectory", "pythia-like-run"],
+    ],
+)
+def test_a_named_database_folder_that_does_not_exist_is_an_error_for_every_read(command, tmp_path):
+    """Issue 33: `db list --db typo` printed an empty table (exit 0), `db show X --db typo` "no such row": a --db (or
+    WEIGHTDIAG_DB) that is not there is one line naming the folder, exit 2, wherever rows are read from it."""
+    typo = tmp_path / "typo"
+    env = {"HF_HUB_OFFLINE": "1"}
+    out = run_cli(*command, "--db", str(typo), env=env)
+    assert out.returncode == 2 and out.stdout == "", (command, out.stdout, out.stderr)
+    assert out.stderr.splitlines() == [
+        f"error: --db {typo}: no such database folder ({typo}); check the path, or leave --db out for the default "
+        "(`weightdiag env` shows it)"
+    ]
+    out = run_cli(*command, env={**env, "WEIGHTDIAG_DB": str(typo)})
+    assert out.returncode == 2 and f"error: WEIGHTDIAG_DB={typo}: no such database folder" in out.stderr, command
+    assert not typo.exists()
+
+
+def test_check_reading_a_row_by_name_needs_its_database(tmp_path):
+    row = tmp_path / "base.json"
+    model = _model(tmp_path / "m")
+    assert run_cli("fit", str(model), "--db", str(tmp_path / "db"), "-q").returncode == 0
+    (saved,) = (tmp_path / "db" / "rows").glob("*.json")
+    row.write_bytes(saved.read_bytes())
+    out = run_cli("check", "m", "--baseline", str(row), "--db", str(tmp_path / "typo"), env={"HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 2 and "no such database folder" in out.stderr, out.stderr
+    assert run_cli("check", "m", "--baseline", str(row), "--db", str(tmp_path / "db")).returncode == 0
+
+
+def test_writing_commands_and_reads_of_files_still_work_with_a_new_database_folder(tmp_path):
+    """fit and sweep create a named folder; a model or row given by path is read without the database."""
+    model = _model(tmp_path / "m")
+    fitted = run_cli("fit", str(model), "--db", str(tmp_path / "new"), "-q")
+    assert fitted.returncode == 0 and (tmp_path / "new" / "rows").is_dir(), fitted.stderr
+    (row,) = (tmp_path / "new" / "rows").glob("*.json")
+    assert run_cli("db", "show", str(row), "--db", str(tmp_path / "absent")).returncode == 0
+    assert run_cli("report", str(model), "--db", str(tmp_path / "other"), "-q").returncode == 0
+    assert (tmp_path / "other" / "rows").is_dir()  # a fresh fit is saved into it, as before
+    assert not (tmp_path / "absent").exists()

@@ -87,3 +87,29 @@ def test_a_sweep_passes_every_fit_option_and_its_rows_are_that_variant(tmp_path)
     assert {o.status for o in again.outcomes} == {"existing"}
     full = api.sweep(str(run), db_dir=folder, options=FitOptions(device="cpu"), everything=True)
     assert {o.status for o in full.outcomes} == {"fitted"}  # the variant rows do not stand for the full fit
+
+
+def test_sweep_center_include_exclude_on_the_command_line_write_that_variant(tmp_path):
+    """README, `sweep`: "`--center` and `--include`/`--exclude` sweeps ... write and resume rows of that variant,
+    never counted as the full fit" (issue 33: the command had none of these options)."""
+    run = tmp_path / "run"
+    spec = synthetic.ModelSpec(n_layers=2, d_model=64, ffn_size=128)
+    for step in (0, 100):
+        synthetic.write_model(run / f"step{step}", spec)
+    folder = tmp_path / "db"
+    args = ("sweep", str(run), "--all", "--db", str(folder), "--device", "cpu", "-q", "--center")
+    args += ("--include", "*layers.*", "--exclude", "*layers.1.*")
+    first = run_cli(*args, "--json")
+    assert first.returncode == 0, first.stderr
+    assert {o["status"] for o in json.loads(first.stdout)} == {"fitted"}
+    paths = sorted(db._row_paths(folder / "rows"))
+    assert len(paths) == 2
+    for path in paths:
+        row = db.load_row(path)
+        assert ".centered.sel-" in path.name and row["protocol"]["centered"]
+        assert row["run"]["include"] == ["*layers.*"] and row["run"]["exclude"] == ["*layers.1.*"]
+        assert {m["block"] for m in row["matrices"]} == {0}
+    again = run_cli(*args, "--json")
+    assert {o["status"] for o in json.loads(again.stdout)} == {"existing"}
+    full = run_cli("sweep", str(run), "--all", "--db", str(folder), "--device", "cpu", "-q", "--json")
+    assert {o["status"] for o in json.loads(full.stdout)} == {"fitted"}  # the variant is not the full fit

@@ -5,6 +5,7 @@ tensors; pairing (renamed prefixes, one-sided tensors, shape mismatches); BF16 s
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import numpy as np
@@ -322,3 +323,52 @@ def test_progress_counts_every_byte_and_tensor(planted):
     assert events[0][0] == "start" and start["tensors"] == 35
     assert sum(p for e, p in events if e == "bytes") == start["bytes"]
     assert len([e for e, _ in events if e == "advance"]) == 35
+
+
+def test_a_quiet_gate_prints_its_verdict_alone(planted):
+    """Issue 33: `diff --fail-above X -q` printed the whole report before PASS/FAIL; -q leaves the verdict."""
+    r = run_cli("diff", str(planted[0]), str(planted[1]), "--no-save", "--fail-above", "0", "-q")
+    assert r.returncode == 1 and r.stderr == ""
+    (line,) = r.stdout.splitlines()
+    assert line.startswith("FAIL: 27 of 35 tensors changed more than 0: ") and line.endswith(" and 22 more")
+    r = run_cli("diff", str(planted[0]), str(planted[1]), "--no-save", "--fail-above", "1", "-q", "--blocks", "0")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "PASS: 8 tensors within relative change 1\n", "")
+    wide = {"COLUMNS": "100000"}
+    loud = run_cli("diff", str(planted[0]), str(planted[1]), "--no-save", "--fail-above", "0", env=wide)
+    assert loud.stdout.count("\n") > 5 and loud.stdout.splitlines()[-1] == line  # without -q: the report, then it
+
+
+def test_plot_and_html_say_what_they_wrote(planted, tmp_path):
+    """Issue 33: `diff --plot/--html` wrote silently; one line each on stderr now (not with -q, as for report)."""
+    pytest.importorskip("matplotlib")
+    plots, page = tmp_path / "plots", tmp_path / "diff.html"
+    args = ("diff", str(planted[0]), str(planted[1]), "--no-save", "--plot", str(plots), "--html", str(page))
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == [f"3 plots written to {plots}", f"HTML page written to {page}"]
+    assert len(list(plots.glob("*.png"))) == 3 and page.is_file()
+    assert run_cli(*args, "-q").stderr == ""
+
+
+def test_cosine_and_alignment_are_null_where_undefined(tmp_path):
+    """Issue 33: a zero matrix had cosine 0.0 and an untouched one alignment 0.0, which read as "orthogonal";
+    both are undefined there: null in JSON, "-" in the tables, never a scaled finding."""
+    base = base_tensors()
+    zero = "model.layers.0.mlp.down_proj.weight"
+    base[zero] = np.zeros_like(base[zero])
+    tuned = {k: v.copy() for k, v in base.items()}
+    tuned[zero] = (np.random.default_rng(3).standard_normal(tuned[zero].shape) * 0.01).astype(np.float32)
+    tuned[O2] = (base[O2] * np.float32(1.05)).astype(np.float32)
+    result = run(write(tmp_path / "b", base), write(tmp_path / "t", tuned))
+    records = by_name(result)
+    assert records[zero]["cosine"] is None and records[zero]["alignment"] is None  # W_base = 0
+    untouched = records[Q1]
+    assert untouched["untouched"] and untouched["cosine"] == 1.0 and untouched["alignment"] is None  # ΔW = 0
+    assert records[O2]["cosine"] == pytest.approx(1.0) and records[O2]["alignment"] == pytest.approx(1.0)
+    both_zero = run(write(tmp_path / "b2", base), write(tmp_path / "t2", base))
+    assert by_name(both_zero)[zero]["cosine"] is None  # zero against zero: undefined, not "untouched, 1"
+    shown = run_cli(
+        "diff", str(tmp_path / "b"), str(tmp_path / "t"), "--no-save", "--all-matrices", env={"COLUMNS": "300"}
+    )
+    row = next(line for line in shown.stdout.splitlines() if line.startswith(f"│ {zero} "))
+    assert re.search(r"│ +- +│ +0\.0% +│", row), row  # the cosine cell, then unchanged

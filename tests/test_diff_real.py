@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +34,44 @@ def _pair_script():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "make_diff_pair.py"
+
+
+def _run_script(*args: str, hide_transformers: bool = False) -> subprocess.CompletedProcess:
+    """The script as the README runs it; hide_transformers: as in an environment that lacks transformers."""
+    hide = "sys.modules['transformers'] = None; " if hide_transformers else ""  # import then raises, as if absent
+    code = f"import runpy, sys; {hide}sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    return subprocess.run([sys.executable, "-c", code, str(_SCRIPT), *args], capture_output=True, text=True)
+
+
+def test_the_pair_script_says_in_one_line_what_to_install_without_transformers(tmp_path):
+    """Issue 33: scripts/demo installs no transformers, and the script ended in a ModuleNotFoundError traceback."""
+    done = _run_script(str(tmp_path / "out"), hide_transformers=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "error: the fine-tune needs transformers, which scripts/demo does not install: pip install "
+        f"'{_pair_script().TRANSFORMERS}' (into this environment), then run this again"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_pair_script_says_how_far_the_fine_tune_is(tmp_path):
+    """Issue 33: minutes of training printed nothing; now a line every 10 steps and at the last."""
+    done = _run_script(str(tmp_path / "out"), "--steps", "12")
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("fine-tuning ") and lines[0].endswith(
+        "for 12 AdamW steps on the CPU (a line every 10 steps)"
+    )
+    steps = [line for line in lines if line.startswith("fine-tune step ")]
+    assert [line.split(":")[0] for line in steps] == ["fine-tune step 10/12", "fine-tune step 12/12"]
+    assert re.fullmatch(r"fine-tune step 12/12: loss \d\.\d{5}, \d+ s so far, 0 s left", steps[-1]), steps[-1]
+    assert "base: " in done.stdout
+    assert (tmp_path / "out" / "minilm-ft" / "model.safetensors").is_file()
+    assert (tmp_path / "out" / "minilm-lora" / "model.safetensors").is_file()
 
 
 @pytest.fixture(scope="module")

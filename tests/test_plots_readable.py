@@ -180,3 +180,62 @@ def test_log_axes_of_the_depth_and_norm_plots_read_as_plain_numbers(minilm_repor
         shown = [t.get_text() for t in labels if t.get_text()]
         assert len(shown) >= 2 and not any("times" in s or "^" in s for s in shown), shown
         assert not _overlaps(ax.figure, labels), shown
+
+
+def test_trajectory_step_0_and_step_1_are_drawn_apart(figures, tmp_path):
+    """Issue 33: on a log step axis step 0 was drawn at 1, on top of step 1. Symmetric-log now: its own place."""
+    from weightdiag.render.trajectory_plots import k_lambda_plot
+
+    steps = [0, 1, 4, 16, 64, 512, 2000, 8000]
+    result = {
+        "model": "run",
+        "band": [1.186, 1.204],
+        "kinds": {"o": {"steps": steps, "k": [1.2] * len(steps), "lambda": [0.03 + 0.001 * s for s in range(8)]}},
+    }
+    k_lambda_plot(result, tmp_path / "k.png")
+    (fig,) = figures
+    fig.canvas.draw()
+    for ax in fig.axes:
+        (line,) = ax.get_lines()[:1]
+        x0, x1 = (ax.transData.transform((x, 1.0))[0] for x in line.get_xdata()[:2])
+        assert x1 - x0 > 20, (x0, x1)  # pixels apart: step 0 left of step 1, both visible
+        assert ax.get_xlim()[0] < 0 < 1 < 8000 < ax.get_xlim()[1]
+        labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        assert labels[:2] == ["0", "1"] and "1,000" in labels, labels
+        assert not _overlaps(fig, ax.get_xticklabels())
+
+
+def test_the_depth_profiles_reference_lines_are_in_its_legends(minilm_report, figures, tmp_path):
+    """Issue 33: the dashed and dotted reference lines were named only in the HTML caption."""
+    from weightdiag.render import plots
+
+    report, _ = minilm_report
+    plots.depth_profile(plots.pyplot(), report.result, tmp_path)
+    (fig,) = figures
+    k_panel, change_panel = fig.axes[0], fig.axes[4]
+    named = {t.get_text() for t in k_panel.get_legend().get_texts()}
+    assert {"init anchor 1.2054", "Transmission 1.18", "deep Selection below 1.045"} <= named, named
+    assert {t.get_text() for t in change_panel.get_legend().get_texts()} == {"1: within sampling noise"}
+
+
+def test_the_norms_plot_names_the_embedding_norm_instead_of_block_minus_1(minilm_report, figures, tmp_path):
+    """Issue 33: MiniLM's embedding LayerNorm was drawn at block "-1"."""
+    from weightdiag.render import plots
+
+    report, _ = minilm_report
+    plots.norms_plot(plots.pyplot(), report.result, tmp_path)
+    (fig,) = figures
+    fig.canvas.draw()
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_text()]
+    assert labels[0] == "emb" and "-1" not in labels and "−1" not in labels, labels
+    assert labels[1:] == [str(b) for b in range(6)], labels
+
+
+def test_the_html_says_what_the_coloured_k_cells_mean(minilm_report):
+    """Issue 33: the blocks table's yellow (selection-mild) and red (selection-deep) cells had no legend."""
+    _, folder = minilm_report
+    page = (folder / "report.html").read_text()
+    assert '<span class="mild">' in page  # MiniLM has selection-mild cells
+    legend = page.split('<p class="legend">', 1)[1].split("</p>", 1)[0]
+    assert '<span class="mild">mild</span> selection-mild (1.045 &le; k &lt; 1.18)' in legend
+    assert '<span class="deep">deep</span> selection-deep (k &lt; 1.045)' in legend and 'class="quant"' in legend

@@ -447,3 +447,67 @@ def test_the_twin_is_the_same_without_avx512():
     assert runs["this"][0] == runs["avx2"][0]  # the twin, bit for bit
     library_negative_zeros, twin_negative_zeros = map(int, runs["avx2"][1].split())
     assert library_negative_zeros > 0 and twin_negative_zeros == 0  # the switch took: the library wrote -0.0
+
+
+# ---------------------------------------------------------------- odd in_features (issue 33)
+
+
+@pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
+@pytest.mark.parametrize(("rows", "cols"), [(51, 401), (8, 63), (3, 5)])
+def test_4bit_odd_in_features_match_dequantize_4bit(quant_type, rows, cols):
+    """bitsandbytes packs the flattened matrix two codes a byte: with an odd in_features rows begin and end inside a
+    byte (and an odd element count leaves the last byte half padding). weightdiag refused such weights ("rows of 401
+    4-bit elements do not end on a byte"); bitsandbytes 0.50.2's dequantize_4bit on the CPU decodes them."""
+    bnb = pytest.importorskip("bitsandbytes")
+    torch = pytest.importorskip("torch")
+    w = _test_weight(torch, rows, cols, seed=rows)
+    tensors = _save_4bit(bnb, torch, w, quant_type, True, 64)
+    assert tensors["weight"][1] == ((rows * cols + 1) // 2, 1)
+    want = _oracle_4bit(bnb, torch, tensors) + np.float32(0.0)  # dequantize_4bit itself
+    assert want.shape == (rows, cols)
+    q, companions, codes = _quantized_4bit(tensors)
+    dec = build_decoder(q, companions)
+    _assert_bitwise(_decode_pieces(dec, codes, [0, codes.size]), want)
+    if codes.size > 64:
+        _assert_bitwise(_decode_pieces(dec, codes, _cuts(codes.size, avoid=())), want)
+
+
+def test_a_4bit_checkpoint_with_an_odd_in_features_fits_as_its_dequantized_twin(tmp_path, minilm_dir):
+    """The whole pipeline: a bitsandbytes NF4 checkpoint holding a [64, 383] linear weight fits like the float32
+    file of what dequantize_4bit gives."""
+    pytest.importorskip("bitsandbytes")
+    torch = pytest.importorskip("torch")
+
+    from . import quant_checkpoints as qc
+
+    odd = {"encoder.layer.0.odd.dense.weight": _test_weight(torch, 64, 383, seed=5)}
+    qdir, tdir = qc.write_pair(tmp_path, minilm_dir, qc.bnb_4bit(), qc.BNB_4BIT_CONFIG, extra=odd, layers=1)
+    row = qc.fit_row(qdir)
+    qc.same_fits(row, qc.fit_row(tdir), k_tol=1e-9, lam_rel=1e-9)
+    (record,) = [m for m in row["matrices"] if m["name"] == "encoder.layer.0.odd.dense.weight"]
+    assert record["dequantized"]["label"].startswith("bitsandbytes NF4") and record["shape"] == [64, 383]
+
+
+def test_the_fit_is_of_the_float32_output_not_the_default_bf16_one():
+    """README: the fit equals what the library dequantizes to in float32; bitsandbytes' default output is the
+    checkpoint's dtype (BF16 here), rounded: weightdiag's values are the float32 ones (issue 33)."""
+    bnb = pytest.importorskip("bitsandbytes")
+    torch = pytest.importorskip("torch")
+    from bitsandbytes.functional import QuantState, dequantize_4bit
+
+    w = torch.from_numpy(_minilm_weight("encoder.layer.5.attention.output.dense.weight").copy()).to(torch.bfloat16)
+    tensors = _save_4bit(bnb, torch, w, "nf4", True, 64)
+    q, companions, codes = _quantized_4bit(tensors)
+    got = _decode_pieces(build_decoder(q, companions), codes, [0, codes.size])
+    _assert_bitwise(got, _oracle_4bit(bnb, torch, tensors))  # float32 output
+    qs = {
+        k[len("weight.") :]: torch.frombuffer(
+            bytearray(raw.tobytes()), dtype=torch.float32 if dt == "F32" else torch.uint8
+        ).reshape(shape)
+        for k, (dt, shape, raw) in tensors.items()
+        if k != "weight"
+    }
+    state = QuantState.from_dict(qs, device=torch.device("cpu"))
+    default = dequantize_4bit(torch.frombuffer(bytearray(codes.tobytes()), dtype=torch.uint8).reshape(-1, 1), state)
+    assert default.dtype == torch.bfloat16
+    assert not np.array_equal(default.float().numpy().reshape(-1), got)  # rounded: another set of values

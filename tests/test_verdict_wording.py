@@ -319,7 +319,7 @@ def test_smollm2_fit_compare_and_report_withhold_alike(smollm_row, smollm_gguf, 
     assert out.stderr == ""
     # compare on the CLI, from the saved row
     out = run_cli("compare", str(smollm_gguf), "--db", str(tmp_path), "--json", "-q")
-    cli = json.loads(out.stdout)
+    (cli,) = json.loads(out.stdout)
     assert cli["kinds"]["q"]["class"] == WITHHELD
     assert cli["caveat"] is None  # Llama family: in the cohort
 

@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from .database.store import ROWS_DIR, RowNotFoundError, default_db_dir
+from .database.store import ROWS_DIR, RowNotFoundError, default_db_dir, natural_key
 from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthReport, TrajectoryResult
 from .diff.result import DiffOptions, DiffResult
-from .errors import DatabaseError, OptionError, OutputError
+from .errors import DatabaseError, OptionError, OutputError, RowUseError
 from .record.schema import Row, RowError
 from .run.fitting import check_options, fit_and_save_model, fit_model, fit_path, fit_plan, resolve_row, save_row
 from .run.measure import FitOptions
-from .source.open import is_hub_id, open_model, split_revision
+from .source.open import is_hub_id, open_model, split_revision, with_revision
 
 if TYPE_CHECKING:  # the type only: the sweep module is imported when a sweep runs
     from .run.sweep import Outcome
@@ -125,14 +125,22 @@ def compare(
     token: str | None = None,
     save: bool = True,
     on_row: RowNote | None = None,
+    revision: str | None = None,
 ) -> list[CompareReport]:
     """`weightdiag compare`: a comparison with the cohort per model (default: every fitted row); models
-    fitted on the way are saved unless save=False."""
-    from .database.store import iter_rows
+    fitted on the way are saved unless save=False. `revision`: of the one model given (as MODEL@REV)."""
+    from .database.store import iter_rows, require_database
     from .diagnose.compare import compare as compare_row
 
     options = options or FitOptions()
     check_options(options)
+    if revision is not None:
+        if len(specs) != 1:
+            raise OptionError(
+                "--revision names the revision of one model; for several, give each as ORG/NAME@REV",
+                option="--revision",
+            )
+        specs = [with_revision(specs[0], revision)]
     if specs:
         rows = []
         for spec in specs:
@@ -141,6 +149,7 @@ def compare(
                 on_row(spec, row, how)
             rows.append(row)
     else:
+        require_database(Path(db_dir) if db_dir else None)
         rows = [row for _, row in iter_rows(Path(db_dir) if db_dir else None)]
         if not rows:
             raise DatabaseError(
@@ -165,6 +174,7 @@ def check(
     token: str | None = None,
     save: bool = False,
     on_row: RowNote | None = None,
+    revision: str | None = None,
 ) -> CheckResult:
     """`weightdiag check`: compare a model's fits with a baseline row; result["passed"] says whether every
     matrix stayed within |dk| <= tol_k and |dlambda/lambda| <= tol_lambda (the fit uses the baseline's protocol)."""
@@ -176,6 +186,7 @@ def check(
         if not (math.isfinite(tol) and tol >= 0):
             raise OptionError(f"{flag} {tol}: give a finite tolerance >= 0", option=flag)
     check_options(FitOptions(connections=connections))  # before reading anything, even a row file
+    spec = with_revision(spec, revision)  # --revision REV: spec@REV, as fit takes it
     junit_path = Path(junit) if junit is not None else None
     if junit_path is not None and junit_path.is_dir():  # before the fit: a folder cannot take the report
         raise OutputError(
@@ -221,6 +232,7 @@ def report(
     hist: Sequence[str] = (),
     token: str | None = None,
     save: bool = True,
+    revision: str | None = None,
 ) -> Report:
     """`weightdiag report`: the health report of a model; with plot (a folder) and/or html (a file) also
     its figures, re-reading the few matrices whose |w| histogram is drawn."""
@@ -235,6 +247,7 @@ def report(
     if hist and not (plot_dir or html_file):
         raise OptionError("--hist draws into --plot DIR or --html FILE; add one of them", option="--hist")
     _check_outputs(plot_dir, html_file)  # before a long fit, not after it
+    spec = with_revision(spec, revision)  # --revision REV: spec@REV, as fit takes it
     options = options or FitOptions()
     row, how = resolve_row(spec, db_dir, options, progress, token=token, save=save)
     result = health_report(_plain(row), top=top)
@@ -377,9 +390,10 @@ def trajectory(
 ) -> TrajectoryResult:
     """`weightdiag trajectory`: a swept run read from its rows (k and lambda over steps, drift, the lambda
     peak, step-0 checks, std patterns); with plot (a folder), its PNG figures too."""
-    from .database.store import find_rows
+    from .database.store import find_rows, require_database
     from .diagnose import trajectory as tr
 
+    require_database(Path(db_dir) if db_dir else None)
     rows = [r for r in find_rows(model, Path(db_dir) if db_dir else None) if r["model"]["id"] == model]
     if not rows:
         folder = (Path(db_dir) if db_dir else default_db_dir()).resolve()
@@ -395,6 +409,16 @@ def trajectory(
     if not rows:
         found = ", ".join(sorted(fitted))
         raise OptionError(f"{model}: no rows fitted with --protocol {chosen} (found: {found})", option="--protocol")
+    if not tr.ordered([_plain(r) for r in rows]):  # an empty trajectory with exit 0, before issue 33
+        revisions = sorted(
+            {str(r["model"].get("revision") or r["model"].get("fingerprint")) for r in rows}, key=natural_key
+        )
+        raise RowUseError(
+            f"{model}: its rows are of no training step (revisions: {', '.join(revisions[:5])}"
+            f"{', ...' if len(revisions) > 5 else ''}); a trajectory reads checkpoints named stepN, step_N or "
+            "checkpoint-N, as `weightdiag sweep` fits them",
+            model_id=model,
+        )
     if schedule not in SCHEDULES:
         raise OptionError(f"--schedule {schedule!r}: choose constant or cosine", option="--schedule")
     spec = None
@@ -436,12 +460,15 @@ def list_rows(
     db_dir: str | Path | None = None, *, fitted_only: bool = False, on_skip: SkipNote | None = None
 ) -> list[FlatRecord]:
     """`weightdiag db list`: one flat record per cohort entry and fitted row (db.flat_record)."""
-    from .database.store import cohort_rows, flat_record, iter_summaries
+    from .database.store import cohort_rows, flat_record, iter_summaries, natural_key, require_database
 
     db = Path(db_dir) if db_dir else None
+    require_database(db)  # a typo'd --db is no empty database
     # One summary at a time, flattened as it is read: 20,000 summaries held at once took 500 MB.
     records = [] if fitted_only else [flat_record(r) for r in cohort_rows()]
-    records.extend(flat_record(row) for _, row in iter_summaries(db, on_skip))
+    fitted = [(natural_key(path.name), flat_record(row)) for path, row in iter_summaries(db, on_skip)]
+    # By file name (a model's rows together), its numbers by value: step20 before step100 (issue 33).
+    records.extend(record for _, record in sorted(fitted, key=lambda pair: pair[0]))
     return records
 
 
@@ -540,6 +567,9 @@ def diff(
 
         with tempfile.TemporaryDirectory() as scratch:
             plots = write_plots(result, plot_dir or Path(scratch))
+            if plot_dir is not None:  # what was written, for the command to say (it wrote silently before)
+                result.run["plots"] = [str(p.path) for p in plots]
             if html_file is not None:
                 write_html(result, plots, html_file)
+                result.run["html"] = str(html_file)
     return result

@@ -245,6 +245,14 @@ QuietOption = Annotated[
 ]
 # What --json and -q do to a command's output is decided in one place: _emit.
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+CenterOption = Annotated[
+    bool,
+    typer.Option(
+        "--center",
+        help="Fit |w - mean| of each matrix (the Weibull paper's App. A.1 text) instead of |w| (its "
+        "library and the cohort).",
+    ),
+]
 IncludeOption = Annotated[
     list[str] | None, typer.Option("--include", metavar="GLOB", help="Only tensors matching this glob (repeatable).")
 ]
@@ -273,6 +281,10 @@ DeviceOption = Annotated[
     typer.Option(
         "--device", metavar="DEVICE", help="Where to reduce when a model must be fitted: auto, cpu, cuda, cuda:N."
     ),
+]
+# fit, compare, check, report: MODEL --revision REV is MODEL@REV (a Hub id's, or a fitted model id's in the database).
+RevisionOption = Annotated[
+    str | None, typer.Option("--revision", metavar="REV", help="Hub branch, tag or commit (same as ORG/NAME@REV).")
 ]
 TokenOption = Annotated[
     str | None, typer.Option("--token", metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
@@ -377,19 +389,10 @@ def fit(
     trim: Annotated[
         str, typer.Option("--trim", metavar="TRIM", help="Trim for per-kind medians: mid80 (paper), mid90 or full.")
     ] = COHORT_TRIM,
-    center: Annotated[
-        bool,
-        typer.Option(
-            "--center",
-            help="Fit |w - mean| of each matrix (the Weibull paper's App. A.1 text) instead of |w| (its "
-            "library and the cohort).",
-        ),
-    ] = False,
+    center: CenterOption = False,
     include: IncludeOption = None,
     exclude: ExcludeOption = None,
-    revision: Annotated[
-        str | None, typer.Option("--revision", metavar="REV", help="Hub branch, tag or commit (same as ORG/NAME@REV).")
-    ] = None,
+    revision: RevisionOption = None,
     token: Annotated[
         str | None, typer.Option("--token", metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
     ] = None,
@@ -468,7 +471,8 @@ def _row_note(quiet: bool, save: bool = True) -> "RowNote":
         if how == "fitted":
             _say(f"{spec}: fitted" + (" and saved" if save else ""), quiet)
         elif how.startswith("database (the Hub is unreachable)"):
-            _say(f"{spec}: the Hub is unreachable; its newest row in the database is used", quiet)
+            revision = row["model"].get("revision")
+            _say(f"{spec}: the Hub is unreachable; its row of {revision} in the database is used", quiet)
 
     return note
 
@@ -490,6 +494,7 @@ def compare(
     weight_decay: WeightDecayOption = None,
     train_steps: TrainStepsOption = None,
     preset: PresetOption = None,
+    revision: RevisionOption = None,
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
     save: Annotated[
@@ -521,11 +526,13 @@ def compare(
             token=token,
             save=save,
             on_row=_row_note(quiet, save),
+            revision=revision,
         )
     finally:
         progress.close()
-    document = reports if len(reports) > 1 or not models else reports[0]
-    _emit(document, lambda: [compare_view(r) for r in reports], as_json=as_json, quiet=quiet)
+    # Always a list, one report per model: a lone object for one model and a list for several made every script
+    # test the shape (issue 33; the README's "JSON that changed").
+    _emit(reports, lambda: [compare_view(r) for r in reports], as_json=as_json, quiet=quiet)
 
 
 @app.command()
@@ -550,6 +557,7 @@ def check(
     ] = None,
     db: DbOption = None,
     device: DeviceOption = "auto",
+    revision: RevisionOption = None,
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Save the fitted row in the database.")] = False,
@@ -578,6 +586,7 @@ def check(
             token=token,
             save=save,
             on_row=lambda spec, row, how: _say_fallbacks(row, quiet),
+            revision=revision,
         )
     finally:
         progress.close()
@@ -661,7 +670,7 @@ def diff(
     """What changed from BASE to TUNED, matrix by matrix: exact figures, rank90, findings; a CI gate."""
     from .api import diff as diff_api
     from .diff.gate import gate, parse_blocks
-    from .diff.render import diff_view
+    from .diff.render import diff_view, gate_line
     from .diff.result import DiffOptions
 
     base, tuned = (first, second) if second is not None else (None, first)
@@ -689,9 +698,16 @@ def diff(
     if verdict is not None:
         document["gate"] = verdict.to_json()
     every = all_matrices or all_matrices_alias
-    _emit(document, lambda: diff_view(result, every, verdict), as_json=as_json, quiet=quiet)
+    if verdict is not None and quiet:  # a CI gate's result is its verdict: -q prints that line alone (issue 33)
+        _emit(document, lambda: _Verbatim(gate_line(verdict) + "\n"), as_json=as_json, quiet=quiet)  # never folded
+    else:
+        _emit(document, lambda: diff_view(result, every, verdict), as_json=as_json, quiet=quiet)
     if save and not as_json and result.run.get("saved"):
         _say(f"diff row written to {result.run['saved']}", quiet)
+    if plot is not None:
+        _say(f"{len(result.run.get('plots') or [])} plots written to {plot}", quiet)
+    if html is not None:
+        _say(f"HTML page written to {html}", quiet)
     raise typer.Exit(ExitCode.OK if verdict is None or verdict.passed else ExitCode.REGRESSION)
 
 
@@ -843,6 +859,9 @@ def sweep(
     ] = None,
     protocol: ProtocolOption = "hist1024",
     device: DeviceOption = "auto",
+    center: CenterOption = False,
+    include: IncludeOption = None,
+    exclude: ExcludeOption = None,
     lr: LrOption = None,
     weight_decay: WeightDecayOption = None,
     preset: PresetOption = None,
@@ -866,8 +885,18 @@ def sweep(
     from .render.tables import FitWidth, counted
 
     # No --train-steps: each revision's own step number gives it. --name is the sweep's, not a fit option.
+    # --center and --include/--exclude make every revision's row that variant (its own file, never counted as the
+    # revision's full fit: run/sweep.py row_path), as on `fit`.
     options = _fit_options(
-        protocol=protocol, device=device, connections=connections, lr=lr, weight_decay=weight_decay, preset=preset
+        protocol=protocol,
+        device=device,
+        connections=connections,
+        center=center,
+        include=include,
+        exclude=exclude,
+        lr=lr,
+        weight_decay=weight_decay,
+        preset=preset,
     )
 
     def planned(model_id: str, names: list[str]) -> None:
@@ -999,6 +1028,7 @@ def report(
         list[str] | None,
         typer.Option("--hist", metavar="GLOB", help="Tensor name or glob to draw a |w| histogram of (repeatable)."),
     ] = None,
+    revision: RevisionOption = None,
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Save a freshly fitted row in the database.")] = True,
@@ -1023,6 +1053,7 @@ def report(
             hist=hist or (),
             token=token,
             save=save,
+            revision=revision,
         )
     finally:
         progress.close()
@@ -1059,7 +1090,7 @@ def env(
         for key, value in document.items():
             if isinstance(value, dict):
                 value = ", ".join(f"{k}={v}" for k, v in value.items()) or "none set"
-            lines.append(f"- {key}: {value}")
+            lines.append(f"- {ENV_LABELS[key]}: {value}")
         return _Verbatim("\n".join(lines) + "\n")
 
     _emit(document, view, as_json=as_json, quiet=quiet)
@@ -1081,23 +1112,45 @@ def _environment() -> dict[str, Any]:
     except metadata.PackageNotFoundError:
         hub_version = "not installed"
     return {
-        "weightdiag version": __version__,
-        "Python version": platform.python_version(),
-        "Platform": platform.platform(),
-        "Kernels": describe(),
-        "Cores": _cores_summary(),
-        "Torch version": torch_version or "not installed (only needed for .bin files and CUDA)",
-        "CUDA": _cuda_summary() if torch_version else "no (torch is not installed)",
-        "huggingface_hub version": hub_version,
-        "Database folder": str(Path(settings.db_dir()).absolute()),
-        "Database folder chosen": settings.db_location()[1] + "; a command's --db DIR overrides it",
-        "HF endpoint": settings.hf_endpoint(),
-        "HF cache": settings.hf_cache_dir(),
-        "HF offline": settings.hf_offline(),
-        "HF token": "present" if settings.hf_token_present() else "not found",
-        "Progress bars": "shown on a terminal" if settings.progress_bars() else "hidden (HF_HUB_DISABLE_PROGRESS_BARS)",
-        "WEIGHTDIAG variables": settings.weightdiag_variables(),
+        "weightdiag_version": __version__,
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "kernels": describe(),
+        "cores": _cores_summary(),
+        "torch_version": torch_version or "not installed (only needed for .bin files and CUDA)",
+        "cuda": _cuda_summary() if torch_version else "no (torch is not installed)",
+        "huggingface_hub_version": hub_version,
+        "database_folder": str(Path(settings.db_dir()).absolute()),
+        "database_folder_chosen": settings.db_location()[1] + "; a command's --db DIR overrides it",
+        "hf_endpoint": settings.hf_endpoint(),
+        "hf_cache": settings.hf_cache_dir(),
+        "hf_offline": settings.hf_offline(),
+        "hf_token": "present" if settings.hf_token_present() else "not found",
+        "progress_bars": "shown on a terminal" if settings.progress_bars() else "hidden (HF_HUB_DISABLE_PROGRESS_BARS)",
+        "weightdiag_variables": settings.weightdiag_variables(),
     }
+
+
+# `env --json`'s keys are snake_case, as in every other JSON weightdiag prints (they had spaces before issue 33);
+# the text for a person keeps the words.
+ENV_LABELS = {
+    "weightdiag_version": "weightdiag version",
+    "python_version": "Python version",
+    "platform": "Platform",
+    "kernels": "Kernels",
+    "cores": "Cores",
+    "torch_version": "Torch version",
+    "cuda": "CUDA",
+    "huggingface_hub_version": "huggingface_hub version",
+    "database_folder": "Database folder",
+    "database_folder_chosen": "Database folder chosen",
+    "hf_endpoint": "HF endpoint",
+    "hf_cache": "HF cache",
+    "hf_offline": "HF offline",
+    "hf_token": "HF token",
+    "progress_bars": "Progress bars",
+    "weightdiag_variables": "WEIGHTDIAG variables",
+}
 
 
 def _cores_summary() -> str:

@@ -25,7 +25,8 @@ Naming a row (row_by_id, `weightdiag db show ID`), first rule that applies:
   2. a row file's name (`NAME.json`, as in rows/): that file of the database;
   3. a cohort or companion entry id, exactly (`qwen3-8b` is DATABASE_v9_1's, `Qwen3-8B` the companion's);
   4. a fitted model id, id@revision or id@fingerprint, exactly: the newest such row (a bare id of local
-     checkpoints with different contents, folders that share a name, is refused listing their names);
+     checkpoints with different contents, folders that share a name, is refused listing their names; a bare
+     id of rows of several revisions names main's, else is refused listing a few: meant_revision);
   5. (a damaged row whose model.id is exactly ID: refused with its RowError, exit 2);
   6. the same names ignoring case, when they name one entry or one fitted model; when they name
      several, AmbiguousRowError (exit 2) lists them;
@@ -476,7 +477,8 @@ def _row_paths(folder: Path) -> list[Path]:
 # missing or unreadable, the row itself is read (every field checked) and the summary made again. A
 # crash between the two writes leaves a summary of the old file, which no longer matches: never used.
 SUMMARY_DIR = ".summary"
-SUMMARY_SCHEMA = "weightdiag.row-summary/1"
+# /2: kinds' r2_below_95 is a number (issue 33); summaries of /1 may hold the text "a/b" and are made again.
+SUMMARY_SCHEMA = "weightdiag.row-summary/2"
 
 
 def _identity_of(path: Path) -> list[int]:
@@ -544,6 +546,36 @@ def iter_summaries(
             _write_summary(path, row)
             summary = summary_of(row)
         yield path, summary
+
+
+def missing_database(db_dir: Path | None) -> DatabaseError | None:
+    """The error for a database folder that was named (--db DIR, $WEIGHTDIAG_DB) and does not exist, else None.
+
+    Reading rows from such a folder found none, so a typo read as an empty database: `db list --db typo` printed
+    an empty table with exit 0 and `db show X --db typo` said only "no such row" (issue 33). The folders chosen
+    by default may be absent (a new user has no rows yet: the per-user folder is created on the first write), and
+    commands that write rows (fit, sweep, diff) create a named one."""
+    if db_dir is not None:
+        folder, named, instead = db_dir, f"--db {db_dir}", "leave --db out for the default"
+    else:
+        where, why = settings.db_location()
+        if why != settings.DB_FROM_ENV:
+            return None
+        folder, named, instead = Path(where), f"WEIGHTDIAG_DB={where}", "unset it for the default"
+    if folder.exists():
+        return None
+    return DatabaseError(
+        f"{named}: no such database folder ({folder.absolute()}); check the path, or {instead} (`weightdiag env` "
+        "shows it)",
+        folder=folder / ROWS_DIR,
+    )
+
+
+def require_database(db_dir: Path | None) -> None:
+    """Raise missing_database's error, for a command that reads rows from the database folder."""
+    error = missing_database(db_dir)
+    if error is not None:
+        raise error
 
 
 def _rows_folder(db_dir: Path | None) -> Path:
@@ -647,12 +679,58 @@ class AmbiguousRowError(BadInputError):
 
     field_names = ("spec", "candidates")
 
-    def __init__(self, spec: str, candidates: Iterable[str], how: str = "when case is ignored") -> None:
+    def __init__(
+        self, spec: str, candidates: Iterable[str], how: str = "when case is ignored", message: str | None = None
+    ) -> None:
         self.spec = spec
         self.candidates = sorted(set(candidates))
         super().__init__(
-            f"{spec}: matches {len(self.candidates)} rows {how}: {', '.join(self.candidates)}; give one of them exactly"
+            message
+            or f"{spec}: matches {len(self.candidates)} rows {how}: {', '.join(self.candidates)}; give one of them "
+            "exactly"
         )
+
+
+DEFAULT_REVISION = "main"  # the Hub's default branch: what ORG/NAME without @REV means
+
+
+def natural_key(text: str) -> tuple[tuple[int, int, str], ...]:
+    """Sort key that orders the numbers in a text by value: step20 before step100 (as text, step100 came first)."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part)
+
+
+def _checkpoint(row: Row) -> str:
+    """What tells a model's rows of different checkpoints apart: the revision, else (local files) the fingerprint."""
+    model = row["model"]
+    return str(model.get("revision") or model.get("fingerprint") or "")
+
+
+def revision_needed(spec: str, names: Iterable[str], why: str) -> AmbiguousRowError:
+    """One line that asks for a revision, offering a few (in natural order) to choose from."""
+    choices = sorted(set(names), key=natural_key)
+    few = choices if len(choices) <= 5 else [*choices[:3], "...", choices[-1]]
+    return AmbiguousRowError(
+        spec,
+        choices,
+        message=f"{spec}: {why}: name one, e.g. {', '.join(few)} (`weightdiag db list` shows them all)",
+    )
+
+
+def meant_revision(spec: str, rows: list[Row]) -> list[Row]:
+    """Of the rows a model id without @REV names, those of the checkpoint meant: all of them when they are of one
+    revision, else those of main (the Hub's default branch, what the id alone means there). Rows of several
+    revisions and none of main: AmbiguousRowError listing a few to choose from. Never one picked silently
+    (issue 33: `db show RUN` answered with the newest of 15 revisions)."""
+    checkpoints = {_checkpoint(row) for row in rows}
+    if len(checkpoints) <= 1:
+        return rows
+    main = [row for row in rows if row["model"].get("revision") == DEFAULT_REVISION]
+    if main:
+        return main
+    model_id = rows[0]["model"]["id"]
+    raise revision_needed(
+        spec, (f"{model_id}@{c}" for c in checkpoints), f"{len(checkpoints)} revisions in the database and none named"
+    )
 
 
 def _names(row: Row) -> list[str]:
@@ -670,10 +748,12 @@ def _newest(rows: list[Row]) -> Row:
 def _one_checkpoint(spec: str, rows: list[Row]) -> Row:
     """The newest of `rows` named `spec`, unless a bare id names local checkpoints with different contents
     (folders of the same name: `ckpt`): then AmbiguousRowError lists their id@local-fingerprint names.
-    Revisions of one model (a sweep) are one name: the newest answers, as `db list` shows them."""
+    A bare id of a model with rows of several revisions (a sweep) names main's, else asks for one (meant_revision)."""
     unnamed = {r["model"].get("fingerprint") for r in rows if not r["model"].get("revision")}
     if "@" not in spec and len(unnamed) > 1 and all(not r["model"].get("revision") for r in rows):
         raise AmbiguousRowError(spec, (f"{spec}@{fp}" for fp in unnamed if fp), "of different checkpoints")
+    if all(r["model"]["id"].casefold() == spec.casefold() for r in rows):  # no revision named
+        rows = meant_revision(spec, rows)
     return _newest(rows)
 
 
@@ -709,6 +789,7 @@ def row_by_id(spec: str, db_dir: Path | None = None, summary: bool = False) -> R
     path = Path(spec)
     if spec and os.path.lexists(path) and not path.is_dir():
         return read_row(path)
+    require_database(db_dir)
     folder = (db_dir or default_db_dir()) / ROWS_DIR
     if spec.endswith(".json") and "/" not in spec and os.sep not in spec and os.path.lexists(folder / spec):
         return read_row(folder / spec)
@@ -751,7 +832,7 @@ def row_by_id(spec: str, db_dir: Path | None = None, summary: bool = False) -> R
     if len(matches) > 1:
         raise AmbiguousRowError(spec, matches)
     if matches:
-        return whole(_newest(next(iter(matches.values()))))
+        return whole(_one_checkpoint(spec, next(iter(matches.values()))))
     for exc in damaged:  # the row asked for may be one of these: the command line names them on stderr
         _skip(exc, None)
     raise RowNotFoundError(spec, folder=(db_dir or default_db_dir()).resolve())

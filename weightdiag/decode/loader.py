@@ -17,6 +17,7 @@ import numpy as np
 from ..source.plan import Quantized, TensorRef
 from .decoder import Companion, Decoder
 from .formats import build_decoder
+from .formats.gptq import GPTQDecoder
 
 ReadTensor = Callable[[TensorRef], np.ndarray]  # a tensor's stored bytes (uint8, flat)
 LOOKAHEAD = 4  # weights whose companions are read ahead of the one being reduced
@@ -31,6 +32,7 @@ class CompanionLoader:
         self._lookahead = lookahead
         self._futures: dict[int, Future[Decoder]] = {}
         self._released: set[int] = set()
+        self._notes: dict[int, str] = {}  # what a weight's decoder found worth saying in its record (kept past release)
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max(1, lookahead), thread_name_prefix="weightdiag-companions")
 
@@ -41,7 +43,16 @@ class CompanionLoader:
             for role, ref in q.companions.items()
             if not role.startswith("activation")  # activation scales are listed, never needed
         }
-        return build_decoder(q, companions)
+        decoder = build_decoder(q, companions)
+        # The one decoder with something to say in its weight's record (GPTQ v1 zero points its libraries read two
+        # ways): asked by its type, since the Decoder contract (decoder.py) declares no note.
+        if isinstance(decoder, GPTQDecoder) and decoder.note:
+            self._notes[index] = decoder.note
+        return decoder
+
+    def note(self, index: int) -> str | None:
+        """The note weight `index`'s decoder left for its record, once its decoder was built."""
+        return self._notes.get(index)
 
     def decoder(self, index: int) -> Decoder:
         """The decoder of weight `index` (blocks until its companions are in); starts the next ones' reads."""
@@ -74,3 +85,6 @@ class LazyDecoder:
 
     def release(self) -> None:
         self._loader.release(self._index)
+
+    def note(self) -> str | None:
+        return self._loader.note(self._index)

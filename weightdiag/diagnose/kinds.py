@@ -76,7 +76,7 @@ def kind_summaries(matrices: list[dict[str, Any]], trim: str = COHORT_TRIM, part
             "k_median": json_float(k_med),
             "lambda_median": json_float(float(median(lams))) if lams else None,
             "r2_median": json_float(r2_med),
-            "r2_below_95": f"{low}/{len(fits)}",
+            "r2_below_95": low,  # of `fitted` fits (the text "a/b" before issue 33)
             "k_min": json_float(min(ks)) if ks else None,
             "k_max": json_float(max(ks)) if ks else None,
             # The k axis is defined for the attention and FFN matrices only (paper Sec. 2.2); quantized

@@ -35,8 +35,8 @@ def is_low_rank(shape2d: tuple[int, int], rank90: int | None, relative_change: f
     return 0 < rank90 <= min(LOW_RANK_MAX, LOW_RANK_SHARE * side)
 
 
-def is_scaled(alignment: float, relative_change: float) -> bool:
-    return relative_change > 0 and abs(alignment) >= SCALED_ALIGNMENT
+def is_scaled(alignment: float | None, relative_change: float) -> bool:
+    return relative_change > 0 and alignment is not None and abs(alignment) >= SCALED_ALIGNMENT
 
 
 def summarize(items: Sequence[TensorDiff], key: Callable[[TensorDiff], str | None]) -> list[GroupSummary]:

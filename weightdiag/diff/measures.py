@@ -364,13 +364,14 @@ class Figures:
 
     numel: int
     relative_change: float  # ||ΔW||_F / ||W_base||_F (inf when W_base is zero and ΔW is not)
-    cosine: float  # <W_base, W_tuned> / (||W_base|| ||W_tuned||)
+    cosine: float | None  # <W_base, W_tuned> / (||W_base|| ||W_tuned||); None where a side is zero (undefined)
     unchanged_fraction: float
     sign_flip_fraction: float
     delta_norm: float  # ||ΔW||_F
     base_norm: float
     tuned_norm: float
-    alignment: float  # <ΔW, W_base> / (||ΔW|| ||W_base||): 1 for a pure scaling up, -1 down
+    # <ΔW, W_base> / (||ΔW|| ||W_base||): 1 for a pure scaling up, -1 down; None where ΔW or W_base is zero
+    alignment: float | None
     scale: float  # 1 + <ΔW, W_base> / ||W_base||^2: the best factor c in W_tuned ≈ c W_base
     nonfinite: int
     delta_quantiles: dict[str, float]
@@ -393,15 +394,23 @@ class Figures:
         return self.tuned_fit.lam / self.base_fit.lam - 1.0
 
 
+def _clamp(x: float) -> float:
+    return min(max(x, -1.0), 1.0)
+
+
 def figures(totals: Totals, *, fits: bool = True, trim: str = COHORT_TRIM) -> Figures:
     """Figures from the folded sums and reductions (`fits`: Weibull fits of the 2-D tensors only)."""
     totals.finish()
     dn, bn, tn = math.sqrt(totals.d2), math.sqrt(totals.b2), math.sqrt(totals.t2)
     rel = dn / bn if bn > 0 else 0.0 if dn == 0 else math.inf
-    # untouched: exactly 1, not the rounding of Σ b^2 / sqrt(Σ b^2 Σ b^2)
-    cosine = 1.0 if totals.d2 == 0 else (totals.bt / math.sqrt(totals.b2 * totals.t2) if bn and tn else 0.0)
+    # Undefined where a norm is 0 (a zero matrix; for the alignment also an untouched one): None, null in JSON.
+    # They were 0.0 there before issue 33, which reads as "orthogonal". Untouched (and not zero): exactly 1, not
+    # the rounding of Σ b^2 / sqrt(Σ b^2 Σ b^2).
+    cosine = (
+        None if not (bn and tn) else 1.0 if totals.d2 == 0 else _clamp(totals.bt / math.sqrt(totals.b2 * totals.t2))
+    )
     db = totals.bt - totals.b2  # <ΔW, W_base>
-    alignment = db / (dn * bn) if dn > 0 and bn > 0 else 0.0
+    alignment = _clamp(db / (dn * bn)) if dn > 0 and bn > 0 else None
     scale = 1.0 + db / totals.b2 if totals.b2 > 0 else float("nan")
     n = max(totals.numel, 1)
 
@@ -417,13 +426,13 @@ def figures(totals: Totals, *, fits: bool = True, trim: str = COHORT_TRIM) -> Fi
     return Figures(
         numel=totals.numel,
         relative_change=rel,
-        cosine=min(max(cosine, -1.0), 1.0),
+        cosine=cosine,
         unchanged_fraction=totals.unchanged / n,
         sign_flip_fraction=totals.flips / n,
         delta_norm=dn,
         base_norm=bn,
         tuned_norm=tn,
-        alignment=min(max(alignment, -1.0), 1.0),
+        alignment=alignment,
         scale=scale,
         nonfinite=totals.nonfinite,
         delta_quantiles=quantiles(totals.delta),

@@ -12,7 +12,7 @@ import numpy as np
 from ..database.store import write_text_atomic
 from ..render.plots import PlotFile, pyplot, save_figure
 from ..vocabulary import KIND_ORDER
-from .result import DiffResult, TensorDiff
+from .result import DiffResult, TensorDiff, cosine_cell
 
 
 def _grid(result: DiffResult, value) -> tuple[np.ndarray, list[int], list[str]]:
@@ -88,7 +88,7 @@ def _row(m: TensorDiff) -> str:
     )
     cells = [
         escape(m.name), "-" if m.block is None else str(m.block), escape(m.kind), f"{m.relative_change:.4g}",
-        f"{m.figures.cosine:.6f}", f"{m.figures.unchanged_fraction:.2%}", rank, verdict,
+        cosine_cell(m.figures.cosine), f"{m.figures.unchanged_fraction:.2%}", rank, verdict,
     ]  # fmt: skip
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from ..render.tables import FitWidth
 from .gate import GateResult
-from .result import DiffResult, TensorDiff
+from .result import DiffResult, TensorDiff, cosine_cell
 
 TOP = 15  # matrices listed (by relative change); --all lists every one
 
@@ -45,7 +45,7 @@ def matrices_table(result: DiffResult, every: bool = False) -> Table:
             "-" if t.block is None else str(t.block),
             t.kind,
             f"{t.relative_change:.3g}",
-            f"{t.figures.cosine:.6f}",
+            cosine_cell(t.figures.cosine),
             f"{t.figures.unchanged_fraction:.1%}",
             _rank(t),
             _verdict(t),
@@ -89,11 +89,15 @@ def diff_view(result: DiffResult, every: bool = False, gate: GateResult | None =
     if result.blocks:
         parts.append(FitWidth(blocks_table(result), optional=("max", "LoRA-like")))
     if gate is not None:
-        if gate.passed:
-            parts.append(Text(f"PASS: {gate.checked} tensors within relative change {gate.threshold:g}"))
-        else:
-            worst = ", ".join(f"{t.name} ({t.relative_change:.3g})" for t in gate.failed[:5])
-            more = f" and {len(gate.failed) - 5} more" if len(gate.failed) > 5 else ""
-            count = f"{len(gate.failed)} of {gate.checked}"
-            parts.append(Text(f"FAIL: {count} tensors changed more than {gate.threshold:g}: {worst}{more}"))
+        parts.append(Text(gate_line(gate)))
     return Group(*parts)
+
+
+def gate_line(gate: GateResult) -> str:
+    """The CI gate's verdict in one line: PASS, or FAIL with the worst tensors (all that `diff --fail-above -q`
+    prints)."""
+    if gate.passed:
+        return f"PASS: {gate.checked} tensors within relative change {gate.threshold:g}"
+    worst = ", ".join(f"{t.name} ({t.relative_change:.3g})" for t in gate.failed[:5])
+    more = f" and {len(gate.failed) - 5} more" if len(gate.failed) > 5 else ""
+    return f"FAIL: {len(gate.failed)} of {gate.checked} tensors changed more than {gate.threshold:g}: {worst}{more}"

@@ -39,6 +39,11 @@ def num(value: float | None) -> float | None:
     return float(value)
 
 
+def cosine_cell(cosine: float | None) -> str:
+    """The cosine as tables show it: "-" where it is undefined (a zero matrix)."""
+    return "-" if cosine is None else f"{cosine:.6f}"
+
+
 def _fit_json(fit: WeibullFit | None) -> dict[str, Any] | None:
     if fit is None:
         return None

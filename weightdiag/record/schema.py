@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -152,7 +153,7 @@ _KindSummaryRequired = TypedDict(
         "k_median": float | None,
         "lambda_median": float | None,
         "r2_median": float | None,
-        "r2_below_95": str | None,  # "a/b"
+        "r2_below_95": int | None,  # how many of the `fitted` fits have R² < 0.95 (rows before: "a/b", upgraded)
         "k_min": float | None,
         "k_max": float | None,
         "k_class": str | None,  # transmission, selection-mild, selection-deep, non-weibull
@@ -529,6 +530,22 @@ def _model_id(doc: object) -> str | None:
     return model_id if isinstance(model_id, str) else None
 
 
+_BELOW_AS_TEXT = re.compile(r"(\d+)/\d+")
+
+
+def _upgrade(doc: dict[str, Any]) -> None:
+    """Rows written before issue 33 (and the cohort rows, after DATABASE_v9_1.csv) held each kind's
+    `r2_below_95` as the text "a/b", b being its `fitted`: read as the number a, in place, so that every reader
+    sees one type."""
+    for section in ("kinds", "part_kinds"):
+        summaries = doc.get(section)
+        for summary in summaries.values() if isinstance(summaries, dict) else ():
+            below = summary.get("r2_below_95") if isinstance(summary, dict) else None
+            matched = _BELOW_AS_TEXT.fullmatch(below) if isinstance(below, str) else None
+            if matched:
+                summary["r2_below_95"] = int(matched.group(1))
+
+
 def load_row(doc: object, file: str | Path | None = None) -> Row:
     """`doc` as a Row, checked field by field; RowError (naming `file` and the field) when it is not one."""
     where = str(file) if file is not None else None
@@ -541,6 +558,7 @@ def load_row(doc: object, file: str | Path | None = None) -> Row:
             f"schema {schema} is not {SCHEMA}, the one this weightdiag reads",
             advice="read it with the weightdiag version that wrote it, or refit the model",
         )
+    _upgrade(cast(dict[str, Any], doc))
     try:
         ROW(doc, "")
         model = cast(dict[str, Any], doc)["model"]

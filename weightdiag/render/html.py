@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..citations import NORM_ARTICLE, NORM_ARTICLE_SHORT
 from ..database.store import write_text_atomic
+from ..diagnose.classes import SELECTION_DEEP_BELOW_K, TRANSMISSION_MIN_K
 from ..diagnose.health.towers import tower_size
 from ..diagnose.results import HealthReport
 from ..vocabulary import KIND_ORDER
@@ -28,6 +29,7 @@ th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: right; }
 th { background: #f3f3f3; } td.l, th.l { text-align: left; }
 .warning { color: #b00020; } .notice { color: #005f87; }
 .deep { background: #f8c9c4; } .mild { background: #fbeec1; } .quant { font-style: italic; color: #777; }
+.legend { font-size: 0.85em; color: #555; }
 figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: #555; max-width: 1000px; }
 img { max-width: 100%; border: 1px solid #eee; }
 .wide { overflow-x: auto; max-width: 100%; }
@@ -87,7 +89,18 @@ def _blocks(result: HealthReport) -> str:
                 escape(", ".join(b["findings"])),
             ]
         )
-    return _table(headers, rows, left=1)
+    return _table(headers, rows, left=1) + _k_legend()
+
+
+def _k_legend() -> str:
+    """What the k cells' colours mean (issue 33: the yellow of selection-mild had no legend)."""
+    deep, mild = SELECTION_DEEP_BELOW_K, TRANSMISSION_MIN_K
+    return (
+        '<p class="legend">k cells: <span class="deep">deep</span> selection-deep (k &lt; '
+        f'{deep}); <span class="mild">mild</span> selection-mild ({deep} &le; k &lt; {mild}); '
+        '<span class="quant">italic grey</span> quantized (k class withheld); unmarked: transmission (k &ge; '
+        f"{mild}) or a kind with no k class.</p>"
+    )
 
 
 def _moe(result: HealthReport) -> str:

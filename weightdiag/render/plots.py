@@ -197,9 +197,18 @@ def depth_profile(plt, result: HealthReport, folder: Path) -> PlotFile:
             xs = [b for b, v in zip(s["blocks"], s[stat], strict=True) if v is not None]
             ys = [v for v in s[stat] if v is not None]
             ax.plot(xs, ys, marker="o", markersize=3, linewidth=1, label=key)
-    axes[0].axhline(INIT_ANCHOR_K, color="grey", linestyle="--", linewidth=0.8)
-    axes[0].axhline(TRANSMISSION_MIN_K, color="tab:orange", linestyle=":", linewidth=0.8)
-    axes[0].axhline(SELECTION_DEEP_BELOW_K, color="tab:red", linestyle=":", linewidth=0.8)
+    # The reference lines are in the legend (issue 33: only the caption of the HTML named them).
+    axes[0].axhline(INIT_ANCHOR_K, color="grey", linestyle="--", linewidth=0.8, label=f"init anchor {INIT_ANCHOR_K}")
+    axes[0].axhline(
+        TRANSMISSION_MIN_K, color="tab:orange", linestyle=":", linewidth=0.8, label=f"Transmission {TRANSMISSION_MIN_K}"
+    )
+    axes[0].axhline(
+        SELECTION_DEEP_BELOW_K,
+        color="tab:red",
+        linestyle=":",
+        linewidth=0.8,
+        label=f"deep Selection below {SELECTION_DEEP_BELOW_K}",
+    )
     axes[0].set_ylabel("k")
     axes[0].legend(fontsize=7, ncol=4, loc="best")
     axes[1].set_ylabel("λ")
@@ -221,9 +230,9 @@ def depth_profile(plt, result: HealthReport, folder: Path) -> PlotFile:
         if apart:
             top = max([10.0, *(change[str(b)] * 2 for b in xs)])
             axes[4].scatter(apart, [top] * len(apart), marker="x", color="tab:red", label="not comparable (NaN/Inf)")
-            axes[4].legend(fontsize=7)
         axes[4].set_yscale("log")
-    axes[4].axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+    axes[4].axhline(1.0, color="grey", linestyle="--", linewidth=0.8, label="1: within sampling noise")
+    axes[4].legend(fontsize=7)
     axes[4].set_ylabel("change vs block b-1\n(tolerance units)")
     axes[4].set_xlabel("block")
     placement = {"pre": "Pre-LN", "post": "Post-LN", "peri": "Peri-LN"}.get(
@@ -250,11 +259,15 @@ def norms_plot(plt, result: HealthReport, folder: Path) -> PlotFile:
     for site, s in depth["norm_series"].items():
         ax.plot(s["blocks"], s["ratio"], marker="o", markersize=3, linewidth=1, label=site)
     n = depth["n_layers"] or 0
+    apart: dict[int, set[str]] = {}  # the places beside the blocks (-1: before block 0; n: after the last) -> sites
     for r in result["norms"]["singled_out"]:
         x = -1 if r["site"] == "embed" else (r["block"] if r["site"] == "mtp" and r["block"] is not None else n)
+        if x in (-1, n) and r["site"] != "mtp":
+            apart.setdefault(x, set()).add("emb" if r["site"] == "embed" else r["site"])
         ax.scatter(
             [x], [r["ratio"]], marker="*", s=90, zorder=3, label=literal(f"{r['site']}: {short_name(r['name'])}")
         )
+    _block_ticks(ax, n, apart)
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
     ax.axhspan(1e-3, NORM_COLLAPSE, color="tab:red", alpha=0.08)
     ax.axhspan(NORM_EXPLOSION, 1e3, color="tab:red", alpha=0.08)
@@ -276,6 +289,20 @@ def norms_plot(plt, result: HealthReport, folder: Path) -> PlotFile:
         "Every norm weight's ‖γ‖₂/√d by block and site (1 = all-ones init); stars: final, embedding and MTP norms; "
         "shaded: the collapse and explosion regimes.",
     )
+
+
+def _block_ticks(ax: Any, n: int, apart: dict[int, set[str]]) -> None:
+    """Block numbers on the x axis, and the norms outside the blocks named where they are drawn ("emb" before block
+    0, "final" after the last), set off by a dotted line: the embedding norm read as a block "-1" (issue 33)."""
+    from matplotlib.ticker import MaxNLocator
+
+    last = max(n - 1, 0)
+    ticks = {int(t) for t in MaxNLocator(nbins=12, integer=True).tick_values(0, last) if 0 <= t <= last}
+    names = {x: "/".join(sorted(sites)) for x, sites in apart.items()}
+    for x in names:
+        ax.axvline(x + 0.5 if x < 0 else x - 0.5, color="grey", linestyle=":", linewidth=0.8)
+    ticks |= set(names)
+    ax.set_xticks(sorted(ticks), [names.get(t, str(t)) for t in sorted(ticks)])
 
 
 def weibull_tail(w: np.ndarray, k: float, lam: float) -> np.ndarray:

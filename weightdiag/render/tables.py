@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
@@ -207,6 +207,12 @@ CLASS_LEGEND = (
 )
 
 
+def _below(summary: Mapping[str, Any]) -> str | None:
+    """The R²<0.95 cell: how many of the kind's fits, out of those fitted ("0/6")."""
+    below = summary.get("r2_below_95")
+    return None if below is None else f"{below}/{summary.get('fitted')}"
+
+
 def kinds_table(row: Row, title: str | None = None) -> FitWidth:
     model = row["model"]
     arch = row.get("architecture") or {}  # null in a row (the schema allows it) as well as absent
@@ -257,7 +263,7 @@ def kinds_table(row: Row, title: str | None = None) -> FitWidth:
             fmt(s["k_median"]),
             fmt(s["lambda_median"], ".5g"),
             fmt(s["r2_median"]),
-            s["r2_below_95"],
+            _below(s),
             k_class_label(s, kind_records(row, kind)),
             ", ".join(s["flags"]),
         )
@@ -269,7 +275,7 @@ def kinds_table(row: Row, title: str | None = None) -> FitWidth:
             fmt(s["k_median"]),
             fmt(s["lambda_median"], ".5g"),
             fmt(s["r2_median"]),
-            s["r2_below_95"],
+            _below(s),
             k_class_label(s, kind_records(row, kind, parts=True)),
             ", ".join(s["flags"]),
         )

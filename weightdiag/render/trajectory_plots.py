@@ -1,13 +1,14 @@
 """Trajectory plots (matplotlib, the `plot` extra): k and lambda vs step per kind, per-block std heatmap.
 
-Styled after the paper's Figures 10 and 14: log step axis (step 0 drawn at step 1 and marked), the
-Transmission band [1.186, 1.204] shaded on the k panel.
+Styled after the paper's Figures 10 and 14: a log step axis, the Transmission band [1.186, 1.204] shaded on the
+k panel. The axis is symmetric-log (linear from 0 to 1, log above), so that step 0 has a place of its own: drawn at
+1 on a plain log axis, it hid under step 1 (issue 33).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,22 +20,33 @@ if TYPE_CHECKING:
     from ..diagnose.results import TrajectoryResult
 
 
-def _x(steps: list[int]) -> np.ndarray:
-    return np.maximum(np.asarray(steps, dtype=float), 1.0)  # step 0 sits at 1 on the log axis
+def _step_axis(ax: Any, last: float) -> None:
+    """Steps on a symmetric-log axis: 0 and 1 a linear unit apart, then decades up to `last` (the last step); ticks
+    as plain step numbers."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ax.set_xscale("symlog", linthresh=1.0, linscale=0.6)
+    hi = max(last * 1.5, 2.0)
+    top = int(np.floor(np.log10(hi)))
+    ax.set_xlim(-0.25, hi)
+    ax.xaxis.set_major_locator(FixedLocator([0.0] + [10.0**e for e in range(top + 1)]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v < 1e5 else f"1e{np.log10(v):.0f}"))
+    ax.set_xlabel("step (0 to 1 linear, log above)")
 
 
 def k_lambda_plot(t: TrajectoryResult, path: Path) -> Path:
     plt = pyplot()
     fig, (ax_k, ax_l) = plt.subplots(1, 2, figsize=(12, 4.5))
     for kind, s in t["kinds"].items():
-        x = _x(s["steps"])
+        x = np.asarray(s["steps"], dtype=float)
         ax_k.plot(x, s["k"], marker="o", ms=3, label=kind)
         ax_l.plot(x, s["lambda"], marker="o", ms=3, label=kind)
     ax_k.axhspan(*t["band"], color="gold", alpha=0.35, label="Transmission band")
     ax_k.axhline(INIT_ANCHOR_K, color="grey", ls="--", lw=1, label=f"init anchor {INIT_ANCHOR_K}")
+    last = max((max(s["steps"]) for s in t["kinds"].values() if s["steps"]), default=1)
     for ax, label in ((ax_k, "median k"), (ax_l, "median λ")):
-        ax.set_xscale("log")
-        ax.set_xlabel("step (step 0 at 1)")
+        _step_axis(ax, last)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     ax_k.legend(fontsize=7, ncol=2)

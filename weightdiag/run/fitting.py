@@ -13,7 +13,7 @@ from typing import Any
 from ..database.store import default_db_dir, iter_summaries, write_row
 from ..diagnose import lambda_axis
 from ..diagnose.kinds import interpret
-from ..errors import DatabaseError, HubUnreachableError, NotCachedError
+from ..errors import DatabaseError, HubUnreachableError, NotCachedError, RepoNotFoundError
 from ..execution import Execution
 from ..record.journal import Journal, resume_options
 from ..record.schema import Row
@@ -175,11 +175,23 @@ def resolve_row(
     it is fitted. Fresh fits are saved unless save=False. Without `reuse` (check: always afresh) an
     interrupted fit's journal is not resumed either.
     """
-    from ..database.store import cohort_entry, find_rows, fit_variant, load_row, local_row
+    from ..database.store import (
+        DEFAULT_REVISION,
+        cohort_entry,
+        find_rows,
+        fit_variant,
+        load_row,
+        local_row,
+        missing_database,
+        revision_needed,
+    )
 
     options = options or FitOptions()
     check_options(options)
     db = Path(db_dir) if db_dir else default_db_dir()
+    # A database folder named (--db, WEIGHTDIAG_DB) but not there holds no row: where a row was to be read from it,
+    # say so rather than "not found" (a fresh fit saved into it still creates it).
+    no_database = missing_database(Path(db_dir) if db_dir else None)
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".json":
         return load_row(path), "row file"
@@ -189,20 +201,33 @@ def resolve_row(
             return entry, "cohort"
         # A name `db list` shows for a local fit: never a Hub id to fetch. Looked for among the summaries of
         # the rows filed under that id; the one found is read whole.
-        named = list(iter_summaries(db, model_id=spec.split("@", 1)[0]))
+        named = list(iter_summaries(db, model_id=spec.split("@", 1)[0])) if no_database is None else []
         fitted = local_row(spec, rows=[row for _, row in named])
         if fitted is not None:
             return load_row(next(p for p, row in named if row is fitted)), "database"
     try:
         plan, reader = open_model(spec, model_id=options.model_id, token=token, download=download)
-    except (HubUnreachableError, NotCachedError):
+    except (HubUnreachableError, NotCachedError, RepoNotFoundError) as exc:
+        if no_database is not None and not path.exists():  # a name only the database could have answered
+            raise no_database from None
         # Offline: a Hub model's newest full row in the database answers for it (its commit unchecked).
-        if not reuse or path.exists():
+        if isinstance(exc, RepoNotFoundError) or not reuse or path.exists():
             raise
         named = list(iter_summaries(db, model_id=spec.split("@", 1)[0]))
         rows = [r for r in find_rows(spec, protocol=options.protocol, rows=[r for _, r in named]) if not fit_variant(r)]
         if not rows:
             raise
+        if "@" not in spec:  # ORG/NAME means main: never the newest row of another revision (issue 33)
+            main = [r for r in rows if r["model"].get("revision") == DEFAULT_REVISION]
+            if not main:
+                others = {f"{spec}@{r['model'].get('revision')}" for r in rows}
+                raise revision_needed(
+                    spec,
+                    others,
+                    f"the Hub is unreachable and the database holds no row of main, only of {len(others)} "
+                    f"other revision{'s' if len(others) > 1 else ''}",
+                ) from None
+            rows = main
         return load_row(next(p for p, r in named if r is rows[-1])), "database (the Hub is unreachable)"
     if reuse and plan.source == "hub" and plan.commit:
         named = list(iter_summaries(db, model_id=plan.model_id))

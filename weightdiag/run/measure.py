@@ -224,6 +224,8 @@ def _measure(
             matrices: list[dict[str, Any]] = []
             vectors: list[dict[str, Any]] = []
             note = "F64 rounded to F32 for fitting" if ref.dtype.name == "F64" else ref.note
+            if reduced.decoder_note:
+                note = "; ".join(n for n in (note, reduced.decoder_note) if n)
             if item.views:
                 _view_records(item, reduced, arch, options, note, matrices, vectors)
             elif reduced.vector is not None:
@@ -360,6 +362,7 @@ class _Reduced:
     vector: VectorSummary | None = None
     view_matrices: list[tuple[View, Reduction]] = field(default_factory=list)  # a tensor cut into records
     view_vectors: list[tuple[View, VectorSummary]] = field(default_factory=list)
+    decoder_note: str | None = None  # what a quantized weight's decoder said about how it read it
 
 
 def _parts(item: _Work, arch: ArchInfo, options: FitOptions) -> tuple[list[tuple[str, Segments]], str | None]:
@@ -407,7 +410,10 @@ def _reduce_all(
     on_bytes = (lambda n: progress("bytes", n)) if progress else None
     try:
         for index, result in reduce_chunked(targets, reader, execution, verify=verify, on_bytes=on_bytes):
-            yield work[index], _as_reduced(work[index], result, *parts[index], arch.norm_offset)
+            reduced = _as_reduced(work[index], result, *parts[index], arch.norm_offset)
+            handle = targets[index].decoder
+            reduced.decoder_note = handle.note() if handle is not None else None
+            yield work[index], reduced
     finally:
         if loader is not None:
             loader.close()

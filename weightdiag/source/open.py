@@ -31,6 +31,24 @@ def split_revision(spec: str) -> tuple[str, str | None]:
     return spec, None
 
 
+def with_revision(spec: str, revision: str | None) -> str:
+    """`spec` with `--revision REV` as the one name ORG/NAME@REV that every command reads (report, check and compare
+    take --revision as fit does); refused when the two name different revisions, or `spec` is a local path or a row
+    file, which have no revisions."""
+    if revision is None:
+        return spec
+    if not revision.strip() or "@" in revision:
+        raise OptionError(f"--revision {revision!r}: give a branch, tag or commit", option="--revision")
+    if Path(spec).expanduser().exists():
+        raise OptionError(
+            f"--revision applies to a Hub id or a fitted model's id; {spec} is a local path", option="--revision"
+        )
+    name, rev = split_revision(spec)
+    if rev and rev != revision:
+        raise OptionError(f"--revision {revision} and {spec} name two revisions; give one of them", option="--revision")
+    return f"{name}@{revision}"
+
+
 def open_model(
     spec: str,
     *,

@@ -17,9 +17,10 @@ use whatever the stored `quant_map` says; we check that the stored one is that t
 (negative zero) gives +0.0 as `get_4bit_type`, the AVX-512 kernel and the torch kernel have it (the
 scalar C kernel writes -0.0; |w| is the same). Blocks are flat: bitsandbytes 0.50's AVX-512 CPU
 kernel indexes absmax per row instead (wrong when in_features is not a multiple of blocksize); we
-follow the quantizer, the CUDA kernels and the torch kernel. The values are the float32 products,
-before bitsandbytes casts them to `quant_state["dtype"]` (bf16/fp16 in most checkpoints): as if
-that dtype were float32.
+follow the quantizer, the CUDA kernels and the torch kernel. The stream is flat: an odd in_features puts a row
+boundary inside a byte, and an odd element count leaves the last byte's low nibble as padding. The values are
+the float32 products, before bitsandbytes casts them to `quant_state["dtype"]` (bf16/fp16 in most
+checkpoints): as if that dtype were float32.
 
 bnb-int8 (`Linear8bitLt`, `Int8Params`): `X.weight` I8 [out, in] and `X.SCB` F32 [out] (the row's
 absmax); `X.weight_format` is ignored. bitsandbytes `_ops.py` `int8_vectorwise_dequant` (the only
@@ -175,12 +176,17 @@ class Bnb4bit(RowMajorDecoder):
     unit_bytes = 1
 
     def __init__(self, q: Quantized, companions: Companions) -> None:
-        super().__init__(q, companions)
-        name = self.name
+        # Not RowMajorDecoder.__init__, which refuses rows that end inside a byte: bitsandbytes packs the flattened
+        # matrix two codes a byte whatever in_features is (an odd one too: its dequantize_4bit decodes that stream,
+        # which weightdiag refused before issue 33), and decode() below walks the same flat stream.
+        shape = q.logical_shape
+        self.rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
+        self.cols = shape[-1]
+        self.name = name = q.codes.name
         params = _params(q, companions)
         self.blocksize = bs = int(params["blocksize"])
         self.quant_type = params["quant_type"]
-        n = math.prod(q.logical_shape)
+        self.numel = n = math.prod(q.logical_shape)
         if q.codes.nbytes != (n + 1) // 2:
             raise _bad(
                 f"{name}: {q.codes.nbytes} bytes of 4-bit codes for {n} elements, expected {(n + 1) // 2}; "
@@ -225,7 +231,8 @@ class Bnb4bit(RowMajorDecoder):
 
     def decode(self, raw: np.ndarray, byte_lo: int) -> tuple[np.ndarray, int]:
         first = byte_lo * 2
-        out = self.pairs[raw].view(np.float32)
+        # An odd element count ends on half a byte: its low nibble is padding, not an element.
+        out = self.pairs[raw].view(np.float32)[: max(0, self.numel - first)]
         bs, count = self.blocksize, out.size
         b = first // bs
         head = min((-first) % bs, count)

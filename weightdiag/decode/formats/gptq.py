@@ -143,8 +143,29 @@ class _PackedLinear:
         )
 
 
+def _wrapped_zeros_note(zeros: np.ndarray, bits: int) -> str | None:
+    """The record's note for a GPTQ v1 weight with zero points stored as 2^bits - 1 (issue 33), else None.
+
+    v1 stores zero - 1, so a zero of 0 (an asymmetric group whose weights are all >= 0) is stored as -1, whose
+    low bits read 2^bits - 1. Its readers disagree: vLLM's GPTQ kernels (exllama, Marlin) add the 1 to the
+    masked code and compute with 2^bits; AutoGPTQ's torch dequantizer (qlinear_cuda_old.py) masks after adding,
+    `(stored + 1) & (2^bits - 1)`, and computes with 0. weightdiag reads 2^bits, the values the checkpoint is
+    served with; AutoGPTQ's are 2^bits scale steps higher in those groups."""
+    top = 1 << bits
+    count = int(np.count_nonzero(zeros == top))
+    if not count:
+        return None
+    return (
+        f"GPTQ v1 zero points stored as {top - 1} read as {top} in {count} of {zeros.size} groups (the format's "
+        f"+1 unwrapped, as vLLM's GPTQ kernels read them); AutoGPTQ's torch dequantizer wraps them to 0 "
+        f"((stored + 1) & {top - 1}), which puts those groups' values {top} scale steps higher"
+    )
+
+
 @register("gptq")
 class GPTQDecoder(_PackedLinear):
+    note: str | None = None  # said in the weight's record (decode/loader.py hands it on)
+
     def __init__(self, q: Quantized, companions: Companions) -> None:
         super().__init__(q, companions)
         if self.bits not in (2, 4, 8):
@@ -157,6 +178,8 @@ class GPTQDecoder(_PackedLinear):
         groups = math.ceil(self.inputs / group)
         fmt = str(q.spec.params.get("checkpoint_format", "gptq"))
         self._load(companions, groups, 1 if fmt == "gptq" else 0, None)
+        if fmt == "gptq":
+            self.note = _wrapped_zeros_note(self.zero_codes, self.bits)
         if "g_idx" in companions:
             g = companions["g_idx"]
             check_shape(self.name, "g_idx", g, (self.inputs,))
