@@ -178,4 +178,6 @@ def test_writing_commands_and_reads_of_files_still_work_with_a_new_database_fold
     assert run_cli("db", "show", str(row), "--db", str(tmp_path / "absent")).returncode == 0
     assert run_cli("report", str(model), "--db", str(tmp_path / "other"), "-q").returncode == 0
     assert (tmp_path / "other" / "rows").is_dir()  # a fresh fit is saved into it, as before
+    assert run_cli("db", "show", "pythia-160m", "--db", str(tmp_path / "absent")).returncode == 0  # a cohort entry
+    assert run_cli("compare", "pythia-160m", "--db", str(tmp_path / "absent"), "-q").returncode == 0
     assert not (tmp_path / "absent").exists()

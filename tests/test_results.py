@@ -14,6 +14,7 @@ import pytest
 
 from weightdiag import api
 from weightdiag.diagnose import results
+from weightdiag.errors import RowUseError
 from weightdiag.run.measure import FitOptions
 from weightdiag.testing import synthetic
 from weightdiag.vocabulary import MATRIX_KINDS
@@ -184,11 +185,12 @@ def test_trajectory(swept):
 
 
 def test_trajectory_without_steps(row_file, tmp_path):
+    """Rows of no training step are no trajectory: one line, exit 2 (an empty result with exit 0 before issue 33)."""
     row = json.loads(row_file.read_text())
     api.save_row(row, tmp_path)
-    result = api.trajectory(row["model"]["id"], db_dir=tmp_path)
-    assert result["steps"] == []
-    assert_typed(result, results.TrajectoryResult)
+    with pytest.raises(RowUseError) as refused:
+        api.trajectory(row["model"]["id"], db_dir=tmp_path)
+    assert refused.value.model_id == row["model"]["id"] and refused.value.exit_code == 2
 
 
 def test_list_rows(swept):

@@ -789,14 +789,16 @@ def row_by_id(spec: str, db_dir: Path | None = None, summary: bool = False) -> R
     path = Path(spec)
     if spec and os.path.lexists(path) and not path.is_dir():
         return read_row(path)
-    require_database(db_dir)
     folder = (db_dir or default_db_dir()) / ROWS_DIR
-    if spec.endswith(".json") and "/" not in spec and os.sep not in spec and os.path.lexists(folder / spec):
-        return read_row(folder / spec)
+    if spec.endswith(".json") and "/" not in spec and os.sep not in spec:
+        require_database(db_dir)  # a row file of the database, which must be there
+        if os.path.lexists(folder / spec):
+            return read_row(folder / spec)
     cohort = cohort_rows()
     for row in cohort:
         if row["model"]["id"] == spec:
             return row
+    require_database(db_dir)  # the rest are names of fitted rows: a typo'd --db is no empty database
     damaged: list[RowError] = []
     # Matched on summaries (no per-matrix records read), then the chosen row is read whole. An exact id
     # (rule 4) is looked for first among the files named after it; the whole database only after that.
