@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -62,6 +63,9 @@ class LocalCluster:
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         self._procs: list[subprocess.Popen] = []
+        # Ray's temp dirs hold unix sockets, whose paths must fit 107 bytes: a short folder of their own, not
+        # under a test's long tmp_path (logs of the `ray start` commands stay in `root`).
+        self._temp = Path(tempfile.mkdtemp(prefix="wd-ray-", dir="/tmp"))
 
     def __enter__(self) -> LocalCluster:
         try:
@@ -75,7 +79,7 @@ class LocalCluster:
         self.stop()
 
     def _common(self, index: int) -> list[str]:
-        temp = self.root / f"ray-node{index}"  # short: Ray's socket paths must fit 107 bytes
+        temp = self._temp / f"n{index}"
         temp.mkdir(parents=True, exist_ok=True)
         return [
             "--node-ip-address=127.0.0.1",
@@ -94,6 +98,7 @@ class LocalCluster:
             assert self.hide is not None
             mount = f"mount -t tmpfs tmpfs {_quote(self.hide)}"
             command = ["unshare", "-m", "sh", "-c", f"{mount} && exec " + " ".join(_quote(c) for c in command)]
+        self.root.mkdir(parents=True, exist_ok=True)
         log = open(self.root / f"ray-node{index}.log", "wb")  # noqa: SIM115 - the node's lifetime
         self._procs.append(
             subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -131,21 +136,25 @@ class LocalCluster:
             time.sleep(0.5)
 
     def pids(self) -> set[int]:
-        """Every process of this cluster's nodes (their process groups)."""
+        """Every process of this cluster's nodes: each `ray start` and its descendants (Ray's workers run in
+        process groups of their own, under their node's raylet)."""
         import psutil
 
-        groups = {proc.pid for proc in self._procs}
         found = set()
-        for proc in psutil.process_iter(["pid"]):
+        for proc in self._procs:
             try:
-                if os.getpgid(proc.pid) in groups:
-                    found.add(proc.pid)
-            except (ProcessLookupError, PermissionError):
+                root = psutil.Process(proc.pid)
+                found |= {proc.pid, *(child.pid for child in root.children(recursive=True))}
+            except psutil.Error:
                 continue
         return found
 
     def stop(self) -> None:
-        """End this cluster's processes (their process groups), nothing else: SIGTERM, then SIGKILL."""
+        """End this cluster's processes, nothing else: SIGTERM to each node's process group, then SIGKILL to
+        whatever of them (and of their descendants, found before) is left."""
+        import psutil
+
+        descendants = self.pids()
         live = [proc for proc in self._procs if proc.poll() is None]
         for proc in self._procs:
             _signal_group(proc.pid, signal.SIGTERM)
@@ -153,11 +162,16 @@ class LocalCluster:
         for proc in live:
             with contextlib.suppress(subprocess.TimeoutExpired):  # then SIGKILL
                 proc.wait(max(0.1, deadline - time.time()))
-        for proc in self._procs:  # workers and agents of the group that outlived their node
+        for proc in self._procs:
             _signal_group(proc.pid, signal.SIGKILL)
+        for pid in descendants - {proc.pid for proc in self._procs}:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()  # the same process still (psutil checks its start time)
+        for proc in self._procs:
             if proc.poll() is None:
                 proc.wait(10)
         self._procs.clear()
+        shutil.rmtree(self._temp, ignore_errors=True)
 
 
 def _signal_group(pgid: int, signum: int) -> None:

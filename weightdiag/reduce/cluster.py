@@ -22,10 +22,10 @@ A quantized weight's decoder is built on the node from companions it reads itsel
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -127,11 +127,12 @@ def node_name() -> str:
     """This Ray node, as error lines and progress name it: its address and the start of its id."""
     import ray
 
-    try:
-        address = ray.util.get_node_ip_address()
+    node_id = ray.get_runtime_context().get_node_id()
+    try:  # the address the node was started with (several nodes may share a machine)
+        address = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id)
     except Exception:  # a name for messages: the host name will do
         address = socket.gethostname()
-    return f"node {address} ({ray.get_runtime_context().get_node_id()[:8]})"
+    return f"node {address} ({node_id[:8]})"
 
 
 def run_task(task: Task) -> TaskOutcome:
@@ -227,6 +228,21 @@ def _import_ray() -> Any:
     return ray
 
 
+def _notices_to_stderr() -> None:
+    """Ray prints the cluster's notices (a worker that died and whose task is run again, ...) on the driver's
+    stdout, where `fit --json` writes the row: send them to stderr, with the fit's other chatter."""
+    module = sys.modules.get("ray._private.worker")
+    original = getattr(module, "print_to_stdstream", None)
+    if original is None or getattr(original, "weightdiag", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.weightdiag = True  # type: ignore[attr-defined]
+    module.print_to_stdstream = to_stderr  # type: ignore[union-attr]  # looked up at each call by Ray's listener
+
+
 def _task_memory(task: Task, hub: bool, chunk_workers: int) -> int:
     """Bytes a task may hold at once: chunk buffers, a few weights' companions and decoders, its results."""
     from ..decode.loader import LOOKAHEAD
@@ -260,7 +276,7 @@ class RayReader(Reader):
         self._connections = 8
         self._verified: set[int] = set()
         self._hashing = False
-        self._pending: list[Any] = []
+        self._owns = False  # whether close() disconnects from the cluster (connect() joined it)
         from ..source.hub_stream import HubReader
 
         # The chunks are planned for the readers the nodes open (a Hub model read from this machine's cache is
@@ -279,11 +295,13 @@ class RayReader(Reader):
                 option="--ray-address",
             )
         reader = cls(plan, inner, ray)  # refuses what the nodes cannot read (GGUF, .bin) before connecting
+        reader._owns = not ray.is_initialized()  # a caller's own connection is left as it was found
         try:
             # Quiet: the fit's own lines are what the terminal shows (Ray's INFO lines say it connected).
             ray.init(address=target, ignore_reinit_error=True, log_to_driver=False, logging_level=logging.WARNING)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise HubError(f"--executor ray: no Ray cluster answers at {target} ({exc})") from None
+        _notices_to_stderr()
         return reader
 
     def summary(self) -> dict[str, Any]:
@@ -335,16 +353,16 @@ class RayReader(Reader):
         return self._inner.all_verified()
 
     def cancel(self) -> None:
-        for ref in self._pending:
-            with contextlib.suppress(Exception):  # already finished or gone: nothing to cancel
-                self._ray.cancel(ref, force=True)
-        self._pending = []
+        # Nothing to do here: close() disconnects from the cluster, which ends the tasks of this job. (Cancelling
+        # them one by one with force=True races their completion in Ray 2.60 and can abort the driver.)
+        return None
 
     def close(self) -> None:
         try:
             self._inner.close()
         finally:
-            self._ray.shutdown()
+            if self._owns:  # disconnecting ends this job's tasks still running (after an error)
+                self._ray.shutdown()
 
     # -- the executor -------------------------------------------------------------------------------------
 
@@ -412,7 +430,6 @@ class RayReader(Reader):
                 while submitted < len(runs) and submitted - folded < window:
                     in_flight[submit(submitted)] = submitted
                     submitted += 1
-                self._pending = list(in_flight)
                 while folded not in done:
                     ready, _ = ray.wait(list(in_flight), num_returns=1)
                     outcome = self._outcome(ready[0])
@@ -445,7 +462,6 @@ class RayReader(Reader):
                 folded += 1
             finished = True
         finally:
-            self._pending = list(in_flight)
             if not finished:
                 self.cancel()
 
