@@ -12,7 +12,7 @@ through ranged GETs into pooled buffers, hashing every byte on the way when aske
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
@@ -249,7 +249,7 @@ def reduce_chunks(
     reader: Reader,
     chunks: Sequence[Chunk],
     execution: Execution,
-) -> Iterator[tuple[Chunk, ChunkResult]]:
+) -> Generator[tuple[Chunk, ChunkResult], None, None]:
     """Each chunk's partial results (reduce_chunk), in the order of `chunks` (reader.start() was told them):
     read and reduced on threads, several chunks at once. Nothing is merged here: a local fit folds them as
     they come, a task on a cluster node hands them back to the machine that folds them."""
