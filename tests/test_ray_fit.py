@@ -67,7 +67,7 @@ def test_tasks_take_whole_shards_while_they_fit_and_cut_larger_ones_into_runs_of
 def test_task_size_gives_every_cpu_about_two_tasks_within_the_budget():
     assert task_bytes(100 << 30, slots=4, budget=2 << 30) == 2 << 30  # large model: the budget
     assert task_bytes(4 << 30, slots=4, budget=2 << 30) == 512 << 20  # 8 tasks for 4 CPUs
-    assert task_bytes(100 << 20, slots=8, budget=2 << 30) == 256 << 20  # never tiny tasks
+    assert task_bytes(100 << 20, slots=8, budget=2 << 30) == 64 << 20  # never tiny tasks
     assert task_bytes(100 << 20, slots=8, budget=1 << 20) == 1 << 20  # unless the budget says so
 
 

@@ -44,9 +44,10 @@ from .reduction import Reduction
 from .stream import ChunkResult, Fold, Target, plan_reads, reduce_chunks
 from .vectors import VectorSummary
 
-# A task smaller than this is mostly overhead (scheduling, a worker's imports, reopening its shards); tasks are
-# made smaller than the budget only to give every CPU of the cluster about two of them.
-MIN_TASK_BYTES = 256 << 20
+# Tasks are made smaller than the budget to give every CPU of the cluster about two of them, never smaller than
+# this: a task costs a few tens of milliseconds besides its reading (scheduling, reopening its shards' headers;
+# Ray reuses its workers, so the imports are paid once per worker), a few per cent of 64 MiB at 50 MB/s.
+MIN_TASK_BYTES = 64 << 20
 TASKS_PER_SLOT = 2
 MAX_RETRIES = 3  # a task whose worker or node is lost is run again (Ray's retries), then the fit fails
 # What a task holds besides its chunk buffers: the interpreter, numpy, weightdiag, Ray's worker.
