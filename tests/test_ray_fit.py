@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -83,6 +84,23 @@ def test_ray_missing_says_how_to_install_it(tmp_path, small_llama):
     assert out.returncode == 2, out.stderr
     assert "pip install '.[ray]'" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_cluster_that_does_not_answer_is_one_line_and_exit_3_at_once(small_llama):
+    """Nothing listens at the address: one line, exit 3, in seconds (ray.init alone retries for minutes)."""
+    pytest.importorskip("ray")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free: nothing answers there once the socket is closed
+    started = time.monotonic()
+    out = run_cli(
+        "fit", str(small_llama), "--no-save", "--executor", "ray", "--ray-address", f"127.0.0.1:{port}",
+        real=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 3, out.stderr
+    assert f"no Ray cluster answers at 127.0.0.1:{port}" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert time.monotonic() - started < 60
 
 
 def test_options_that_cannot_go_with_a_cluster_are_refused(small_llama):

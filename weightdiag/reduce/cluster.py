@@ -229,6 +229,25 @@ def _import_ray() -> Any:
     return ray
 
 
+PROBE_SECONDS = 10.0
+
+
+def _check_reachable(address: str) -> None:
+    """A HOST:PORT that nothing answers on fails now, in one line: ray.init would retry it for minutes,
+    printing a warning every few seconds."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return  # "auto", "ray://...": Ray's own resolution
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_SECONDS):
+            return
+    except OSError as exc:
+        raise HubError(
+            f"--executor ray: no Ray cluster answers at {address} ({exc.strerror or exc}); start one (ray start "
+            "--head) or give its head's address with --ray-address or RAY_ADDRESS"
+        ) from None
+
+
 def _notices_to_stderr() -> None:
     """Ray prints the cluster's notices (a worker that died and whose task is run again, ...) on the driver's
     stdout, where `fit --json` writes the row: send them to stderr, with the fit's other chatter."""
@@ -296,6 +315,7 @@ class RayReader(Reader):
                 option="--ray-address",
             )
         reader = cls(plan, inner, ray)  # refuses what the nodes cannot read (GGUF, .bin) before connecting
+        _check_reachable(target)
         reader._owns = not ray.is_initialized()  # a caller's own connection is left as it was found
         try:
             # Quiet: the fit's own lines are what the terminal shows (Ray's INFO lines say it connected).
