@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from weightdiag.run import sweep as sw
 from weightdiag.testing import synthetic
 
 from .conftest import default_signals, run_cli
+from .ray_cluster import LocalCluster
 
 RUN = synthetic.RunSpec()  # steps 0..8000, peak 1000, 2 stagnant deep blocks, step 8000 == step 4000
 
@@ -141,36 +141,12 @@ def test_jobs_2_gives_the_same_rows_as_a_serial_sweep(run_folder, tmp_path):
         assert _science(a[rev]) == _science(b[rev]), rev
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_ray_executor_gives_the_same_rows(run_folder, tmp_path):
     pytest.importorskip("ray")
-    ray_bin = Path(sys.executable).parent / "ray"
-    port = _free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    start = subprocess.run(
-        [
-            str(ray_bin),
-            "start",
-            "--head",
-            f"--port={port}",
-            "--num-cpus=2",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert start.returncode == 0, start.stderr[-2000:]
-    try:
+    # A node of its own, stopped by its processes: `ray stop --force` would end every Ray on the machine.
+    with LocalCluster(tmp_path / "ray-cluster", nodes=1, cpus=2) as cluster:
         serial, ray_db = tmp_path / "serial", tmp_path / "ray"
         assert _sweep_cli(run_folder, serial).returncode == 0
         out = _sweep_cli(
@@ -179,7 +155,7 @@ def test_ray_executor_gives_the_same_rows(run_folder, tmp_path):
             "--executor",
             "ray",
             "--ray-address",
-            f"127.0.0.1:{port}",
+            cluster.address,
             env={"RAY_AUTH_MODE": "disabled"},
             real=True,  # ray.init connects the process to the cluster for good
         )
@@ -188,8 +164,6 @@ def test_ray_executor_gives_the_same_rows(run_folder, tmp_path):
         assert set(a) == set(b)
         for rev in a:
             assert _science(a[rev]) == _science(b[rev]), rev
-    finally:
-        subprocess.run([str(ray_bin), "stop", "--force"], capture_output=True, env=env, timeout=120)
 
 
 @pytest.mark.e2e

@@ -400,6 +400,17 @@ def fit(
         bool, typer.Option("--download", help="Fetch whole shards into the HF cache instead of streaming.")
     ] = False,
     connections: ConnectionsOption = 8,
+    executor: Annotated[
+        str,
+        typer.Option(
+            "--executor",
+            metavar="EXECUTOR",
+            help="local (this machine) or ray (the chunks read and reduced by tasks on an existing Ray cluster).",
+        ),
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option("--ray-address", metavar="ADDRESS", help="Ray cluster address (default: RAY_ADDRESS).")
+    ] = None,
     name: Annotated[
         str | None, typer.Option("--name", metavar="ID", help="Model id to record (default: from the path or repo).")
     ] = None,
@@ -412,6 +423,8 @@ def fit(
     quiet: QuietOption = False,
 ) -> None:
     """Fit a Weibull to |w| of every weight matrix and write one row to the database."""
+    from dataclasses import replace
+
     from .api import fit as fit_api
     from .render.tables import counted, kinds_table
 
@@ -429,6 +442,7 @@ def fit(
         train_steps=train_steps,
         preset=preset,
     )
+    options = replace(options, executor=executor, ray_address=ray_address)
     progress = _progress(quiet)
     try:
         fitted = fit_api(

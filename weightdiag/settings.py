@@ -226,8 +226,60 @@ def require_c_kernels() -> bool:
 
 
 def ray_address() -> str | None:
-    """RAY_ADDRESS: the Ray cluster `sweep --executor ray` joins when --ray-address is not given."""
+    """RAY_ADDRESS: the Ray cluster `sweep`/`fit --executor ray` join when --ray-address is not given."""
     return os.environ.get("RAY_ADDRESS") or None
+
+
+# A cluster task (fit --executor ray) reads consecutive chunks of about this many bytes: whole shards where
+# they fit. Large enough that a task's fixed cost (scheduling, reopening its shards) is a few per cent of
+# its reading at 1 GB/s, small enough that three nodes share a 10 GB model.
+DEFAULT_RAY_TASK_BYTES = 2 << 30
+
+
+def ray_task_bytes() -> int:
+    """WEIGHTDIAG_RAY_TASK_BYTES (default 2 GiB): the bytes one cluster task of `fit --executor ray` reads at
+    most (a shard larger than that is cut into runs of chunks, unless its sha256 is verified: then it is read
+    whole by one task, which hashes it)."""
+    raw = os.environ.get("WEIGHTDIAG_RAY_TASK_BYTES", "").strip()
+    if not raw:
+        return DEFAULT_RAY_TASK_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1 << 16:
+        raise OptionError(
+            f"WEIGHTDIAG_RAY_TASK_BYTES={raw[:40]!r}: expected a whole number of bytes, at least 65536",
+            option="WEIGHTDIAG_RAY_TASK_BYTES",
+        )
+    return value
+
+
+def ray_task_cpus() -> int:
+    """WEIGHTDIAG_RAY_TASK_CPUS (default 1): the CPUs each cluster task declares to Ray and reduces on; a node
+    of N CPUs runs N of them at once (Ray limits it)."""
+    raw = os.environ.get("WEIGHTDIAG_RAY_TASK_CPUS", "").strip()
+    if not raw:
+        return 1
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_THREADS:
+        raise OptionError(
+            f"WEIGHTDIAG_RAY_TASK_CPUS={raw[:40]!r}: expected a whole number of CPUs from 1 to {MAX_THREADS}",
+            option="WEIGHTDIAG_RAY_TASK_CPUS",
+        )
+    return value
+
+
+def test_ray_task_delay() -> float:
+    """WEIGHTDIAG_TEST_RAY_TASK_DELAY (tests only): seconds a cluster task waits after each chunk, so that a
+    test can kill its worker mid-task."""
+    try:
+        return max(0.0, float(os.environ.get("WEIGHTDIAG_TEST_RAY_TASK_DELAY") or 0))
+    except (ValueError, OverflowError):
+        return 0.0
 
 
 def test_write_delay() -> float:

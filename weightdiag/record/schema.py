@@ -132,6 +132,23 @@ class ResumedInfo(_ResumedRequired, total=False):
     since: str | None  # when the interrupted fit started
 
 
+class ClusterNode(TypedDict):
+    """`run.cluster.nodes[]`: one node of the cluster and what it read."""
+
+    node: str  # as Ray names it: "node ADDRESS (first 8 hex digits of its id)"
+    tasks: int
+    bytes: int  # tensor bytes of the chunks its tasks reduced
+    seconds: float  # its tasks' time, added up
+
+
+class ClusterInfo(TypedDict):
+    """`run.cluster`: how a fit with --executor ray was spread (run metadata: the rest of the row is the same)."""
+
+    executor: str  # "ray"
+    tasks: int
+    nodes: list[ClusterNode]
+
+
 class RunInfo(TypedDict, total=False):
     """`run`: where and how long the fit ran."""
 
@@ -142,6 +159,7 @@ class RunInfo(TypedDict, total=False):
     exclude: list[str]
     verification: str
     resumed: ResumedInfo  # present when this fit reused an interrupted fit's records (weightdiag.record.journal)
+    cluster: ClusterInfo  # present when the chunks were reduced on a Ray cluster (fit --executor ray)
 
 
 _KindSummaryRequired = TypedDict(

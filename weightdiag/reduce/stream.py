@@ -12,8 +12,9 @@ through ranged GETs into pooled buffers, hashing every byte on the way when aske
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,7 +128,9 @@ def plan_reads(targets: Sequence[Target], reader: Reader, verify: bool) -> ReadP
     return ReadPlan(plan_chunks(spans, reader.chunk_bytes, cover=regions, split_bytes=SPLIT_BYTES), regions is not None)
 
 
-def reduce_chunk(targets: Sequence[Target], chunk: Chunk, buf: np.ndarray, device: str) -> ChunkResult:
+def reduce_chunk(
+    targets: Sequence[Target] | Mapping[int, Target], chunk: Chunk, buf: np.ndarray, device: str
+) -> ChunkResult:
     """The partial result of each piece of one chunk (its bytes `buf`): reductions per selection, a
     vector's bytes or its summary. Runs in a worker, one chunk per worker: no further kernel threads."""
     reduce_piece = piece_reducer(device)
@@ -237,11 +240,26 @@ def reduce_chunked(
     on_bytes: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, list[Reduction] | np.ndarray | VectorSummary]]:
     """(target index, merged reduction per selection, a vector's raw bytes or its summary), in file order:
-    the plan (plan_reads), run here on threads (reduce_chunk per chunk), folded in order (Fold)."""
+    the plan (plan_reads), run here on threads (reduce_chunks), folded in order (Fold)."""
     plan = plan_reads(targets, reader, verify)
-    chunks = plan.chunks
-    reader.start(chunks, verify=plan.verify)
-    fold = Fold(targets, chunks)
+    reader.start(plan.chunks, verify=plan.verify)
+    fold = Fold(targets, plan.chunks)
+    with closing(reduce_chunks(targets, reader, plan.chunks, execution)) as reduced:  # closed now if we stop
+        for chunk, results in reduced:
+            if on_bytes:  # tensor bytes only, so that the total matches the plan's
+                on_bytes(sum(piece.hi - piece.lo for piece in chunk.pieces))
+            yield from fold.add(results)
+
+
+def reduce_chunks(
+    targets: Sequence[Target] | Mapping[int, Target],
+    reader: Reader,
+    chunks: Sequence[Chunk],
+    execution: Execution,
+) -> Generator[tuple[Chunk, ChunkResult], None, None]:
+    """Each chunk's partial results (reduce_chunk), in the order of `chunks` (reader.start() was told them):
+    read and reduced on threads, several chunks at once. Nothing is merged here: a local fit folds them as
+    they come, a task on a cluster node hands them back to the machine that folds them."""
 
     def reduce_buffer(chunk: Chunk, buf: np.ndarray) -> ChunkResult:
         return reduce_chunk(targets, chunk, buf, execution.device)
@@ -305,9 +323,7 @@ def reduce_chunked(
             chunk, future = pending.popleft()
             results = future.result()
             top_up()
-            if on_bytes:  # tensor bytes only, so that the total matches the plan's
-                on_bytes(sum(piece.hi - piece.lo for piece in chunk.pieces))
-            yield from fold.add(results)
+            yield chunk, results
         finished = True
     finally:
         if not finished:

@@ -86,6 +86,14 @@ def fit_and_save_model(
     from ..database.store import check_writable
 
     check_options(options)
+    if download and options.executor == "ray":
+        from ..errors import OptionError
+
+        raise OptionError(
+            "--download fetches the shards onto this machine, --executor ray reads them on the cluster's nodes "
+            "(each from the Hub): give one of them",
+            option="--download",
+        )
     if db is not None:
         check_writable(db)
     plan, reader = open_model(spec, model_id=options.model_id, revision=revision, token=token, download=download)

@@ -66,8 +66,12 @@ class FitOptions:
     weight_decay: float | None = None
     steps: float | None = None
     preset: str | None = None
-    # Ranged requests kept in flight when streaming from the Hub (--connections).
+    # Ranged requests kept in flight when streaming from the Hub (--connections); on a cluster, per task.
     connections: int = 8
+    # Where the chunks are reduced: "local" (this machine's threads) or "ray" (tasks on the nodes of the Ray
+    # cluster at ray_address, else RAY_ADDRESS: reduce/cluster.py). The row is the same.
+    executor: str = "local"
+    ray_address: str | None = None
 
     def validate(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -79,6 +83,13 @@ class FitOptions:
         if not (isinstance(self.connections, int) and 1 <= self.connections <= 64):
             raise OptionError(
                 f"--connections {self.connections}: choose a whole number from 1 to 64", option="--connections"
+            )
+        if self.executor not in ("local", "ray"):
+            raise OptionError(f"--executor {self.executor!r}: choose local or ray", option="--executor")
+        if self.executor == "ray" and (self.device or "auto").lower() not in ("auto", "cpu"):
+            raise OptionError(
+                f"--device {self.device} with --executor ray: the nodes reduce on their CPUs; leave --device out",
+                option="--device",
             )
         for name in ("lr", "weight_decay", "steps"):
             value = getattr(self, name)
@@ -193,6 +204,10 @@ def _measure(
     # Quantized weights become one logical tensor each (codes + companions), or the fit stops here (exit 2).
     try:
         group_quantized(plan, reader.tensor_bytes)
+        if options.executor == "ray":  # the chunks are reduced by tasks on the cluster's nodes
+            from ..reduce.cluster import RayReader
+
+            reader = RayReader.connect(plan, reader, options.ray_address)
     except BaseException:
         reader.close()
         raise
@@ -279,6 +294,11 @@ def _measure(
     matrices = [m for w in work for m in entries[w.ref.name][0]]  # file order, whichever run measured them
     vectors = [v for w in work for v in entries[w.ref.name][1]]
     row = build_row(plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes, verification)
+    if options.executor == "ray":  # run metadata: which nodes read what
+        from ..reduce.cluster import RayReader
+
+        assert isinstance(reader, RayReader)
+        row["run"]["cluster"] = reader.summary()
     if kept.records:
         reused = [w for w in work if w.ref.name in kept.records]
         row["run"]["resumed"] = {
@@ -391,7 +411,9 @@ def _reduce_all(
     parts = [_parts(item, arch, options) for item in work]
     reader.set_connections(options.connections)
     quantized = [item.ref.quant for item in work if item.ref.quant is not None]
-    loader = CompanionLoader(reader.tensor_bytes, quantized) if quantized else None
+    # On a cluster each node builds the decoders of the weights it reads, from companions it reads itself.
+    local = options.executor != "ray"
+    loader = CompanionLoader(reader.tensor_bytes, quantized) if quantized and local else None
     handles = iter(range(len(quantized)))
     targets = []
     for item, (segs, _) in zip(work, parts, strict=True):
@@ -408,8 +430,16 @@ def _reduce_all(
         )
     verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
     on_bytes = (lambda n: progress("bytes", n)) if progress else None
+    if local:
+        results = reduce_chunked(targets, reader, execution, verify=verify, on_bytes=on_bytes)
+    else:  # the same plan and fold, the chunks reduced by tasks on the nodes
+        from ..reduce.cluster import RayReader
+
+        assert isinstance(reader, RayReader)
+        on_node = (lambda node, n: progress("node", {"node": node, "bytes": n})) if progress else None
+        results = reader.reduce_chunked(targets, execution, verify=verify, on_bytes=on_bytes, on_node=on_node)
     try:
-        for index, result in reduce_chunked(targets, reader, execution, verify=verify, on_bytes=on_bytes):
+        for index, result in results:
             reduced = _as_reduced(work[index], result, *parts[index], arch.norm_offset)
             handle = targets[index].decoder
             reduced.decoder_note = handle.note() if handle is not None else None

@@ -712,10 +712,12 @@ def _session_and_headers(token: str | None) -> tuple[Any, dict[str, str]]:
     return get_session(), build_hf_headers(token=token, library_name="weightdiag")
 
 
-def _remote(repo: str, commit: str, name: str, size: int, session, headers: dict[str, str]) -> RangedFile:
+def _remote(
+    repo: str, commit: str, name: str, size: int, session, headers: dict[str, str], endpoint: str | None = None
+) -> RangedFile:
     from huggingface_hub import hf_hub_url
 
-    url = hf_hub_url(repo, name, revision=commit, endpoint=settings.hf_endpoint())
+    url = hf_hub_url(repo, name, revision=commit, endpoint=endpoint or settings.hf_endpoint())
     signed_in = "authorization" in {k.lower() for k in headers}
     return RangedFile(
         url,

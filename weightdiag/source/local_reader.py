@@ -9,7 +9,7 @@ from __future__ import annotations
 import mmap
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,7 +31,10 @@ class LocalReader(Reader):
     read checks, before and after, that the shard is still the file planned, unchanged.
     """
 
-    def __init__(self, root: Path, shards: list[ShardInfo], identities: list[FileIdentity] | None = None) -> None:
+    def __init__(
+        self, root: Path, shards: list[ShardInfo], identities: Sequence[FileIdentity | None] | None = None
+    ) -> None:
+        self.root = root  # the folder the shard names are relative to
         self._paths = [root / s.name for s in shards]
         # Recorded where the headers were read; a reader built without them records each shard at first use.
         self._identities: list[FileIdentity | None] = list(identities) if identities else [None] * len(shards)

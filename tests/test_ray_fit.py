@@ -1,0 +1,312 @@
+"""fit --executor ray (issue 30): one checkpoint's chunks reduced by tasks on a real multi-node Ray cluster
+on loopback (tests/ray_cluster.py: `ray start` nodes with their own temp dirs), the row byte-identical to the
+local fit's (all but `created` and `run`) on 1 and 3 nodes: BF16, F32 with a tensor cut into several tasks,
+FP8 and INT4 checkpoints (decoded on the nodes), from local files and from the loopback Hub (verified there);
+a worker killed with SIGKILL mid-task (Ray runs the task again); an interrupted fit resumed; a node that
+cannot see the path (one line naming the node and the file, exit 2); Ray missing (the install hint, exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from weightdiag.reduce.cluster import plan_tasks, task_bytes
+from weightdiag.source.chunks import Chunk
+from weightdiag.testing import synthetic
+
+from .conftest import CLI_ENV, run_cli
+from .hub_server import write_small_model
+from .ray_cluster import LocalCluster, can_hide_paths
+
+_CONTEXT = ("created", "run")  # run metadata: when, how long, where (the cluster's nodes)
+SMALL_TASKS = str(1 << 16)  # bytes per task: a model of four 0.4 MB shards becomes four tasks
+SPLIT_TASKS = str(16 << 20)  # a 34 MB F32 tensor's 32 MiB chunk alone exceeds it: the tensor spans tasks
+
+
+def _science(row: dict) -> str:
+    """The row as bytes, but run metadata: what must be identical whatever the executor."""
+    return json.dumps({k: v for k, v in row.items() if k not in _CONTEXT}, sort_keys=True)
+
+
+# --- the plan's tasks (no cluster) -----------------------------------------------------------------------
+
+
+def _chunks(sizes: list[tuple[int, int]]) -> list[Chunk]:
+    """Chunks of (shard, bytes), consecutive in each shard."""
+    out, at = [], {}
+    for shard, size in sizes:
+        start = at.get(shard, 0)
+        out.append(Chunk(len(out), shard, start, start + size, ()))
+        at[shard] = start + size
+    return out
+
+
+def test_tasks_take_whole_shards_while_they_fit_and_cut_larger_ones_into_runs_of_chunks():
+    chunks = _chunks([(0, 30), (0, 30), (1, 40), (2, 10), (3, 50), (3, 50), (3, 50), (4, 5)])
+    runs = plan_tasks(chunks, 100, whole_shards=False)
+    # shards 0 and 1 fill a task; shard 2 does not fit beside them; shard 3 is cut; its tail and shard 4 share one
+    assert [list(r) for r in runs] == [[0, 1, 2], [3], [4, 5], [6, 7]]
+    # every chunk once, in plan order: the driver folds tasks in order and so merges chunks in order
+    assert [i for r in runs for i in r] == list(range(len(chunks)))
+    # a verified plan: shard 3 (150 bytes) is hashed by the one task that reads all of it
+    runs = plan_tasks(chunks, 100, whole_shards=True)
+    assert [list(r) for r in runs] == [[0, 1, 2], [3], [4, 5, 6], [7]]
+    # one chunk larger than the budget is a task of its own
+    assert [list(r) for r in plan_tasks(_chunks([(0, 500), (0, 10)]), 100, whole_shards=False)] == [[0], [1]]
+
+
+def test_task_size_gives_every_cpu_about_two_tasks_within_the_budget():
+    assert task_bytes(100 << 30, slots=4, budget=2 << 30) == 2 << 30  # large model: the budget
+    assert task_bytes(4 << 30, slots=4, budget=2 << 30) == 512 << 20  # 8 tasks for 4 CPUs
+    assert task_bytes(100 << 20, slots=8, budget=2 << 30) == 64 << 20  # never tiny tasks
+    assert task_bytes(100 << 20, slots=8, budget=1 << 20) == 1 << 20  # unless the budget says so
+
+
+def test_ray_missing_says_how_to_install_it(tmp_path, small_llama):
+    """No Ray: the [ray] extra's hint, exit 2, before anything is read."""
+    blocker = tmp_path / "no_ray" / "ray"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+    path = os.pathsep.join([str(blocker.parent), os.environ.get("PYTHONPATH", "")])
+    out = run_cli(
+        "fit", str(small_llama), "--executor", "ray", "--no-save", env={"PYTHONPATH": path}, real=True, timeout=120
+    )
+    assert out.returncode == 2, out.stderr
+    assert "pip install '.[ray]'" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_cluster_that_does_not_answer_is_one_line_and_exit_3_at_once(small_llama):
+    """Nothing listens at the address: one line, exit 3, in seconds (ray.init alone retries for minutes)."""
+    pytest.importorskip("ray")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free: nothing answers there once the socket is closed
+    started = time.monotonic()
+    out = run_cli(
+        "fit", str(small_llama), "--no-save", "--executor", "ray", "--ray-address", f"127.0.0.1:{port}",
+        real=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 3, out.stderr
+    assert f"no Ray cluster answers at 127.0.0.1:{port}" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert time.monotonic() - started < 60
+
+
+def test_options_that_cannot_go_with_a_cluster_are_refused(small_llama):
+    out = run_cli("fit", str(small_llama), "--executor", "ray", "--device", "cuda", "--no-save")
+    assert out.returncode == 2 and "--executor ray" in out.stderr
+    out = run_cli("fit", "acme/tiny", "--executor", "ray", "--download", "--no-save")
+    assert out.returncode == 2 and "--download" in out.stderr
+    out = run_cli("fit", str(small_llama), "--executor", "slurm", "--no-save")
+    assert out.returncode == 2 and "--executor" in out.stderr
+
+
+# --- a real cluster ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("ray-models")
+    out = {
+        # BF16, four shards
+        "bf16": synthetic.write_model(
+            root / "bf16",
+            synthetic.ModelSpec(
+                n_layers=3, d_model=128, n_heads=4, n_kv_heads=2, ffn_size=344, vocab=512, shard_bytes=400_000, seed=7
+            ),
+        ),
+        # F32, one shard: a 34.6 MB embedding (three 16 MiB pieces, two chunks), more than a task's 16 MiB
+        "f32": synthetic.write_model(
+            root / "f32",
+            synthetic.ModelSpec(
+                n_layers=1, d_model=1024, n_heads=8, n_kv_heads=8, ffn_size=1024, vocab=8448, dtype="F32",
+                tied_embeddings=True, seed=11,
+            ),
+        ),
+    }  # fmt: skip
+    pytest.importorskip("torch")
+    from benchmarks.bench_quant import write
+
+    quantized = write(root / "quant", layers=1)
+    out["fp8"], out["int4"] = quantized["fp8"], quantized["int4"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def local_rows(models) -> dict[str, dict]:
+    """Each model fitted locally: the rows every cluster fit must equal."""
+    return {name: _fit(path) for name, path in models.items()}
+
+
+def _fit(spec: str | Path, *extra: str, env: dict[str, str] | None = None) -> dict:
+    out = run_cli("fit", str(spec), "--no-save", "--json", "-q", *extra, env=env, real=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+def _ray_fit(spec: str | Path, cluster: LocalCluster, *extra: str, env: dict[str, str] | None = None) -> dict:
+    return _fit(spec, "--executor", "ray", "--ray-address", cluster.address, *extra, env=env)
+
+
+@pytest.fixture(scope="module")
+def cluster(request, tmp_path_factory, models) -> LocalCluster:
+    """A running cluster, by the test's parameter: "1-node", "3-nodes", or "3-nodes-one-blind" (the last node
+    does not see the BF16 model's folder). One at a time: tests are grouped by it, the machine is small."""
+    pytest.importorskip("ray")
+    kind = request.param
+    hide = None
+    if kind.endswith("blind"):
+        if not can_hide_paths():
+            pytest.skip("cannot start a node in a mount namespace of its own here")
+        hide = models["bf16"]
+    with LocalCluster(tmp_path_factory.mktemp("ray"), nodes=int(kind[0]), hide=hide) as running:
+        yield running
+
+
+ONE_AND_THREE = pytest.mark.parametrize("cluster", ["1-node", "3-nodes"], indirect=True)
+THREE = pytest.mark.parametrize("cluster", ["3-nodes"], indirect=True)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bf16", "f32", "fp8", "int4"])
+@ONE_AND_THREE
+def test_rows_are_byte_identical_to_the_local_fit(name, cluster, models, local_rows):
+    budget = SPLIT_TASKS if name == "f32" else SMALL_TASKS
+    row = _ray_fit(models[name], cluster, env={"WEIGHTDIAG_RAY_TASK_BYTES": budget})
+    assert _science(row) == _science(local_rows[name])
+    spread = row["run"]["cluster"]
+    assert spread["executor"] == "ray" and spread["tasks"] >= 1
+    assert sum(n["tasks"] for n in spread["nodes"]) == spread["tasks"]
+    assert sum(n["bytes"] for n in spread["nodes"]) == row["run"]["bytes_read"]
+    assert len(spread["nodes"]) <= cluster.nodes
+    if name == "f32":  # one shard, yet several tasks: its 34.6 MB embedding was cut between tasks
+        assert len(row["files"]) == 1 and spread["tasks"] >= 2
+    if name == "bf16" and cluster.nodes == 3:
+        assert spread["tasks"] == 4 and len(spread["nodes"]) >= 2  # spread over the nodes
+
+
+def _workers_running_tasks(cluster: LocalCluster) -> list[int]:
+    import psutil
+
+    found = []
+    for pid in cluster.pids():
+        try:
+            if "ray::run_task" in " ".join(psutil.Process(pid).cmdline()):
+                found.append(pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@THREE
+def test_a_worker_killed_mid_task_is_run_again_and_the_row_is_the_same(cluster, models, local_rows):
+    env = {
+        **os.environ,
+        **CLI_ENV,
+        "WEIGHTDIAG_RAY_TASK_BYTES": SMALL_TASKS,
+        "WEIGHTDIAG_TEST_RAY_TASK_DELAY": "1.5",  # each task holds its worker a while
+    }
+    command = [sys.executable, "-m", "weightdiag", "fit", str(models["bf16"]), "--no-save", "--json", "-q"]
+    command += ["--executor", "ray", "--ray-address", cluster.address]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as fit:
+        killed = None
+        deadline = time.time() + 120
+        while killed is None and time.time() < deadline and fit.poll() is None:
+            running = _workers_running_tasks(cluster)
+            if running:
+                killed = running[0]
+                os.kill(killed, signal.SIGKILL)
+            time.sleep(0.1)
+        stdout, stderr = fit.communicate(timeout=300)
+    assert killed is not None, "no task was seen running"
+    assert fit.returncode == 0, stderr[-3000:]
+    assert stdout.strip(), stderr[-3000:]
+    assert _science(json.loads(stdout)) == _science(local_rows["bf16"])
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@THREE
+def test_an_interrupted_cluster_fit_resumes(cluster, models, local_rows, tmp_path):
+    """The driver journals each tensor as it is folded: a fit stopped half way (Ctrl-C) is resumed by the
+    next one, on the cluster too, and the row is the uninterrupted one's."""
+    db = tmp_path / "db"
+    script = f"""
+import sys
+from weightdiag import api
+from weightdiag.run.measure import FitOptions
+done = 0
+def stop(event, payload):
+    global done
+    if event == "advance":
+        done += 1
+        if done == 10:
+            raise KeyboardInterrupt
+options = FitOptions(executor="ray", ray_address={cluster.address!r})
+try:
+    api.fit({str(models["bf16"])!r}, options, stop, db_dir={str(db)!r})
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+    env = {**os.environ, **CLI_ENV, "WEIGHTDIAG_RAY_TASK_BYTES": SMALL_TASKS}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 130, out.stderr[-3000:]
+    assert not list((db / "rows").glob("*.json"))
+    again = run_cli(
+        "fit", str(models["bf16"]), "--db", str(db), "--json", "-q", "--executor", "ray",
+        "--ray-address", cluster.address, env={"WEIGHTDIAG_RAY_TASK_BYTES": SMALL_TASKS}, real=True,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    row = json.loads(again.stdout)
+    assert row["run"]["resumed"]["tensors"] >= 10
+    assert _science(row) == _science(local_rows["bf16"])
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@ONE_AND_THREE
+def test_a_hub_model_is_verified_on_the_nodes_and_its_row_is_the_local_one(cluster, fake_hub, tmp_path):
+    """From the loopback Hub each node streams its own byte ranges and hashes the shards it reads whole: the
+    row (every shard verified) is the local streamed fit's."""
+    model = write_small_model(tmp_path / "model", shard_bytes=50_000)
+    fake_hub.add_folder("acme/tiny", model)
+    keys = ("HF_ENDPOINT", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_OFFLINE")
+    env = {k: os.environ[k] for k in keys if k in os.environ} | {"WEIGHTDIAG_RAY_TASK_BYTES": str(1 << 16)}
+    local = _fit("acme/tiny", env=env)
+    assert all(f["verified"] for f in local["files"])
+    row = _ray_fit("acme/tiny", cluster, env=env)
+    assert _science(row) == _science(local)
+    assert row["run"]["verification"] == local["run"]["verification"]
+    assert 2 <= row["run"]["cluster"]["tasks"] <= len(row["files"])  # a verified shard is one task's, whole
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.parametrize("cluster", ["3-nodes-one-blind"], indirect=True)
+def test_a_node_that_cannot_read_the_path_fails_with_one_line_naming_it(cluster, models, tmp_path):
+    """The last node sees an empty folder where the checkpoint is (a tmpfs over it in its own mount
+    namespace): the fit stops with one line naming that node and the file, exit 2, no row."""
+    model, db = models["bf16"], tmp_path / "db"
+    out = run_cli(
+        "fit", str(model), "--db", str(db), "--executor", "ray", "--ray-address", cluster.address,
+        env={"WEIGHTDIAG_RAY_TASK_BYTES": SMALL_TASKS, "WEIGHTDIAG_TEST_RAY_TASK_DELAY": "0.5"}, real=True,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-3000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert re.search(rf"node \S+ \([0-9a-f]{{8}}\): cannot read {re.escape(str(model))}/model-0000", lines[0])
+    assert not list((db / "rows").glob("*.json"))

@@ -1,0 +1,505 @@
+"""The chunk engine's second executor: one plan, its chunks reduced by tasks on the nodes of a Ray cluster.
+
+The driver (the machine that runs `weightdiag fit --executor ray`) plans exactly as a local fit does
+(plan_reads: the same chunks, the same pieces) and never reads a weight byte. It cuts the chunks, in file
+order, into tasks of about a budget of bytes: whole shards where they fit, runs of consecutive chunks of one
+shard otherwise (unless the shard is verified: its sha256 can only be computed by one reader of every byte,
+so a verified shard is always one task's). Each task runs on some node: it opens the source again there
+(source/reopen.py: the same files at the same path, or the same commit on the Hub with the node's own token,
+each shard checked to be the one planned), reads its chunks through the same Reader, reduces each with
+reduce_chunk and hands back each chunk's partial results (packed: nonzero counts only). The driver folds
+them with Fold in plan order, so every sum is merged in the order the local engine merges it: the row is
+byte-identical to the local fit's (all but run metadata) on any number of nodes, in whatever order tasks
+finish, and after Ray retries a task whose worker or node was lost (its results are the same bytes
+reduced the same way). Nothing is merged on a node across chunks: float sums are not associative.
+
+No tensor bytes travel through Ray: task arguments are chunk lists and target descriptions, results are
+the partial reductions (and the bytes of small vectors, gathered whole as the local engine gathers them).
+A quantized weight's decoder is built on the node from companions it reads itself; positions of the largest
+|w| are turned into the logical matrix's there, as Fold does locally. Tasks declare `num_cpus` and `memory`
+(chunk buffers, companions, results) so that Ray, not the kernel's OOM killer, limits how many run at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from .. import settings
+from ..errors import HubError, MissingDependencyError, OptionError, VerificationError, WeightdiagError
+from ..execution import Execution
+from ..source.chunks import Chunk
+from ..source.plan import ModelPlan, TensorRef
+from ..source.reader import Reader, Verification
+from ..source.reopen import SourceSpec, describe, reopen
+from .reduction import Reduction
+from .stream import ChunkResult, Fold, Target, plan_reads, reduce_chunks
+from .vectors import VectorSummary
+
+# Tasks are made smaller than the budget to give every CPU of the cluster about two of them, never smaller than
+# this: a task costs a few tens of milliseconds besides its reading (scheduling, reopening its shards' headers;
+# Ray reuses its workers, so the imports are paid once per worker), a few per cent of 64 MiB at 50 MB/s.
+MIN_TASK_BYTES = 64 << 20
+TASKS_PER_SLOT = 2
+MAX_RETRIES = 3  # a task whose worker or node is lost is run again (Ray's retries), then the fit fails
+# What a task holds besides its chunk buffers: the interpreter, numpy, weightdiag, Ray's worker.
+TASK_BASE_MEMORY = 384 << 20
+RESULT_BYTES_PER_CHUNK = 256 << 10  # a chunk's packed partial results, generously (BF16: ~50 KB)
+
+
+def plan_tasks(chunks: Sequence[Chunk], budget: int, whole_shards: bool) -> list[range]:
+    """Consecutive runs of `chunks` (indexes), each of at most `budget` bytes where possible: whole shards
+    grouped while they fit; a larger shard alone, cut into runs of chunks of about `budget` unless
+    `whole_shards` (a verified plan: each shard hashed by the one task that reads it all)."""
+    runs: list[range] = []
+    start = 0
+    held = 0  # bytes of the task being filled, chunks [start, i)
+    i = 0
+    while i < len(chunks):
+        shard = chunks[i].shard
+        end = i
+        size = 0
+        while end < len(chunks) and chunks[end].shard == shard:
+            size += chunks[end].nbytes
+            end += 1
+        if held and held + size > budget:  # the shard does not fit beside what the task holds: close it
+            runs.append(range(start, i))
+            start, held = i, 0
+        if size <= budget or whole_shards:
+            held += size
+        else:  # a shard larger than a task: runs of chunks, each at least one chunk
+            if held:
+                runs.append(range(start, i))
+            at, run_bytes = i, 0
+            for j in range(i, end):
+                if run_bytes and run_bytes + chunks[j].nbytes > budget:
+                    runs.append(range(at, j))
+                    at, run_bytes = j, 0
+                run_bytes += chunks[j].nbytes
+            start, held = at, run_bytes
+        i = end
+    if start < len(chunks):
+        runs.append(range(start, len(chunks)))
+    return runs
+
+
+def task_bytes(total: int, slots: int, budget: int) -> int:
+    """The bytes per task: the budget, or less so that each of `slots` CPUs gets about two tasks (never below
+    MIN_TASK_BYTES, unless the budget is)."""
+    share = math.ceil(total / max(1, TASKS_PER_SLOT * slots))
+    return min(budget, max(MIN_TASK_BYTES, share))
+
+
+@dataclass(frozen=True)
+class Task:
+    """What one task reads and reduces: plain data, pickled to the node that runs it."""
+
+    index: int
+    chunks: tuple[Chunk, ...]  # consecutive chunks of the plan, in file order
+    targets: Mapping[int, Target]  # the targets their pieces belong to, by plan index (no decoders)
+    source: SourceSpec
+    hashed: frozenset[int]  # shards this task reads whole and checks against their published sha256
+    cpus: int
+    connections: int
+    delay: float = 0.0  # tests only: seconds to wait after each chunk
+
+
+@dataclass
+class TaskOutcome:
+    """What a task hands back: each chunk's partial results (in the task's chunk order), or the error."""
+
+    index: int
+    node: str
+    results: list[list[tuple[int, Any]]] = field(default_factory=list)
+    verified: frozenset[int] = frozenset()
+    error: WeightdiagError | None = None
+    seconds: float = 0.0
+
+
+def node_name() -> str:
+    """This Ray node, as error lines and progress name it: its address and the start of its id."""
+    import ray
+
+    node_id = ray.get_runtime_context().get_node_id()
+    try:  # the address the node was started with (several nodes may share a machine)
+        address = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id)
+    except Exception:  # a name for messages: the host name will do
+        address = socket.gethostname()
+    return f"node {address} ({node_id[:8]})"
+
+
+def run_task(task: Task) -> TaskOutcome:
+    """Runs on a node: reopen the source, read and reduce the task's chunks, hand back their results."""
+    node = node_name()
+    started = time.perf_counter()
+    try:
+        results, verified = _reduce_task(task, node)
+    except WeightdiagError as exc:  # one line naming this node, raised on the driver as it is
+        if not str(exc).startswith(node):
+            exc.args = (f"{node}: {exc}",)
+        return TaskOutcome(task.index, node, error=exc)
+    return TaskOutcome(task.index, node, results, verified, seconds=time.perf_counter() - started)
+
+
+def _reduce_task(task: Task, node: str) -> tuple[list[list[tuple[int, Any]]], frozenset[int]]:
+    from .. import kernels
+    from ..decode.loader import CompanionLoader, LazyDecoder
+
+    # Renumbered from 0: a reader hands out buffers and hashes in the order of the chunks it was told.
+    chunks = [replace(chunk, index=i) for i, chunk in enumerate(task.chunks)]
+    items = list(dict.fromkeys(piece.item for chunk in chunks for piece in chunk.pieces))  # in stream order
+    quantized = [item for item in items if task.targets[item].ref.quant is not None]
+    touched = {chunk.shard for chunk in chunks} | {
+        ref.shard for item in quantized for ref in _companions(task.targets[item].ref)
+    }
+    execution = Execution.from_settings("cpu", threads=task.cpus)
+    with reopen(task.source, touched, node) as reader:
+        # Chunks planned for another reader kind (a Hub model the driver read from its cache) may be larger
+        # than this reader's buffers: make them fit.
+        reader.chunk_bytes = max(reader.chunk_bytes, max(chunk.nbytes for chunk in chunks))
+        reader.set_connections(task.connections)
+        reader.skip_shards(set(range(len(task.source.shards))) - task.hashed)  # hash only what it reads whole
+        reader.start(chunks, verify=bool(task.hashed))
+        loader = None
+        targets: dict[int, Target] = dict(task.targets)
+        if quantized:
+            loader = CompanionLoader(reader.tensor_bytes, [_quant(targets[item].ref) for item in quantized])
+            for k, item in enumerate(quantized):
+                targets[item] = replace(targets[item], decoder=LazyDecoder(loader, k))
+        last = {piece.item: chunk.index for chunk in chunks for piece in chunk.pieces}
+        out: list[list[tuple[int, Any]]] = []
+        try:
+            with kernels.thread_budget(execution.threads):
+                for chunk, results in reduce_chunks(targets, reader, chunks, execution):
+                    _logical_positions(targets, results)
+                    out.append(list(results))
+                    for piece in chunk.pieces:
+                        decoder = targets[piece.item].decoder
+                        if decoder is not None and last[piece.item] == chunk.index:
+                            decoder.release()  # its last piece in this task: drop its companions
+                    if task.delay:
+                        time.sleep(task.delay)
+        finally:
+            if loader is not None:
+                loader.close()
+        if task.hashed:
+            reader.finish()  # raises VerificationError where the bytes were read: the file names it
+        return out, frozenset(reader.verified_shards() & task.hashed)
+
+
+def _quant(ref: TensorRef):
+    assert ref.quant is not None
+    return ref.quant
+
+
+def _companions(ref: TensorRef) -> list[TensorRef]:
+    return [] if ref.quant is None else list(ref.quant.companions.values())
+
+
+def _logical_positions(targets: Mapping[int, Target], results: ChunkResult) -> None:
+    """Positions of the largest |w| of decoded pieces, from decoded order to the logical matrix's flat index
+    (what Fold does once per tensor locally: the merge picks the same part either way, by value and order)."""
+    for item, result in results:
+        handle = targets[item].decoder
+        if handle is None or not isinstance(result, list):
+            continue
+        decoder = handle.get()
+        for parts in result:
+            for red in parts:
+                if red.argmax >= 0:
+                    red.argmax = decoder.logical_index(red.argmax)
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise MissingDependencyError(
+            "--executor ray needs Ray: pip install ray (or, in the weightdiag repository, pip install '.[ray]')",
+            package="ray",
+        ) from None
+    return ray
+
+
+PROBE_SECONDS = 10.0
+
+
+def _check_reachable(address: str) -> None:
+    """A HOST:PORT that nothing answers on fails now, in one line: ray.init would retry it for minutes,
+    printing a warning every few seconds."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return  # "auto", "ray://...": Ray's own resolution
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_SECONDS):
+            return
+    except OSError as exc:
+        raise HubError(
+            f"--executor ray: no Ray cluster answers at {address} ({exc.strerror or exc}); start one (ray start "
+            "--head) or give its head's address with --ray-address or RAY_ADDRESS"
+        ) from None
+
+
+def _notices_to_stderr() -> None:
+    """Ray prints the cluster's notices (a worker that died and whose task is run again, ...) on the driver's
+    stdout, where `fit --json` writes the row: send them to stderr, with the fit's other chatter."""
+    module = sys.modules.get("ray._private.worker")
+    original = getattr(module, "print_to_stdstream", None)
+    if original is None or getattr(original, "weightdiag", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.weightdiag = True  # type: ignore[attr-defined]
+    module.print_to_stdstream = to_stderr  # type: ignore[union-attr]  # looked up at each call by Ray's listener
+
+
+def _task_memory(task: Task, hub: bool, chunk_workers: int) -> int:
+    """Bytes a task may hold at once: chunk buffers, a few weights' companions and decoders, its results."""
+    from ..decode.loader import LOOKAHEAD
+    from ..source.hub_stream import EXTRA_BUFFERS
+
+    largest = max(chunk.nbytes for chunk in task.chunks)
+    buffers = (task.connections + EXTRA_BUFFERS if hub else 2 * chunk_workers) * largest
+    companions = sorted(
+        (sum(ref.nbytes for ref in _companions(t.ref)) for t in task.targets.values()),
+        reverse=True,
+    )
+    decoders = 4 * sum(companions[: LOOKAHEAD + 1])  # the companions and the tables built from them
+    return TASK_BASE_MEMORY + buffers + decoders + RESULT_BYTES_PER_CHUNK * len(task.chunks)
+
+
+Finished = tuple[int, list[Reduction] | np.ndarray | VectorSummary]
+
+
+class RayReader(Reader):
+    """The driver's side of a fit on a Ray cluster: the Reader the plan is made with (the driver's own reader
+    for regions and companions, never chunks), and the executor that runs the plan's chunks as tasks on the
+    nodes. Its verification is what the tasks report: shards hashed where they were read."""
+
+    fetches = False
+
+    def __init__(self, plan: ModelPlan, inner: Reader, ray: Any) -> None:
+        self._plan = plan
+        self._inner = inner
+        self._ray = ray
+        self._source = describe(plan, inner)
+        self._connections = 8
+        self._verified: set[int] = set()
+        self._hashing = False
+        self._owns = False  # whether close() disconnects from the cluster (connect() joined it)
+        from ..source.hub_stream import HubReader
+
+        # The chunks are planned for the readers the nodes open (a Hub model read from this machine's cache is
+        # streamed there).
+        self.chunk_bytes = HubReader.chunk_bytes if self._source.kind == "hub" else inner.chunk_bytes
+        self.nodes: dict[str, dict[str, float]] = {}  # per node: tasks, bytes, seconds (run metadata)
+
+    @classmethod
+    def connect(cls, plan: ModelPlan, inner: Reader, address: str | None) -> RayReader:
+        """Join the Ray cluster at `address` (default RAY_ADDRESS) for this fit."""
+        ray = _import_ray()
+        target = address or settings.ray_address()
+        if not target:
+            raise OptionError(
+                "--executor ray: give --ray-address HOST:PORT or set RAY_ADDRESS (an existing cluster)",
+                option="--ray-address",
+            )
+        reader = cls(plan, inner, ray)  # refuses what the nodes cannot read (GGUF, .bin) before connecting
+        _check_reachable(target)
+        reader._owns = not ray.is_initialized()  # a caller's own connection is left as it was found
+        try:
+            # Quiet: the fit's own lines are what the terminal shows (Ray's INFO lines say it connected).
+            ray.init(address=target, ignore_reinit_error=True, log_to_driver=False, logging_level=logging.WARNING)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise HubError(f"--executor ray: no Ray cluster answers at {target} ({exc})") from None
+        _notices_to_stderr()
+        return reader
+
+    def summary(self) -> dict[str, Any]:
+        """How the fit was spread over the nodes: the row's run.cluster (record/schema.py ClusterInfo)."""
+        nodes = [
+            {"node": name, "tasks": int(n["tasks"]), "bytes": int(n["bytes"]), "seconds": round(n["seconds"], 3)}
+            for name, n in sorted(self.nodes.items())
+        ]
+        return {"executor": "ray", "tasks": sum(n["tasks"] for n in nodes), "nodes": nodes}
+
+    # -- the Reader protocol: the plan's questions go to the driver's reader ------------------------------
+
+    def chunk(self, chunk: Chunk):
+        return self._inner.chunk(chunk)
+
+    def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
+        self._inner.read_into(ref, out)
+
+    def regions(self) -> dict[int, tuple[int, int]] | None:
+        return self._inner.regions()
+
+    def set_connections(self, connections: int) -> None:
+        self._connections = connections  # each task's, on its node
+        self._inner.set_connections(connections)
+
+    def skip_shards(self, shards: set[int]) -> None:
+        self._inner.skip_shards(shards)
+
+    def verified_shards(self) -> set[int]:
+        return set(self._verified)
+
+    def finish(self) -> Verification | None:
+        """The row's verification: every shard planned whole was hashed and matched on the node that read it."""
+        if not self._hashing:
+            return self._inner.finish()  # what the local fit says when nothing is hashed
+        from ..source.hub_stream import HubReader
+
+        wanted = set(self.regions() or {})
+        missing = sorted(wanted - self._verified)
+        if missing or not isinstance(self._inner, HubReader):
+            name = self._plan.shards[missing[0]].name if missing else "?"
+            raise VerificationError(
+                f"{name}: no task reported its sha256 verified; nothing was written, run the command again",
+                repo=self._plan.model_id,
+                file=name,
+                expected=self._plan.shards[missing[0]].sha256 if missing else None,
+                got="",
+            )
+        return self._inner.all_verified()
+
+    def cancel(self) -> None:
+        # Nothing to do here: close() disconnects from the cluster, which ends the tasks of this job. (Cancelling
+        # them one by one with force=True races their completion in Ray 2.60 and can abort the driver.)
+        return None
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            if self._owns:  # disconnecting ends this job's tasks still running (after an error)
+                self._ray.shutdown()
+
+    # -- the executor -------------------------------------------------------------------------------------
+
+    def reduce_chunked(
+        self,
+        targets: Sequence[Target],
+        execution: Execution,
+        *,
+        verify: bool = False,
+        on_bytes: Callable[[int], None] | None = None,
+        on_node: Callable[[str, int], None] | None = None,
+    ) -> Iterator[Finished]:
+        """What stream.reduce_chunked yields (the same plan, the same fold), the chunks reduced on the nodes.
+        `on_node(node, bytes)`: a task's bytes folded, and the node that read them."""
+        ray = self._ray
+        plan = plan_reads(targets, self, verify)
+        self._hashing = plan.verify
+        chunks = plan.chunks
+        # Positions of the largest |w| come back logical from the nodes (_logical_positions): no decoder here.
+        fold = Fold([replace(target, decoder=None) for target in targets], chunks)
+        if not chunks:
+            return
+        cpus = settings.ray_task_cpus()
+        total_cpus = int(ray.cluster_resources().get("CPU", 0))
+        slots = max(1, total_cpus // cpus)
+        budget = task_bytes(sum(c.nbytes for c in chunks), slots, settings.ray_task_bytes())
+        runs = plan_tasks(chunks, budget, whole_shards=plan.verify)
+        delay = settings.test_ray_task_delay()
+        hub = self._source.kind == "hub"
+        largest_node = max((node["Resources"].get("memory", 0) for node in ray.nodes() if node.get("Alive")), default=0)
+        remote = ray.remote(run_task)
+
+        def submit(index: int) -> Any:
+            run = runs[index]
+            task_chunks = tuple(chunks[i] for i in run)
+            items = dict.fromkeys(piece.item for chunk in task_chunks for piece in chunk.pieces)
+            task = Task(
+                index,
+                task_chunks,
+                {item: replace(targets[item], decoder=None) for item in items},
+                self._source,
+                frozenset(chunk.shard for chunk in task_chunks) if plan.verify else frozenset(),
+                cpus,
+                self._connections,
+                delay,
+            )
+            memory = _task_memory(task, hub, min(cpus, settings.MAX_CHUNK_WORKERS))
+            if largest_node:
+                memory = min(memory, int(largest_node))  # never more than a node has: it would wait forever
+            return remote.options(
+                num_cpus=cpus,
+                memory=memory,
+                max_retries=MAX_RETRIES,
+                retry_exceptions=False,  # weightdiag's own errors say what is wrong: running again cannot help
+                scheduling_strategy="SPREAD",  # across nodes: their links and disks add up
+            ).remote(task)
+
+        window = max(2, TASKS_PER_SLOT * slots)  # tasks submitted and not yet folded
+        in_flight: dict[Any, int] = {}
+        done: dict[int, TaskOutcome] = {}
+        submitted = folded = 0
+        finished = False
+        try:
+            while folded < len(runs):
+                while submitted < len(runs) and submitted - folded < window:
+                    in_flight[submit(submitted)] = submitted
+                    submitted += 1
+                while folded not in done:
+                    ready, _ = ray.wait(list(in_flight), num_returns=1)
+                    outcome = self._outcome(ready[0])
+                    del in_flight[ready[0]]
+                    done[outcome.index] = outcome
+                outcome = done.pop(folded)
+                self._verified |= outcome.verified
+                if plan.verify and outcome.verified != frozenset(chunks[i].shard for i in runs[folded]):
+                    raise VerificationError(
+                        f"{outcome.node}: a task did not verify the shards it read; nothing was written, run the "
+                        "command again",
+                        repo=self._plan.model_id,
+                        file=self._plan.shards[chunks[runs[folded][0]].shard].name,
+                        expected=None,
+                        got="",
+                    )
+                task_bytes_read = 0
+                for i, results in zip(runs[folded], outcome.results, strict=True):
+                    read = sum(piece.hi - piece.lo for piece in chunks[i].pieces)
+                    task_bytes_read += read
+                    if on_bytes:  # tensor bytes only, so that the total matches the plan's
+                        on_bytes(read)
+                    yield from fold.add(results)
+                entry = self.nodes.setdefault(outcome.node, {"tasks": 0, "bytes": 0, "seconds": 0.0})
+                entry["tasks"] += 1
+                entry["bytes"] += task_bytes_read
+                entry["seconds"] += outcome.seconds
+                if on_node:
+                    on_node(outcome.node, task_bytes_read)
+                folded += 1
+            finished = True
+        finally:
+            if not finished:
+                self.cancel()
+
+    def _outcome(self, ref: Any) -> TaskOutcome:
+        """A finished task's outcome; its error raised here, one line naming the node."""
+        ray = self._ray
+        try:
+            outcome: TaskOutcome = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:  # a bug in a task: its own exception, as a local fit raises it
+            cause = getattr(exc, "cause", None)
+            raise (cause if isinstance(cause, BaseException) else exc) from None
+        except ray.exceptions.RayError as exc:  # lost more times than retried (node gone, worker killed)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise HubError(
+                f"--executor ray: a task was lost {MAX_RETRIES + 1} times ({type(exc).__name__}: {first}); "
+                "check the cluster's nodes (ray status) and run the command again: it resumes"
+            ) from None
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome
