@@ -375,8 +375,8 @@ def sweep(
     # Every fit option goes to the workers (a --center or --include sweep writes rows of that variant), but
     # the training steps: each revision's own step number gives them.
     fields = ("protocol", "trim", "center", "device", "include", "exclude", "lr", "weight_decay", "preset")
-    fields += ("spectrum", "farms")
-    option_dict: dict[str, Any] = {f: getattr(options, f) for f in (*fields, "connections", "split_fused")}
+    taken = (*fields, "connections", "split_fused", "spectrum", "farms")
+    option_dict: dict[str, Any] = {f: getattr(options, f) for f in taken}
     option_dict["include"], option_dict["exclude"] = list(options.include), list(options.exclude)
     db = Path(db_dir) if db_dir else default_db_dir()
     outcomes = sw.run_sweep(

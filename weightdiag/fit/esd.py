@@ -160,9 +160,9 @@ def _ks_scan(data: np.ndarray) -> tuple[int, float, float]:
     for i in np.unique(np.linspace(0, cand - 1, 64).astype(np.int64)):
         consider(int(i))
     bound = _d_lower_bounds(data, log_data)
-    for i in np.flatnonzero(bound <= best_d + _MARGIN):
-        if bound[i] <= best_d + _MARGIN:  # best_d shrinks as the scan goes
-            consider(int(i))
+    for j in np.flatnonzero(bound <= best_d + _MARGIN):
+        if bound[j] <= best_d + _MARGIN:  # best_d shrinks as the scan goes
+            consider(int(j))
     return best_i, best_alpha, best_d
 
 

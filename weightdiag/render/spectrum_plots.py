@@ -75,8 +75,8 @@ def esd_plot(plt: Any, entry: Mapping[str, Any], folder: Path) -> PlotFile:
     fig, ax = plt.subplots(figsize=(7, 4.6))
     ax.loglog(x, y, "o", markersize=4, color="#1f4e79", label="ESD (eigenvalues of WᵀW, log bins)")
     alpha, xmin, xmax = entry.get("alpha"), entry.get("xmin"), entry.get("xmax")
-    fitted = entry.get("status") == "success" and alpha is not None and xmin and xmax and xmax > xmin
-    if fitted:
+    fitted = entry.get("status") == "success"
+    if alpha is not None and xmin is not None and xmax is not None and fitted and xmax > xmin > 0:
         tail = np.logspace(np.log10(xmin), np.log10(xmax), 50)
         share = (entry["num_pl_spikes"] or 0) / max(total, 1)
         ax.loglog(
@@ -96,9 +96,9 @@ def esd_plot(plt: Any, entry: Mapping[str, Any], folder: Path) -> PlotFile:
     ax.legend(fontsize=7, loc="lower left")
     ax.grid(alpha=0.3, which="both")
     path = save_figure(plt, fig, folder / f"spectrum_esd_{safe_name(entry['name'])}.png")
-    tail = f"{entry['num_pl_spikes']} tail eigenvalues of {total}" if fitted else "no power-law fit"
+    fit_text = f"{entry['num_pl_spikes']} tail eigenvalues of {total}" if fitted else "no power-law fit"
     caption = (
-        f"{entry['name']}: the density of its {total} eigenvalues; {tail}; "
+        f"{entry['name']}: the density of its {total} eigenvalues; {fit_text}; "
         f"{entry.get('num_spikes')} beyond the Marchenko-Pastur bulk edge"
     )
     return PlotFile(path, f"ESD of {short_name(entry['name'])}", caption)

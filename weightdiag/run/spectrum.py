@@ -138,8 +138,8 @@ def plan_spectra(inputs: Sequence[SpectrumInput], names: Callable[[SpectrumInput
                 if not packed:
                     targets.append(Target((name, None), view.segments, view.rows, view.cols, shape))
                 elif view.cols == n and _whole_rows(view.segments, n) and not view.transposed:
-                    rows = _selected_rows(view.segments, n)
-                    targets.append(Target((name, None), view.segments, view.rows, view.cols, shape, rows))
+                    selected = _selected_rows(view.segments, n)
+                    targets.append(Target((name, None), view.segments, view.rows, view.cols, shape, selected))
                 else:
                     plan.skipped[(name, None)] = "its rows are not whole rows of the stored GPTQ/AWQ codes"
         else:
@@ -152,12 +152,12 @@ def plan_spectra(inputs: Sequence[SpectrumInput], names: Callable[[SpectrumInput
             m = int(ref.shape[0])
             targets.append(Target((name, None), None, m, n, (m, n)))
             for i, (_, seg) in enumerate(item.parts):
-                shape = _part_matrix(seg, n)
-                if shape is None or (packed and not _whole_rows(seg, n)):
+                part = _part_matrix(seg, n)
+                if part is None or (packed and not _whole_rows(seg, n)):
                     plan.skipped[(name, i)] = "the part's elements are not a matrix of whole rows or columns"
                     continue
-                rows = _selected_rows(seg, n) if packed else None
-                targets.append(Target((name, i), seg, shape[0], shape[1], shape, rows))
+                chosen = _selected_rows(seg, n) if packed else None
+                targets.append(Target((name, i), seg, part[0], part[1], part, chosen))
         if targets:
             plan.refs.append(ref)
             plan.targets.append(targets)

@@ -76,7 +76,7 @@ def spectrum_findings(matrices: list[Mapping[str, Any]]) -> tuple[list[dict[str,
     out = []
     for m, s in fitted:
         block = m.get("block")
-        where = dict(kinds=[m["kind"]], tensors=[m["name"]], what=short_name(m["name"]))
+        kinds, tensors, what = [m["kind"]], [m["name"]], short_name(m["name"])
         blocks = [block] if block is not None else []
         if s["alpha"] < BAND[0] and s["num_pl_spikes"] >= MIN_TAIL:
             out.append(
@@ -87,7 +87,9 @@ def spectrum_findings(matrices: list[Mapping[str, Any]]) -> tuple[list[dict[str,
                     "a heavier tail of the ESD than WeightWatcher's band ('over-trained'): a few directions carry "
                     "much of the matrix's energy",
                     severity="warning",
-                    **where,
+                    kinds=kinds,
+                    tensors=tensors,
+                    what=what,
                     **_evidence(m, s, BAND[0], "below"),
                 )
             )
@@ -100,7 +102,9 @@ def spectrum_findings(matrices: list[Mapping[str, Any]]) -> tuple[list[dict[str,
                     "an ESD tail as light as a random matrix's, above WeightWatcher's band ('under-trained'), "
                     "while most of the model's matrices are within it",
                     severity="notice",
-                    **where,
+                    kinds=kinds,
+                    tensors=tensors,
+                    what=what,
                     **_evidence(m, s, BAND[1], "above"),
                 )
             )
@@ -114,7 +118,7 @@ def spectrum_findings(matrices: list[Mapping[str, Any]]) -> tuple[list[dict[str,
     return out, note
 
 
-def spectrum_section(matrices: list[Mapping[str, Any]], findings: list[Mapping[str, Any]]) -> dict[str, Any] | None:
+def spectrum_section(matrices: list[Mapping[str, Any]], findings: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The report's `spectrum`: alpha per kind, alpha by depth per kind (median over experts), and the ESDs
     of a few layers for plots (the findings' matrices first, then the lowest and highest alpha)."""
     with_spectra = list(spectra_of(matrices))
