@@ -231,3 +231,14 @@ def test_compare_a_row_with_spectra(minilm_db, minilm_dir, tmp_path):
     assert "alpha per kind vs 1 other rows with spectra" in text.stdout
     plain = compare({**json.loads(row_file.read_text()), "spectrum_kinds": {}, "matrices": []})
     assert "spectrum" not in plain
+
+
+@pytest.mark.e2e
+def test_the_readme_spectrum_excerpt_is_a_real_run(minilm_db):
+    from .test_readme_live import _blocks, _excerpt_matches, _section
+
+    excerpt = _blocks(_section("The spectrum: `--spectrum`"))[0]
+    row_file = next((minilm_db / "rows").glob("*.json"))
+    out = run_cli("report", str(row_file))
+    assert out.returncode == 0, out.stderr
+    _excerpt_matches(excerpt, out.stdout)
