@@ -383,3 +383,40 @@ def test_sweeps_take_the_spectrum_in_their_workers_and_refit_rows_without_it(tmp
         assert row["schema"] == "weightdiag.row/2" and row["spectrum_kinds"]
     kept = api.sweep(str(tmp_path / "run"), db_dir=db, options=FitOptions(device="cpu", spectrum=True))
     assert [o.status for o in kept.outcomes] == ["existing", "existing"]
+
+
+def test_a_fit_cut_off_in_its_spectrum_pass_resumes_with_its_fits_and_takes_the_spectra_again(
+    neox, tmp_path, monkeypatch
+):
+    from weightdiag.run import spectrum as spectrum_pass
+
+    real = spectrum_pass.take_spectra
+
+    def cut_off(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(spectrum_pass, "take_spectra", cut_off)
+    options = FitOptions(device="cpu", spectrum=True)
+    with pytest.raises(KeyboardInterrupt):
+        api.fit(str(neox), options, db_dir=tmp_path)
+    monkeypatch.setattr(spectrum_pass, "take_spectra", real)
+    row = api.fit(str(neox), options, db_dir=tmp_path).row
+    assert row["run"]["resumed"]["tensors"] > 0  # the fits came from the journal
+    assert len(spectra(row)) == 2 * 7 + 2 and row["schema"] == "weightdiag.row/2"
+    fresh = api.fit_model(str(neox), options)
+    assert spectra(row) == spectra(fresh)
+
+
+def test_a_pytorch_bin_checkpoint_gets_the_same_spectra(neox, tmp_path):
+    torch = pytest.importorskip("torch")
+    weights = read_safetensors(neox / "model.safetensors")
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    torch.save({k: torch.from_numpy(v.copy()) for k, v in weights.items()}, folder / "pytorch_model.bin")
+    (folder / "config.json").write_text((neox / "config.json").read_text())
+    options = FitOptions(device="cpu", spectrum=True)
+    from_bin = spectra(api.fit_model(str(folder), options))
+    from_safetensors = spectra(api.fit_model(str(neox), options))
+    assert set(from_bin) == set(from_safetensors) and len(from_bin) == 2 * 7 + 2
+    for name, want in from_safetensors.items():  # F32 there, BF16 here: the same values
+        assert_same(from_bin[name], want, where=name)
