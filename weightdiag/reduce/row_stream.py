@@ -170,8 +170,9 @@ def stream_values(refs: Sequence[TensorRef], reader: Reader, execution: Executio
             nxt = next(queue, None)
             if nxt is not None:
                 pending.append(pool.submit(task, nxt))
-            if done.block.last and decoders[done.block.job] is not None:
-                decoders[done.block.job].release()  # type: ignore[union-attr]
+            decoder = decoders[done.block.job]
+            if done.block.last and decoder is not None:
+                decoder.release()  # its companions go once the tensor's last block is decoded
             yield done
         finished = True
     finally:
