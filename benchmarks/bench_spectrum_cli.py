@@ -101,10 +101,10 @@ def write_matrix(folder: Path, case: str) -> Path:
     return folder
 
 
-def fit_spectrum(target: str, env: dict[str, str]) -> dict[str, object]:
+def fit_spectrum(target: str, env: dict[str, str], device: str = "cpu") -> dict[str, object]:
     with tempfile.NamedTemporaryFile(suffix=".json") as row_file:
         out = subprocess.run(
-            [sys.executable, "-c", CHILD, "fit", target, "--spectrum", "--no-save", "--device", "cpu", "--json", "-q"],
+            [sys.executable, "-c", CHILD, "fit", target, "--spectrum", "--no-save", "--device", device, "--json", "-q"],
             stdout=open(row_file.name, "w"),  # noqa: SIM115  (closed with the file)
             stderr=subprocess.PIPE,
             text=True,
