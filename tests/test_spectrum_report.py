@@ -168,6 +168,18 @@ def test_compare_reads_alpha_against_rows_with_spectra_and_says_the_cohort_has_n
     assert compare_spectra({"matrices": []}, []) is None
 
 
+def test_the_band_is_weightwatchers_and_a_plain_fit_does_not_load_scipy_for_it():
+    import subprocess
+    import sys
+
+    from weightdiag.diagnose.spectrum import BAND
+    from weightdiag.fit.esd import OVER_TRAINED, UNDER_TRAINED
+
+    assert (OVER_TRAINED, UNDER_TRAINED) == BAND
+    code = "import sys, weightdiag.diagnose.kinds, weightdiag.run.sweep; print('scipy' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
 def test_a_database_row_is_reused_only_when_it_holds_the_spectra_asked_for():
     plain = {"run": {}}
     spectra = {"run": {"spectrum": {"seconds": 1.0, "matrices": 3, "farms": False}}}

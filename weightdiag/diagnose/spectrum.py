@@ -18,11 +18,12 @@ from collections.abc import Iterable, Mapping
 from statistics import median
 from typing import Any
 
-from ..fit.esd import OVER_TRAINED, UNDER_TRAINED
 from ..record.row import json_float
 from ..vocabulary import kind_order
 
-BAND = (OVER_TRAINED, UNDER_TRAINED)
+# WeightWatcher's band, fit.esd's OVER_TRAINED and UNDER_TRAINED (tests/test_spectrum_report.py checks that
+# they agree): not imported from there, since fit.esd loads scipy and every fit interprets its row here.
+BAND = (2.0, 6.0)
 NO_COHORT_SPECTRA = (
     "the cohort rows have no spectra (per-kind Weibull summaries of |w|, no per-matrix data): alpha is "
     "compared only with fitted rows that have spectra (weightdiag fit --spectrum)"
