@@ -209,7 +209,7 @@ def test_a_row_error_keeps_the_model_id_when_it_could_be_read(fitted_row):
         ([1, 2], "not a weightdiag row"),
         ({"model": {"id": "m"}}, "not a weightdiag row"),
         ({"schema": "other/1"}, "not a weightdiag row"),
-        ({"schema": "weightdiag.row/2"}, "schema weightdiag.row/2 is not weightdiag.row/1"),
+        ({"schema": "weightdiag.row/3"}, "schema weightdiag.row/3 is not weightdiag.row/1 or weightdiag.row/2"),
     ],
 )
 def test_foreign_documents_are_row_errors(doc, words):

@@ -157,7 +157,28 @@ def compare(
                 "compare (weightdiag compare PATH) or the database folder that holds your rows (--db DIR)",
                 folder=(Path(db_dir) if db_dir else default_db_dir()) / ROWS_DIR,
             )
-    return [compare_row(_plain(row)) for row in rows]
+    # alpha is compared with the database's other rows that have spectra (the cohort's have none)
+    wanted = any(row.get("spectrum_kinds") for row in rows)
+    peers = spectrum_peers(Path(db_dir) if db_dir else default_db_dir()) if wanted else []
+    return [compare_row(_plain(row), [(i, p) for i, p in peers if not _same_row(p, row)]) for row in rows]
+
+
+def spectrum_peers(db: Path) -> list[tuple[str, Any]]:
+    """(id, row summary) of the database's rows that have spectra: what `compare` reads alpha against."""
+    from .database.store import iter_summaries
+
+    return [(_row_id(s), s) for _, s in iter_summaries(db, on_skip=lambda _: None) if s.get("spectrum_kinds")]
+
+
+def _row_id(row: Mapping[str, Any]) -> str:
+    model = row["model"]
+    return model["id"] + (f"@{model['revision']}" if model.get("revision") else "")
+
+
+def _same_row(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """The same fit of the same model (a row and its own summary)."""
+    keys = ("id", "revision", "fingerprint", "commit")
+    return all(a["model"].get(k) == b["model"].get(k) for k in keys) and a.get("created") == b.get("created")
 
 
 def check(
@@ -256,7 +277,8 @@ def report(
     if plot_dir or html_file:
         import tempfile  # here, not at start-up: only plots need a scratch folder
 
-        from .render.plots import write_plots
+        from .render.plots import pyplot, write_plots
+        from .render.spectrum_plots import spectrum_plots
         from .run.histograms import histogram_choice, read_histograms
 
         names = histogram_choice(_plain(result), _plain(row), list(hist))
@@ -268,6 +290,7 @@ def report(
         with tempfile.TemporaryDirectory(prefix="weightdiag-plots-") as scratch:
             try:
                 files = write_plots(result, data, plot_dir or Path(scratch))
+                files += spectrum_plots(pyplot(), result, plot_dir or Path(scratch))  # a row with spectra
             except OSError as exc:  # a read-only place, a full disk: the user's --plot (exit 2), not a bug
                 raise _unwritable("--plot", plot_dir or Path(scratch), exc) from None
             result["plots"] = [{"file": str(f.path), "title": f.title, "caption": f.caption} for f in files]
@@ -365,7 +388,8 @@ def sweep(
     # Every fit option goes to the workers (a --center or --include sweep writes rows of that variant), but
     # the training steps: each revision's own step number gives them.
     fields = ("protocol", "trim", "center", "device", "include", "exclude", "lr", "weight_decay", "preset")
-    option_dict: dict[str, Any] = {f: getattr(options, f) for f in (*fields, "connections", "split_fused")}
+    taken = (*fields, "connections", "split_fused", "spectrum", "farms")
+    option_dict: dict[str, Any] = {f: getattr(options, f) for f in taken}
     option_dict["include"], option_dict["exclude"] = list(options.include), list(options.exclude)
     db = Path(db_dir) if db_dir else default_db_dir()
     outcomes = sw.run_sweep(

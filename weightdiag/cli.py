@@ -289,6 +289,18 @@ RevisionOption = Annotated[
 TokenOption = Annotated[
     str | None, typer.Option("--token", metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
 ]
+SpectrumOption = Annotated[
+    bool,
+    typer.Option(
+        "--spectrum",
+        help="Also take each matrix's spectrum (WeightWatcher's alpha and metrics; a second pass over the "
+        "matrices, 2·m·n·min(m,n) flops each: README, 'The spectrum').",
+    ),
+]
+FarmsOption = Annotated[
+    bool,
+    typer.Option("--farms", help="With the spectrum, FARMS' aspect-ratio-corrected alpha (~100 s per large matrix)."),
+]
 
 
 def _print_json(document: Any) -> None:
@@ -342,6 +354,8 @@ def _fit_options(
     weight_decay: float | None = None,
     train_steps: float | None = None,
     preset: str | None = None,
+    spectrum: bool = False,
+    farms: bool = False,
 ) -> "FitOptions":
     """The one place where the commands' option values become FitOptions (--name is its model_id,
     --train-steps its steps). A command without an option passes nothing for it: FitOptions' default."""
@@ -360,6 +374,8 @@ def _fit_options(
         weight_decay=weight_decay,
         steps=train_steps,
         preset=preset,
+        spectrum=spectrum,
+        farms=farms,
     )
     if trim is not None:
         options = replace(options, trim=trim)
@@ -418,6 +434,8 @@ def fit(
     weight_decay: WeightDecayOption = None,
     train_steps: TrainStepsOption = None,
     preset: PresetOption = None,
+    spectrum: SpectrumOption = False,
+    farms: FarmsOption = False,
     as_json: JsonOption = False,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Write the row into the database folder.")] = True,
     quiet: QuietOption = False,
@@ -441,6 +459,8 @@ def fit(
         weight_decay=weight_decay,
         train_steps=train_steps,
         preset=preset,
+        spectrum=spectrum,
+        farms=farms,
     )
     options = replace(options, executor=executor, ray_address=ray_address)
     progress = _progress(quiet)
@@ -466,6 +486,9 @@ def fit(
     why = " (--device auto: the CPU is faster end to end; --device cuda uses a GPU)" if device == "auto" else ""
     took = f" in {run['seconds']:.2f} s" if run.get("seconds") is not None else ""
     _say(f"reduced on {run['device']}{took}{why}", quiet)
+    spectra = run.get("spectrum")
+    if spectra:
+        _say(f"spectra of {spectra['matrices']} matrices taken in {spectra['seconds']:.2f} s", quiet)
     resumed = run.get("resumed")
     if resumed:
         size = resumed["bytes"]
@@ -511,6 +534,8 @@ def compare(
     revision: RevisionOption = None,
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
+    spectrum: SpectrumOption = False,
+    farms: FarmsOption = False,
     save: Annotated[
         bool, typer.Option("--save/--no-save", help="Save the rows of models fitted on the way in the database.")
     ] = True,
@@ -529,6 +554,8 @@ def compare(
         weight_decay=weight_decay,
         train_steps=train_steps,
         preset=preset,
+        spectrum=spectrum,
+        farms=farms,
     )
     progress = _progress(quiet)
     try:
@@ -886,6 +913,8 @@ def sweep(
     token: TokenOption = None,
     download: Annotated[bool, typer.Option("--download", help="Fetch whole shards into the HF cache.")] = False,
     connections: ConnectionsOption = 8,
+    spectrum: SpectrumOption = False,
+    farms: FarmsOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -911,6 +940,8 @@ def sweep(
         lr=lr,
         weight_decay=weight_decay,
         preset=preset,
+        spectrum=spectrum,
+        farms=farms,
     )
 
     def planned(model_id: str, names: list[str]) -> None:
@@ -1045,6 +1076,8 @@ def report(
     revision: RevisionOption = None,
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
+    spectrum: SpectrumOption = False,
+    farms: FarmsOption = False,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Save a freshly fitted row in the database.")] = True,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
@@ -1053,7 +1086,7 @@ def report(
     from .api import report as report_api
     from .render.health_view import report_view
 
-    options = _fit_options(protocol=protocol, device=device, connections=connections)
+    options = _fit_options(protocol=protocol, device=device, connections=connections, spectrum=spectrum, farms=farms)
     progress = _progress(quiet)
     try:
         done = report_api(

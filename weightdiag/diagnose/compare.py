@@ -10,7 +10,7 @@ naming schemes like the paper's Fig. 4: up and ffn_in -> ffn_in, down and ffn_ou
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -37,6 +37,7 @@ from .cohort import ATTRIBUTION, GROUP_EXPECTATION, architecture_group, cohort_c
 from .functions import attention_arch, cross_family_band, ffn_median_k, lambda_scaling, transmission_lambda
 from .kinds import at_trim
 from .results import CompareReport
+from .spectrum import compare_lines, compare_spectra
 
 K_UNIT = 0.02
 LOG_LAMBDA_UNIT = math.log(2.0)
@@ -129,8 +130,9 @@ def _same_entry(entry: str, model_id: str) -> bool:
     return entry.lower() == (model_id or "").lower()
 
 
-def compare(row: Mapping[str, Any]) -> CompareReport:
-    """Everything `weightdiag compare` prints for one row (its summaries at the cohort's mid80 trim)."""
+def compare(row: Mapping[str, Any], spectrum_peers: Iterable[tuple[str, Mapping[str, Any]]] = ()) -> CompareReport:
+    """Everything `weightdiag compare` prints for one row (its summaries at the cohort's mid80 trim);
+    `spectrum_peers`: (id, row or row summary) of other rows with spectra, to compare alpha with."""
     row = at_trim(row, COHORT_TRIM)
     cohort = load_cohort("v9_1")
     qwen = load_cohort("qwen")
@@ -286,6 +288,10 @@ def compare(row: Mapping[str, Any]) -> CompareReport:
             out["findings"].append(
                 f"shallow FFN min k {regime['shallow_min_k']:.3f} lies between the companion's regimes A and B"
             )
+    spectrum = compare_spectra(row, spectrum_peers)  # fit --spectrum rows only
+    if spectrum is not None:
+        out["spectrum"] = spectrum
+        out["findings"] += compare_lines(spectrum)
     return cast(CompareReport, out)
 
 

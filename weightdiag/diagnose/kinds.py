@@ -17,6 +17,7 @@ from ..record.schema import Row
 from ..vocabulary import COHORT_TRIM, kind_class, kind_order
 from . import lambda_axis
 from .classes import NON_WEIBULL_R2, kind_k_fields
+from .spectrum import spectrum_kinds
 
 _K_AXIS = ("selection", "transmission")
 
@@ -43,6 +44,8 @@ def interpret(
         "kinds": kind_summaries(row["matrices"], trim),
         "part_kinds": kind_summaries(row["matrices"], trim, parts=True),
     }
+    if any("spectrum" in m for m in row["matrices"]):  # fit --spectrum: alpha per kind (diagnose.spectrum)
+        added["spectrum_kinds"] = spectrum_kinds(row["matrices"])
     out: dict[str, Any] = {}
     for key, value in row.items():  # keep the documented key order: these come before the matrices
         if key == "matrices":

@@ -146,6 +146,7 @@ class CompareReport(_CompareReportRequired, total=False):
     """diagnose.compare.compare: one row placed against the cohort (what `weightdiag compare` prints)."""
 
     shallow_ffn: ShallowFfnRegime  # only when the row has fitted FFN matrices in blocks 0-5
+    spectrum: dict[str, Any]  # only for a row with spectra: diagnose.spectrum.compare_spectra
 
 
 # --- check (diagnose.check.check; api.check) -------------------------------------------------------------
@@ -404,6 +405,7 @@ class HealthReport(_HealthReportRequired, total=False):
 
     plots: list[ReportPlot]  # api.report with plot or html
     html: str  # api.report with html: the file written
+    spectrum: dict[str, Any]  # health.spectrum.spectrum_section: only for a row with spectra (fit --spectrum)
 
 
 # --- db list / export (db.flat_record) -------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """The row's types, and the one loader that checks a document against them.
 
-A row (schema `weightdiag.row/1`, documented field by field in docs/row-schema.md) is plain JSON on
-disk and a plain dict in memory: the types below are TypedDicts, so typing a row changes nothing that
-is written or read. Each class names its section of docs/row-schema.md.
+A row (schema `weightdiag.row/1`, or `weightdiag.row/2` when it holds spectra; documented field by field in
+docs/row-schema.md) is plain JSON on disk and a plain dict in memory: the types below are TypedDicts, so
+typing a row changes nothing that is written or read. Each class names its section of docs/row-schema.md.
 
 The types are the row's one declaration: `load_row(doc)`, the only place that decides whether a
 document is a row, checks it with checks derived from them (`check_of`), and docs/row-schema.md's field
@@ -31,7 +31,12 @@ from typing import Any, TypedDict, Union, cast, get_args, get_origin, get_type_h
 
 from ..errors import BadInputError
 
-SCHEMA = "weightdiag.row/1"
+SCHEMA = "weightdiag.row/1"  # a row without spectra: as every earlier version wrote it, byte for byte
+# A row with spectra (`fit --spectrum`: matrices[].spectrum, spectrum_kinds, run.spectrum). Only those rows
+# carry the new version, so that the rows of a plain fit stay readable by every earlier weightdiag, and one
+# that cannot show spectra refuses a row that has them rather than dropping them without a word.
+SCHEMA_SPECTRUM = "weightdiag.row/2"
+READ_SCHEMAS = (SCHEMA, SCHEMA_SPECTRUM)
 SCHEMA_PREFIX = "weightdiag.row/"
 MAX_ROW_BYTES = 1 << 31  # a row of a 1000-layer MoE is tens of MB; anything near this is not a row
 
@@ -149,6 +154,18 @@ class ClusterInfo(TypedDict):
     nodes: list[ClusterNode]
 
 
+class _SpectrumRunRequired(TypedDict):
+    seconds: float | None
+    matrices: int
+
+
+class SpectrumRun(_SpectrumRunRequired, total=False):
+    """`run.spectrum`: the spectrum pass of `fit --spectrum` (a second read of the matrices after the fits)."""
+
+    device: str  # where the Gram products and eigensolves ran: cpu, or cuda[:N] (torch)
+    farms: bool  # FARMS' windows taken too (--farms)
+
+
 class RunInfo(TypedDict, total=False):
     """`run`: where and how long the fit ran."""
 
@@ -160,6 +177,7 @@ class RunInfo(TypedDict, total=False):
     verification: str
     resumed: ResumedInfo  # present when this fit reused an interrupted fit's records (weightdiag.record.journal)
     cluster: ClusterInfo  # present when the chunks were reduced on a Ray cluster (fit --executor ray)
+    spectrum: SpectrumRun  # present when the fit took the spectra (--spectrum)
 
 
 _KindSummaryRequired = TypedDict(
@@ -232,9 +250,66 @@ class Heaviness(TypedDict):
     gini: float | None
 
 
-class PartRecord(TypedDict):
-    """`matrices[].parts[]`: one part of a fused matrix (q/k/v of qkv, gate/up of gate_up)."""
+class _EsdRequired(TypedDict):
+    log10_range: list[float]  # [lo, hi]: log10 of the smallest and largest eigenvalue above 1e-5
+    counts: list[int]  # eigenvalues in each of len(counts) equal bins of log10 λ over log10_range
+    below: int  # eigenvalues at or below 1e-5 (outside the bins, as they are outside the power-law fit)
 
+
+class EsdHistogram(_EsdRequired):
+    """`matrices[].spectrum.esd`: the empirical spectral density as counts on log-spaced bins (for plots)."""
+
+
+class _SpectrumRequired(TypedDict):
+    rows: int
+    cols: int
+    N: int
+    M: int
+    Q: float
+    num_evals: int
+    lambda_max: float | None
+    sv_max: float | None
+    sv_min: float | None
+    norm: float | None
+    log_norm: float | None
+    spectral_norm: float | None
+    log_spectral_norm: float | None
+    stable_rank: float | None
+    matrix_rank: int
+    rank_loss: int
+    weak_rank_loss: int
+    entropy: float | None
+    alpha: float | None
+    alpha_weighted: float | None
+    log_alpha_norm: float | None
+    xmin: float | None
+    xmax: float | None
+    D: float | None
+    sigma: float | None
+    num_pl_spikes: int
+    status: str
+    warning: str
+    num_spikes: int
+    sigma_mp: float | None
+    mp_softrank: float | None
+    bulk_min: float | None
+    bulk_max: float | None
+    W_scale: float | None
+    esd: EsdHistogram
+
+
+class SpectrumRecord(_SpectrumRequired, total=False):
+    """`matrices[].spectrum`, `matrices[].parts[].spectrum`: WeightWatcher 0.7.7's columns of one matrix
+    (weightdiag.fit.esd.SpectrumFit, docs/spectrum.md), with FARMS' alpha under --farms."""
+
+    alpha_farms: float | None
+    farms_xmin: float | None
+    farms_D: float | None
+    farms_num_evals: int | None
+    farms_windows: int | None
+
+
+class _PartRequired(TypedDict):
     kind: str
     numel: int
     stats: StatsRecord
@@ -242,6 +317,13 @@ class PartRecord(TypedDict):
     fits: dict[str, FitRecord]
     heaviness: Heaviness
     gamma_closure: float | None
+
+
+class PartRecord(_PartRequired, total=False):
+    """`matrices[].parts[]`: one part of a fused matrix (q/k/v of qkv, gate/up of gate_up)."""
+
+    spectrum: SpectrumRecord  # --spectrum: the part's own spectrum
+    spectrum_skipped: str  # --spectrum: why the part has none
 
 
 _MatrixRequired = TypedDict(
@@ -302,6 +384,8 @@ class MatrixRecord(_MatrixRequired, total=False):
     fitted_dtype: str
     quantization: str
     note: str
+    spectrum: SpectrumRecord  # --spectrum (row schema weightdiag.row/2)
+    spectrum_skipped: str  # --spectrum: why this matrix has no spectrum (a tensor of 3+ dims, non-finite values)
     parts: list[PartRecord]
     parts_note: str
     dequantized: DequantizedRecord
@@ -351,6 +435,20 @@ class SkippedRecord(TypedDict, total=False):
     reason: str
 
 
+class SpectrumKindSummary(TypedDict):
+    """`spectrum_kinds.<kind>`: alpha over the kind's matrices that have a spectrum (blocks and experts)."""
+
+    count: int  # matrices of the kind with a spectrum
+    fitted: int  # ... whose power-law fit succeeded
+    alpha_median: float | None
+    alpha_min: float | None
+    alpha_max: float | None
+    below_band: int  # alpha < 2 (WeightWatcher's 'over-trained')
+    above_band: int  # alpha > 6 ('under-trained')
+    num_spikes_median: float | None
+    alpha_farms_median: float | None  # --farms only; null otherwise
+
+
 class _RowRequired(TypedDict):
     schema: str
     model: ModelInfo
@@ -373,6 +471,7 @@ class Row(_RowRequired, total=False):
     created: str | None
     run: RunInfo | None
     hyperparameters: dict[str, Any] | None  # lambda_axis resolution: lr, weight_decay, steps, t_over_tau, state
+    spectrum_kinds: dict[str, SpectrumKindSummary]  # --spectrum: per matrix kind (diagnose.spectrum)
     notes: list[str]
     duplicate_of: str | None  # sweep: the revision whose identical files this row copies
     provenance: dict[str, Any] | None  # cohort rows: paper, license, copyright, source file and line
@@ -570,10 +669,10 @@ def load_row(doc: object, file: str | Path | None = None) -> Row:
     schema = doc.get("schema") if isinstance(doc, dict) else None
     if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
         raise RowError(where, "not a weightdiag row (no 'schema' field)", advice="give a row written by weightdiag")
-    if schema != SCHEMA:
+    if schema not in READ_SCHEMAS:
         raise RowError(
             where,
-            f"schema {schema} is not {SCHEMA}, the one this weightdiag reads",
+            f"schema {schema} is not {' or '.join(READ_SCHEMAS)}, the ones this weightdiag reads",
             advice="read it with the weightdiag version that wrote it, or refit the model",
         )
     _upgrade(cast(dict[str, Any], doc))

@@ -276,6 +276,10 @@ def report_view(result: HealthReport) -> Group:
     if shallow is not None:
         parts.append(shallow)
     parts += tower_tables(result)
+    if result.get("spectrum"):  # fit --spectrum
+        from .spectrum_view import report_spectrum_table
+
+        parts.append(report_spectrum_table(result["spectrum"]))
     selection = [k for k in _kinds(result) if k in SELECTION_KEYS]
     if selection:
         parts.append(Text(f"Q/K kinds: {', '.join(selection)}; cuts: {_cuts_line(result)}", style="dim"))

@@ -17,6 +17,7 @@ from ..diagnose.results import HealthReport
 from ..vocabulary import KIND_ORDER
 from .health_view import moe_kinds, moe_outlier_cell, spread_text, tower_name
 from .plots import PlotFile
+from .spectrum_view import spectrum_html
 
 if TYPE_CHECKING:
     from ..diagnose.results import HealthReport
@@ -237,6 +238,7 @@ def render_html(result: HealthReport, plots: list[PlotFile]) -> str:
         f"<h2>Super-weight candidates</h2>{_super_weights(result)}"
         f"<h2>Norm weights</h2>{_norms(result)}"
         f"<h2>Shallow FFN (Qwen companion)</h2>{_shallow(result)}{_towers(result)}"
+        f"{spectrum_html(result.get('spectrum'))}"
         "</body></html>\n"
     )
 

@@ -48,6 +48,10 @@ def compare_view(report: CompareReport) -> Group:
         for n in report["nearest"]:
             near.add_row(n["entry"], f"{n['distance']:.2f}", n["group"], ", ".join(n["kinds"]))
         parts.append(FitWidth(near))
+    if report.get("spectrum"):  # a row with spectra (fit --spectrum)
+        from .spectrum_view import compare_spectrum_table
+
+        parts.append(compare_spectrum_table(report["spectrum"]))
     findings = Text("Findings\n", style="bold")
     for line in report["findings"]:
         findings.append(f"  - {line}\n", style="")

@@ -340,6 +340,28 @@ class FitProgress:
         elif event == "advance" and self._progress is not None and self._task is not None:
             self._done += 1
             self._progress.update(self._task, done=self._done)
+        elif event == "spectrum-start":  # fit --spectrum's second pass: its own bar, advanced by flops
+            self._spectrum_bar(payload)
+        elif event == "spectrum-advance" and self._progress is not None and self._task is not None:
+            self._done += 1
+            self._progress.update(self._task, advance=payload, done=self._done)
+
+    def _spectrum_bar(self, payload: Any) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.close()
+        self._progress = Progress(
+            TextColumn("spectra", style="bold"),
+            BarColumn(bar_width=30),
+            TextColumn("{task.fields[done]}/{task.fields[matrices]} matrices"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task("spectra", total=payload["flops"], done=0, matrices=payload["matrices"])
+        self._done = 0
 
     def close(self) -> None:
         if self._progress is not None:

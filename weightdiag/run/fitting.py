@@ -13,6 +13,7 @@ from typing import Any
 from ..database.store import default_db_dir, iter_summaries, write_row
 from ..diagnose import lambda_axis
 from ..diagnose.kinds import interpret
+from ..diagnose.spectrum import holds_spectra_asked
 from ..errors import DatabaseError, HubUnreachableError, NotCachedError, RepoNotFoundError
 from ..execution import Execution
 from ..record.journal import Journal, resume_options
@@ -222,7 +223,11 @@ def resolve_row(
         if isinstance(exc, RepoNotFoundError) or not reuse or path.exists():
             raise
         named = list(iter_summaries(db, model_id=spec.split("@", 1)[0]))
-        rows = [r for r in find_rows(spec, protocol=options.protocol, rows=[r for _, r in named]) if not fit_variant(r)]
+        rows = [
+            r
+            for r in find_rows(spec, protocol=options.protocol, rows=[r for _, r in named])
+            if not fit_variant(r) and holds_spectra_asked(r, options.spectrum, options.farms)
+        ]
         if not rows:
             raise
         if "@" not in spec:  # ORG/NAME means main: never the newest row of another revision (issue 33)
@@ -245,7 +250,8 @@ def resolve_row(
             same_selection = run.get("include", []) == list(options.include) and run.get("exclude", []) == list(
                 options.exclude
             )
-            if row["model"].get("commit") == plan.commit and same_selection:
+            spectra = holds_spectra_asked(row, options.spectrum, options.farms)  # else fitted again with them
+            if row["model"].get("commit") == plan.commit and same_selection and spectra:
                 reader.close()
                 return load_row(next(p for p, r in named if r is row)), "database"
     row, _ = fit_and_save(plan, reader, options, progress, db if save else None, fresh=not reuse)

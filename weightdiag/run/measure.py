@@ -72,6 +72,17 @@ class FitOptions:
     # cluster at ray_address, else RAY_ADDRESS: reduce/cluster.py). The row is the same.
     executor: str = "local"
     ray_address: str | None = None
+    # Each matrix's spectrum too (--spectrum): WeightWatcher's metrics from the eigenvalues of its Gram, in a
+    # second pass over the matrices (run/spectrum.py); the row is then weightdiag.row/2.
+    spectrum: bool = False
+    # FARMS' aspect-ratio-corrected alpha as well (--farms, implies --spectrum): 225 windows of 2000 x 2000 per
+    # large matrix, about 100 s for 4096 x 14336 on 2 cores.
+    farms: bool = False
+
+    @property
+    def spectra(self) -> bool:
+        """Whether the fit takes the matrices' spectra (--spectrum or --farms)."""
+        return self.spectrum or self.farms
 
     def validate(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -232,6 +243,7 @@ def _measure(
     }
     started = time.perf_counter()
     verification = None
+    spectrum_run = None
     journaled_shards: set[int] = set(kept.skip_shards)
     try:
         for item, reduced in _reduce_all(todo, reader, execution, arch, options, progress):
@@ -281,6 +293,8 @@ def _measure(
                 progress("advance", ref)
         # finish() raises when a streamed shard's bytes do not match its hash; a download was checked at open.
         verification = reader.finish() or plan.verification
+        if options.spectra:  # a second pass, after the shards were verified (run/spectrum.py)
+            spectrum_run = _spectra(work, entries, reader, arch, options, execution, progress)
     except BaseException as exc:
         if journal is not None:
             if isinstance(exc, (BadInputError, VerificationError)):
@@ -299,6 +313,9 @@ def _measure(
 
         assert isinstance(reader, RayReader)
         row["run"]["cluster"] = reader.summary()
+    row = build_row(
+        plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes, verification, spectrum_run
+    )
     if kept.records:
         reused = [w for w in work if w.ref.name in kept.records]
         row["run"]["resumed"] = {
@@ -307,6 +324,29 @@ def _measure(
             "since": kept.started,
         }
     return row
+
+
+def _spectra(
+    work: list[_Work],
+    entries: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]],
+    reader: Reader,
+    arch: ArchInfo,
+    options: FitOptions,
+    execution: Execution,
+    progress: Callable[[str, Any], None] | None,
+) -> dict[str, Any]:
+    """Every matrix record's spectrum (and its fused parts'), put into the records; the row's `run.spectrum`."""
+    from .spectrum import SpectrumInput, attach, plan_spectra, record_names, run_info, take_spectra
+
+    inputs = [
+        SpectrumInput(item.ref, item.views, [] if item.views else _parts(item, arch, options)[0])
+        for item in work
+        if not item.vector
+    ]
+    planned = plan_spectra(inputs, lambda i: record_names(i.views, i.ref.name))
+    result = take_spectra(planned, reader, execution, farms=options.farms, progress=progress)
+    attached = attach(result, (m for w in work for m in entries[w.ref.name][0]))
+    return run_info(result, attached, options.farms)
 
 
 def _resume(journal: Journal | None, work: list[_Work], reader: Reader, options: FitOptions) -> Resumed:
@@ -491,7 +531,10 @@ def build_row(
     elapsed: float,
     total_bytes: int,
     verification: dict[str, Any] | None = None,
+    spectrum: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The measured row; `spectrum`: the spectrum pass's `run.spectrum` (the row is then weightdiag.row/2)."""
+    from ..record.schema import SCHEMA_SPECTRUM
     from ..source.local import content_fingerprint
 
     verified = (verification or {}).get("shards") or [False] * len(plan.shards)
@@ -500,7 +543,7 @@ def build_row(
     arch_json = arch.to_json()
     arch_json["attention"] = attention_architecture(arch)
     row: dict[str, Any] = {
-        "schema": SCHEMA,
+        "schema": SCHEMA_SPECTRUM if spectrum else SCHEMA,
         "model": {
             "id": plan.model_id,
             "source": plan.source,
@@ -543,6 +586,7 @@ def build_row(
             "include": list(options.include),
             "exclude": list(options.exclude),
             "verification": (verification or {}).get("summary") or "not verified: read from local files",
+            **({"spectrum": spectrum} if spectrum else {}),
         },
         "matrices": matrices,
         "vectors": vectors,

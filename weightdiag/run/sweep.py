@@ -33,6 +33,7 @@ from ..database.store import (
     write_row,
 )
 from ..diagnose.lambda_axis import step_from_revision
+from ..diagnose.spectrum import holds_spectra_asked
 from ..errors import (
     BadInputError,
     DatabaseError,
@@ -248,10 +249,12 @@ def fit_revision(task: dict[str, Any]) -> dict[str, Any]:
         if holder is not None:  # another sweep of this run is fitting it now: the work is shared, not doubled
             return asdict(Outcome(task["revision"], "claimed", detail=f"being fitted by another sweep ({holder})"))
         with contextlib.suppress(BadInputError):
-            load_row(target)  # written by another sweep since this one looked
-            return asdict(
-                Outcome(task["revision"], "existing", row_path=str(target), detail="row already in the database")
-            )
+            row = load_row(target)  # written by another sweep since this one looked
+            asked = task["options"].get("spectrum", False), task["options"].get("farms", False)
+            if holds_spectra_asked(row, *asked):  # else fitted again: the row lacks the spectra asked for
+                return asdict(
+                    Outcome(task["revision"], "existing", row_path=str(target), detail="row already in the database")
+                )
         return _fit_claimed(task, started)
 
 
@@ -529,10 +532,10 @@ def run_sweep(
     def existing(rev: Revision) -> Path | None:
         path = row_path(db, plan.model_id, rev.name, protocol, options)
         try:
-            load_row(path)
+            row = load_row(path)
         except BadInputError:
             return None
-        return path
+        return path if holds_spectra_asked(row, options.get("spectrum", False), options.get("farms", False)) else None
 
     # One revision per content identity does the work; the others copy its row.
     leaders: dict[tuple[str, ...], Revision] = {}

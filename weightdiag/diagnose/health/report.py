@@ -21,6 +21,7 @@ from .findings import category_of, finding, finish, matrix_findings
 from .nonfinite import nonfinite_findings
 from .norms import SINGLED, analyse_norms
 from .robust import Point, Series, analyse
+from .spectrum import spectrum_findings, spectrum_section
 from .superweights import super_weight_text, super_weights
 from .towers import split_towers, tower_section, tower_text
 
@@ -75,6 +76,8 @@ def health_report(row: Mapping[str, Any], top: int = 10, trim: str | None = None
         findings += t.pop("_nonfinite")
     norms, norm_findings = analyse_norms(row)
     findings += norm_findings
+    spectral, spectrum_note = spectrum_findings(row["matrices"])  # fit --spectrum: alpha out of band
+    findings += spectral
     shallow = shallow_ffn(row, cells, trim)
     for m in shallow["matrices"] if shallow else []:
         if m["second_population"] and not any(m["tensor"] in f["tensors"] for f in findings):
@@ -157,7 +160,10 @@ def health_report(row: Mapping[str, Any], top: int = 10, trim: str | None = None
             },
         },
     }
-    report["observations"] = _observations(report, row)
+    spectrum = spectrum_section(row["matrices"], findings)
+    if spectrum is not None:
+        report["spectrum"] = spectrum
+    report["observations"] = _observations(report, row) + ([spectrum_note] if spectrum_note else [])
     return cast(HealthReport, _finite(report))
 
 

@@ -1,0 +1,76 @@
+"""How many threads BLAS may use inside a block of code: the spectrum's Gram products run on the job's cores.
+
+numpy and scipy each load their own OpenBLAS (numpy.libs/libscipy_openblas64_*, scipy.libs/libscipy_openblas*):
+the Gram's dsyrk and the eigensolve are scipy's, a matrix product through numpy is numpy's. Each library
+starts as many threads as the machine has cores unless told otherwise, which is right for one job on a whole
+machine and wrong for a sweep worker given a share of the cores (Execution.threads). `blas_threads(n)` sets
+every OpenBLAS loaded in the process to n threads inside the block and restores each one after; where no
+OpenBLAS is found (another BLAS) it changes nothing. The libraries are found among the loaded ones, as
+threadpoolctl does (weightdiag/diff/blas.py does the same for numpy's alone).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import cache
+
+_PREFIXES = ("scipy_openblas_", "openblas_")
+_SUFFIXES = ("64_", "")
+_LOCK = threading.Lock()  # the setting is process-wide: one block changes it at a time
+
+Controls = tuple[Callable[[], int], Callable[[int], object]]
+
+
+@cache
+def openblas_controls() -> tuple[Controls, ...]:
+    """(get_num_threads, set_num_threads) of every OpenBLAS numpy and scipy loaded."""
+    import numpy  # noqa: F401  (loads its BLAS)
+    import scipy.linalg  # noqa: F401  (loads its own)
+
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line})
+    except OSError:
+        return ()
+    found: list[Controls] = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix in _PREFIXES:
+            controls = _controls(lib, prefix)
+            if controls is not None:
+                found.append(controls)
+                break
+    return tuple(found)
+
+
+def _controls(lib: ctypes.CDLL, prefix: str) -> Controls | None:
+    for suffix in _SUFFIXES:
+        get = getattr(lib, f"{prefix}get_num_threads{suffix}", None)
+        put = getattr(lib, f"{prefix}set_num_threads{suffix}", None)
+        if get is not None and put is not None:
+            get.restype = ctypes.c_int
+            put.argtypes = [ctypes.c_int]
+            return get, put
+    return None
+
+
+@contextmanager
+def blas_threads(threads: int) -> Iterator[None]:
+    """Every loaded OpenBLAS on `threads` threads inside the block (each restored after)."""
+    with _LOCK:
+        controls = openblas_controls()
+        before = [int(get()) for get, _ in controls]
+        for _, put in controls:
+            put(max(1, threads))
+    try:
+        yield
+    finally:
+        with _LOCK:
+            for (_, put), n in zip(controls, before, strict=True):
+                put(n)

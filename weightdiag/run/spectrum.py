@@ -1,0 +1,367 @@
+"""The spectrum of every matrix of a model (`fit --spectrum`): a second pass over the matrices, after the fits.
+
+Design. The Weibull fits need one pass of additive reductions, which the chunk engine runs on every core
+with chunks reduced where they land, in any order of arrival. A spectrum needs the Gram matrix WᵀW (or WWᵀ)
+summed over row blocks in row order, then an eigensolve: O(m·n·min(m, n)) flops where a fit's reduction is
+O(m·n). Folding the Gram into the engine would put dense BLAS work into its worker threads (which run one
+chunk each, single-threaded) and hold every chunk's values until its rows are in order: the plain fit
+would pay for it even with --spectrum off. So the spectrum is its own pass, run only when asked for, after
+the fits and the shards' verification, before the reader closes:
+
+- each selected matrix is read again through the same Reader, in file order, in row blocks
+  (reduce/row_stream.py: worker threads read and decode to float32, quantized weights with the decoders
+  `fit` uses, a few blocks ahead);
+- the caller's thread adds each block to the Gram of every record the tensor holds (the tensor itself, its
+  fused parts, or the records cut from it: one per expert of fused experts, MLA's k and v rows), with
+  multi-threaded BLAS on the job's cores (Execution.threads, reduce/blas.py), or with torch on the device
+  for --device cuda (reduce/gram_torch.py);
+- a record's eigenvalues are solved as soon as its last row is in, its metrics computed (fit/esd.py:
+  WeightWatcher 0.7.7's definitions) and its Gram dropped: records cut from one tensor whose rows follow each
+  other (experts) are never held at once.
+
+Memory: the Gram of the smaller side, n²·8 bytes for a tall matrix (134 MB for n = 4,096), plus for a wide
+one its rows (m·n·4: 235 MB for 4,096 x 14,336, whose WWᵀ is formed at the end), plus the blocks in flight
+(a few 8 MB blocks, and a fetching reader's buffers): under 1 GB for both of the issue's shapes, from local
+files and from the Hub (tests/test_spectrum_pipeline.py, benchmarks/bench_spectrum_cli.py). The bytes are
+read twice (once per pass): from the page cache for local files, over the network again for the Hub; the
+Gram's flops, not the reads, set the pass's time on CPUs (docs/spectrum.md, "Cost").
+
+A matrix with no spectrum gets `spectrum_skipped` instead (a tensor of 3 or more dimensions that is not
+cut into matrices, values that are not finite, a quantized layout whose records are not whole rows).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..execution import Execution
+from ..fit.esd import fit_spectrum
+from ..layout.views import View
+from ..record.spectrum import spectrum_record
+from ..reduce.blas import blas_threads
+from ..reduce.farms import FarmsWindows
+from ..reduce.gram import GramSpectrum, gram_eigenvalues
+from ..reduce.row_stream import Values, stream_values
+from ..segments import Segments, clip
+from ..source.plan import TensorRef
+from ..source.reader import Reader
+
+Key = tuple[str, int | None]  # (matrix record name, index of the fused part or None for the record itself)
+
+
+@dataclass(frozen=True)
+class SpectrumInput:
+    """One stored matrix whose records want spectra, as the fit planned it (run/measure.py's work item)."""
+
+    ref: TensorRef
+    views: Sequence[View] = ()  # records cut from the tensor (each its own matrix), or none
+    parts: Sequence[tuple[str, Segments]] = ()  # the fused parts of the record (kind, selection)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One matrix to take the spectrum of: the whole tensor, a fused part or a record cut from the tensor.
+
+    Its elements are `selection` of the tensor's logical flat elements (None: all), which in flat order form
+    a `rows` x `cols` matrix, row-major (the record's matrix or its transpose: the same singular values). For
+    a GPTQ/AWQ weight, streamed as rows of Wᵀ, `columns` are the rows of W selected (None: all)."""
+
+    key: Key
+    selection: Segments | None
+    rows: int
+    cols: int
+    shape: tuple[int, int]  # the record's (out, in), what SpectrumFit reports as rows x cols
+    columns: np.ndarray | None = None
+
+    def fed(self, packed: bool, ref: TensorRef) -> tuple[int, int]:
+        """The shape of the matrix whose row blocks the accumulator gets."""
+        if not packed:
+            return self.rows, self.cols
+        width = int(ref.shape[0]) if self.columns is None else int(self.columns.size)
+        return int(ref.shape[1]), width
+
+
+@dataclass
+class Plan:
+    """What the pass reads: the tensors (file order) and each one's targets; records it skips, and why."""
+
+    refs: list[TensorRef] = field(default_factory=list)
+    targets: list[list[Target]] = field(default_factory=list)
+    skipped: dict[Key, str] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return sum(len(t) for t in self.targets)
+
+
+def _whole_rows(seg: Segments, n: int) -> bool:
+    return seg.offset % n == 0 and seg.length % n == 0 and (seg.count == 1 or seg.stride % n == 0)
+
+
+def _selected_rows(seg: Segments, n: int) -> np.ndarray:
+    """The rows of an (m x n) matrix a whole-rows selection holds, in order."""
+    first, length, stride = seg.offset // n, seg.length // n, seg.stride // n
+    return np.concatenate([np.arange(first + k * stride, first + k * stride + length) for k in range(seg.count)])
+
+
+def _part_matrix(seg: Segments, n: int) -> tuple[int, int] | None:
+    """The matrix a fused part's elements form: whole rows (q/k/v rows of a fused qkv, gate/up halves), or one
+    run per row (GPT-2's c_attn columns); None for any other selection."""
+    if _whole_rows(seg, n):
+        return seg.numel // n, n
+    if seg.count > 1 and seg.stride == n and seg.offset % n + seg.length <= n:
+        return seg.count, seg.length
+    return None
+
+
+def plan_spectra(inputs: Sequence[SpectrumInput], names: Callable[[SpectrumInput], list[str]]) -> Plan:
+    """The targets of each input: its views (each one a record, named by `names`), or the record itself and its
+    fused parts. `names(input)` gives the record names the fit wrote for it, in view order."""
+    from ..decode.formats import selects_any_elements
+
+    plan = Plan()
+    for item in inputs:
+        ref = item.ref
+        record_names = names(item)
+        packed = ref.quant is not None and not selects_any_elements(ref.quant.spec.format)
+        n = int(ref.shape[-1])
+        targets: list[Target] = []
+        if item.views:
+            for view, name in zip([v for v in item.views if not v.vector], record_names, strict=True):
+                shape = (int(view.shape[0]), int(view.shape[1]))
+                if not packed:
+                    targets.append(Target((name, None), view.segments, view.rows, view.cols, shape))
+                elif view.cols == n and _whole_rows(view.segments, n) and not view.transposed:
+                    selected = _selected_rows(view.segments, n)
+                    targets.append(Target((name, None), view.segments, view.rows, view.cols, shape, selected))
+                else:
+                    plan.skipped[(name, None)] = "its rows are not whole rows of the stored GPTQ/AWQ codes"
+        else:
+            name = record_names[0]
+            if len(ref.shape) != 2:
+                plan.skipped[(name, None)] = (
+                    f"a tensor of {len(ref.shape)} dimensions, not cut into matrices: no matrix spectrum"
+                )
+                continue
+            m = int(ref.shape[0])
+            targets.append(Target((name, None), None, m, n, (m, n)))
+            for i, (_, seg) in enumerate(item.parts):
+                part = _part_matrix(seg, n)
+                if part is None or (packed and not _whole_rows(seg, n)):
+                    plan.skipped[(name, i)] = "the part's elements are not a matrix of whole rows or columns"
+                    continue
+                chosen = _selected_rows(seg, n) if packed else None
+                targets.append(Target((name, i), seg, part[0], part[1], part, chosen))
+        if targets:
+            plan.refs.append(ref)
+            plan.targets.append(targets)
+    return plan
+
+
+class Gram(Protocol):
+    """A Gram accumulator: reduce.gram.GramSpectrum (numpy) or reduce.gram_torch.TorchGramSpectrum."""
+
+    def add(self, r0: int, block: np.ndarray) -> None: ...
+
+
+GramFactory = Callable[[int, int], Gram]
+
+
+def gram_factory(device: str) -> GramFactory:
+    """BLAS (numpy/scipy) on the CPU, torch on any other device."""
+    if device == "cpu":
+        return GramSpectrum
+    from ..reduce.gram_torch import TorchGramSpectrum
+
+    return lambda m, n: TorchGramSpectrum(m, n, device)
+
+
+def solve(gram: Gram) -> np.ndarray | None:
+    """The accumulator's eigenvalues, or None when a value was not finite (no spectrum then)."""
+    if isinstance(gram, GramSpectrum):
+        g = gram.gram_upper()
+        if not np.isfinite(g).all():
+            return None
+        return gram_eigenvalues(g)
+    from ..reduce.gram_torch import TorchGramSpectrum
+
+    assert isinstance(gram, TorchGramSpectrum)
+    return gram.eigenvalues() if gram.finite() else None
+
+
+def flops(target: Target, packed: bool, ref: TensorRef) -> float:
+    """The work of one target: the Gram (2·m·n·min(m, n)) and the eigensolve (~(4/3)·min(m, n)³)."""
+    m, n = target.fed(packed, ref)
+    k = min(m, n)
+    return 2.0 * m * n * k + 4.0 / 3.0 * k**3
+
+
+class _Accumulating:
+    """One target's Gram (and FARMS' windows), fed its elements in order."""
+
+    def __init__(self, target: Target, fed: tuple[int, int], factory: GramFactory, farms: bool) -> None:
+        self.target = target
+        self.m, self.n = fed
+        self.gram: Gram | None = factory(self.m, self.n)
+        self.farms = FarmsWindows(self.m, self.n) if farms else None
+        self.row = 0
+        self._carry = np.zeros(0, dtype=np.float32)
+
+    @property
+    def done(self) -> bool:
+        return self.row >= self.m
+
+    def rows(self, block: np.ndarray) -> None:
+        assert self.gram is not None
+        self.gram.add(self.row, block)
+        if self.farms is not None:
+            self.farms.add(self.row, block)
+        self.row += block.shape[0]
+
+    def elements(self, values: np.ndarray) -> None:
+        """The target's next elements, in flat order: whole rows go to the Gram, a partial one waits."""
+        if self._carry.size:
+            values = np.concatenate([self._carry, values])
+        full = values.size - values.size % self.n
+        if full:
+            self.rows(values[:full].reshape(-1, self.n))
+        self._carry = values[full:].copy()  # a few elements: never a view that keeps the block alive
+
+
+def _selected(values: np.ndarray, first: int, selection: Segments) -> np.ndarray:
+    """The selection's elements among the block's flat elements [first, first + size), in order."""
+    parts = [seg.view(values).reshape(-1) for seg in clip(selection, first, first + values.size)]
+    if not parts:
+        return values[:0]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+@dataclass
+class SpectrumResult:
+    """What the pass found: each record's `spectrum` object, or why it has none."""
+
+    spectra: dict[Key, dict[str, Any]]
+    skipped: dict[Key, str]
+    seconds: float
+    device: str
+
+
+ProgressFn = Callable[[str, Any], None]
+
+
+def take_spectra(
+    plan: Plan,
+    reader: Reader,
+    execution: Execution,
+    *,
+    farms: bool = False,
+    progress: ProgressFn | None = None,
+    factory: GramFactory | None = None,
+) -> SpectrumResult:
+    """Read every planned tensor again in row blocks and take its targets' spectra (see the module docstring).
+    `factory`: the Gram accumulator (default: BLAS on the CPU, torch on execution.device otherwise)."""
+    from ..decode.formats import selects_any_elements
+
+    started = time.perf_counter()
+    factory = factory or gram_factory(execution.device)
+    spectra: dict[Key, dict[str, Any]] = {}
+    skipped = dict(plan.skipped)
+    packed = [r.quant is not None and not selects_any_elements(r.quant.spec.format) for r in plan.refs]
+    if progress:
+        work = sum(flops(t, p, r) for r, p, ts in zip(plan.refs, packed, plan.targets, strict=True) for t in ts)
+        progress("spectrum-start", {"matrices": plan.count, "flops": work})
+    open_: dict[Key, _Accumulating] = {}  # targets whose rows are arriving
+
+    def finish(acc: _Accumulating, job: int) -> None:
+        target = acc.target
+        assert acc.gram is not None
+        evals = solve(acc.gram)
+        acc.gram = None  # the Gram (or the held rows) go now, before the next target's
+        if evals is None:
+            skipped[target.key] = "values that are not finite (NaN or infinity): no spectrum"
+        else:
+            windows = acc.farms.eigenvalues() if acc.farms is not None else None
+            count = acc.farms.plan.count if acc.farms is not None else None
+            fit = fit_spectrum(evals, *target.shape, farms_evals=windows, farms_windows=count)
+            spectra[target.key] = spectrum_record(fit, evals)
+        if progress:
+            progress("spectrum-advance", flops(target, packed[job], plan.refs[job]))
+
+    with blas_threads(execution.threads):
+        for block in stream_values(plan.refs, reader, execution):
+            job = block.block.job
+            for target in plan.targets[job]:
+                data = _data(block, target)
+                if data is None:
+                    continue
+                acc = open_.get(target.key)
+                if acc is None:
+                    acc = _Accumulating(target, target.fed(packed[job], plan.refs[job]), factory, farms)
+                    open_[target.key] = acc
+                if block.transposed:
+                    acc.rows(data)
+                else:
+                    acc.elements(data)
+                if acc.done:
+                    finish(acc, job)
+                    del open_[target.key]
+            if block.block.last:
+                left = [t.key for t in plan.targets[job] if t.key in open_]
+                if left:
+                    raise AssertionError(f"{plan.refs[job].name}: rows of {left} never arrived")
+    return SpectrumResult(spectra, skipped, time.perf_counter() - started, execution.device)
+
+
+def _data(block: Values, target: Target) -> np.ndarray | None:
+    """The target's part of this block: rows of Wᵀ (its columns of them) for a GPTQ/AWQ weight, else its
+    elements in flat order; None when the block holds none of them."""
+    if block.transposed:
+        return block.values if target.columns is None else block.values[:, target.columns]
+    if target.selection is None:
+        return block.values
+    elements = _selected(block.values, block.first, target.selection)
+    return elements if elements.size else None
+
+
+def record_names(views: Sequence[View], tensor: str) -> list[str]:
+    """The names the fit gives the records of a tensor: `<tensor>[<label>]` per matrix view, else the tensor's."""
+    matrices = [v for v in views if not v.vector]
+    return [f"{tensor}[{v.label}]" for v in matrices] if matrices else [tensor]
+
+
+def attach(result: SpectrumResult, records: Iterator[dict[str, Any]]) -> int:
+    """Put each record's `spectrum` (or `spectrum_skipped`) into the matrix records (and their parts) the pass
+    planned; returns how many spectra were attached."""
+    attached = 0
+    for record in records:
+        name = record["name"]
+        found = result.spectra.get((name, None))
+        if found is not None:
+            record["spectrum"] = found
+            attached += 1
+        elif (name, None) in result.skipped:
+            record["spectrum_skipped"] = result.skipped[(name, None)]
+        for i, part in enumerate(record.get("parts", ())):
+            found = result.spectra.get((name, i))
+            if found is not None:
+                part["spectrum"] = found
+                attached += 1
+            elif (name, i) in result.skipped:
+                part["spectrum_skipped"] = result.skipped[(name, i)]
+    return attached
+
+
+def run_info(result: SpectrumResult, matrices: int, farms: bool) -> dict[str, Any]:
+    """The row's `run.spectrum`."""
+    return {
+        "seconds": round(result.seconds, 3) if math.isfinite(result.seconds) else None,
+        "matrices": matrices,
+        "device": result.device,
+        "farms": farms,
+    }
