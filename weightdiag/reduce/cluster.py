@@ -50,6 +50,7 @@ from .vectors import VectorSummary
 MIN_TASK_BYTES = 64 << 20
 TASKS_PER_SLOT = 2
 MAX_RETRIES = 3  # a task whose worker or node is lost is run again (Ray's retries), then the fit fails
+DRAIN_SECONDS = 10.0  # after an error, how long the tasks already running may take to end before disconnecting
 # What a task holds besides its chunk buffers: the interpreter, numpy, weightdiag, Ray's worker.
 TASK_BASE_MEMORY = 384 << 20
 RESULT_BYTES_PER_CHUNK = 256 << 10  # a chunk's packed partial results, generously (BF16: ~50 KB)
@@ -485,6 +486,10 @@ class RayReader(Reader):
         finally:
             if not finished:
                 self.cancel()
+                # Let the tasks already running end before close() disconnects: a task failing while the driver
+                # shuts down makes Ray's core print "Failed to push error to driver" on the user's terminal.
+                if in_flight:
+                    ray.wait(list(in_flight), num_returns=len(in_flight), timeout=DRAIN_SECONDS)
 
     def _outcome(self, ref: Any) -> TaskOutcome:
         """A finished task's outcome; its error raised here, one line naming the node."""

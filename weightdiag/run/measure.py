@@ -307,15 +307,14 @@ def _measure(
     elapsed = time.perf_counter() - started
     matrices = [m for w in work for m in entries[w.ref.name][0]]  # file order, whichever run measured them
     vectors = [v for w in work for v in entries[w.ref.name][1]]
-    row = build_row(plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes, verification)
+    row = build_row(
+        plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes, verification, spectrum_run
+    )
     if options.executor == "ray":  # run metadata: which nodes read what
         from ..reduce.cluster import RayReader
 
         assert isinstance(reader, RayReader)
         row["run"]["cluster"] = reader.summary()
-    row = build_row(
-        plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes, verification, spectrum_run
-    )
     if kept.records:
         reused = [w for w in work if w.ref.name in kept.records]
         row["run"]["resumed"] = {
