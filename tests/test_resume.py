@@ -115,11 +115,14 @@ def test_other_options_and_a_torn_journal(model, tmp_path):
     assert row["run"]["resumed"]["tensors"] == 5
 
 
-def test_another_tool_version_starts_over(model, tmp_path, monkeypatch):
+def test_another_tool_build_starts_over(model, tmp_path, monkeypatch):
+    """The build identity hashes the package's sources: a journal written by another build is not reused,
+    even when __version__ is the same (it has been 0.1.0 in every commit)."""
     db = tmp_path / "db"
+    monkeypatch.setattr("weightdiag.record.journal.build_identity", lambda: "0.1.0+an-older-build")
     with pytest.raises(KeyboardInterrupt):
         _fit(str(model), db, _StopAfter(5))
-    monkeypatch.setattr("weightdiag.record.journal.__version__", "9.9.9")
+    monkeypatch.undo()
     assert "resumed" not in _fit(str(model), db)["run"]
 
 

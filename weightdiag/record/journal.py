@@ -1,17 +1,26 @@
 """Resumable fits: the records of tensors already measured, kept beside the database until the row is written.
 
 A fit appends each tensor's records (what the row will hold for it) to a journal as soon as they are
-computed, in `<db>/rows/.partial/<row file name>/`: `manifest.json` (what was being fitted: the model, its
-revision, the fit options that change a record, and each shard's identity) and `records.jsonl` (one line
-per tensor, appended and flushed; a line torn by a crash is ignored). When the row is written the journal
-is removed. A later fit of the same model with the same options reads it back and skips those tensors.
+computed, in `<db>/rows/.partial/<row file name>/`: `manifest.json` (what was being fitted, see below, and
+who wrote it: host, pid, when) and `records.jsonl` (one line per tensor, appended and flushed, each with the
+sha256 of its canonical JSON). When the row is written the journal is removed. A later fit of the same model
+with the same options reads it back and skips those tensors. `weightdiag db journals` lists the journals of a
+database and `weightdiag db gc` removes the stale ones (weightdiag.database.journals).
 
 What may be reused, and why it is exact:
-- Records are deterministic functions of a tensor's bytes and the options; JSON keeps every float's
-  exact value (shortest repr round-trips), so a resumed row's records equal an uninterrupted fit's.
+- Records are deterministic functions of a tensor's bytes, of what the plan read beside them (config.json
+  with its quantization_config, hf_quant_config.json, the shards' headers and index), of the options, of
+  the kernels (C or numpy: they differ in the last digits of F32 sums) and of the code. The manifest names
+  each: a hash of the plan's config, quantization config, metadata and tensor table; the fit options that
+  change a record; the kernels; and the build (a hash of the package's own .py and .c sources, so any
+  change of the code counts, where `__version__` would not). JSON keeps every float's exact value
+  (shortest repr round-trips), so a resumed row's records equal an uninterrupted fit's.
 - A shard's identity must be unchanged: its name, size and header hash always; its sha256 (Hub, HF
   cache, --hash) when known; for local files without one, also its modification time and inode. Any
-  change, another tool version or other options: the journal is discarded and the fit starts over.
+  change: the journal is discarded, with one line on stderr saying why, and the fit starts over.
+- Each record is checked as the row's reader checks it (record.schema: one schema), against its checksum,
+  and against the records its tensor gives in this fit (names, matrix or vector); a record that fails
+  (damaged, cut off, emptied) is dropped with one line on stderr and its tensor read again.
 - Where the reader verifies shards by sha256 (the Hub), the records of a shard are reused only once the
   whole shard was read and its hash matched (the reader reports that shard by shard); a shard cut off
   mid-way is read again whole, since its hash needs every byte anyway. Files read locally are not
@@ -21,19 +30,29 @@ What may be reused, and why it is exact:
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 import os
+import platform
 import shutil
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from .. import __version__, kernels
 from ..source.plan import ModelPlan
+from .schema import MatrixRecord, VectorRecord, problem_of
 
-SCHEMA = "weightdiag.resume/1"
+# /2: the manifest names the plan, the kernels and the build; every record carries its sha256. A journal of /1
+# is not reused (its manifest differs).
+SCHEMA = "weightdiag.resume/2"
 PARTIAL_DIR = ".partial"  # rows/.partial/<row file name>/: the journal of a fit that has not written its row
+MANIFEST = "manifest.json"
+RECORDS = "records.jsonl"
+WRITER = "writer"  # the manifest's key for who wrote it and when: not part of what is compared
 
 
 @dataclass(frozen=True)
@@ -45,6 +64,15 @@ class Entry:
     vectors: list[dict[str, Any]]
 
 
+@dataclass(frozen=True)
+class Expected:
+    """What this fit makes of a tensor: its shard and the names of its matrix and vector records, in order."""
+
+    shard: int
+    matrices: tuple[str, ...]
+    vectors: tuple[str, ...]
+
+
 @dataclass
 class Resumed:
     """Records read back from an interrupted fit: per tensor name, (matrix records, vector records)."""
@@ -52,6 +80,52 @@ class Resumed:
     records: dict[str, Entry] = field(default_factory=dict)
     skip_shards: set[int] = field(default_factory=set)  # whole shards done and verified: not read at all
     started: str | None = None  # when the interrupted fit began (UTC, ISO 8601)
+
+
+@functools.cache
+def build_identity() -> str:
+    """The version and a hash of the package's own sources (.py and .c): it changes whenever the code does,
+    where `__version__` stays 0.1.0 across commits. Read once per process (~1 MB, a few ms)."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".c") and "__pycache__" not in p.parts):
+        with contextlib.suppress(OSError):
+            digest.update(path.relative_to(root).as_posix().encode("utf-8", "surrogateescape") + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return f"{__version__}+{digest.hexdigest()[:16]}"
+
+
+def kernels_in_use() -> str:
+    """The kernels this process reduces with now: "c" or "numpy" (their F32 sums differ in the last digits)."""
+    return "c" if kernels.HAVE_C else "numpy"
+
+
+def _canonical(document: Any) -> bytes:
+    # ensure_ascii: names holding lone surrogates (undecodable bytes) hash too
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=True, default=str).encode("ascii")
+
+
+def _plan_identity(plan: ModelPlan) -> str:
+    """A hash of everything the plan read besides the shards' bytes that shapes a record: config.json (with
+    its quantization_config), hf_quant_config.json, the headers' metadata and tensor table (the index's map)."""
+    tensors = [
+        {
+            "name": t.name,
+            "dtype": t.dtype.name,
+            "shape": t.shape,
+            "at": [t.shard, t.start, t.end, t.stored_nbytes],
+            "as": [t.note, t.stored_type, t.quantization, t.quant.spec.to_json() if t.quant is not None else None],
+        }
+        for t in plan.tensors
+    ]
+    document = {
+        "config": plan.config,
+        "quant_config": plan.quant_config,
+        "metadata": plan.metadata,
+        "format": plan.file_format,
+        "tensors": tensors,
+    }
+    return hashlib.sha256(_canonical(document)).hexdigest()
 
 
 def _shard_identity(plan: ModelPlan, index: int) -> dict[str, Any]:
@@ -74,23 +148,73 @@ def _shard_identity(plan: ModelPlan, index: int) -> dict[str, Any]:
 
 
 def manifest(plan: ModelPlan, options: dict[str, Any]) -> dict[str, Any]:
-    """What a journal belongs to; a journal is reused only under an equal manifest (but its start time)."""
+    """What a journal belongs to; a journal is reused only under an equal manifest (but its writer)."""
     return {
         "schema": SCHEMA,
-        "tool": __version__,
+        "build": build_identity(),
+        "kernels": kernels_in_use(),
         "model": {"id": plan.model_id, "source": plan.source, "revision": plan.revision, "commit": plan.commit},
         "options": options,
+        "plan": _plan_identity(plan),
         "shards": [_shard_identity(plan, i) for i in range(len(plan.shards))],
     }
+
+
+def writer(started: str, location: str) -> dict[str, Any]:
+    """Who writes a journal: `db journals` shows the host, `db gc` never removes one whose process lives."""
+    pidns = None
+    with contextlib.suppress(OSError):
+        pidns = os.stat("/proc/self/ns/pid").st_ino  # containers may share a hostname, never a pid namespace
+    return {"started": started, "host": platform.node(), "pidns": pidns, "pid": os.getpid(), "location": location}
+
+
+# Why a journal is not reused, by the first manifest field that differs (in this order).
+_WHY = {
+    "schema": "it was written by another version of weightdiag",
+    "build": "it was written by another build of weightdiag (the code changed since)",
+    "kernels": "it was measured with other kernels (C or numpy)",
+    "model": "it belongs to another checkpoint",
+    "options": "it was fitted with other options",
+    "plan": "config.json or another file of the checkpoint changed since",
+    "shards": "a shard file changed since",
+}
+
+
+def mismatch(old: Any, new: dict[str, Any]) -> str | None:
+    """Why the manifest `old` (read back) is not `new`'s, None when they match (their writers aside)."""
+    if not isinstance(old, dict):
+        return "its manifest is unreadable"
+    for key in _WHY:
+        if old.get(key) != new.get(key):
+            return _WHY[key] if key != "schema" or old.get(key) else "its manifest is unreadable"
+    extra = set(old) - set(new) - {WRITER}
+    return f"its manifest holds {sorted(extra)[0]!r}, unknown to this weightdiag" if extra else None
+
+
+def digest(entry: dict[str, Any]) -> str:
+    """The sha256 of a journal line's canonical JSON, its own `sha256` left out."""
+    return hashlib.sha256(_canonical({k: v for k, v in entry.items() if k != "sha256"})).hexdigest()
+
+
+def warn(text: str) -> None:
+    """One line on stderr: the journal is below the command line, and what it drops must be said wherever it
+    runs (fit, compare, sweep's workers)."""
+    line = f"warning: {text}\n"
+    stream = sys.stderr
+    if stream is not None:
+        with contextlib.suppress(OSError, ValueError):
+            stream.write(line.encode("utf-8", "backslashreplace").decode("utf-8"))
+            stream.flush()
 
 
 class Journal:
     """One fit's journal: open it before the fit, `add` each tensor's records, `close` on success."""
 
-    def __init__(self, folder: Path, document: dict[str, Any], verifies: bool) -> None:
+    def __init__(self, folder: Path, document: dict[str, Any], verifies: bool, location: str = "") -> None:
         self.folder = folder
         self.document = document
         self.verifies = verifies  # the reader checks shards by sha256: reuse only verified shards
+        self.location = location
         self._file: Any = None
         self._written = False
 
@@ -98,31 +222,65 @@ class Journal:
     def for_row(
         cls, rows_dir: Path, row_file: str, plan: ModelPlan, options: dict[str, Any], verifies: bool
     ) -> Journal:
-        return cls(rows_dir / PARTIAL_DIR / row_file, manifest(plan, options), verifies)
+        return cls(rows_dir / PARTIAL_DIR / row_file, manifest(plan, options), verifies, plan.location)
 
     # -- reading back ----------------------------------------------------------------------------------
 
-    def load(self, shard_of: dict[str, int], tensors_in: dict[int, int]) -> Resumed:
-        """What an interrupted fit left that this fit may reuse: `shard_of` maps each tensor this fit reads
-        to its shard, `tensors_in` counts them per shard. A journal that does not match is removed."""
+    def load(self, expected: dict[str, Expected]) -> Resumed:
+        """What an interrupted fit left that this fit may reuse: `expected` holds, for each tensor this fit
+        reads, its shard and the records it gives. A journal that does not match is removed (one line says
+        why); a record that is damaged is dropped (one line says how many) and its tensor read again."""
         try:
-            old = json.loads((self.folder / "manifest.json").read_text(encoding="utf-8"))
+            text = (self.folder / MANIFEST).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            self.discard()  # none, or one cut off before its manifest: nothing to say
+            return Resumed()
         except (OSError, ValueError):
+            text = ""
+        try:
+            old = json.loads(text)
+        except (ValueError, RecursionError):
+            old = None
+        why = mismatch(old, self.document)
+        if why is not None:
+            warn(f"{self.folder}: the journal of an interrupted fit is not reused: {why}; the fit starts over")
             self.discard()
             return Resumed()
-        started = old.pop("started", None) if isinstance(old, dict) else None
-        if old != self.document:
-            self.discard()  # another checkpoint, version or options: nothing in it is ours
+        written = old.get(WRITER) if isinstance(old.get(WRITER), dict) else {}
+        started = written.get("started") if isinstance(written.get("started"), str) else None
+        try:
+            return self._records(expected, started)
+        except Exception as exc:  # never a fit lost to its journal: anything unforeseen, and it starts over
+            warn(f"{self.folder}: the journal is unreadable ({type(exc).__name__}); the fit starts over")
+            self.discard()
             return Resumed()
+
+    def _records(self, expected: dict[str, Expected], started: str | None) -> Resumed:
         entries: dict[str, Entry] = {}
         verified: set[int] = set()
-        for line in _lines(self.folder / "records.jsonl"):
-            if "verified_shard" in line:
-                verified.add(int(line["verified_shard"]))
-            elif line.get("name") in shard_of and line.get("shard") == shard_of[line["name"]]:
-                entries[line["name"]] = Entry(
-                    line["shard"], list(line.get("matrices") or []), list(line.get("vectors") or [])
-                )
+        damaged: list[str] = []
+        path = self.folder / RECORDS
+        for number, line in _lines(path):
+            if isinstance(line, str):  # not JSON: cut off by the interruption, or damaged
+                damaged.append(f"line {number}: {line}")
+                continue
+            problem = _problem(line, expected)
+            if problem is not None:
+                damaged.append(f"line {number}: {problem}")
+            elif "verified_shard" in line:
+                verified.add(line["verified_shard"])
+            elif line["name"] in expected:
+                entries[line["name"]] = Entry(line["shard"], line["matrices"], line["vectors"])
+        if damaged:
+            n = len(damaged)
+            more = f", and {n - 1} more" if n > 1 else ""
+            warn(
+                f"{path}: {n} damaged journal record{'s' if n > 1 else ''} dropped ({damaged[0]}{more}); "
+                f"{'their tensors are' if n > 1 else 'its tensor is'} read again"
+            )
+        tensors_in: dict[int, int] = {}
+        for e in expected.values():
+            tensors_in[e.shard] = tensors_in.get(e.shard, 0) + 1
         done_per_shard: dict[int, int] = {}
         for entry in entries.values():
             done_per_shard[entry.shard] = done_per_shard.get(entry.shard, 0) + 1
@@ -143,9 +301,10 @@ class Journal:
             # Whole or absent (a manifest cut off by a crash is unreadable: the journal is discarded). Not
             # db.write_text_atomic: the measurement stage imports nothing of the database.
             temporary = self.folder / f".manifest.json.{os.getpid()}.tmp"
-            temporary.write_text(json.dumps({**self.document, "started": kept.started or started}), encoding="utf-8")
-            os.replace(temporary, self.folder / "manifest.json")
-            self._file = open(self.folder / "records.jsonl", "a", encoding="utf-8")  # noqa: SIM115 (open until close)
+            document = {**self.document, WRITER: writer(kept.started or started, self.location)}
+            temporary.write_text(json.dumps(document), encoding="utf-8")
+            os.replace(temporary, self.folder / MANIFEST)
+            self._file = open(self.folder / RECORDS, "a", encoding="utf-8")  # noqa: SIM115 (open until close)
         except OSError:  # a full disk: the fit goes on (its row may still reach --json), it only cannot be resumed
             self.discard()
             return
@@ -170,7 +329,7 @@ class Journal:
         if self._file is None:
             return
         try:
-            self._file.write(json.dumps(entry, allow_nan=True) + "\n")
+            self._file.write(json.dumps({**entry, "sha256": digest(entry)}, allow_nan=True) + "\n")
             if flush:
                 self._file.flush()  # in the OS's hands: survives a kill, if not a power cut
             self._written = True
@@ -182,6 +341,10 @@ class Journal:
             with contextlib.suppress(OSError):
                 self._file.close()
             self._file = None
+
+    def size(self) -> int:
+        """Bytes the journal takes on disk now."""
+        return folder_bytes(self.folder)
 
     def suspend(self) -> None:
         """The fit stopped before its row was written: keep what is journaled for the next run (if anything)."""
@@ -197,16 +360,64 @@ class Journal:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _lines(path: Path) -> Iterable[dict[str, Any]]:
+def folder_bytes(folder: Path) -> int:
+    """The bytes of the files under `folder` (0 when it is not there)."""
+    total = 0
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+_RECORD_TYPES = (("matrices", MatrixRecord), ("vectors", VectorRecord))
+
+
+def _problem(line: dict[str, Any], expected: dict[str, Expected]) -> str | None:
+    """What is wrong with a journal line, None when it may be reused (or belongs to no tensor of this fit)."""
+    if not isinstance(line.get("sha256"), str):
+        return "no checksum"
+    if line["sha256"] != digest(line):
+        return "bad checksum"
+    if "verified_shard" in line:
+        shard = line["verified_shard"]
+        return None if isinstance(shard, int) and not isinstance(shard, bool) else "not a shard number"
+    name = line.get("name")
+    if not isinstance(name, str):
+        return "no tensor name"
+    want = expected.get(name)
+    if want is None:
+        return None  # a tensor this fit does not read: left alone
+    if line.get("shard") != want.shard:
+        return f"{name}: another shard"
+    for key, typed in _RECORD_TYPES:
+        records = line.get(key)
+        if not isinstance(records, list):
+            return f"{name}: no list of {key}"
+        names = tuple(r.get("name") if isinstance(r, dict) else None for r in records)
+        if names != getattr(want, key):
+            return f"{name}: {len(records)} {key} records, where the tensor gives {len(getattr(want, key))}"
+        for i, record in enumerate(records):
+            problem = problem_of(typed, record, f"{key}[{i}]")
+            if problem is not None:
+                return f"{name}: {problem}"
+    return None
+
+
+def _lines(path: Path) -> Iterable[tuple[int, dict[str, Any] | str]]:
+    """Each line's number and its JSON object; for a line that is none, why (a text)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            for text in f:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            for number, text in enumerate(f, 1):
+                if not text.strip():
+                    yield number, "empty"
+                    continue
                 try:
                     entry = json.loads(text)
-                except ValueError:
-                    continue  # a line cut off by the interruption
-                if isinstance(entry, dict):
-                    yield entry
+                except (ValueError, RecursionError):
+                    yield number, "cut off or not JSON"
+                    continue
+                yield number, entry if isinstance(entry, dict) else "not a JSON object"
     except OSError:
         return
 

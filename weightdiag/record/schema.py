@@ -637,6 +637,19 @@ def _derive(tp: Any, nullable: bool) -> Check:
 
 
 ROW = check_of(Row)
+
+
+def problem_of(tp: Any, value: object, where: str) -> str | None:
+    """What is wrong with `value` as a part of a row of type `tp` (MatrixRecord, VectorRecord, ...), in the words
+    load_row uses (`field 'matrices[0].stats' is missing`); None when it passes. The one check of a record, for
+    the rows and for the journal of a fit in progress (weightdiag.record.journal)."""
+    try:
+        check_of(tp)(value, where)
+    except _Bad as bad:
+        return f"field '{bad.field}' {bad.problem}"
+    return None
+
+
 # A rule no type states: a cohort row (model.source "cohort") names its cohort, which kinds_table reads.
 _COHORT_MODEL = _record({"cohort": check_of(str)}, {})
 

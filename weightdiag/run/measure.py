@@ -37,7 +37,7 @@ from ..layout import (
     tied_head,
 )
 from ..layout.views import View, views_of, whole_rows
-from ..record.journal import Journal, Resumed
+from ..record.journal import Expected, Journal, Resumed
 from ..record.row import SCHEMA, matrix_record, vector_offset, vector_record
 from ..reduce.reduction import Reduction
 from ..reduce.vectors import VectorSummary, values_of
@@ -352,15 +352,20 @@ def _resume(journal: Journal | None, work: list[_Work], reader: Reader, options:
     """Open the journal: the records an interrupted fit of the same checkpoint left, the shards to skip."""
     if journal is None:
         return Resumed()
-    shard_of = {w.ref.name: w.ref.shard for w in work}
-    per_shard: dict[int, int] = {}
-    for w in work:
-        per_shard[w.ref.shard] = per_shard.get(w.ref.shard, 0) + 1
-    kept = journal.load(shard_of, per_shard)
+    kept = journal.load({w.ref.name: _expected(w) for w in work})
     if kept.skip_shards:
         reader.skip_shards(kept.skip_shards)
     journal.start(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), kept)
     return kept
+
+
+def _expected(item: _Work) -> Expected:
+    """The records this fit makes of a tensor (as _measure and _view_records name them): what a journal's
+    record of it must hold to be reused."""
+    names = tuple(f"{item.ref.name}[{v.label}]" for v in item.views) if item.views else (item.ref.name,)
+    if item.vector:
+        return Expected(item.ref.shard, (), names)
+    return Expected(item.ref.shard, names, ())
 
 
 def _view_records(

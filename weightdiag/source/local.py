@@ -199,7 +199,10 @@ def content_fingerprint(plan: ModelPlan) -> str:
     layout (names, sizes, headers) and where it lies, so that two runs' same-shaped checkpoints differ."""
     h = hashlib.sha256()
     for shard in plan.shards:
-        h.update(f"{shard.name}\0{shard.size}\0{shard.sha256 or shard.header_sha256}\n".encode())
+        # surrogateescape: a file name that is not UTF-8 (byte 0xff) is hashed as its bytes, as os.fsencode does
+        h.update(
+            f"{shard.name}\0{shard.size}\0{shard.sha256 or shard.header_sha256}\n".encode("utf-8", "surrogateescape")
+        )
     if any(shard.sha256 is None for shard in plan.shards):
         h.update(b"\0at\0" + os.fsencode(os.path.realpath(plan.location)))
     return h.hexdigest()[:12]
