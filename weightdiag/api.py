@@ -496,6 +496,26 @@ def list_rows(
     return records
 
 
+def list_journals(db_dir: str | Path | None = None) -> list[Any]:
+    """`weightdiag db journals`: the journals of interrupted fits in the database (database.journals.JournalInfo)."""
+    from .database.journals import journals
+    from .database.store import require_database
+
+    db = Path(db_dir) if db_dir else None
+    require_database(db)
+    return journals(db or default_db_dir())
+
+
+def collect_journals(db_dir: str | Path | None = None, *, everything: bool = False, dry_run: bool = False) -> list[Any]:
+    """`weightdiag db gc`: remove the stale journals (`everything`: every one not being fitted); those removed."""
+    from .database.journals import collect
+    from .database.store import require_database
+
+    db = Path(db_dir) if db_dir else None
+    require_database(db)
+    return collect(db or default_db_dir(), everything=everything, dry_run=dry_run)
+
+
 def show_row(row_id: str, db_dir: str | Path | None = None, *, summary: bool = False) -> Row:
     """`weightdiag db show`: one row by the id `db list` prints, a row file's name, or its path; with
     summary=True a database row may come without its per-matrix records (`counts` says how many)."""

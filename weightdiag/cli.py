@@ -846,6 +846,62 @@ def db_show(
     _emit(row, view, as_json=as_json, quiet=quiet)
 
 
+@db_app.command("journals")
+def db_journals(db: DbOption = None, as_json: JsonOption = False, quiet: QuietOption = False) -> None:
+    """List the journals of interrupted fits (rows/.partial): model, revision, size, age, host and state."""
+    from .api import list_journals
+    from .render.tables import counted
+
+    found = list_journals(db)
+
+    def view() -> Any:
+        lines = [
+            f"{j.model or '?'}@{j.revision or '-'}  {j.size / 1e6:.1f} MB  {_age(j.age)} ago  {j.host or '?'}  "
+            f"{j.state}{': ' + j.why if j.why else ''}  {j.folder}"
+            for j in found
+        ]
+        return _Verbatim("".join(line + "\n" for line in lines) or "no journals\n")
+
+    _emit([j.to_json() for j in found], view, as_json=as_json, quiet=quiet)
+    stale = [j for j in found if j.state == "stale"]
+    if stale:
+        _say(f"{counted(len(stale), 'stale journal')}: `weightdiag db gc` removes them", quiet)
+
+
+@db_app.command("gc")
+def db_gc(
+    db: DbOption = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Also the journals of interrupted fits (their next fit starts over).")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be removed.")] = False,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Remove stale journals (rows/.partial), and with --all every one not being fitted; never one whose fit is
+    running (a live sweep claim, a live process of this host, or another host's journal written within a day)."""
+    from .api import collect_journals
+    from .render.tables import counted
+
+    removed = collect_journals(db, everything=every, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+
+    def view() -> Any:
+        lines = [f"{verb} {j.folder} ({j.size / 1e6:.1f} MB: {j.why or j.state})" for j in removed]
+        return _Verbatim("".join(line + "\n" for line in lines))
+
+    _emit([j.to_json() for j in removed], view, as_json=as_json, quiet=quiet)
+    total = sum(j.size for j in removed) / 1e6
+    _say(f"{counted(len(removed), 'journal')} {verb}, {total:.1f} MB{' would be' if dry_run else ''} freed", quiet)
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
 @db_app.command("export")
 def db_export(
     fmt: Annotated[str, typer.Option("--format", metavar="FORMAT", help="csv or jsonl.")] = "csv",
@@ -1242,6 +1298,8 @@ SHORT_HELP = {
     "list": "List cohort entries and fitted rows.",
     "show": "Show one row's per-kind table.",
     "export": "Export the rows as CSV or JSONL.",
+    "journals": "List the journals of interrupted fits.",
+    "gc": "Remove stale journals.",
 }
 
 

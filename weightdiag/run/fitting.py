@@ -134,13 +134,71 @@ def fit_and_save(
     if db is None:
         return row, None
     try:
+        if journal is not None:
+            _room_for_row(row, db, journal)
         path = save_row(row, db)
     except DatabaseError as exc:  # the fit is done: hand its row to the caller all the same (fit --json prints it)
+        exc = _naming_journals(exc, db)
         exc.unsaved_row = row
-        raise
+        raise exc from None
     if journal is not None:
         journal.discard()  # the row holds it all now
     return row, path
+
+
+ROOM_MARGIN = 1 << 20  # beside the row: its summary, and what other writers may take meanwhile
+
+
+def _room_for_row(row: Row, db: Path, journal: Journal) -> None:
+    """Journals never cost the row: when the disk cannot take the row but could without this fit's own journal
+    (its records are all in the row), the journal goes first; when even that is not enough, DatabaseError says
+    what takes the space, before anything is written."""
+    import json
+    import shutil
+
+    from ..database.store import ROWS_DIR
+    from ..record.journal import warn
+
+    rows = db / ROWS_DIR
+    try:
+        free = shutil.disk_usage(rows if rows.is_dir() else db).free
+    except OSError:
+        return  # not there yet, or no statvfs: the write itself says what fails
+    need = len(json.dumps(row, indent=1, allow_nan=True)) + ROOM_MARGIN
+    if free >= need:
+        return
+    own = journal.size()
+    if own and free + own >= need:
+        journal.discard()
+        warn(f"{journal.folder}: this fit's journal ({_size(own)}) is removed to make room for its row")
+        return
+    raise DatabaseError(
+        f"cannot write a row into {rows}: {_size(free)} free, the row needs {_size(need)}; free some space, "
+        "pass another --db, or --no-save",
+        folder=rows,
+    )
+
+
+def _naming_journals(exc: DatabaseError, db: Path) -> DatabaseError:
+    """`exc`, its message naming rows/.partial and how to clear it when journals take space there."""
+    from ..database.store import ROWS_DIR
+    from ..record.journal import PARTIAL_DIR, folder_bytes
+
+    partial = db / ROWS_DIR / PARTIAL_DIR
+    held = folder_bytes(partial)
+    if not held:
+        return exc
+    message = (
+        f"{exc}; {partial} holds {_size(held)} of journals of interrupted fits: `weightdiag db journals --db {db}` "
+        f"lists them, `weightdiag db gc --db {db}` removes the stale ones (--all: every one not being fitted)"
+    )
+    named = DatabaseError(message, folder=exc.folder)
+    named.unsaved_row = exc.unsaved_row
+    return named
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
 def open_journal(plan: ModelPlan, reader: Reader, options: FitOptions, db: Path) -> Journal:
