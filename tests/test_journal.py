@@ -246,6 +246,21 @@ def test_the_journal_is_removed_once_the_row_is_written(model, tmp_path):
     assert list((tmp_path / "sw" / "rows").glob("*.json")) and not _journals(tmp_path / "sw")
 
 
+def test_a_journal_that_cannot_be_removed_is_said_and_gc_takes_it(model, tmp_path, monkeypatch):
+    database = tmp_path / "db"
+    folder = _interrupted(model, database)
+    monkeypatch.setattr(journal_module.shutil, "rmtree", lambda *args, **kwargs: None)  # as a file it cannot remove
+    out = run_cli("fit", str(model), "--device", "cpu", "--db", str(database), "-q")
+    assert out.returncode == 0, out.stderr
+    assert f"{folder}: this fit's journal could not be removed; `weightdiag db gc` removes it" in out.stderr
+    monkeypatch.undo()
+    (listed,) = json.loads(run_cli("db", "journals", "--db", str(database), "--json").stdout)
+    if listed["state"] == "running":  # written by this process, which lives: as another process's would be
+        _set_writer(folder, pid=_dead_pid())
+    assert run_cli("db", "gc", "--db", str(database)).returncode == 0
+    assert not _journals(database)
+
+
 def _disk(monkeypatch, free: Callable[[], int]) -> None:
     real = shutil.disk_usage
 
@@ -313,9 +328,11 @@ def _dead_pid() -> int:
 
 def _set_writer(folder: Path, **fields) -> None:
     path = folder / "manifest.json"
+    st = path.stat()
     document = json.loads(path.read_text())
     document[WRITER].update(fields)
     path.write_text(json.dumps(document))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # as its writer left it
 
 
 def test_db_journals_lists_and_db_gc_removes_only_the_stale(model, tmp_path):

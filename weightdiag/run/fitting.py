@@ -143,10 +143,15 @@ def fit_and_save(
         raise exc from None
     if journal is not None:
         journal.discard()  # the row holds it all now
+        if journal.folder.exists():  # something in it could not be removed: said, never left unseen
+            from ..record.journal import warn
+
+            warn(f"{journal.folder}: this fit's journal could not be removed; `weightdiag db gc` removes it")
     return row, path
 
 
 ROOM_MARGIN = 1 << 20  # beside the row: its summary, and what other writers may take meanwhile
+PLENTY = 4 << 30  # free bytes beyond any row's size
 
 
 def _room_for_row(row: Row, db: Path, journal: Journal) -> None:
@@ -164,6 +169,8 @@ def _room_for_row(row: Row, db: Path, journal: Journal) -> None:
         free = shutil.disk_usage(rows if rows.is_dir() else db).free
     except OSError:
         return  # not there yet, or no statvfs: the write itself says what fails
+    if free >= PLENTY:
+        return  # no row is that large (MAX_ROW_BYTES is half of it): not worth serializing the row to measure it
     need = len(json.dumps(row, indent=1, allow_nan=True)) + ROOM_MARGIN
     if free >= need:
         return
