@@ -406,3 +406,18 @@ def test_a_shard_whose_name_is_not_utf8_is_fitted(tmp_path):
     row = json.loads(out.stdout)
     assert [f["name"] for f in row["files"]] == [odd] and len(row["matrices"]) == 9
     assert len(list((tmp_path / "db" / "rows").glob("*.json"))) == 1
+
+
+def test_the_manifest_of_every_format_is_the_same_at_each_opening(smollm_gguf, antiberty_bin, model):
+    """What the manifest hashes is read the same way each time (GGUF metadata, a .bin's pickle, safetensors
+    headers), so that an interrupted fit of each format is resumed at all."""
+    from weightdiag.record.journal import manifest, resume_options
+    from weightdiag.source.open import open_model
+
+    def identity(path: Path) -> dict:
+        plan, reader = open_model(str(path))
+        reader.close()
+        return manifest(plan, resume_options(FitOptions()))
+
+    for path in (smollm_gguf, antiberty_bin, model):
+        assert identity(path) == identity(path)

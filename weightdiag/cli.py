@@ -856,7 +856,8 @@ def db_journals(db: DbOption = None, as_json: JsonOption = False, quiet: QuietOp
 
     def view() -> Any:
         lines = [
-            f"{j.model or '?'}@{j.revision or '-'}  {j.size / 1e6:.1f} MB  {_age(j.age)} ago  {j.host or '?'}  "
+            f"{j.model or '?'}{'@' + j.revision if j.revision else ''}  {_bytes(j.size)}  {_age(j.age)} ago  "
+            f"{j.host or '?'}  "
             f"{j.state}{': ' + j.why if j.why else ''}  {j.folder}"
             for j in found
         ]
@@ -887,12 +888,17 @@ def db_gc(
     verb = "would remove" if dry_run else "removed"
 
     def view() -> Any:
-        lines = [f"{verb} {j.folder} ({j.size / 1e6:.1f} MB: {j.why or j.state})" for j in removed]
+        lines = [f"{verb} {j.folder} ({_bytes(j.size)}: {j.why or j.state})" for j in removed]
         return _Verbatim("".join(line + "\n" for line in lines))
 
     _emit([j.to_json() for j in removed], view, as_json=as_json, quiet=quiet)
-    total = sum(j.size for j in removed) / 1e6
-    _say(f"{counted(len(removed), 'journal')} {verb}, {total:.1f} MB{' would be' if dry_run else ''} freed", quiet)
+    freed = _bytes(sum(j.size for j in removed))
+    done = f"would be removed, {freed} freed" if dry_run else f"removed, {freed} freed"
+    _say(f"{counted(len(removed), 'journal')} {done}", quiet)
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
 
 
 def _age(seconds: float) -> str:
