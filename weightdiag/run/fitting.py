@@ -205,7 +205,7 @@ def _naming_journals(exc: DatabaseError, db: Path) -> DatabaseError:
 
 
 def _size(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
 
 
 def open_journal(plan: ModelPlan, reader: Reader, options: FitOptions, db: Path) -> Journal:
