@@ -197,6 +197,32 @@ def test_rows_are_byte_identical_to_the_local_fit(name, cluster, models, local_r
         assert spread["tasks"] == 4 and len(spread["nodes"]) >= 2  # spread over the nodes
 
 
+@pytest.fixture(scope="module")
+def local_spectrum_rows(models) -> dict[str, dict]:
+    """`fit --spectrum` of each model, locally: what the cluster's spectrum pass must give, byte for byte."""
+    return {name: _fit(models[name], "--spectrum") for name in ("bf16", "int4")}
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bf16", "int4"])
+@ONE_AND_THREE
+def test_spectrum_rows_are_byte_identical_to_the_local_fit(name, cluster, models, local_spectrum_rows):
+    """fit --spectrum --executor ray: the matrices' spectra are taken on the nodes (whole matrices per task,
+    the BLAS threads of the driver), every record's `spectrum` the local pass's to the last bit: tall and wide
+    matrices (BF16) and a quantized format decoded on the nodes (INT4)."""
+    local = local_spectrum_rows[name]
+    row = _ray_fit(models[name], cluster, "--spectrum", env={"WEIGHTDIAG_RAY_TASK_BYTES": SMALL_TASKS})
+    assert _science(row) == _science(local)
+    taken = [m for m in row["matrices"] if "spectrum" in m]
+    assert taken and len(taken) == row["run"]["spectrum"]["matrices"]
+    spread = row["run"]["cluster"]
+    # the spectrum's tasks read every matrix again on the nodes: more bytes than the fit pass alone
+    assert sum(n["bytes"] for n in spread["nodes"]) > row["run"]["bytes_read"]
+    if cluster.nodes == 3:
+        assert len(spread["nodes"]) >= 2
+
+
 def _workers_running_tasks(cluster: LocalCluster) -> list[int]:
     import psutil
 
