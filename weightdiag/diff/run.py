@@ -14,7 +14,7 @@ from typing import Any
 from .. import __version__, kernels
 from ..errors import OptionError
 from ..execution import Execution
-from ..layout import arch_from_config, classify_tensor, complete_arch
+from ..layout import ArchInfo, arch_from_config, classify_tensor, complete_arch
 from ..run.measure import selected
 from ..source.open import open_model
 from ..source.plan import ModelPlan, TensorRef
@@ -33,6 +33,13 @@ def check_options(options: DiffOptions) -> None:
     if not (isinstance(options.connections, int) and 1 <= options.connections <= 64):
         raise OptionError(
             f"--connections {options.connections}: choose a whole number from 1 to 64", option="--connections"
+        )
+    if options.executor not in ("local", "ray"):
+        raise OptionError(f"--executor {options.executor!r}: choose local or ray", option="--executor")
+    if options.executor == "ray" and (options.device or "auto").lower() not in ("auto", "cpu"):
+        raise OptionError(
+            f"--device {options.device} with --executor ray: the nodes compare on their CPUs; leave --device out",
+            option="--device",
         )
 
 
@@ -112,6 +119,7 @@ def diff(
         base_reader.close()
         raise
     started = time.perf_counter()
+    cluster = None
     try:
         base_refs = [t for t in base_plan.tensors if selected(t.name, options.include, options.exclude)]
         pairing = pair_tensors(base_refs, tuned_plan.tensors)
@@ -132,17 +140,33 @@ def diff(
             total = sum(p.base.nbytes + p.tuned.nbytes for p in pairing.pairs)
             label = f"{base_plan.model_id} -> {tuned_plan.model_id}"
             progress("start", {"tensors": len(pairing.pairs), "bytes": total, "model": label})
-        with kernels.thread_budget(execution.threads):
-            matrices, vectors = _compare(
-                pairing.pairs, base_plan, base_reader, tuned_reader, options, execution, verify, verifying, progress
-            )
+        arch = complete_arch(arch_from_config(base_plan.config, []), [(t.name, t.shape) for t in base_plan.tensors])
+        if options.executor == "ray":  # whole pairs compared by tasks on the cluster's nodes (diff/cluster.py)
+            from ..reduce.cluster import Cluster
+            from ..source.reopen import describe
+            from .cluster import compare_on_cluster
+
+            for plan, reader in ((base_plan, base_reader), (tuned_plan, tuned_reader)):
+                describe(plan, reader)  # what the nodes cannot read (GGUF, .bin) is refused before connecting
+            cluster = Cluster.join(options.ray_address)
+            matrices, vectors = compare_on_cluster(
+                cluster, pairing.pairs, arch, (base_plan, tuned_plan), (base_reader, tuned_reader), options,
+                execution, verify, verifying, progress,
+            )  # fmt: skip
+        else:
+            with kernels.thread_budget(execution.threads):
+                matrices, vectors = _compare(
+                    pairing.pairs, arch, base_reader, tuned_reader, options, execution, verify, verifying, progress
+                )
         verification = {
-            side: _verification(reader, plan, verifying.get(side, False), verify)
+            side: _verification(reader, plan, verifying.get(side, False), verify, cluster is not None)
             for side, reader, plan in (("base", base_reader, base_plan), ("tuned", tuned_reader, tuned_plan))
         }
     finally:
         base_reader.close()
         tuned_reader.close()
+        if cluster is not None:
+            cluster.close()
     elapsed = time.perf_counter() - started
     blocks = summarize(matrices, block_key)
     blocks.sort(key=lambda g: int(g.key.split()[1]))
@@ -185,6 +209,7 @@ def diff(
             "sketch": options.sketch,
             "seed": options.seed,
             "verification": verification,
+            **({"cluster": cluster.summary()} if cluster is not None else {}),  # which nodes read what
             "tool": {"name": "weightdiag", "version": __version__},
             "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         },
@@ -192,21 +217,27 @@ def diff(
     )
 
 
-def _verification(reader: Reader, plan: ModelPlan, read_whole: bool, verify: bool) -> str:
-    """What was checked of one side's bytes: raises VerificationError (exit 3) when a Hub shard's sha256 differs."""
+def _verification(reader: Reader, plan: ModelPlan, read_whole: bool, verify: bool, on_cluster: bool = False) -> str:
+    """What was checked of one side's bytes: raises VerificationError (exit 3) when a Hub shard's sha256 differs.
+    `on_cluster`: the shards were hashed on the nodes, each checked there (diff/cluster.py)."""
     if plan.source != "hub":
         return (plan.verification or {}).get("summary") or "not verified: read from local files"
     if not verify:
         return "not verified: --include/--exclude read part of the shards"
     if not read_whole:
         return "not verified: its tensors are stored in another order than the other side's, or no sha256 is published"
+    if on_cluster:
+        from ..source.hub_stream import HubReader
+
+        if isinstance(reader, HubReader):
+            return reader.all_verified()["summary"]
     finished = reader.finish()
     return finished["summary"] if finished else "not verified: no sha256 published"
 
 
 def _compare(
     pairs: list[Pair],
-    base_plan: ModelPlan,
+    arch: ArchInfo,
     base_reader: Reader,
     tuned_reader: Reader,
     options: DiffOptions,
@@ -215,7 +246,6 @@ def _compare(
     verifying: dict[str, bool] | None = None,
     progress: Progress | None = None,
 ) -> tuple[list[TensorDiff], list[TensorDiff]]:
-    arch = complete_arch(arch_from_config(base_plan.config, []), [(t.name, t.shape) for t in base_plan.tensors])
     totals: dict[int, Totals] = {}
     spectra: dict[int, Accumulator | None] = {}
 

@@ -104,13 +104,14 @@ def task_bytes(total: int, slots: int, budget: int) -> int:
     return min(budget, max(MIN_TASK_BYTES, share))
 
 
-def balanced_runs(weights: Sequence[float], share: float) -> list[range]:
+def balanced_runs(weights: Sequence[float], share: float, cuts: Sequence[bool] | None = None) -> list[range]:
     """Consecutive runs of items (indexes), each of about `share` of weight: an item is never cut, a run holds
-    at least one, and a run closes before an item that would take it over `share`."""
+    at least one, and a run closes before an item that would take it over `share`, where a run may start
+    (`cuts[i]`: before item i; default everywhere)."""
     runs: list[range] = []
     start, held = 0, 0.0
     for i, weight in enumerate(weights):
-        if i > start and held + weight > share:
+        if i > start and held + weight > share and (cuts is None or cuts[i]):
             runs.append(range(start, i))
             start, held = i, 0.0
         held += weight
