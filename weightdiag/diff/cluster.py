@@ -4,7 +4,7 @@ A diff reads both checkpoints in lockstep, pair by pair (paired.py), and everyth
 (the exact figures folded over its row blocks in row order, the spectrum of ΔW) depends on that pair's blocks
 alone. So the tasks take whole pairs: consecutive runs of them, balanced by the bytes of both sides. Each
 task opens both sources again on its node (source/reopen.py: the same files at the same path, or the same
-commits on the Hub with the node's own token), runs the local comparison (`run._compare`: the same blocks,
+commits on the Hub with the node's own token), runs the local comparison (`compare.compare`: the same blocks,
 the same folds, the driver's thread count, so the same BLAS sums) on its pairs and hands back their
 TensorDiffs (a few hundred bytes each); the driver puts them together in task order, i.e. pair order. The
 result is the local diff's, whatever the number of nodes and the order tasks finish in (all but run
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,6 +33,7 @@ from ..reduce.cluster import TASK_BASE_MEMORY, Cluster, balanced_runs, task_byte
 from ..source.plan import ModelPlan, TensorRef
 from ..source.reader import Reader
 from ..source.reopen import SourceSpec, describe, reopen
+from .compare import compare
 from .paired import BLOCK_BYTES, BLOCK_ELEMS, plan_blocks, side_reads
 from .pairing import Pair
 from .result import DiffOptions, TensorDiff
@@ -62,8 +64,6 @@ def _shards_of(ref: TensorRef) -> set[int]:
 
 def pairs_on_node(job: PairsJob, node: str) -> Outcome:
     """Runs on a node: both sides opened again there, the job's pairs compared as the local diff does."""
-    from .run import _compare
-
     readers: list[Reader] = []
     try:
         for side, (source, hashed) in enumerate(zip(job.sources, job.hashed, strict=True)):
@@ -78,7 +78,7 @@ def pairs_on_node(job: PairsJob, node: str) -> Outcome:
         verifying: dict[str, bool] = {}
         verify = any(h is not None for h in job.hashed)
         with kernels.thread_budget(execution.threads):
-            matrices, vectors = _compare(
+            matrices, vectors = compare(
                 list(job.pairs), job.arch, readers[0], readers[1], job.options, execution, verify, verifying
             )
         if job.delay:
@@ -154,7 +154,7 @@ def compare_on_cluster(
     verifying: dict[str, bool],
     progress: Any = None,
 ) -> tuple[list[TensorDiff], list[TensorDiff]]:
-    """run._compare's result, the pairs compared by tasks on the cluster (see the module docstring).
+    """compare.compare's result, the pairs compared by tasks on the cluster (see the module docstring).
     `verifying[side]`: whether that side's shards were all hashed (on the nodes); a mismatch raises."""
     sources = (describe(plans[0], readers[0]), describe(plans[1], readers[1]))
     hashing = _hashing(pairs, readers, verify)
@@ -189,18 +189,18 @@ def compare_on_cluster(
     matrices: list[TensorDiff] = []
     vectors: list[TensorDiff] = []
     hashed: list[set[int]] = [set(), set()]
-    for run, outcome in zip(
-        runs, cluster.run(pairs_on_node, jobs, cpus=cpus, memory=memory, nbytes=nbytes, on_node=on_node), strict=True
-    ):
-        found_matrices, found_vectors, verified = outcome.results
-        matrices.extend(found_matrices)
-        vectors.extend(found_vectors)
-        for side in (0, 1):
-            hashed[side] |= verified[side]
-        if progress is not None:
-            for i in run:
-                progress("bytes", weights[i])
-                progress("advance", pairs[i].base)
+    outcomes = cluster.run(pairs_on_node, jobs, cpus=cpus, memory=memory, nbytes=nbytes, on_node=on_node)
+    with closing(outcomes):  # an error here lets the running tasks end now, before the driver disconnects
+        for run, outcome in zip(runs, outcomes, strict=True):
+            found_matrices, found_vectors, verified = outcome.results
+            matrices.extend(found_matrices)
+            vectors.extend(found_vectors)
+            for side in (0, 1):
+                hashed[side] |= verified[side]
+            if progress is not None:
+                for i in run:
+                    progress("bytes", weights[i])
+                    progress("advance", pairs[i].base)
     for side, regions in enumerate(hashing):
         verifying[SIDES[side]] = regions is not None
         missing = sorted(set(regions or ()) - hashed[side])

@@ -7,24 +7,21 @@ The only module of the package that opens models (I/O); the numerics live in mea
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
 from .. import __version__, kernels
 from ..errors import OptionError
 from ..execution import Execution
-from ..layout import ArchInfo, arch_from_config, classify_tensor, complete_arch
+from ..layout import arch_from_config, complete_arch
 from ..run.measure import selected
 from ..source.open import open_model
-from ..source.plan import ModelPlan, TensorRef
+from ..source.plan import ModelPlan
 from ..source.reader import Reader, closing_on_error
-from .findings import block_key, find, is_low_rank, is_scaled, summarize
-from .measures import Totals, block_part, figures
-from .paired import Block, block_rows, matrix_shape, stream_pairs
-from .pairing import Pair, pair_tensors
-from .result import DiffOptions, DiffResult, TensorDiff
-from .spectrum import Accumulator, accumulator
+from .compare import Progress, compare
+from .findings import block_key, find, summarize
+from .pairing import pair_tensors
+from .result import DiffOptions, DiffResult
 
 
 def check_options(options: DiffOptions) -> None:
@@ -95,13 +92,6 @@ def describe_side(plan: ModelPlan) -> dict[str, Any]:
     }
 
 
-def _dtype_label(ref: TensorRef) -> str:
-    return ref.quantization or ref.dtype.name
-
-
-Progress = Callable[[str, Any], None]  # the fit's progress events: start, bytes, advance (render.tables.FitProgress)
-
-
 def diff(
     base_spec: str | None, tuned_spec: str, options: DiffOptions | None = None, progress: Progress | None = None
 ) -> DiffResult:
@@ -155,7 +145,7 @@ def diff(
             )  # fmt: skip
         else:
             with kernels.thread_budget(execution.threads):
-                matrices, vectors = _compare(
+                matrices, vectors = compare(
                     pairing.pairs, arch, base_reader, tuned_reader, options, execution, verify, verifying, progress
                 )
         verification = {
@@ -233,85 +223,3 @@ def _verification(reader: Reader, plan: ModelPlan, read_whole: bool, verify: boo
             return reader.all_verified()["summary"]
     finished = reader.finish()
     return finished["summary"] if finished else "not verified: no sha256 published"
-
-
-def _compare(
-    pairs: list[Pair],
-    arch: ArchInfo,
-    base_reader: Reader,
-    tuned_reader: Reader,
-    options: DiffOptions,
-    execution: Execution,
-    verify: bool = False,
-    verifying: dict[str, bool] | None = None,
-    progress: Progress | None = None,
-) -> tuple[list[TensorDiff], list[TensorDiff]]:
-    totals: dict[int, Totals] = {}
-    spectra: dict[int, Accumulator | None] = {}
-
-    def start(i: int) -> None:
-        pair = pairs[i]
-        totals[i] = Totals()
-        m, n = matrix_shape(pair.base.shape)
-        spectral = options.spectrum and len(pair.base.shape) >= 2 and min(m, n) > 1
-        if spectral:
-            step = block_rows(pair)
-            spectra[i] = accumulator(m, n, step >= m, seed=options.seed, cap=options.sketch, device=execution.device)
-        else:
-            spectra[i] = None
-
-    def work(block: Block, b, t) -> tuple[Any, Any]:
-        acc = spectra[block.pair]
-        part, delta = block_part(b, t, delta=acc is not None)
-        if acc is None or delta is None:
-            return part, None
-        n = matrix_shape(pairs[block.pair].base.shape)[1]
-        return part, acc.block_part(block.r0, delta.reshape(block.r1 - block.r0, n))
-
-    matrices: list[TensorDiff] = []
-    vectors: list[TensorDiff] = []
-    for block, (part, spec) in stream_pairs(
-        pairs,
-        base_reader,
-        tuned_reader,
-        work,
-        workers=options.workers or execution.threads,
-        before_tensor=start,
-        verify=verify,
-        verifying=verifying,
-    ):
-        i = block.pair
-        if progress is not None:
-            progress("bytes", block.base.nbytes + block.tuned.nbytes)
-        totals[i].fold(part)
-        acc = spectra[i]
-        if acc is not None:
-            acc.fold(spec)
-        if not block.last:
-            continue
-        pair = pairs[i]
-        is_matrix = len(pair.base.shape) >= 2
-        fig = figures(totals.pop(i), fits=is_matrix)
-        spectrum = acc.result(fig.delta_norm**2) if acc is not None else None
-        spectra.pop(i)
-        role = classify_tensor(pair.name, tuple(pair.base.shape), arch.n_layers, arch.family, arch.n_experts)
-        m, n = matrix_shape(pair.base.shape)
-        untouched = fig.delta_norm == 0 and fig.nonfinite == 0
-        item = TensorDiff(
-            name=pair.name,
-            tuned_name=pair.tuned.name,
-            kind=role.kind,
-            block=role.block,
-            shape=tuple(pair.base.shape),
-            base_dtype=_dtype_label(pair.base),
-            tuned_dtype=_dtype_label(pair.tuned),
-            figures=fig,
-            spectrum=spectrum,
-            untouched=untouched,
-            low_rank=is_matrix and is_low_rank((m, n), spectrum.rank90 if spectrum else None, fig.relative_change),
-            scaled=is_matrix and is_scaled(fig.alignment, fig.relative_change),
-        )
-        (matrices if is_matrix else vectors).append(item)
-        if progress is not None:
-            progress("advance", pair.base)
-    return matrices, vectors

@@ -32,7 +32,8 @@ import math
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -362,7 +363,7 @@ class Cluster:
         memory: Sequence[int],
         nbytes: Sequence[int],
         on_node: NodeProgress | None = None,
-    ) -> Iterator[TaskOutcome]:
+    ) -> Generator[TaskOutcome, None, None]:
         """Each payload's task (`fn(payload, node)` on some node, declaring `cpus` and `memory[i]`), their
         outcomes in payload order; `nbytes[i]`: the bytes task i reads, counted for its node once it is
         handed back. An error is raised here (one line naming the node); the tasks still running are then
@@ -592,10 +593,22 @@ class RayReader(Reader):
         # tensor bytes only, so that the total matches the plan's
         read = [sum(piece.hi - piece.lo for i in run for piece in chunks[i].pieces) for run in runs]
         outcomes = self.cluster.run(_reduce_task, tasks, cpus=cpus, memory=memory, nbytes=read, on_node=on_node)
+        with closing(outcomes):  # an error here lets the running tasks end now, before close() disconnects
+            yield from self._fold(outcomes, runs, chunks, fold, plan.verify, on_bytes)
+
+    def _fold(
+        self,
+        outcomes: Iterator[TaskOutcome],
+        runs: Sequence[range],
+        chunks: Sequence[Chunk],
+        fold: Fold,
+        verify: bool,
+        on_bytes: Callable[[int], None] | None,
+    ) -> Iterator[Finished]:
         for index, outcome in enumerate(outcomes):
             results, verified = outcome.results
             self._verified |= verified
-            if plan.verify and verified != frozenset(chunks[i].shard for i in runs[index]):
+            if verify and verified != frozenset(chunks[i].shard for i in runs[index]):
                 raise VerificationError(
                     f"{outcome.node}: a task did not verify the shards it read; nothing was written, run the "
                     "command again",

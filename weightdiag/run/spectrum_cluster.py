@@ -30,6 +30,7 @@ are chosen by the CPU) for the row to be byte-identical to a local fit on the dr
 from __future__ import annotations
 
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,12 +122,13 @@ def spread_spectra(
         if progress:
             on_node = lambda node, n: progress("node", {"node": node, "bytes": n, "pass": "spectrum"})  # noqa: E731
         outcomes = reader.cluster.run(spectra_on_node, jobs, cpus=cpus, memory=memory, nbytes=nbytes, on_node=on_node)
-        for run, outcome in zip(runs, outcomes, strict=True):
-            found, why = outcome.results
-            spectra.update(found)
-            skipped.update(why)
-            if progress:
-                for i in run:
-                    for amount in work[i]:
-                        progress("spectrum-advance", amount)
+        with closing(outcomes):  # an error here lets the running tasks end now, before the reader disconnects
+            for run, outcome in zip(runs, outcomes, strict=True):
+                found, why = outcome.results
+                spectra.update(found)
+                skipped.update(why)
+                if progress:
+                    for i in run:
+                        for amount in work[i]:
+                            progress("spectrum-advance", amount)
     return SpectrumResult(spectra, skipped, time.perf_counter() - started, execution.device)
