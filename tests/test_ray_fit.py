@@ -72,6 +72,34 @@ def test_task_size_gives_every_cpu_about_two_tasks_within_the_budget():
     assert task_bytes(100 << 20, slots=8, budget=1 << 20) == 1 << 20  # unless the budget says so
 
 
+def test_spectrum_and_diff_tasks_take_whole_items_balanced_and_cut_only_where_allowed():
+    from weightdiag.diff.cluster import _cuts, _owned
+    from weightdiag.diff.pairing import Pair
+    from weightdiag.dtypes import DTYPES
+    from weightdiag.reduce.cluster import balanced_runs
+    from weightdiag.source.plan import TensorRef
+
+    # whole items, consecutive, about the share each; an item larger than the share is a task of its own
+    assert [list(r) for r in balanced_runs([4, 4, 4, 10, 1, 1], 8)] == [[0, 1], [2], [3], [4, 5]]
+    # a run may start only where allowed: before item 2 it may not, so items 1-2 stay together
+    assert [list(r) for r in balanced_runs([4, 4, 4, 4], 4, [True, True, False, True])] == [[0], [1, 2], [3]]
+
+    def ref(name: str, shard: int) -> TensorRef:
+        return TensorRef(name, DTYPES["F32"], (4, 4), shard, 0, 64)
+
+    # base: shards 0 0 1 2; tuned: one shard for the first three pairs, then 1 (shard 2 holds no pair)
+    pairs = [
+        Pair(f"t{i}", ref(f"t{i}", b), ref(f"t{i}", t)) for i, (b, t) in enumerate([(0, 0), (0, 0), (1, 0), (2, 1)])
+    ]
+    regions = {0: (0, 1)}  # a verified side (its regions), the other not
+    assert _cuts(pairs, [regions, None]) == [True, False, True, True]  # both pairs of base shard 0 in one task
+    assert _cuts(pairs, [regions, regions]) == [True, False, False, True]  # tuned shard 0 too
+    runs = [range(0, 3), range(3, 4)]
+    # each task hashes the shards after its predecessor's last, up to its own last; the last one to the end
+    assert _owned(runs, pairs, 1, 3) == [frozenset({0}), frozenset({1, 2})]
+    assert _owned(runs, pairs, 0, 3) == [frozenset({0, 1}), frozenset({2})]
+
+
 def test_ray_missing_says_how_to_install_it(tmp_path, small_llama):
     """No Ray: the [ray] extra's hint, exit 2, before anything is read."""
     blocker = tmp_path / "no_ray" / "ray"
