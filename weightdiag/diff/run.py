@@ -1,7 +1,9 @@
 """A diff from start to end: open both checkpoints, pair their tensors, stream the pairs in lockstep,
 fold the exact figures and the spectra, then the verdicts, summaries and findings: a `DiffResult`.
 
-The only module of the package that opens models (I/O); the numerics live in measures, spectrum, findings.
+The only module of the package that opens models (I/O) on this machine (with --executor ray, cluster.py's
+tasks open them again on the nodes); the pairs are compared in compare.py, the numerics live in measures,
+spectrum, findings.
 """
 
 from __future__ import annotations
