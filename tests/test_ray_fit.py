@@ -1,4 +1,4 @@
-"""fit --executor ray (issue 30): one checkpoint's chunks reduced by tasks on a real multi-node Ray cluster
+"""fit and diff --executor ray (issue 30): one checkpoint's chunks reduced by tasks on a real multi-node Ray cluster
 on loopback (tests/ray_cluster.py: `ray start` nodes with their own temp dirs), the row byte-identical to the
 local fit's (all but `created` and `run`) on 1 and 3 nodes: BF16, F32 with a tensor cut into several tasks,
 FP8 and INT4 checkpoints (decoded on the nodes), from local files and from the loopback Hub (verified there);
@@ -70,6 +70,34 @@ def test_task_size_gives_every_cpu_about_two_tasks_within_the_budget():
     assert task_bytes(4 << 30, slots=4, budget=2 << 30) == 512 << 20  # 8 tasks for 4 CPUs
     assert task_bytes(100 << 20, slots=8, budget=2 << 30) == 64 << 20  # never tiny tasks
     assert task_bytes(100 << 20, slots=8, budget=1 << 20) == 1 << 20  # unless the budget says so
+
+
+def test_spectrum_and_diff_tasks_take_whole_items_balanced_and_cut_only_where_allowed():
+    from weightdiag.diff.cluster import _cuts, _owned
+    from weightdiag.diff.pairing import Pair
+    from weightdiag.dtypes import DTYPES
+    from weightdiag.reduce.cluster import balanced_runs
+    from weightdiag.source.plan import TensorRef
+
+    # whole items, consecutive, about the share each; an item larger than the share is a task of its own
+    assert [list(r) for r in balanced_runs([4, 4, 4, 10, 1, 1], 8)] == [[0, 1], [2], [3], [4, 5]]
+    # a run may start only where allowed: before item 2 it may not, so items 1-2 stay together
+    assert [list(r) for r in balanced_runs([4, 4, 4, 4], 4, [True, True, False, True])] == [[0], [1, 2], [3]]
+
+    def ref(name: str, shard: int) -> TensorRef:
+        return TensorRef(name, DTYPES["F32"], (4, 4), shard, 0, 64)
+
+    # base: shards 0 0 1 2; tuned: one shard for the first three pairs, then 1 (shard 2 holds no pair)
+    pairs = [
+        Pair(f"t{i}", ref(f"t{i}", b), ref(f"t{i}", t)) for i, (b, t) in enumerate([(0, 0), (0, 0), (1, 0), (2, 1)])
+    ]
+    regions = {0: (0, 1)}  # a verified side (its regions), the other not
+    assert _cuts(pairs, [regions, None]) == [True, False, True, True]  # both pairs of base shard 0 in one task
+    assert _cuts(pairs, [regions, regions]) == [True, False, False, True]  # tuned shard 0 too
+    runs = [range(0, 3), range(3, 4)]
+    # each task hashes the shards after its predecessor's last, up to its own last; the last one to the end
+    assert _owned(runs, pairs, 1, 3) == [frozenset({0}), frozenset({1, 2})]
+    assert _owned(runs, pairs, 0, 3) == [frozenset({0, 1}), frozenset({2})]
 
 
 def test_ray_missing_says_how_to_install_it(tmp_path, small_llama):
@@ -197,6 +225,32 @@ def test_rows_are_byte_identical_to_the_local_fit(name, cluster, models, local_r
         assert spread["tasks"] == 4 and len(spread["nodes"]) >= 2  # spread over the nodes
 
 
+@pytest.fixture(scope="module")
+def local_spectrum_rows(models) -> dict[str, dict]:
+    """`fit --spectrum` of each model, locally: what the cluster's spectrum pass must give, byte for byte."""
+    return {name: _fit(models[name], "--spectrum") for name in ("bf16", "int4")}
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bf16", "int4"])
+@ONE_AND_THREE
+def test_spectrum_rows_are_byte_identical_to_the_local_fit(name, cluster, models, local_spectrum_rows):
+    """fit --spectrum --executor ray: the matrices' spectra are taken on the nodes (whole matrices per task,
+    the BLAS threads of the driver), every record's `spectrum` the local pass's to the last bit: tall and wide
+    matrices (BF16) and a quantized format decoded on the nodes (INT4)."""
+    local = local_spectrum_rows[name]
+    row = _ray_fit(models[name], cluster, "--spectrum", env={"WEIGHTDIAG_RAY_TASK_BYTES": SMALL_TASKS})
+    assert _science(row) == _science(local)
+    taken = [m for m in row["matrices"] if "spectrum" in m]
+    assert taken and len(taken) == row["run"]["spectrum"]["matrices"]
+    spread = row["run"]["cluster"]
+    # the spectrum's tasks read every matrix again on the nodes: more bytes than the fit pass alone
+    assert sum(n["bytes"] for n in spread["nodes"]) > row["run"]["bytes_read"]
+    if cluster.nodes == 3:
+        assert len(spread["nodes"]) >= 2
+
+
 def _workers_running_tasks(cluster: LocalCluster) -> list[int]:
     import psutil
 
@@ -310,3 +364,168 @@ def test_a_node_that_cannot_read_the_path_fails_with_one_line_naming_it(cluster,
     assert len(lines) == 1, out.stderr
     assert re.search(rf"node \S+ \([0-9a-f]{{8}}\): cannot read {re.escape(str(model))}/model-0000", lines[0])
     assert not list((db / "rows").glob("*.json"))
+
+
+# --- diff --executor ray --------------------------------------------------------------------------------------
+
+_DIFF_CONTEXT = ("seconds", "created", "cluster", "saved")  # run metadata of a diff: when, how long, where
+DIFF_TASKS = str(1 << 20)  # a pair of 2.9 MB checkpoints becomes about six tasks of whole tensor pairs
+
+
+def _diff_science(result: dict) -> str:
+    run = {k: v for k, v in result["run"].items() if k not in _DIFF_CONTEXT}
+    return json.dumps({**result, "run": run}, sort_keys=True)
+
+
+def _diff(base: str | Path, tuned: str | Path, *extra: str, env: dict[str, str] | None = None) -> dict:
+    out = run_cli("diff", str(base), str(tuned), "--no-save", "--json", "-q", *extra, env=env, real=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def diff_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """A base and a tuned checkpoint with planted changes (a frozen block, a rank-2 update, a scaled matrix),
+    the tuned one stored in BF16: mixed dtypes, exact figures and spectra (Gram and whole-matrix paths)."""
+    import torch
+
+    from .diff_checkpoints import base_tensors, low_rank_update, noise, write
+
+    root = tmp_path_factory.mktemp("ray-diff")
+    base = base_tensors()
+    tuned = noise(base, 1e-3, seed=1, keep=lambda n: n.startswith("model.layers.0."))
+    q1 = "model.layers.1.self_attn.q_proj.weight"
+    tuned[q1] = low_rank_update(base[q1], rank=2, seed=2)
+    return write(root / "base", base), write(root / "tuned", tuned, dtype=torch.bfloat16)
+
+
+@pytest.fixture(scope="module")
+def local_diff(diff_pair) -> dict:
+    return _diff(*diff_pair)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@ONE_AND_THREE
+def test_diff_on_the_cluster_is_the_local_diff(cluster, diff_pair, local_diff):
+    """diff --executor ray: whole tensor pairs compared by tasks on the nodes, put together in pair order: the
+    result JSON is the local diff's (all but times and run.cluster) on 1 and 3 nodes."""
+    result = _diff(
+        *diff_pair, "--executor", "ray", "--ray-address", cluster.address, env={"WEIGHTDIAG_RAY_TASK_BYTES": DIFF_TASKS}
+    )
+    assert _diff_science(result) == _diff_science(local_diff)
+    spread = result["run"]["cluster"]
+    assert spread["tasks"] >= 3 and sum(n["tasks"] for n in spread["nodes"]) == spread["tasks"]
+    assert sum(n["bytes"] for n in spread["nodes"]) == result["run"]["bytes_read"]
+    if cluster.nodes == 3:
+        assert len(spread["nodes"]) >= 2
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@THREE
+def test_a_hub_diff_is_verified_on_the_nodes_and_is_the_local_one(cluster, fake_hub, tmp_path):
+    """Two Hub checkpoints of several shards: each task hashes whole shards of both sides (tasks cut where
+    both move on to later shards), every shard verified as in the local diff, the same result."""
+    fake_hub.add_folder("acme/base", write_small_model(tmp_path / "base", shard_bytes=50_000, seed=1))
+    fake_hub.add_folder("acme/tuned", write_small_model(tmp_path / "tuned", shard_bytes=50_000, seed=2))
+    keys = ("HF_ENDPOINT", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_OFFLINE")
+    env = {k: os.environ[k] for k in keys if k in os.environ} | {"WEIGHTDIAG_RAY_TASK_BYTES": str(1 << 16)}
+    local = _diff("acme/base", "acme/tuned", env=env)
+    assert all(v.startswith("sha256 of every shard verified") for v in local["run"]["verification"].values())
+    result = _diff("acme/base", "acme/tuned", "--executor", "ray", "--ray-address", cluster.address, env=env)
+    assert _diff_science(result) == _diff_science(local)
+    assert result["run"]["cluster"]["tasks"] >= 2
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.parametrize("cluster", ["3-nodes-one-blind"], indirect=True)
+def test_a_diff_node_that_cannot_read_the_path_fails_with_one_line_naming_it(cluster, models, tmp_path):
+    """The BF16 model is hidden from the last node: a diff of it against itself stops with one line naming
+    that node and the file, exit 2."""
+    model = models["bf16"]
+    out = run_cli(
+        "diff", str(model), str(model), "--no-save", "--executor", "ray", "--ray-address", cluster.address,
+        env={"WEIGHTDIAG_RAY_TASK_BYTES": SMALL_TASKS, "WEIGHTDIAG_TEST_RAY_TASK_DELAY": "0.5"}, real=True,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-3000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert re.search(rf"node \S+ \([0-9a-f]{{8}}\): cannot read {re.escape(str(model))}/model-0000", lines[0])
+
+
+def test_diff_without_ray_says_how_to_install_it(tmp_path, small_llama):
+    blocker = tmp_path / "no_ray" / "ray"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+    path = os.pathsep.join([str(blocker.parent), os.environ.get("PYTHONPATH", "")])
+    out = run_cli(
+        "diff", str(small_llama), str(small_llama), "--executor", "ray", "--no-save", env={"PYTHONPATH": path},
+        real=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "pip install '.[ray]'" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+# --- progress per node ----------------------------------------------------------------------------------------
+
+
+def test_node_progress_needs_a_cluster_and_counts_per_node():
+    """--node-progress without --executor ray is refused (exit 2); its lines count each node's tasks and bytes."""
+    import io
+
+    from rich.console import Console
+
+    from weightdiag.render.tables import NodeProgress
+
+    out = run_cli("fit", "acme/tiny", "--node-progress", "--no-save")
+    assert out.returncode == 2 and "--executor ray" in out.stderr
+    seen = []
+
+    class Bar:
+        def __call__(self, event, payload):
+            seen.append(event)
+
+        def close(self):
+            seen.append("closed")
+
+    text = io.StringIO()
+    progress = NodeProgress(Bar(), Console(file=text, width=200))
+    progress("node", {"node": "node 10.0.0.1 (0123abcd)", "bytes": 3_000_000})
+    progress("node", {"node": "node 10.0.0.2 (4567ef01)", "bytes": 1_000_000})
+    progress("node", {"node": "node 10.0.0.1 (0123abcd)", "bytes": 2_000_000, "pass": "spectrum"})
+    progress("bytes", 10)
+    progress.close()
+    assert text.getvalue().splitlines() == [
+        "node 10.0.0.1 (0123abcd): 1 task done, 3.0 MB read",
+        "node 10.0.0.2 (4567ef01): 1 task done, 1.0 MB read",
+        "node 10.0.0.1 (0123abcd): 2 tasks done, 5.0 MB read (the last one a spectrum task)",
+    ]
+    assert seen == ["node", "node", "node", "bytes", "closed"]  # the bar gets every event
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@THREE
+def test_node_progress_prints_each_nodes_tasks_and_bytes(cluster, models, diff_pair):
+    """fit and diff --node-progress on 3 nodes: a line per task handed back; each node's last line holds the
+    tasks and bytes run.cluster records for it."""
+    for command in (
+        ["fit", str(models["bf16"])],
+        ["diff", *map(str, diff_pair)],
+    ):
+        out = run_cli(
+            *command, "--no-save", "--json", "--node-progress", "--executor", "ray", "--ray-address", cluster.address,
+            env={"WEIGHTDIAG_RAY_TASK_BYTES": SMALL_TASKS if command[0] == "fit" else DIFF_TASKS}, real=True,
+            timeout=600,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        spread = json.loads(out.stdout)["run"]["cluster"]
+        lines = re.findall(r"^(node \S+ \([0-9a-f]{8}\)): (\d+) tasks? done, ([\d.]+) MB read", out.stderr, re.M)
+        assert len(lines) == spread["tasks"], out.stderr
+        last = {node: (int(tasks), float(mb)) for node, tasks, mb in lines}
+        assert {n["node"]: n["tasks"] for n in spread["nodes"]} == {node: t for node, (t, _) in last.items()}
+        for n in spread["nodes"]:
+            assert last[n["node"]][1] == pytest.approx(n["bytes"] / 1e6, abs=0.051)

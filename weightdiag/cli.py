@@ -154,6 +154,24 @@ def _progress(quiet: bool) -> "FitProgress":
     return FitProgress(_stderr(), enabled=not quiet and _stderr().is_terminal)
 
 
+def _node_progress(progress: "FitProgress", wanted: bool, executor: str, quiet: bool) -> Any:
+    """The progress callback, with --node-progress a line per task handed back by a cluster node (not with -q)."""
+    if not wanted:
+        return progress
+    if executor != "ray":
+        from .errors import OptionError
+
+        progress.close()
+        raise OptionError(
+            "--node-progress shows the nodes of a cluster: give --executor ray too", option="--node-progress"
+        )
+    if quiet:
+        return progress
+    from .render.tables import NodeProgress
+
+    return NodeProgress(progress, _stderr())
+
+
 def _say(text: str, quiet: bool) -> None:
     """One line of chatter on stderr (what was written, what was fitted, fallbacks), unless -q."""
     if not quiet:
@@ -297,6 +315,13 @@ SpectrumOption = Annotated[
         "matrices, 2·m·n·min(m,n) flops each: README, 'The spectrum').",
     ),
 ]
+NodeProgressOption = Annotated[
+    bool,
+    typer.Option(
+        "--node-progress",
+        help="With --executor ray: a line on stderr each time a task ends: its node's tasks and bytes so far.",
+    ),
+]
 FarmsOption = Annotated[
     bool,
     typer.Option("--farms", help="With the spectrum, FARMS' aspect-ratio-corrected alpha (~100 s per large matrix)."),
@@ -427,6 +452,7 @@ def fit(
     ray_address: Annotated[
         str | None, typer.Option("--ray-address", metavar="ADDRESS", help="Ray cluster address (default: RAY_ADDRESS).")
     ] = None,
+    node_progress: NodeProgressOption = False,
     name: Annotated[
         str | None, typer.Option("--name", metavar="ID", help="Model id to record (default: from the path or repo).")
     ] = None,
@@ -463,7 +489,7 @@ def fit(
         farms=farms,
     )
     options = replace(options, executor=executor, ray_address=ray_address)
-    progress = _progress(quiet)
+    progress = _node_progress(_progress(quiet), node_progress, executor, quiet)
     try:
         fitted = fit_api(
             model, options, progress, db_dir=db, save=save, revision=revision, token=token, download=download
@@ -693,6 +719,18 @@ def diff(
     ] = "auto",
     token: TokenOption = None,
     connections: ConnectionsOption = 8,
+    executor: Annotated[
+        str,
+        typer.Option(
+            "--executor",
+            metavar="EXECUTOR",
+            help="local (this machine) or ray (tensor pairs compared by tasks on an existing Ray cluster).",
+        ),
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option("--ray-address", metavar="ADDRESS", help="Ray cluster address (default: RAY_ADDRESS).")
+    ] = None,
+    node_progress: NodeProgressOption = False,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Write the diff row into the database folder.")] = True,
     # Not --all: on `sweep`, --all means every revision. `diff --all`, its name before, still works (hidden).
     all_matrices: Annotated[
@@ -728,8 +766,10 @@ def diff(
         spectrum=spectrum,
         connections=connections,
         token=token,
+        executor=executor,
+        ray_address=ray_address,
     )
-    progress = _progress(quiet)
+    progress = _node_progress(_progress(quiet), node_progress, executor, quiet)
     try:
         result = diff_api(base, tuned, options, db_dir=db, save=save, plot_dir=plot, html_file=html, progress=progress)
     finally:

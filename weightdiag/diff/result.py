@@ -30,6 +30,10 @@ class DiffOptions:
     connections: int = 8  # ranged requests in flight per Hub side
     token: str | None = None
     workers: int | None = None  # blocks processed at once (default: the engine's thread count, at most 4)
+    # "local" (this machine) or "ray": whole tensor pairs compared by tasks on the nodes of the Ray cluster at
+    # ray_address, else RAY_ADDRESS (diff/cluster.py); the result is the same.
+    executor: str = "local"
+    ray_address: str | None = None
 
 
 def num(value: float | None) -> float | None:

@@ -1,30 +1,29 @@
 """A diff from start to end: open both checkpoints, pair their tensors, stream the pairs in lockstep,
 fold the exact figures and the spectra, then the verdicts, summaries and findings: a `DiffResult`.
 
-The only module of the package that opens models (I/O); the numerics live in measures, spectrum, findings.
+The only module of the package that opens models (I/O) on this machine (with --executor ray, cluster.py's
+tasks open them again on the nodes); the pairs are compared in compare.py, the numerics live in measures,
+spectrum, findings.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
 from .. import __version__, kernels
 from ..errors import OptionError
 from ..execution import Execution
-from ..layout import arch_from_config, classify_tensor, complete_arch
+from ..layout import arch_from_config, complete_arch
 from ..run.measure import selected
 from ..source.open import open_model
-from ..source.plan import ModelPlan, TensorRef
+from ..source.plan import ModelPlan
 from ..source.reader import Reader, closing_on_error
-from .findings import block_key, find, is_low_rank, is_scaled, summarize
-from .measures import Totals, block_part, figures
-from .paired import Block, block_rows, matrix_shape, stream_pairs
-from .pairing import Pair, pair_tensors
-from .result import DiffOptions, DiffResult, TensorDiff
-from .spectrum import Accumulator, accumulator
+from .compare import Progress, compare
+from .findings import block_key, find, summarize
+from .pairing import pair_tensors
+from .result import DiffOptions, DiffResult
 
 
 def check_options(options: DiffOptions) -> None:
@@ -33,6 +32,13 @@ def check_options(options: DiffOptions) -> None:
     if not (isinstance(options.connections, int) and 1 <= options.connections <= 64):
         raise OptionError(
             f"--connections {options.connections}: choose a whole number from 1 to 64", option="--connections"
+        )
+    if options.executor not in ("local", "ray"):
+        raise OptionError(f"--executor {options.executor!r}: choose local or ray", option="--executor")
+    if options.executor == "ray" and (options.device or "auto").lower() not in ("auto", "cpu"):
+        raise OptionError(
+            f"--device {options.device} with --executor ray: the nodes compare on their CPUs; leave --device out",
+            option="--device",
         )
 
 
@@ -88,13 +94,6 @@ def describe_side(plan: ModelPlan) -> dict[str, Any]:
     }
 
 
-def _dtype_label(ref: TensorRef) -> str:
-    return ref.quantization or ref.dtype.name
-
-
-Progress = Callable[[str, Any], None]  # the fit's progress events: start, bytes, advance (render.tables.FitProgress)
-
-
 def diff(
     base_spec: str | None, tuned_spec: str, options: DiffOptions | None = None, progress: Progress | None = None
 ) -> DiffResult:
@@ -112,6 +111,7 @@ def diff(
         base_reader.close()
         raise
     started = time.perf_counter()
+    cluster = None
     try:
         base_refs = [t for t in base_plan.tensors if selected(t.name, options.include, options.exclude)]
         pairing = pair_tensors(base_refs, tuned_plan.tensors)
@@ -132,17 +132,33 @@ def diff(
             total = sum(p.base.nbytes + p.tuned.nbytes for p in pairing.pairs)
             label = f"{base_plan.model_id} -> {tuned_plan.model_id}"
             progress("start", {"tensors": len(pairing.pairs), "bytes": total, "model": label})
-        with kernels.thread_budget(execution.threads):
-            matrices, vectors = _compare(
-                pairing.pairs, base_plan, base_reader, tuned_reader, options, execution, verify, verifying, progress
-            )
+        arch = complete_arch(arch_from_config(base_plan.config, []), [(t.name, t.shape) for t in base_plan.tensors])
+        if options.executor == "ray":  # whole pairs compared by tasks on the cluster's nodes (diff/cluster.py)
+            from ..reduce.cluster import Cluster
+            from ..source.reopen import describe
+            from .cluster import compare_on_cluster
+
+            for plan, reader in ((base_plan, base_reader), (tuned_plan, tuned_reader)):
+                describe(plan, reader)  # what the nodes cannot read (GGUF, .bin) is refused before connecting
+            cluster = Cluster.join(options.ray_address)
+            matrices, vectors = compare_on_cluster(
+                cluster, pairing.pairs, arch, (base_plan, tuned_plan), (base_reader, tuned_reader), options,
+                execution, verify, verifying, progress,
+            )  # fmt: skip
+        else:
+            with kernels.thread_budget(execution.threads):
+                matrices, vectors = compare(
+                    pairing.pairs, arch, base_reader, tuned_reader, options, execution, verify, verifying, progress
+                )
         verification = {
-            side: _verification(reader, plan, verifying.get(side, False), verify)
+            side: _verification(reader, plan, verifying.get(side, False), verify, cluster is not None)
             for side, reader, plan in (("base", base_reader, base_plan), ("tuned", tuned_reader, tuned_plan))
         }
     finally:
         base_reader.close()
         tuned_reader.close()
+        if cluster is not None:
+            cluster.close()
     elapsed = time.perf_counter() - started
     blocks = summarize(matrices, block_key)
     blocks.sort(key=lambda g: int(g.key.split()[1]))
@@ -185,6 +201,7 @@ def diff(
             "sketch": options.sketch,
             "seed": options.seed,
             "verification": verification,
+            **({"cluster": cluster.summary()} if cluster is not None else {}),  # which nodes read what
             "tool": {"name": "weightdiag", "version": __version__},
             "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         },
@@ -192,96 +209,19 @@ def diff(
     )
 
 
-def _verification(reader: Reader, plan: ModelPlan, read_whole: bool, verify: bool) -> str:
-    """What was checked of one side's bytes: raises VerificationError (exit 3) when a Hub shard's sha256 differs."""
+def _verification(reader: Reader, plan: ModelPlan, read_whole: bool, verify: bool, on_cluster: bool = False) -> str:
+    """What was checked of one side's bytes: raises VerificationError (exit 3) when a Hub shard's sha256 differs.
+    `on_cluster`: the shards were hashed on the nodes, each checked there (diff/cluster.py)."""
     if plan.source != "hub":
         return (plan.verification or {}).get("summary") or "not verified: read from local files"
     if not verify:
         return "not verified: --include/--exclude read part of the shards"
     if not read_whole:
         return "not verified: its tensors are stored in another order than the other side's, or no sha256 is published"
+    if on_cluster:
+        from ..source.hub_stream import HubReader
+
+        if isinstance(reader, HubReader):
+            return reader.all_verified()["summary"]
     finished = reader.finish()
     return finished["summary"] if finished else "not verified: no sha256 published"
-
-
-def _compare(
-    pairs: list[Pair],
-    base_plan: ModelPlan,
-    base_reader: Reader,
-    tuned_reader: Reader,
-    options: DiffOptions,
-    execution: Execution,
-    verify: bool = False,
-    verifying: dict[str, bool] | None = None,
-    progress: Progress | None = None,
-) -> tuple[list[TensorDiff], list[TensorDiff]]:
-    arch = complete_arch(arch_from_config(base_plan.config, []), [(t.name, t.shape) for t in base_plan.tensors])
-    totals: dict[int, Totals] = {}
-    spectra: dict[int, Accumulator | None] = {}
-
-    def start(i: int) -> None:
-        pair = pairs[i]
-        totals[i] = Totals()
-        m, n = matrix_shape(pair.base.shape)
-        spectral = options.spectrum and len(pair.base.shape) >= 2 and min(m, n) > 1
-        if spectral:
-            step = block_rows(pair)
-            spectra[i] = accumulator(m, n, step >= m, seed=options.seed, cap=options.sketch, device=execution.device)
-        else:
-            spectra[i] = None
-
-    def work(block: Block, b, t) -> tuple[Any, Any]:
-        acc = spectra[block.pair]
-        part, delta = block_part(b, t, delta=acc is not None)
-        if acc is None or delta is None:
-            return part, None
-        n = matrix_shape(pairs[block.pair].base.shape)[1]
-        return part, acc.block_part(block.r0, delta.reshape(block.r1 - block.r0, n))
-
-    matrices: list[TensorDiff] = []
-    vectors: list[TensorDiff] = []
-    for block, (part, spec) in stream_pairs(
-        pairs,
-        base_reader,
-        tuned_reader,
-        work,
-        workers=options.workers or execution.threads,
-        before_tensor=start,
-        verify=verify,
-        verifying=verifying,
-    ):
-        i = block.pair
-        if progress is not None:
-            progress("bytes", block.base.nbytes + block.tuned.nbytes)
-        totals[i].fold(part)
-        acc = spectra[i]
-        if acc is not None:
-            acc.fold(spec)
-        if not block.last:
-            continue
-        pair = pairs[i]
-        is_matrix = len(pair.base.shape) >= 2
-        fig = figures(totals.pop(i), fits=is_matrix)
-        spectrum = acc.result(fig.delta_norm**2) if acc is not None else None
-        spectra.pop(i)
-        role = classify_tensor(pair.name, tuple(pair.base.shape), arch.n_layers, arch.family, arch.n_experts)
-        m, n = matrix_shape(pair.base.shape)
-        untouched = fig.delta_norm == 0 and fig.nonfinite == 0
-        item = TensorDiff(
-            name=pair.name,
-            tuned_name=pair.tuned.name,
-            kind=role.kind,
-            block=role.block,
-            shape=tuple(pair.base.shape),
-            base_dtype=_dtype_label(pair.base),
-            tuned_dtype=_dtype_label(pair.tuned),
-            figures=fig,
-            spectrum=spectrum,
-            untouched=untouched,
-            low_rank=is_matrix and is_low_rank((m, n), spectrum.rank90 if spectrum else None, fig.relative_change),
-            scaled=is_matrix and is_scaled(fig.alignment, fig.relative_change),
-        )
-        (matrices if is_matrix else vectors).append(item)
-        if progress is not None:
-            progress("advance", pair.base)
-    return matrices, vectors

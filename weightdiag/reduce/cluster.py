@@ -18,6 +18,11 @@ the partial reductions (and the bytes of small vectors, gathered whole as the lo
 A quantized weight's decoder is built on the node from companions it reads itself; positions of the largest
 |w| are turned into the logical matrix's there, as Fold does locally. Tasks declare `num_cpus` and `memory`
 (chunk buffers, companions, results) so that Ray, not the kernel's OOM killer, limits how many run at once.
+
+`Cluster.run` is the one way work runs on the cluster: the fit's chunks here, the spectrum's matrices
+(run/spectrum_cluster.py) and a diff's tensor pairs (diff/cluster.py) each hand it a module-level function and
+plain payloads; it submits a window of tasks, hands their outcomes back in payload order, counts each node's
+tasks and bytes (run.cluster, per-node progress), and after an error lets the running tasks end.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ import math
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import closing
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -99,6 +105,22 @@ def task_bytes(total: int, slots: int, budget: int) -> int:
     return min(budget, max(MIN_TASK_BYTES, share))
 
 
+def balanced_runs(weights: Sequence[float], share: float, cuts: Sequence[bool] | None = None) -> list[range]:
+    """Consecutive runs of items (indexes), each of about `share` of weight: an item is never cut, a run holds
+    at least one, and a run closes before an item that would take it over `share`, where a run may start
+    (`cuts[i]`: before item i; default everywhere)."""
+    runs: list[range] = []
+    start, held = 0, 0.0
+    for i, weight in enumerate(weights):
+        if i > start and held + weight > share and (cuts is None or cuts[i]):
+            runs.append(range(start, i))
+            start, held = i, 0.0
+        held += weight
+    if start < len(weights):
+        runs.append(range(start, len(weights)))
+    return runs
+
+
 @dataclass(frozen=True)
 class Task:
     """What one task reads and reduces: plain data, pickled to the node that runs it."""
@@ -115,14 +137,23 @@ class Task:
 
 @dataclass
 class TaskOutcome:
-    """What a task hands back: each chunk's partial results (in the task's chunk order), or the error."""
+    """What a task hands back: what its function returned, or the error (one line naming the node)."""
 
     index: int
     node: str
-    results: list[list[tuple[int, Any]]] = field(default_factory=list)
-    verified: frozenset[int] = frozenset()
+    results: Any = None
     error: WeightdiagError | None = None
     seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Job:
+    """One task of any pass run on the cluster: `fn(payload, node)` on some node; plain data (pickled, `fn` by
+    reference: a module-level function of weightdiag, imported by the worker)."""
+
+    index: int
+    fn: Callable[[Any, str], Any]
+    payload: Any
 
 
 def node_name() -> str:
@@ -137,17 +168,17 @@ def node_name() -> str:
     return f"node {address} ({node_id[:8]})"
 
 
-def run_task(task: Task) -> TaskOutcome:
-    """Runs on a node: reopen the source, read and reduce the task's chunks, hand back their results."""
+def run_task(job: Job) -> TaskOutcome:
+    """Runs on a node: the job's function, its result handed back (or its error, naming this node)."""
     node = node_name()
     started = time.perf_counter()
     try:
-        results, verified = _reduce_task(task, node)
+        results = job.fn(job.payload, node)
     except WeightdiagError as exc:  # one line naming this node, raised on the driver as it is
         if not str(exc).startswith(node):
             exc.args = (f"{node}: {exc}",)
-        return TaskOutcome(task.index, node, error=exc)
-    return TaskOutcome(task.index, node, results, verified, seconds=time.perf_counter() - started)
+        return TaskOutcome(job.index, node, error=exc)
+    return TaskOutcome(job.index, node, results, seconds=time.perf_counter() - started)
 
 
 def _reduce_task(task: Task, node: str) -> tuple[list[list[tuple[int, Any]]], frozenset[int]]:
@@ -279,60 +310,188 @@ def _task_memory(task: Task, hub: bool, chunk_workers: int) -> int:
     return TASK_BASE_MEMORY + buffers + decoders + RESULT_BYTES_PER_CHUNK * len(task.chunks)
 
 
-Finished = tuple[int, list[Reduction] | np.ndarray | VectorSummary]
+NodeProgress = Callable[[str, int], None]  # on_node(node, bytes): a task's bytes folded, and the node that read them
 
 
-class RayReader(Reader):
-    """The driver's side of a fit on a Ray cluster: the Reader the plan is made with (the driver's own reader
-    for regions and companions, never chunks), and the executor that runs the plan's chunks as tasks on the
-    nodes. Its verification is what the tasks report: shards hashed where they were read."""
+class Cluster:
+    """A connection to a Ray cluster and the one way passes run on it: `run` submits jobs (a window of them
+    at a time), hands their results back in job order whatever order they finish in, and counts per node
+    the tasks and bytes (run metadata). Every pass spread over the cluster (the fit's chunks, the spectrum's
+    matrices, a diff's pairs) goes through it: the same retries, errors, drain and accounting."""
 
-    fetches = False
-
-    def __init__(self, plan: ModelPlan, inner: Reader, ray: Any) -> None:
-        self._plan = plan
-        self._inner = inner
-        self._ray = ray
-        self._source = describe(plan, inner)
-        self._connections = 8
-        self._verified: set[int] = set()
-        self._hashing = False
-        self._owns = False  # whether close() disconnects from the cluster (connect() joined it)
-        from ..source.hub_stream import HubReader
-
-        # The chunks are planned for the readers the nodes open (a Hub model read from this machine's cache is
-        # streamed there).
-        self.chunk_bytes = HubReader.chunk_bytes if self._source.kind == "hub" else inner.chunk_bytes
-        self.nodes: dict[str, dict[str, float]] = {}  # per node: tasks, bytes, seconds (run metadata)
+    def __init__(self, ray: Any) -> None:
+        self.ray = ray
+        self.owns = False  # whether close() disconnects (join() connected)
+        self.nodes: dict[str, dict[str, float]] = {}  # per node: tasks, bytes, seconds
 
     @classmethod
-    def connect(cls, plan: ModelPlan, inner: Reader, address: str | None) -> RayReader:
-        """Join the Ray cluster at `address` (default RAY_ADDRESS) for this fit."""
-        ray = _import_ray()
+    def join(cls, address: str | None, ray: Any = None) -> Cluster:
+        """Join the Ray cluster at `address` (default RAY_ADDRESS)."""
+        ray = ray or _import_ray()
         target = address or settings.ray_address()
         if not target:
             raise OptionError(
                 "--executor ray: give --ray-address HOST:PORT or set RAY_ADDRESS (an existing cluster)",
                 option="--ray-address",
             )
-        reader = cls(plan, inner, ray)  # refuses what the nodes cannot read (GGUF, .bin) before connecting
         _check_reachable(target)
-        reader._owns = not ray.is_initialized()  # a caller's own connection is left as it was found
+        cluster = cls(ray)
+        cluster.owns = not ray.is_initialized()  # a caller's own connection is left as it was found
         try:
-            # Quiet: the fit's own lines are what the terminal shows (Ray's INFO lines say it connected).
+            # Quiet: the command's own lines are what the terminal shows (Ray's INFO lines say it connected).
             ray.init(address=target, ignore_reinit_error=True, log_to_driver=False, logging_level=logging.WARNING)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise HubError(f"--executor ray: no Ray cluster answers at {target} ({exc})") from None
         _notices_to_stderr()
-        return reader
+        return cluster
+
+    def slots(self, cpus: int) -> int:
+        """How many tasks of `cpus` CPUs the cluster runs at once."""
+        return max(1, int(self.ray.cluster_resources().get("CPU", 0)) // cpus)
+
+    def largest_node(self, resource: str = "memory") -> float:
+        """The most of `resource` one live node has (0 when unknown)."""
+        alive = (node["Resources"].get(resource, 0) for node in self.ray.nodes() if node.get("Alive"))
+        return max(alive, default=0)
+
+    def run(
+        self,
+        fn: Callable[[Any, str], Any],
+        payloads: Sequence[Any],
+        *,
+        cpus: int,
+        memory: Sequence[int],
+        nbytes: Sequence[int],
+        on_node: NodeProgress | None = None,
+    ) -> Generator[TaskOutcome, None, None]:
+        """Each payload's task (`fn(payload, node)` on some node, declaring `cpus` and `memory[i]`), their
+        outcomes in payload order; `nbytes[i]`: the bytes task i reads, counted for its node once it is
+        handed back. An error is raised here (one line naming the node); the tasks still running are then
+        given DRAIN_SECONDS to end."""
+        ray = self.ray
+        remote = ray.remote(run_task)
+        largest = int(self.largest_node())
+
+        def submit(index: int) -> Any:
+            need = min(memory[index], largest) if largest else memory[index]  # more than a node has: never runs
+            return remote.options(
+                num_cpus=cpus,
+                memory=need,
+                max_retries=MAX_RETRIES,
+                retry_exceptions=False,  # weightdiag's own errors say what is wrong: running again cannot help
+                scheduling_strategy="SPREAD",  # across nodes: their links and disks add up
+            ).remote(Job(index, fn, payloads[index]))
+
+        window = max(2, TASKS_PER_SLOT * self.slots(cpus))  # tasks submitted and not yet handed back
+        in_flight: dict[Any, int] = {}
+        done: dict[int, TaskOutcome] = {}
+        submitted = handed = 0
+        finished = False
+        try:
+            while handed < len(payloads):
+                while submitted < len(payloads) and submitted - handed < window:
+                    in_flight[submit(submitted)] = submitted
+                    submitted += 1
+                while handed not in done:
+                    ready, _ = ray.wait(list(in_flight), num_returns=1)
+                    outcome = self._outcome(ready[0])
+                    del in_flight[ready[0]]
+                    done[outcome.index] = outcome
+                outcome = done.pop(handed)
+                yield outcome
+                entry = self.nodes.setdefault(outcome.node, {"tasks": 0, "bytes": 0, "seconds": 0.0})
+                entry["tasks"] += 1
+                entry["bytes"] += nbytes[handed]
+                entry["seconds"] += outcome.seconds
+                if on_node:
+                    on_node(outcome.node, nbytes[handed])
+                handed += 1
+            finished = True
+        finally:
+            # Nothing is cancelled one by one: cancelling with force=True races the tasks' completion in Ray 2.60
+            # and can abort the driver; close() disconnects, which ends this job's tasks. But the tasks already
+            # running may end first: a task failing while the driver shuts down makes Ray's core print "Failed
+            # to push error to driver" on the user's terminal.
+            if not finished and in_flight:
+                ray.wait(list(in_flight), num_returns=len(in_flight), timeout=DRAIN_SECONDS)
+
+    def _outcome(self, ref: Any) -> TaskOutcome:
+        """A finished task's outcome; its error raised here, one line naming the node."""
+        ray = self.ray
+        try:
+            outcome: TaskOutcome = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:  # a bug in a task: its own exception, as a local run raises it
+            cause = getattr(exc, "cause", None)
+            raise (cause if isinstance(cause, BaseException) else exc) from None
+        except ray.exceptions.RayError as exc:  # lost more times than retried (node gone, worker killed)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise HubError(
+                f"--executor ray: a task was lost {MAX_RETRIES + 1} times ({type(exc).__name__}: {first}); "
+                "check the cluster's nodes (ray status) and run the command again: it resumes"
+            ) from None
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome
 
     def summary(self) -> dict[str, Any]:
-        """How the fit was spread over the nodes: the row's run.cluster (record/schema.py ClusterInfo)."""
+        """How the work was spread over the nodes: a row's run.cluster (record/schema.py ClusterInfo)."""
         nodes = [
             {"node": name, "tasks": int(n["tasks"]), "bytes": int(n["bytes"]), "seconds": round(n["seconds"], 3)}
             for name, n in sorted(self.nodes.items())
         ]
         return {"executor": "ray", "tasks": sum(n["tasks"] for n in nodes), "nodes": nodes}
+
+    def close(self) -> None:
+        if self.owns:  # disconnecting ends this job's tasks still running (after an error)
+            self.owns = False
+            self.ray.shutdown()
+
+
+Finished = tuple[int, list[Reduction] | np.ndarray | VectorSummary]
+
+
+class RayReader(Reader):
+    """The driver's side of a fit on a Ray cluster: the Reader the plan is made with (the driver's own reader
+    for regions and companions, never chunks), and the executor that runs the plan's chunks as tasks on the
+    nodes. Its verification is what the tasks report: shards hashed where they were read. A later pass over
+    the same model (the spectrum's, run/spectrum_cluster.py) runs on the same `cluster`."""
+
+    fetches = False
+
+    def __init__(self, plan: ModelPlan, inner: Reader, ray: Any) -> None:
+        self._plan = plan
+        self._inner = inner
+        self.cluster = Cluster(ray)
+        self.source = describe(plan, inner)  # what a node opens again
+        self._connections = 8
+        self._verified: set[int] = set()
+        self._hashing = False
+        from ..source.hub_stream import HubReader
+
+        # The chunks are planned for the readers the nodes open (a Hub model read from this machine's cache is
+        # streamed there).
+        self.chunk_bytes = HubReader.chunk_bytes if self.source.kind == "hub" else inner.chunk_bytes
+
+    @property
+    def inner(self) -> Reader:
+        """The driver's own reader (what a local fit of the same model reads through)."""
+        return self._inner
+
+    @property
+    def nodes(self) -> dict[str, dict[str, float]]:
+        return self.cluster.nodes
+
+    @classmethod
+    def connect(cls, plan: ModelPlan, inner: Reader, address: str | None) -> RayReader:
+        """Join the Ray cluster at `address` (default RAY_ADDRESS) for this fit."""
+        ray = _import_ray()
+        reader = cls(plan, inner, ray)  # refuses what the nodes cannot read (GGUF, .bin) before connecting
+        reader.cluster = Cluster.join(address, ray)
+        return reader
+
+    def summary(self) -> dict[str, Any]:
+        """How the fit was spread over the nodes: the row's run.cluster (record/schema.py ClusterInfo)."""
+        return self.cluster.summary()
 
     # -- the Reader protocol: the plan's questions go to the driver's reader ------------------------------
 
@@ -348,6 +507,10 @@ class RayReader(Reader):
     def set_connections(self, connections: int) -> None:
         self._connections = connections  # each task's, on its node
         self._inner.set_connections(connections)
+
+    @property
+    def connections(self) -> int:
+        return self._connections
 
     def skip_shards(self, shards: set[int]) -> None:
         self._inner.skip_shards(shards)
@@ -375,16 +538,15 @@ class RayReader(Reader):
         return self._inner.all_verified()
 
     def cancel(self) -> None:
-        # Nothing to do here: close() disconnects from the cluster, which ends the tasks of this job. (Cancelling
-        # them one by one with force=True races their completion in Ray 2.60 and can abort the driver.)
+        # Nothing to do here: close() disconnects from the cluster, which ends the tasks of this job (see
+        # Cluster.run: cancelling them one by one with force=True can abort the driver in Ray 2.60).
         return None
 
     def close(self) -> None:
         try:
             self._inner.close()
         finally:
-            if self._owns:  # disconnecting ends this job's tasks still running (after an error)
-                self._ray.shutdown()
+            self.cluster.close()
 
     # -- the executor -------------------------------------------------------------------------------------
 
@@ -395,11 +557,10 @@ class RayReader(Reader):
         *,
         verify: bool = False,
         on_bytes: Callable[[int], None] | None = None,
-        on_node: Callable[[str, int], None] | None = None,
+        on_node: NodeProgress | None = None,
     ) -> Iterator[Finished]:
         """What stream.reduce_chunked yields (the same plan, the same fold), the chunks reduced on the nodes.
         `on_node(node, bytes)`: a task's bytes folded, and the node that read them."""
-        ray = self._ray
         plan = plan_reads(targets, self, verify)
         self._hashing = plan.verify
         chunks = plan.chunks
@@ -408,103 +569,55 @@ class RayReader(Reader):
         if not chunks:
             return
         cpus = settings.ray_task_cpus()
-        total_cpus = int(ray.cluster_resources().get("CPU", 0))
-        slots = max(1, total_cpus // cpus)
-        budget = task_bytes(sum(c.nbytes for c in chunks), slots, settings.ray_task_bytes())
+        budget = task_bytes(sum(c.nbytes for c in chunks), self.cluster.slots(cpus), settings.ray_task_bytes())
         runs = plan_tasks(chunks, budget, whole_shards=plan.verify)
         delay = settings.test_ray_task_delay()
-        hub = self._source.kind == "hub"
-        largest_node = max((node["Resources"].get("memory", 0) for node in ray.nodes() if node.get("Alive")), default=0)
-        remote = ray.remote(run_task)
-
-        def submit(index: int) -> Any:
-            run = runs[index]
+        hub = self.source.kind == "hub"
+        tasks = []
+        for index, run in enumerate(runs):
             task_chunks = tuple(chunks[i] for i in run)
             items = dict.fromkeys(piece.item for chunk in task_chunks for piece in chunk.pieces)
-            task = Task(
-                index,
-                task_chunks,
-                {item: replace(targets[item], decoder=None) for item in items},
-                self._source,
-                frozenset(chunk.shard for chunk in task_chunks) if plan.verify else frozenset(),
-                cpus,
-                self._connections,
-                delay,
+            tasks.append(
+                Task(
+                    index,
+                    task_chunks,
+                    {item: replace(targets[item], decoder=None) for item in items},
+                    self.source,
+                    frozenset(chunk.shard for chunk in task_chunks) if plan.verify else frozenset(),
+                    cpus,
+                    self._connections,
+                    delay,
+                )
             )
-            memory = _task_memory(task, hub, min(cpus, settings.MAX_CHUNK_WORKERS))
-            if largest_node:
-                memory = min(memory, int(largest_node))  # never more than a node has: it would wait forever
-            return remote.options(
-                num_cpus=cpus,
-                memory=memory,
-                max_retries=MAX_RETRIES,
-                retry_exceptions=False,  # weightdiag's own errors say what is wrong: running again cannot help
-                scheduling_strategy="SPREAD",  # across nodes: their links and disks add up
-            ).remote(task)
+        memory = [_task_memory(task, hub, min(cpus, settings.MAX_CHUNK_WORKERS)) for task in tasks]
+        # tensor bytes only, so that the total matches the plan's
+        read = [sum(piece.hi - piece.lo for i in run for piece in chunks[i].pieces) for run in runs]
+        outcomes = self.cluster.run(_reduce_task, tasks, cpus=cpus, memory=memory, nbytes=read, on_node=on_node)
+        with closing(outcomes):  # an error here lets the running tasks end now, before close() disconnects
+            yield from self._fold(outcomes, runs, chunks, fold, plan.verify, on_bytes)
 
-        window = max(2, TASKS_PER_SLOT * slots)  # tasks submitted and not yet folded
-        in_flight: dict[Any, int] = {}
-        done: dict[int, TaskOutcome] = {}
-        submitted = folded = 0
-        finished = False
-        try:
-            while folded < len(runs):
-                while submitted < len(runs) and submitted - folded < window:
-                    in_flight[submit(submitted)] = submitted
-                    submitted += 1
-                while folded not in done:
-                    ready, _ = ray.wait(list(in_flight), num_returns=1)
-                    outcome = self._outcome(ready[0])
-                    del in_flight[ready[0]]
-                    done[outcome.index] = outcome
-                outcome = done.pop(folded)
-                self._verified |= outcome.verified
-                if plan.verify and outcome.verified != frozenset(chunks[i].shard for i in runs[folded]):
-                    raise VerificationError(
-                        f"{outcome.node}: a task did not verify the shards it read; nothing was written, run the "
-                        "command again",
-                        repo=self._plan.model_id,
-                        file=self._plan.shards[chunks[runs[folded][0]].shard].name,
-                        expected=None,
-                        got="",
-                    )
-                task_bytes_read = 0
-                for i, results in zip(runs[folded], outcome.results, strict=True):
-                    read = sum(piece.hi - piece.lo for piece in chunks[i].pieces)
-                    task_bytes_read += read
-                    if on_bytes:  # tensor bytes only, so that the total matches the plan's
-                        on_bytes(read)
-                    yield from fold.add(results)
-                entry = self.nodes.setdefault(outcome.node, {"tasks": 0, "bytes": 0, "seconds": 0.0})
-                entry["tasks"] += 1
-                entry["bytes"] += task_bytes_read
-                entry["seconds"] += outcome.seconds
-                if on_node:
-                    on_node(outcome.node, task_bytes_read)
-                folded += 1
-            finished = True
-        finally:
-            if not finished:
-                self.cancel()
-                # Let the tasks already running end before close() disconnects: a task failing while the driver
-                # shuts down makes Ray's core print "Failed to push error to driver" on the user's terminal.
-                if in_flight:
-                    ray.wait(list(in_flight), num_returns=len(in_flight), timeout=DRAIN_SECONDS)
-
-    def _outcome(self, ref: Any) -> TaskOutcome:
-        """A finished task's outcome; its error raised here, one line naming the node."""
-        ray = self._ray
-        try:
-            outcome: TaskOutcome = ray.get(ref)
-        except ray.exceptions.RayTaskError as exc:  # a bug in a task: its own exception, as a local fit raises it
-            cause = getattr(exc, "cause", None)
-            raise (cause if isinstance(cause, BaseException) else exc) from None
-        except ray.exceptions.RayError as exc:  # lost more times than retried (node gone, worker killed)
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise HubError(
-                f"--executor ray: a task was lost {MAX_RETRIES + 1} times ({type(exc).__name__}: {first}); "
-                "check the cluster's nodes (ray status) and run the command again: it resumes"
-            ) from None
-        if outcome.error is not None:
-            raise outcome.error
-        return outcome
+    def _fold(
+        self,
+        outcomes: Iterator[TaskOutcome],
+        runs: Sequence[range],
+        chunks: Sequence[Chunk],
+        fold: Fold,
+        verify: bool,
+        on_bytes: Callable[[int], None] | None,
+    ) -> Iterator[Finished]:
+        for index, outcome in enumerate(outcomes):
+            results, verified = outcome.results
+            self._verified |= verified
+            if verify and verified != frozenset(chunks[i].shard for i in runs[index]):
+                raise VerificationError(
+                    f"{outcome.node}: a task did not verify the shards it read; nothing was written, run the "
+                    "command again",
+                    repo=self._plan.model_id,
+                    file=self._plan.shards[chunks[runs[index][0]].shard].name,
+                    expected=None,
+                    got="",
+                )
+            for i, chunk_results in zip(runs[index], results, strict=True):
+                if on_bytes:
+                    on_bytes(sum(piece.hi - piece.lo for piece in chunks[i].pieces))
+                yield from fold.add(chunk_results)

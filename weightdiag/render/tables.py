@@ -367,3 +367,31 @@ class FitProgress:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+
+def _amount(size: int) -> str:
+    return f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
+
+
+class NodeProgress:
+    """`--node-progress` (with --executor ray): each time a task is handed back, one line on stderr with its node's
+    tasks and bytes so far (above the progress bar on a terminal; in a log too), then the events go on to
+    `inner` (the bar). The counts are the run's `run.cluster` as they grow: both passes of a fit --spectrum."""
+
+    def __init__(self, inner: Any, console: Console) -> None:
+        self.inner = inner
+        self.console = console
+        self.nodes: dict[str, list[int]] = {}  # node: [tasks, bytes]
+
+    def __call__(self, event: str, payload: Any) -> None:
+        if event == "node":
+            counts = self.nodes.setdefault(payload["node"], [0, 0])
+            counts[0] += 1
+            counts[1] += payload["bytes"]
+            done = f"{counts[0]} task{'s' if counts[0] != 1 else ''} done, {_amount(counts[1])} read"
+            what = " (the last one a spectrum task)" if payload.get("pass") == "spectrum" else ""
+            self.console.print(f"{payload['node']}: {done}{what}", markup=False, highlight=False, soft_wrap=True)
+        self.inner(event, payload)
+
+    def close(self) -> None:
+        self.inner.close()

@@ -343,7 +343,14 @@ def _spectra(
         if not item.vector
     ]
     planned = plan_spectra(inputs, lambda i: record_names(i.views, i.ref.name))
-    result = take_spectra(planned, reader, execution, farms=options.farms, progress=progress)
+    if options.executor == "ray":  # the matrices' spectra taken by tasks on the cluster's nodes, whole each
+        from ..reduce.cluster import RayReader
+        from .spectrum_cluster import spread_spectra
+
+        assert isinstance(reader, RayReader)
+        result = spread_spectra(planned, reader, execution, farms=options.farms, progress=progress)
+    else:
+        result = take_spectra(planned, reader, execution, farms=options.farms, progress=progress)
     attached = attach(result, (m for w in work for m in entries[w.ref.name][0]))
     return run_info(result, attached, options.farms)
 
