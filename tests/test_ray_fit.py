@@ -189,7 +189,7 @@ def _ray_fit(spec: str | Path, cluster: LocalCluster, *extra: str, env: dict[str
 
 @pytest.fixture(scope="module")
 def cluster(request, tmp_path_factory, models) -> LocalCluster:
-    """A running cluster, by the test's parameter: "1-node", "3-nodes", or "3-nodes-one-blind" (the last node
+    """A running cluster, by the test's parameter: "1-node", "2-nodes", "3-nodes", or "3-nodes-one-blind" (the last node
     does not see the BF16 model's folder). One at a time: tests are grouped by it, the machine is small."""
     pytest.importorskip("ray")
     kind = request.param
@@ -203,13 +203,14 @@ def cluster(request, tmp_path_factory, models) -> LocalCluster:
 
 
 ONE_AND_THREE = pytest.mark.parametrize("cluster", ["1-node", "3-nodes"], indirect=True)
+ONE_TWO_AND_THREE = pytest.mark.parametrize("cluster", ["1-node", "2-nodes", "3-nodes"], indirect=True)
 THREE = pytest.mark.parametrize("cluster", ["3-nodes"], indirect=True)
 
 
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["bf16", "f32", "fp8", "int4"])
-@ONE_AND_THREE
+@ONE_TWO_AND_THREE
 def test_rows_are_byte_identical_to_the_local_fit(name, cluster, models, local_rows):
     budget = SPLIT_TASKS if name == "f32" else SMALL_TASKS
     row = _ray_fit(models[name], cluster, env={"WEIGHTDIAG_RAY_TASK_BYTES": budget})
