@@ -495,9 +495,15 @@ def test_spectrum_fit_columns():
         fit.alpha = 3.0  # type: ignore[misc]
     with pytest.raises(ValueError):
         fit_spectrum(ev[:-1], 500, 200)
-    # a rank-deficient matrix: the Gram's noise floor is not counted as rank (see esd.matrix_rank)
+    # a rank-deficient product rounded to float32: numerically rank 30, exactly full rank; WeightWatcher's
+    # tolerance on the refined eigenvalues counts as its SVD does, the Gram's tolerance on the Gram alone 30
     low = (rng.standard_normal((400, 30)) @ rng.standard_normal((30, 100))).astype(np.float32)
-    assert fit_spectrum(matrix_eigenvalues(low), 400, 100).matrix_rank == 30
+    svd = _svd_eigenvalues(low)
+    refined = fit_spectrum(matrix_eigenvalues(low), 400, 100)
+    assert refined.matrix_rank == fit_spectrum(svd, 400, 100).matrix_rank == esd.matrix_rank(svd, 400)
+    alone = GramSpectrum(400, 100)
+    alone.add(0, low)
+    assert fit_spectrum(alone.eigenvalues(), 400, 100, gram=True).matrix_rank == 30
 
 
 # ------------------------------------------------------------------------------- real weights, against WW

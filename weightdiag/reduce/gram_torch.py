@@ -11,7 +11,9 @@ bit for bit:
 - wide (m < n): the rows are held on the device (float32, m·n·4 bytes) and WWᵀ is summed over column
   panels in float64 at the end.
 
-`torch.linalg.eigvalsh` solves in float64 on the device (cuSOLVER's syevd on CUDA). Tested on torch's CPU
+`torch.linalg.eigvalsh` solves in float64 on the device (cuSOLVER's syevd on CUDA). Eigenvalues below the
+Gram's floor are refined as on the CPU (`solve`, reduce/gram.py's "Refinement"), the subspace from torch's
+eigh on the device. Tested on torch's CPU
 device (tests/test_spectrum_pipeline.py) and on CUDA where one is lent (tests/test_spectrum_cuda.py). These
 operations on an H200 (benchmarks/RESULTS.md): 14-17 TFLOP/s for the Gram, the host-to-device copies of the
 float32 blocks bounding it, and 0.1 s for a 4,096 x 4,096 eigensolve (1.4 s on 16 CPU cores).
