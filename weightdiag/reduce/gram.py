@@ -261,12 +261,14 @@ def small_subspace(g: np.ndarray, values: np.ndarray, iterations: int = 8) -> np
     lam_max = float(values[-1])
     s = max(1, int(np.count_nonzero(values < SUBSPACE * lam_max)))
     delta = FLOOR * lam_max
+    diagonal = g.diagonal().copy()
     for _ in range(8):  # a shift too small for rounding (G's eigenvalues can be ~ -ε·λ_max): raise it
-        g.flat[:: n + 1] += delta
-        factor, info = dpotrf(g, lower=0, clean=1, overwrite_a=1)
+        np.fill_diagonal(g, diagonal + delta)
+        # upper triangle only (clean=0): the lower one keeps G for a retry; the solves read the upper one
+        factor, info = dpotrf(g, lower=0, clean=0, overwrite_a=1)
         if info == 0:
             break
-        _restore_from_lower(g, g.diagonal() - delta)  # dpotrf wrote the upper triangle only
+        _restore_from_lower(g, diagonal)
         delta *= 100.0
     else:  # pragma: no cover - a symmetric matrix shifted by ~λ_max is positive definite
         raise ArithmeticError("no Cholesky factorisation of the shifted Gram")
