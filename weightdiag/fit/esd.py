@@ -377,11 +377,13 @@ class SpectrumFit:
         return out
 
 
-def matrix_rank(evals: np.ndarray, N: int, gram: bool = True) -> int:
-    """Eigenvalues above the rank tolerance. WW counts σ > σ_max·N·ε (numpy's matrix_rank on σ = √λ); from a
-    Gram matrix, λ is known only to about ε·λ_max·(size), so there the count is λ > λ_max·N·ε (numpy's
-    tolerance for the Gram itself, σ > σ_max·√(N·ε)): the two agree unless some σ lies between σ_max·N·ε and
-    σ_max·√(N·ε) (~1e-12 to ~1e-6 of σ_max), i.e. for numerically rank-deficient matrices."""
+def matrix_rank(evals: np.ndarray, N: int, gram: bool = False) -> int:
+    """Eigenvalues above the rank tolerance: WW's σ > σ_max·N·ε (numpy's matrix_rank on σ = √λ), right for
+    eigenvalues as accurate as an SVD's, which reduce/gram.py's are (those below its floor are refined). `gram`:
+    eigenvalues of a Gram alone, known only to about ε·λ_max: then λ > λ_max·N·ε (numpy's tolerance for the
+    Gram itself, σ > σ_max·√(N·ε)). The two agree unless some σ lies between σ_max·N·ε and σ_max·√(N·ε)
+    (~1e-12 to ~1e-6 of σ_max), i.e. for numerically rank-deficient matrices, which the Gram alone cannot tell
+    from full-rank ones."""
     evals = np.asarray(evals, dtype=np.float64)
     eps = np.finfo(np.float64).eps
     if gram:
@@ -396,11 +398,12 @@ def fit_spectrum(
     cols: int,
     farms_evals: np.ndarray | None = None,
     farms_windows: int | None = None,
-    gram: bool = True,
+    gram: bool = False,
 ) -> SpectrumFit:
     """Every metric of a rows x cols matrix from its min(rows, cols) eigenvalues (σ², any order; see the module
     docstring), and FARMS' alpha when its pooled window eigenvalues are given. `gram`: the eigenvalues come
-    from a Gram matrix (the rank tolerance, see `matrix_rank`); False for those of an SVD."""
+    from a Gram matrix alone, unrefined (the rank tolerance, see `matrix_rank`); False (the default) for those
+    of an SVD or of reduce/gram.py, whose eigenvalues below its floor are refined to an SVD's accuracy."""
     evals = np.sort(np.asarray(evals, dtype=np.float64))
     N, M = max(rows, cols), min(rows, cols)
     if evals.size != M or M == 0:

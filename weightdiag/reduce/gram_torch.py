@@ -11,7 +11,9 @@ bit for bit:
 - wide (m < n): the rows are held on the device (float32, m·n·4 bytes) and WWᵀ is summed over column
   panels in float64 at the end.
 
-`torch.linalg.eigvalsh` solves in float64 on the device (cuSOLVER's syevd on CUDA). Tested on torch's CPU
+`torch.linalg.eigvalsh` solves in float64 on the device (cuSOLVER's syevd on CUDA). Eigenvalues below the
+Gram's floor are refined as on the CPU (`solve`, reduce/gram.py's "Refinement"), the subspace from torch's
+eigh on the device. Tested on torch's CPU
 device (tests/test_spectrum_pipeline.py) and on CUDA where one is lent (tests/test_spectrum_cuda.py). These
 operations on an H200 (benchmarks/RESULTS.md): 14-17 TFLOP/s for the Gram, the host-to-device copies of the
 float32 blocks bounding it, and 0.1 s for a 4,096 x 4,096 eigensolve (1.4 s on 16 CPU cores).
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .gram import CONVERT_BYTES, MIN_CONVERT, is_tall
+from .gram import CONVERT_BYTES, MIN_CONVERT, SUBSPACE, Refinement, is_tall, needs_refinement
 
 
 class TorchGramSpectrum:
@@ -79,9 +81,31 @@ class TorchGramSpectrum:
         return bool(self._torch.isfinite(source).all().item())
 
     def eigenvalues(self) -> np.ndarray:
-        """min(m, n) eigenvalues, float64, clipped at 0, ascending (copied back to the CPU)."""
+        """min(m, n) eigenvalues, float64, clipped at 0, ascending (copied back to the CPU): the Gram's alone."""
         g = self.gram()
         if not g.numel():
             return np.zeros(0, dtype=np.float64)
         values = self._torch.linalg.eigvalsh(g).cpu().numpy()
         return np.sort(np.clip(values, 0.0, None))
+
+    def solve(self) -> np.ndarray | Refinement | None:
+        """As GramSpectrum.solve: the eigenvalues, those below FLOOR·λ_max refined (a wide matrix's here from its
+        held rows, a tall one's by the returned Refinement fed the rows again), or None when not finite. The
+        small subspace comes from torch's eigh of the Gram on the device; the Ritz products run on the CPU
+        (min(m, n) x s with s the few eigenvalues below SUBSPACE·λ_max)."""
+        if not self.finite():
+            return None
+        g = self.gram()
+        values = self.eigenvalues()
+        count = needs_refinement(values)
+        if not count:
+            return values
+        s = max(1, int(np.count_nonzero(values < SUBSPACE * values[-1])))
+        basis = self._torch.linalg.eigh(g).eigenvectors[:, :s].cpu().numpy()
+        refinement = Refinement(values, basis, count)
+        if self.tall:
+            return refinement
+        step = max(MIN_CONVERT, CONVERT_BYTES // (8 * max(1, self.m)))
+        for c0 in range(0, self.n, step):
+            refinement.add(c0, self._w[:, c0 : c0 + step].T.cpu().numpy())
+        return refinement.eigenvalues()

@@ -46,7 +46,7 @@ from ..layout.views import View
 from ..record.spectrum import spectrum_record
 from ..reduce.blas import blas_threads
 from ..reduce.farms import FarmsWindows
-from ..reduce.gram import GramSpectrum, gram_eigenvalues
+from ..reduce.gram import GramSpectrum, Refinement
 from ..reduce.row_stream import Values, stream_values
 from ..segments import Segments, clip
 from ..source.plan import TensorRef
@@ -182,17 +182,15 @@ def gram_factory(device: str) -> GramFactory:
     return lambda m, n: TorchGramSpectrum(m, n, device)
 
 
-def solve(gram: Gram) -> np.ndarray | None:
-    """The accumulator's eigenvalues, or None when a value was not finite (no spectrum then)."""
+def solve(gram: Gram) -> np.ndarray | Refinement | None:
+    """The accumulator's eigenvalues, a Refinement that wants the matrix's rows again (eigenvalues below the
+    Gram's floor: reduce/gram.py, "Accuracy"), or None when a value was not finite (no spectrum then)."""
     if isinstance(gram, GramSpectrum):
-        g = gram.gram_upper()
-        if not np.isfinite(g).all():
-            return None
-        return gram_eigenvalues(g)
+        return gram.solve()
     from ..reduce.gram_torch import TorchGramSpectrum
 
     assert isinstance(gram, TorchGramSpectrum)
-    return gram.eigenvalues() if gram.finite() else None
+    return gram.solve()
 
 
 def flops(target: Target, packed: bool, ref: TensorRef) -> float:
@@ -277,32 +275,52 @@ def take_spectra(
         work = sum(flops(t, p, r) for r, p, ts in zip(plan.refs, packed, plan.targets, strict=True) for t in ts)
         progress("spectrum-start", {"matrices": plan.count, "flops": work})
     open_: dict[Key, _Accumulating] = {}  # targets whose rows are arriving
+    # tall matrices with eigenvalues below the Gram's floor: their rows are read again (a second pass over
+    # these matrices only), key -> (the refinement fed them, FARMS' windows taken in the first pass)
+    again: dict[Key, tuple[_Accumulating, tuple[np.ndarray, int] | None]] = {}
 
-    def finish(acc: _Accumulating, job: int) -> None:
+    def record(acc: _Accumulating, job: int, evals: np.ndarray, windows: tuple[np.ndarray, int] | None) -> None:
         target = acc.target
-        assert acc.gram is not None
-        evals = solve(acc.gram)
-        acc.gram = None  # the Gram (or the held rows) go now, before the next target's
-        if evals is None:
-            skipped[target.key] = "values that are not finite (NaN or infinity): no spectrum"
-        else:
-            windows = acc.farms.eigenvalues() if acc.farms is not None else None
-            count = acc.farms.plan.count if acc.farms is not None else None
-            fit = fit_spectrum(evals, *target.shape, farms_evals=windows, farms_windows=count)
-            spectra[target.key] = spectrum_record(fit, evals)
+        pooled, count = windows if windows is not None else (None, None)
+        fit = fit_spectrum(evals, *target.shape, farms_evals=pooled, farms_windows=count)
+        spectra[target.key] = spectrum_record(fit, evals)
         if progress:
             progress("spectrum-advance", flops(target, packed[job], plan.refs[job]))
 
-    with blas_threads(execution.threads):
-        for block in stream_values(plan.refs, reader, execution):
-            job = block.block.job
-            for target in plan.targets[job]:
+    def finish(acc: _Accumulating, job: int) -> None:
+        target = acc.target
+        if isinstance(acc.gram, Refinement):  # the second pass's end
+            refined = acc.gram.eigenvalues()
+            acc.gram = None
+            record(acc, job, refined, again[target.key][1])
+            return
+        assert acc.gram is not None
+        evals = solve(acc.gram)
+        acc.gram = None  # the Gram (or the held rows) go now, before the next target's
+        windows = (acc.farms.eigenvalues(), acc.farms.plan.count) if acc.farms is not None else None
+        if evals is None:
+            skipped[target.key] = "values that are not finite (NaN or infinity): no spectrum"
+            if progress:
+                progress("spectrum-advance", flops(target, packed[job], plan.refs[job]))
+        elif isinstance(evals, Refinement):
+            acc.gram, acc.farms, acc.row = evals, None, 0
+            again[target.key] = (acc, windows)
+        else:
+            record(acc, job, evals, windows)
+
+    def stream(refs: list[TensorRef], targets: list[list[Target]], jobs: list[int], first: bool) -> None:
+        for block in stream_values(refs, reader, execution):
+            job = jobs[block.block.job]
+            for target in targets[block.block.job]:
                 data = _data(block, target)
                 if data is None:
                     continue
                 acc = open_.get(target.key)
                 if acc is None:
-                    acc = _Accumulating(target, target.fed(packed[job], plan.refs[job]), factory, farms)
+                    if first:
+                        acc = _Accumulating(target, target.fed(packed[job], plan.refs[job]), factory, farms)
+                    else:
+                        acc = again[target.key][0]
                     open_[target.key] = acc
                 if block.transposed:
                     acc.rows(data)
@@ -312,9 +330,20 @@ def take_spectra(
                     finish(acc, job)
                     del open_[target.key]
             if block.block.last:
-                left = [t.key for t in plan.targets[job] if t.key in open_]
+                left = [t.key for t in targets[block.block.job] if t.key in open_]
                 if left:
-                    raise AssertionError(f"{plan.refs[job].name}: rows of {left} never arrived")
+                    raise AssertionError(f"{refs[block.block.job].name}: rows of {left} never arrived")
+
+    with blas_threads(execution.threads):
+        stream(plan.refs, plan.targets, list(range(len(plan.refs))), first=True)
+        if again:
+            jobs = [j for j, ts in enumerate(plan.targets) if any(t.key in again for t in ts)]
+            stream(
+                [plan.refs[j] for j in jobs],
+                [[t for t in plan.targets[j] if t.key in again] for j in jobs],
+                jobs,
+                first=False,
+            )
     return SpectrumResult(spectra, skipped, time.perf_counter() - started, execution.device)
 
 
