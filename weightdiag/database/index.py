@@ -58,19 +58,36 @@ class RowIndex:
         self._db = connection
         self.writable = writable
         self._pending = 0
+        self._trust_checked = False
 
     @classmethod
-    def open(cls, folder: Path) -> RowIndex | None:
+    def open(cls, folder: Path, checker: str = "") -> RowIndex | None:
         """The index of the rows folder `folder`, created where it is missing and the folder writable; None when
-        there is none to read (no folder, a read-only folder without an index, an index that cannot be read)."""
+        there is none to read (no folder, a read-only folder without an index, an index that cannot be read).
+        `checker`: what checks rows (a hash of the row validator): `checked` flags set by another are not trusted."""
         path = folder / INDEX_NAME
         if not folder.is_dir():
             return None
+        index = None
         if os.access(folder, os.W_OK | os.X_OK) and (not path.exists() or os.access(path, os.W_OK)):
             index = cls._connect(path, writable=True)
-            if index is not None:
-                return index
-        return cls._connect(path, writable=False) if path.exists() else None
+        if index is None and path.exists():
+            index = cls._connect(path, writable=False)
+        if index is not None:
+            index._agree_on_checker(checker)
+        return index
+
+    def _agree_on_checker(self, checker: str) -> None:
+        try:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'checker'").fetchone()
+            self._trust_checked = bool(checker) and row is not None and row[0] == checker
+            if checker and not self._trust_checked and self.writable:  # rows checked by another validator
+                with self._db:
+                    self._db.execute("UPDATE rows SET checked = 0")
+                    self._db.execute("INSERT OR REPLACE INTO meta VALUES ('checker', ?)", (checker,))
+                self._trust_checked = True
+        except sqlite3.Error:
+            self._trust_checked = False
 
     @classmethod
     def _connect(cls, path: Path, writable: bool) -> RowIndex | None:
@@ -117,7 +134,7 @@ class RowIndex:
             self._db.execute(
                 "CREATE TABLE rows (name BLOB PRIMARY KEY, size INTEGER, mtime_ns INTEGER, sha256 TEXT NOT NULL, "
                 + ", ".join(f"{c} TEXT" for c in _COLUMNS)
-                + ", summary TEXT NOT NULL)"
+                + ", checked INTEGER NOT NULL, summary TEXT NOT NULL)"
             )
             self._db.execute("CREATE INDEX rows_sha256 ON rows (sha256)")
             self._db.execute("CREATE INDEX rows_model ON rows (model_id)")
@@ -142,6 +159,13 @@ class RowIndex:
     def summary(self, name: str) -> str | None:
         return self._one("SELECT summary FROM rows WHERE name = ?", (_key(name),))
 
+    def checked(self, sha256: str) -> bool:
+        """Whether bytes of this hash were checked as a row, by the checker of this session, and found to need
+        no change (their JSON is the row): read again, they need only be parsed."""
+        if not self._trust_checked:
+            return False
+        return self._one("SELECT 'yes' FROM rows WHERE sha256 = ? AND checked = 1 LIMIT 1", (sha256,)) == "yes"
+
     def summary_of_content(self, sha256: str) -> str | None:
         """The summary of a row of these exact bytes, under whatever name it was indexed."""
         return self._one("SELECT summary FROM rows WHERE sha256 = ? LIMIT 1", (sha256,))
@@ -153,11 +177,14 @@ class RowIndex:
             return None
         return row[0] if row and isinstance(row[0], str) else None
 
-    def put(self, name: str, stat: Stat, sha256: str, identity: Sequence[str | None], summary: str) -> None:
-        """Record (or replace) a row file's entry; kept in the open transaction until commit()."""
+    def put(
+        self, name: str, stat: Stat, sha256: str, identity: Sequence[str | None], summary: str, checked: bool
+    ) -> None:
+        """Record (or replace) a row file's entry; kept in the open transaction until commit(). `checked`: its
+        bytes were checked as a row by this session's checker and need no change."""
         self._write(
-            "INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (_key(name), stat[0], stat[1], sha256, *identity, summary),
+            "INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (_key(name), stat[0], stat[1], sha256, *identity, int(checked and self._trust_checked), summary),
         )
 
     def restat(self, name: str, stat: Stat) -> None:
