@@ -85,7 +85,7 @@ REVISION_BYTES = 64  # a 40-hex commit fits whole
 # <id stem>~<hash>@<revision stem>~<hash>.<protocol>.json, with room for the temporary-file decorations
 # (1 + 8 + 1 + 10 + 1 + 8 + 4 bytes) below the 255-byte NAME_MAX of common file systems.
 MAX_ROW_NAME = 200
-STALE_TEMP_SECONDS = 600.0  # a temporary row file this old is abandoned whoever wrote it
+STALE_TEMP_SECONDS = 600.0  # an untagged temporary row file (no host named: older versions) this old is abandoned
 # The protocol suffix follows the revision: a plain revision may not end like one (fit.PROTOCOLS,
 # not imported: it pulls in numpy, and `db list` needs none).
 _PROTOCOL_SUFFIXES = (".hist1024", ".exact")
@@ -249,25 +249,62 @@ def _pid_alive(pid: int) -> bool:
 
 
 CLAIMS_DIR = ".claims"  # rows/.claims/<row file name>: a sweep fitting that row now (two sweeps share the work)
+# A claim's holder touches it every HEARTBEAT_SECONDS while it fits; a claim of another host that nobody has seen
+# change for CLAIM_SILENT_SECONDS (by the observer's own monotonic clock: the hosts' clocks need not agree) is
+# given up as its holder's. One of this host is judged by its pid.
+HEARTBEAT_SECONDS = 5.0
+CLAIM_SILENT_SECONDS = 60.0
+# What this process has seen of other hosts' claims: claim path -> (what it looked like, monotonic time first seen so)
+_claims_seen: dict[str, tuple[tuple[object, ...], float]] = {}
 
 
 @contextlib.contextmanager
 def claim(path: Path) -> Iterator[str | None]:
     """Claim the row at `path` for this process while it is fitted: yields None when claimed, else who holds
-    it (another live process on this host: it is fitting the row). A claim whose process is gone, or one
-    from another host older than STALE_TEMP_SECONDS, is taken over. Best effort: a database where no claim
-    can be made is fitted unclaimed."""
+    it (another live process on this host, or a claim of another host still beating). A claim whose process
+    is gone (this host), or one of another host seen unchanged for CLAIM_SILENT_SECONDS, is taken over. Best
+    effort: a database where no claim can be made is fitted unclaimed. While held, a thread touches the claim
+    every HEARTBEAT_SECONDS, so that sweeps on other hosts can tell a live claim from a dead one without
+    comparing clocks."""
     target = path.parent / CLAIMS_DIR / path.name
     holder, held = _take_claim(target)
     if holder is not None:
         yield holder
         return
+    import threading
+
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(target, stop), name="weightdiag-claim", daemon=True)
+    if held:
+        beat.start()
     try:
         yield None
     finally:
         if held:
-            with contextlib.suppress(OSError):
-                target.unlink()
+            stop.set()
+            beat.join()
+            if _claim_is_mine(target):  # a claim taken over meanwhile is the other's to release
+                with contextlib.suppress(OSError):
+                    target.unlink()
+
+
+def _claim_is_mine(target: Path) -> bool:
+    try:
+        holder = json.loads(target.read_text())
+        return bool(holder["host"] == _host_tag() and int(holder["pid"]) == os.getpid())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _heartbeat(target: Path, stop: Any) -> None:
+    """Touch the claim while it is ours: its mtime changes at every beat (set, not compared: any clock will do)."""
+    last = 0
+    while not stop.wait(HEARTBEAT_SECONDS):
+        if not _claim_is_mine(target):
+            return
+        last = max(time.time_ns(), last + 1)  # strictly new at each beat, even if this host's clock steps back
+        with contextlib.suppress(OSError):
+            os.utime(target, ns=(last, last))
 
 
 def _take_claim(target: Path) -> tuple[str | None, bool]:
@@ -288,7 +325,7 @@ def _take_claim(target: Path) -> tuple[str | None, bool]:
                 if holder is not None:
                     return holder, False
                 with contextlib.suppress(FileNotFoundError):
-                    target.unlink()  # stale: its process is gone
+                    target.unlink()  # stale: its process is gone, or it stopped beating
                 continue
             return None, True
     except OSError:
@@ -302,13 +339,26 @@ def _take_claim(target: Path) -> tuple[str | None, bool]:
 def _live_claim(target: Path) -> str | None:
     """Who holds the claim in `target`, when that process may still be at work; None when it is stale."""
     try:
-        holder = json.loads(target.read_text())
-        host, pid, when = holder["host"], int(holder["pid"]), float(holder["time"])
+        text = target.read_text()
+        st = os.stat(target)
+        holder = json.loads(text)
+        host, pid = holder["host"], int(holder["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None  # unreadable: being written this instant, or damaged; treated as stale
     if host == _host_tag():
         return f"pid {pid}" if _pid_alive(pid) else None
-    return f"another host (pid {pid})" if time.time() - when < STALE_TEMP_SECONDS else None
+    # Another host: alive while it beats. Its times are compared only with themselves (changed or not since this
+    # process first saw them), never with this host's clock: clocks of hosts sharing a database may disagree.
+    looks = (text, st.st_ino, st.st_size, st.st_mtime_ns)
+    now = time.monotonic()
+    seen = _claims_seen.get(str(target))
+    if seen is None or seen[0] != looks:
+        _claims_seen[str(target)] = (looks, now)
+        return f"another host (pid {pid})"
+    if now - seen[1] < CLAIM_SILENT_SECONDS:
+        return f"another host (pid {pid})"
+    del _claims_seen[str(target)]
+    return None
 
 
 def is_temp_name(name: str) -> bool:
@@ -317,7 +367,10 @@ def is_temp_name(name: str) -> bool:
 
 
 def clean_stale_temps(folder: Path, *, max_age: float = STALE_TEMP_SECONDS) -> list[Path]:
-    """Remove temporary row files whose writer is dead (this host) or that are older than max_age; return them."""
+    """Remove temporary row files whose writer is dead (this host), and untagged ones (written by versions that
+    named no host) older than max_age; return them. Another host's are never removed here: its pids mean
+    nothing on this host, and its file times come from a clock that may disagree with ours (a live fit's
+    temporary file was removed as stale); the host that wrote one removes it once its writer is gone."""
     removed: list[Path] = []
     now = time.time()
     try:
@@ -332,8 +385,11 @@ def clean_stale_temps(folder: Path, *, max_age: float = STALE_TEMP_SECONDS) -> l
             age = now - entry.stat(follow_symlinks=False).st_mtime
         except OSError:
             continue  # renamed or removed meanwhile by its writer
-        dead = match["host"] == _host_tag() and not _pid_alive(int(match["pid"]))
-        if dead or age > max_age:
+        if match["host"] is not None:
+            stale = match["host"] == _host_tag() and not _pid_alive(int(match["pid"]))
+        else:
+            stale = age > max_age
+        if stale:
             with contextlib.suppress(OSError):  # gone already, or not ours to remove: the next write retries
                 os.unlink(entry.path)
                 removed.append(Path(entry.path))
