@@ -133,6 +133,32 @@ def measure(argv: list[str], as_user: str | None) -> tuple[float, float, int]:
     return wall, hwm[0] if hwm else float("nan"), proc.returncode
 
 
+def run_commands(copy: Path, n_rows: int, as_user: str) -> None:
+    one = model_id(min(7, n_rows // REVISIONS - 1))
+    runs = [
+        ("db list (first)", ["db", "list", "--db", str(copy)]),
+        ("db list (later)", ["db", "list", "--db", str(copy)]),
+        ("trajectory MODEL", ["trajectory", one, "--db", str(copy)]),
+        ("compare", ["compare", "--db", str(copy), "--json"]),
+        ("db show MISSING", ["db", "show", "no-such-org/no-such-model", "--db", str(copy)]),
+        ("db show MODEL@REV", ["db", "show", f"{one}@step5000", "--db", str(copy)]),
+    ]
+    user = as_user or None
+    print(f"\n{n_rows} rows, read-only copy read as {user or 'this user'}:")
+    print(f"{'command':<20} {'seconds':>8} {'peak MB':>8} {'exit':>5}  target")
+    failed = False
+    for name, argv in runs:
+        wall, rss, code = measure(argv, user)
+        seconds, mb = TARGETS.get(name, (None, None))
+        ok = (seconds is None or wall <= seconds) and (mb is None or rss <= mb)
+        target = " ".join(t for t in (f"<= {seconds:g} s" if seconds else "", f"<= {mb:g} MB" if mb else "") if t)
+        print(f"{name:<20} {wall:8.2f} {rss:8.0f} {code:5d}  {target}{'' if ok or not target else '  MISSED'}")
+        failed |= not ok
+    print(f"\n(index written on save: {(copy / 'rows' / '.index.sqlite').stat().st_size / 1e6:.0f} MB)")
+    if failed:
+        sys.exit(1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=20_000, help="rows to write (100 revisions per model id)")
@@ -140,10 +166,18 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="processes writing rows")
     parser.add_argument("--keep", action="store_true", help="keep the databases")
     parser.add_argument("--user", default="nobody", help="who reads the copy ('' : this user)")
+    parser.add_argument("--measure-only", action="store_true", help="measure the copy a --keep run left in --work")
     args = parser.parse_args()
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
     original, copy = work / "db", work / "copy"
+    # as an installed package is: compiled (the other user could not write the bytecode of a checkout)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(Path(__file__).parents[1] / "weightdiag")], check=False
+    )
+    if args.measure_only:
+        run_commands(copy, args.rows, args.user)
+        return
     for folder in (original, copy):
         if folder.exists():
             subprocess.run(["chmod", "-R", "u+w", str(folder)], check=True)
@@ -159,29 +193,7 @@ def main() -> None:
         # the copy must be readable (and its folders enterable) by the other user
         subprocess.run(["chmod", "-R", "a+rX", str(copy)], check=True)
         subprocess.run(["sync"], check=True)
-        one = model_id(min(7, args.rows // REVISIONS - 1))
-        runs = [
-            ("db list (first)", ["db", "list", "--db", str(copy)]),
-            ("db list (later)", ["db", "list", "--db", str(copy)]),
-            ("trajectory MODEL", ["trajectory", one, "--db", str(copy)]),
-            ("compare", ["compare", "--db", str(copy), "--json"]),
-            ("db show MISSING", ["db", "show", "no-such-org/no-such-model", "--db", str(copy)]),
-            ("db show MODEL@REV", ["db", "show", f"{one}@step5000", "--db", str(copy)]),
-        ]
-        user = args.user or None
-        print(f"\n{args.rows} rows, read-only copy read as {user or 'this user'}:")
-        print(f"{'command':<20} {'seconds':>8} {'peak MB':>8} {'exit':>5}  target")
-        failed = False
-        for name, argv in runs:
-            wall, rss, code = measure(argv, user)
-            seconds, mb = TARGETS.get(name, (None, None))
-            ok = (seconds is None or wall <= seconds) and (mb is None or rss <= mb)
-            target = " ".join(t for t in (f"<= {seconds:g} s" if seconds else "", f"<= {mb:g} MB" if mb else "") if t)
-            print(f"{name:<20} {wall:8.2f} {rss:8.0f} {code:5d}  {target}{'' if ok or not target else '  MISSED'}")
-            failed |= not ok
-        print(f"\n(index written on save: {(copy / 'rows' / '.index.sqlite').stat().st_size / 1e6:.0f} MB)")
-        if failed:
-            sys.exit(1)
+        run_commands(copy, args.rows, args.user)
     finally:
         if not args.keep:
             for folder in (original, copy):

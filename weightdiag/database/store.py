@@ -57,7 +57,7 @@ from .. import settings
 from ..errors import BadInputError, DatabaseError
 from ..record.schema import Row, RowError, _read_regular, read_row
 from ..record.schema import load_row as _check_row
-from .index import RowIndex
+from .index import INDEX_NAME, Entry, RowIndex
 
 if TYPE_CHECKING:  # the type only: diagnose is not imported when the database is opened
     from ..diagnose.results import FlatRecord
@@ -717,19 +717,40 @@ def count_of(row: Mapping[str, Any], key: str) -> int:
     return len(row.get(key, []))
 
 
-def model_paths(folder: Path, model_id: str, paths: list[Path] | None = None) -> list[Path]:
+class _Look:
+    """What one command has seen of the rows folder: the index's entries and the files' stats, loaded once and
+    shared by its passes (`db show` of an id that is not there looks among its files, then among all)."""
+
+    def __init__(self, folder: Path) -> None:
+        index = RowIndex.open(folder, _checker())
+        self.known: dict[str, Entry] = {}
+        if index is not None:
+            try:
+                self.known = index.stats()
+            finally:
+                index.close()
+        self._stats: dict[str, tuple[int, int] | None] = {}
+
+    def stat_key(self, path: Path) -> tuple[int, int] | None:
+        name = path.name
+        if name not in self._stats:
+            try:
+                self._stats[name] = _stat_key(os.stat(path))
+            except OSError:
+                self._stats[name] = None
+        return self._stats[name]
+
+
+def model_paths(folder: Path, model_id: str, paths: list[Path] | None = None, look: _Look | None = None) -> list[Path]:
     """The row files that may hold rows of `model_id`: those whose name says so (its name part, or the old lossy
     slug, then '@'), those the index has seen holding them (a row copied in under another name), and those whose
     content the index does not know (new, or changed since); no other file need be opened to find them."""
     prefixes = (name_part(model_id, ID_BYTES) + "@", slug(model_id) + "@")
     paths = paths if paths is not None else _row_paths(folder)
-    index = RowIndex.open(folder, _checker())
-    if index is None:
+    look = look or _Look(folder)
+    known = look.known
+    if not known and not (folder / INDEX_NAME).exists():  # no index: the names alone
         return [p for p in paths if p.name.startswith(prefixes)]
-    try:
-        known = index.stats()
-    finally:
-        index.close()
 
     def may_hold(path: Path) -> bool:
         if path.name.startswith(prefixes):
@@ -739,10 +760,7 @@ def model_paths(folder: Path, model_id: str, paths: list[Path] | None = None) ->
             return True
         if entry.model_id == model_id:
             return True
-        try:
-            return _stat_key(os.stat(path)) != entry.stat
-        except OSError:
-            return False
+        return look.stat_key(path) not in (None, entry.stat)
 
     return [p for p in paths if may_hold(p)]
 
@@ -762,7 +780,13 @@ def iter_summaries(
 
 
 def _summaries(
-    folder: Path, paths: list[Path], on_skip: SkipHandler | None, *, whole: bool = False, names_only: bool = False
+    folder: Path,
+    paths: list[Path],
+    on_skip: SkipHandler | None,
+    *,
+    whole: bool = False,
+    names_only: bool = False,
+    look: _Look | None = None,
 ) -> Iterator[tuple[Path, Row]]:
     """(path, summary) of each of `paths` that holds a row; `whole`: `paths` are all the folder's rows (entries
     of other files are dropped); `names_only`: a fresh entry gives only the model's id, revision and
@@ -771,15 +795,23 @@ def _summaries(
         return
     index = RowIndex.open(folder, _checker())
     try:
-        known = {} if index is None else index.stats(None if whole or len(paths) > 1000 else [p.name for p in paths])
+        if index is None:
+            known = {}
+        elif look is not None:
+            known = look.known
+        else:
+            known = index.stats(None if whole or len(paths) > 1000 else [p.name for p in paths])
         for path in paths:
             summary = None
             entry = known.get(path.name)
             if index is not None and entry is not None:
-                try:
-                    fresh = _stat_key(os.stat(path)) == entry.stat
-                except OSError:
-                    fresh = False
+                if look is not None:
+                    fresh = look.stat_key(path) == entry.stat
+                else:
+                    try:
+                        fresh = _stat_key(os.stat(path)) == entry.stat
+                    except OSError:
+                        fresh = False
                 if fresh and names_only and entry.model_id is not None:
                     model = {"id": entry.model_id, "revision": entry.revision, "fingerprint": entry.fingerprint}
                     summary = cast(Row, {"model": model})
@@ -1077,7 +1109,11 @@ def row_by_id(spec: str, db_dir: Path | None = None, summary: bool = False) -> R
             if index is not None:
                 index.close()
 
-    named = list(iter_summaries(db_dir, on_skip=damaged.append, model_id=spec.split("@", 1)[0]))
+    rows_folder = _rows_folder(db_dir)
+    everything = _row_paths(rows_folder)
+    look = _Look(rows_folder)
+    mine = model_paths(rows_folder, spec.split("@", 1)[0], everything, look)
+    named = list(_summaries(rows_folder, mine, damaged.append, look=look))
     path_of.update((id(row), path) for path, row in named)
     exact = [row for _, row in named if spec in _names(row)]
     if exact:
@@ -1085,12 +1121,10 @@ def row_by_id(spec: str, db_dir: Path | None = None, summary: bool = False) -> R
     # The whole database, by names only (the index's columns: no summary parsed, none held), then the
     # summaries of the rows that match.
     damaged.clear()
-    rows_folder = _rows_folder(db_dir)
     folded = spec.casefold()
     exact_paths: list[Path] = []
     folded_paths: dict[str, list[Path]] = {}  # the exact name matched ignoring case -> its files
-    everything = _row_paths(rows_folder)
-    for path, stub in _summaries(rows_folder, everything, damaged.append, whole=True, names_only=True):
+    for path, stub in _summaries(rows_folder, everything, damaged.append, whole=True, names_only=True, look=look):
         names = _names(stub)
         if spec in names:
             exact_paths.append(path)
