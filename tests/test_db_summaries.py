@@ -1,16 +1,18 @@
-"""Rows are listed and named from their summaries (rows/.summary/): the row less its per-matrix records,
-trusted only while the row file is the one it was made from."""
+"""Rows are listed and named from their summaries (rows/.index.sqlite): the row less its per-matrix records,
+trusted only for the bytes it was made from."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from weightdiag import api
 from weightdiag.database import store as db
+from weightdiag.database.index import INDEX_NAME, RowIndex
 from weightdiag.record.schema import RowError
 
 from .conftest import run_cli
@@ -34,11 +36,21 @@ def _no_full_reads(monkeypatch):
         raise AssertionError(f"read the whole row {path}")
 
     monkeypatch.setattr(db, "read_row", refuse)
+    monkeypatch.setattr(db, "_load_bytes", lambda path, data: refuse(path))
+
+
+def _indexed(rows: Path) -> set[str]:
+    index = RowIndex.open(rows)
+    assert index is not None
+    try:
+        return set(index.stats())
+    finally:
+        index.close()
 
 
 def test_a_written_row_is_listed_and_shown_without_reading_its_records(database, monkeypatch):
     folder, path = database
-    assert (path.parent / db.SUMMARY_DIR / path.name).is_file()
+    assert _indexed(path.parent) == {path.name}  # written with the row
     _no_full_reads(monkeypatch)
     (record,) = api.list_rows(folder, fitted_only=True)
     assert record["id"] == "all-MiniLM-L6-v2" and record["matrices"] == 40
@@ -63,12 +75,22 @@ def test_a_row_replaced_by_hand_is_read_again(database, minilm_row):
     assert "5 matrices" in run_cli("db", "show", "all-MiniLM-L6-v2", "--db", str(folder)).stdout
 
 
-@pytest.mark.parametrize("damage", ["", "{not json", '{"schema": "weightdiag.row-summary/1", "of": [1, 2, 3]}', "[]"])
+@pytest.mark.parametrize("damage", ["", "{not json", '{"schema": "weightdiag.row-summary/1", "row": {}}', "[]"])
 def test_a_damaged_or_foreign_summary_is_never_trusted(database, damage):
     folder, path = database
-    (path.parent / db.SUMMARY_DIR / path.name).write_text(damage)
+    with sqlite3.connect(path.parent / INDEX_NAME) as index:
+        index.execute("UPDATE rows SET summary = ?", (damage,))
     (record,) = api.list_rows(folder, fitted_only=True)
     assert record["matrices"] == 40
+
+
+@pytest.mark.parametrize("damage", [b"", b"not a database at all" * 100, b"SQLite format 3\x00" + b"\xff" * 5000])
+def test_a_damaged_index_is_made_again(database, damage):
+    folder, path = database
+    (path.parent / INDEX_NAME).write_bytes(damage)
+    (record,) = api.list_rows(folder, fitted_only=True)
+    assert record["matrices"] == 40
+    assert _indexed(path.parent) == {path.name}
 
 
 def test_a_row_copied_in_by_hand_is_listed_and_gets_its_summary(database, tmp_path):
@@ -76,9 +98,9 @@ def test_a_row_copied_in_by_hand_is_listed_and_gets_its_summary(database, tmp_pa
     other = tmp_path / "other"
     (other / "rows").mkdir(parents=True)
     shutil.copy(path, other / "rows" / path.name)
-    assert not (other / "rows" / db.SUMMARY_DIR).exists()
+    assert not (other / "rows" / INDEX_NAME).exists()
     assert [r["matrices"] for r in api.list_rows(other, fitted_only=True)] == [40]
-    assert (other / "rows" / db.SUMMARY_DIR / path.name).is_file()
+    assert _indexed(other / "rows") == {path.name}
 
 
 def test_a_damaged_row_is_skipped_by_the_listing_and_refused_by_name(database):
@@ -100,7 +122,8 @@ def test_a_summary_never_shadows_a_row_file_in_listings(database):
 @pytest.mark.parametrize("command", [["compare"], ["trajectory", "all-MiniLM-L6-v2"], ["db", "show", "nothing-here"]])
 def test_every_command_names_the_damaged_rows_it_skips(database, command):
     folder, path = database
-    (path.parent / "broken.json").write_text('{"schema": "weightdiag.row/1", "model": ')  # truncated
+    # truncated; named as the model's rows are: `trajectory MODEL` reads only the files of that model
+    (path.parent / "all-MiniLM-L6-v2@broken.json").write_text('{"schema": "weightdiag.row/1", "model": ')
     out = run_cli(*command, "--db", str(folder))
     warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "broken.json" in warnings[0] and "skipped" in warnings[0], out.stderr

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from weightdiag import cli as weightdiag_cli
 from weightdiag.cli import main
 from weightdiag.database import store as db
+from weightdiag.database.index import RowIndex
 from weightdiag.errors import BadInputError, ExitCode
 from weightdiag.record import schema as records
 from weightdiag.record.schema import RowError
@@ -632,8 +633,11 @@ def test_r2_below_95_is_a_number_and_old_rows_holding_text_still_read(tmp_path, 
     shown = json.loads(cli("db", "show", "tiny-llama", "--db", str(dbdir), "--json").stdout)
     assert shown["kinds"]["q"]["r2_below_95"] == 1
     out = cli("db", "list", "--db", str(dbdir), "--fitted", "--json")  # through the summary, made from the row
-    assert out.code == 0 and (dbdir / "rows" / ".summary" / path.name).is_file()
-    summary = json.loads((dbdir / "rows" / ".summary" / path.name).read_text())
+    assert out.code == 0
+    index = RowIndex.open(dbdir / "rows")
+    assert index is not None
+    summary = json.loads(index.summary(path.name) or "null")
+    index.close()
     assert summary["row"]["kinds"]["q"]["r2_below_95"] == 1
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -129,7 +129,6 @@ def compare(
 ) -> list[CompareReport]:
     """`weightdiag compare`: a comparison with the cohort per model (default: every fitted row); models
     fitted on the way are saved unless save=False. `revision`: of the one model given (as MODEL@REV)."""
-    from .database.store import iter_rows, require_database
     from .diagnose.compare import compare as compare_row
 
     options = options or FitOptions()
@@ -141,33 +140,53 @@ def compare(
                 option="--revision",
             )
         specs = [with_revision(specs[0], revision)]
-    if specs:
-        rows = []
-        for spec in specs:
-            row, how = resolve_row(spec, db_dir, options, progress, token=token, save=save)
-            if on_row:
-                on_row(spec, row, how)
-            rows.append(row)
-    else:
-        require_database(Path(db_dir) if db_dir else None)
-        rows = [row for _, row in iter_rows(Path(db_dir) if db_dir else None)]
-        if not rows:
-            raise DatabaseError(
-                f"no fitted rows in the database {Path(db_dir) if db_dir else default_db_dir()}; give a model to "
-                "compare (weightdiag compare PATH) or the database folder that holds your rows (--db DIR)",
-                folder=(Path(db_dir) if db_dir else default_db_dir()) / ROWS_DIR,
-            )
+    if not specs:
+        return list(compare_database(db_dir))
+    rows = []
+    for spec in specs:
+        row, how = resolve_row(spec, db_dir, options, progress, token=token, save=save)
+        if on_row:
+            on_row(spec, row, how)
+        rows.append(row)
     # alpha is compared with the database's other rows that have spectra (the cohort's have none)
     wanted = any(row.get("spectrum_kinds") for row in rows)
     peers = spectrum_peers(Path(db_dir) if db_dir else default_db_dir()) if wanted else []
     return [compare_row(_plain(row), [(i, p) for i, p in peers if not _same_row(p, row)]) for row in rows]
 
 
+def compare_database(db_dir: str | Path | None = None) -> Iterator[CompareReport]:
+    """`weightdiag compare` without a model: each fitted row's comparison in turn, one row read at a time
+    (a database of 20,000 rows held whole took gigabytes)."""
+    from .database.store import iter_rows, require_database
+    from .diagnose.compare import compare as compare_row
+
+    db = Path(db_dir) if db_dir else None
+    require_database(db)
+    peers: list[tuple[str, Any]] | None = None
+    compared = 0
+    for _, row in iter_rows(db):
+        if row.get("spectrum_kinds") and peers is None:  # alpha is compared with the other rows that have spectra
+            peers = spectrum_peers(db or default_db_dir())
+        yield compare_row(_plain(row), [(i, p) for i, p in peers or [] if not _same_row(p, row)])
+        compared += 1
+    if not compared:
+        raise DatabaseError(
+            f"no fitted rows in the database {db or default_db_dir()}; give a model to compare (weightdiag compare "
+            "PATH) or the database folder that holds your rows (--db DIR)",
+            folder=(db or default_db_dir()) / ROWS_DIR,
+        )
+
+
 def spectrum_peers(db: Path) -> list[tuple[str, Any]]:
-    """(id, row summary) of the database's rows that have spectra: what `compare` reads alpha against."""
+    """(id, what of its summary alpha is compared with) of the database's rows that have spectra: what `compare`
+    reads alpha against. Only the fields used are kept: thousands of whole summaries would not be."""
     from .database.store import iter_summaries
 
-    return [(_row_id(s), s) for _, s in iter_summaries(db, on_skip=lambda _: None) if s.get("spectrum_kinds")]
+    return [
+        (_row_id(s), {"model": s["model"], "created": s.get("created"), "spectrum_kinds": s["spectrum_kinds"]})
+        for _, s in iter_summaries(db, on_skip=lambda _: None)
+        if s.get("spectrum_kinds")
+    ]
 
 
 def _row_id(row: Mapping[str, Any]) -> str:

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -354,6 +354,21 @@ def _emit(
     _show(view(), _stdout())
 
 
+def _emit_each(documents: Iterable[Any], view: Callable[[Any], Any], *, as_json: bool) -> None:
+    """_emit of a list whose items are shown as they come (`compare` of a whole database: one row at a time):
+    the same output as _emit(list, ...), never the whole list in memory."""
+    first = True
+    for document in documents:
+        if as_json:
+            text = json.dumps(document, indent=1, allow_nan=False).replace("\n", "\n ")
+            sys.stdout.write(("[\n " if first else ",\n ") + text)
+        else:
+            _show(view(document), _stdout())
+        first = False
+    if as_json:
+        sys.stdout.write("[]\n" if first else "\n]\n")
+
+
 def _show(shown: Any, console: "Console") -> None:
     for item in shown if isinstance(shown, list) else [shown]:
         if isinstance(item, _Verbatim):  # past rich, after what it has written so far
@@ -570,6 +585,7 @@ def compare(
 ) -> None:
     """Compare models with the paper's 12-entry cohort: kinds, band, Selection severity, neighbours."""
     from .api import compare as compare_api
+    from .api import compare_database
     from .render.reports import compare_view
 
     options = _fit_options(
@@ -583,6 +599,9 @@ def compare(
         spectrum=spectrum,
         farms=farms,
     )
+    if not models and revision is None:  # every fitted row: each printed as it is compared, none held
+        _emit_each(compare_database(db), compare_view, as_json=as_json)
+        return
     progress = _progress(quiet)
     try:
         reports = compare_api(

@@ -5,7 +5,8 @@ here or above, else the per-user data folder):
     rows/<model>@<revision>[.<protocol>][.centered][.sel-<hash>].json
         fitted rows: one per model, revision, protocol and fit variant (a --center fit, a fit restricted
         by --include/--exclude: never in place of the full fit, and named by id only when there is none)
-    rows/.summary/<row file name>   each row less its per-matrix records (see iter_summaries)
+    rows/.index.sqlite   each row file's content hash, identity and summary: the row less its
+        per-matrix records (see index.py and iter_summaries)
 Each name part is the readable slug of the id ('EleutherAI/pythia-70m' -> 'EleutherAI--pythia-70m'),
 followed by '~' and 12 hex digits of the sha256 of the exact text whenever the slug alone would not
 give the text back (other characters, '--' in the id, non-ASCII, too long): distinct ids never share
@@ -54,7 +55,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .. import settings
 from ..errors import BadInputError, DatabaseError
-from ..record.schema import Row, RowError, read_row
+from ..record.schema import Row, RowError, _read_regular, read_row
+from ..record.schema import load_row as _check_row
+from .index import INDEX_NAME, Entry, RowIndex
 
 if TYPE_CHECKING:  # the type only: diagnose is not imported when the database is opened
     from ..diagnose.results import FlatRecord
@@ -82,7 +85,7 @@ REVISION_BYTES = 64  # a 40-hex commit fits whole
 # <id stem>~<hash>@<revision stem>~<hash>.<protocol>.json, with room for the temporary-file decorations
 # (1 + 8 + 1 + 10 + 1 + 8 + 4 bytes) below the 255-byte NAME_MAX of common file systems.
 MAX_ROW_NAME = 200
-STALE_TEMP_SECONDS = 600.0  # a temporary row file this old is abandoned whoever wrote it
+STALE_TEMP_SECONDS = 600.0  # an untagged temporary row file (no host named: older versions) this old is abandoned
 # The protocol suffix follows the revision: a plain revision may not end like one (fit.PROTOCOLS,
 # not imported: it pulls in numpy, and `db list` needs none).
 _PROTOCOL_SUFFIXES = (".hist1024", ".exact")
@@ -203,8 +206,10 @@ def _temp_prefix(path: Path) -> str:
     return f".{path.name}.{_host_tag()}-{os.getpid()}."
 
 
-def write_text_atomic(path: Path, text: str, before_rename: Callable[[], None] | None = None) -> None:
-    """Write text so that `path` holds either the old content or the complete new one."""
+def write_text_atomic(path: Path, text: str, before_rename: Callable[[], None] | None = None) -> os.stat_result:
+    """Write text so that `path` holds either the old content or the complete new one; the stat of the file
+    written (taken before the rename, which keeps it: whatever `path` holds later is that file only while it
+    has the same stat)."""
     import tempfile  # here: tempfile (and random) cost ~3 ms at start-up and --no-save runs never write
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -215,9 +220,11 @@ def write_text_atomic(path: Path, text: str, before_rename: Callable[[], None] |
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+            written = os.fstat(f.fileno())
         if before_rename is not None:
             before_rename()
         os.replace(tmp, path)
+        return written
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -242,25 +249,62 @@ def _pid_alive(pid: int) -> bool:
 
 
 CLAIMS_DIR = ".claims"  # rows/.claims/<row file name>: a sweep fitting that row now (two sweeps share the work)
+# A claim's holder touches it every HEARTBEAT_SECONDS while it fits; a claim of another host that nobody has seen
+# change for CLAIM_SILENT_SECONDS (by the observer's own monotonic clock: the hosts' clocks need not agree) is
+# given up as its holder's. One of this host is judged by its pid.
+HEARTBEAT_SECONDS = 5.0
+CLAIM_SILENT_SECONDS = 60.0
+# What this process has seen of other hosts' claims: claim path -> (what it looked like, monotonic time first seen so)
+_claims_seen: dict[str, tuple[tuple[object, ...], float]] = {}
 
 
 @contextlib.contextmanager
 def claim(path: Path) -> Iterator[str | None]:
     """Claim the row at `path` for this process while it is fitted: yields None when claimed, else who holds
-    it (another live process on this host: it is fitting the row). A claim whose process is gone, or one
-    from another host older than STALE_TEMP_SECONDS, is taken over. Best effort: a database where no claim
-    can be made is fitted unclaimed."""
+    it (another live process on this host, or a claim of another host still beating). A claim whose process
+    is gone (this host), or one of another host seen unchanged for CLAIM_SILENT_SECONDS, is taken over. Best
+    effort: a database where no claim can be made is fitted unclaimed. While held, a thread touches the claim
+    every HEARTBEAT_SECONDS, so that sweeps on other hosts can tell a live claim from a dead one without
+    comparing clocks."""
     target = path.parent / CLAIMS_DIR / path.name
     holder, held = _take_claim(target)
     if holder is not None:
         yield holder
         return
+    import threading
+
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(target, stop), name="weightdiag-claim", daemon=True)
+    if held:
+        beat.start()
     try:
         yield None
     finally:
         if held:
-            with contextlib.suppress(OSError):
-                target.unlink()
+            stop.set()
+            beat.join()
+            if _claim_is_mine(target):  # a claim taken over meanwhile is the other's to release
+                with contextlib.suppress(OSError):
+                    target.unlink()
+
+
+def _claim_is_mine(target: Path) -> bool:
+    try:
+        holder = json.loads(target.read_text())
+        return bool(holder["host"] == _host_tag() and int(holder["pid"]) == os.getpid())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _heartbeat(target: Path, stop: Any) -> None:
+    """Touch the claim while it is ours: its mtime changes at every beat (set, not compared: any clock will do)."""
+    last = 0
+    while not stop.wait(HEARTBEAT_SECONDS):
+        if not _claim_is_mine(target):
+            return
+        last = max(time.time_ns(), last + 1)  # strictly new at each beat, even if this host's clock steps back
+        with contextlib.suppress(OSError):
+            os.utime(target, ns=(last, last))
 
 
 def _take_claim(target: Path) -> tuple[str | None, bool]:
@@ -281,7 +325,7 @@ def _take_claim(target: Path) -> tuple[str | None, bool]:
                 if holder is not None:
                     return holder, False
                 with contextlib.suppress(FileNotFoundError):
-                    target.unlink()  # stale: its process is gone
+                    target.unlink()  # stale: its process is gone, or it stopped beating
                 continue
             return None, True
     except OSError:
@@ -295,13 +339,26 @@ def _take_claim(target: Path) -> tuple[str | None, bool]:
 def _live_claim(target: Path) -> str | None:
     """Who holds the claim in `target`, when that process may still be at work; None when it is stale."""
     try:
-        holder = json.loads(target.read_text())
-        host, pid, when = holder["host"], int(holder["pid"]), float(holder["time"])
+        text = target.read_text()
+        st = os.stat(target)
+        holder = json.loads(text)
+        host, pid = holder["host"], int(holder["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None  # unreadable: being written this instant, or damaged; treated as stale
     if host == _host_tag():
         return f"pid {pid}" if _pid_alive(pid) else None
-    return f"another host (pid {pid})" if time.time() - when < STALE_TEMP_SECONDS else None
+    # Another host: alive while it beats. Its times are compared only with themselves (changed or not since this
+    # process first saw them), never with this host's clock: clocks of hosts sharing a database may disagree.
+    looks = (text, st.st_ino, st.st_size, st.st_mtime_ns)
+    now = time.monotonic()
+    seen = _claims_seen.get(str(target))
+    if seen is None or seen[0] != looks:
+        _claims_seen[str(target)] = (looks, now)
+        return f"another host (pid {pid})"
+    if now - seen[1] < CLAIM_SILENT_SECONDS:
+        return f"another host (pid {pid})"
+    del _claims_seen[str(target)]
+    return None
 
 
 def is_temp_name(name: str) -> bool:
@@ -310,7 +367,10 @@ def is_temp_name(name: str) -> bool:
 
 
 def clean_stale_temps(folder: Path, *, max_age: float = STALE_TEMP_SECONDS) -> list[Path]:
-    """Remove temporary row files whose writer is dead (this host) or that are older than max_age; return them."""
+    """Remove temporary row files whose writer is dead (this host), and untagged ones (written by versions that
+    named no host) older than max_age; return them. Another host's are never removed here: its pids mean
+    nothing on this host, and its file times come from a clock that may disagree with ours (a live fit's
+    temporary file was removed as stale); the host that wrote one removes it once its writer is gone."""
     removed: list[Path] = []
     now = time.time()
     try:
@@ -325,8 +385,11 @@ def clean_stale_temps(folder: Path, *, max_age: float = STALE_TEMP_SECONDS) -> l
             age = now - entry.stat(follow_symlinks=False).st_mtime
         except OSError:
             continue  # renamed or removed meanwhile by its writer
-        dead = match["host"] == _host_tag() and not _pid_alive(int(match["pid"]))
-        if dead or age > max_age:
+        if match["host"] is not None:
+            stale = match["host"] == _host_tag() and not _pid_alive(int(match["pid"]))
+        else:
+            stale = age > max_age
+        if stale:
             with contextlib.suppress(OSError):  # gone already, or not ours to remove: the next write retries
                 os.unlink(entry.path)
                 removed.append(Path(entry.path))
@@ -432,8 +495,9 @@ def write_row(row: Row, db_dir: Path | None = None) -> Path:
     path = folder / row_filename(row)
     try:
         _adopt_legacy(folder, path)
-        write_text_atomic(path, json.dumps(row, indent=1, allow_nan=False) + "\n", _test_write_delay)
-        _write_summary(path, row)
+        text = json.dumps(row, indent=1, allow_nan=False) + "\n"
+        written = write_text_atomic(path, text, _test_write_delay)
+        _index_written(folder, path, text.encode("utf-8"), written, row)
         _drop_legacy_copy(folder, path, row)
     except OSError as exc:
         raise DatabaseError(
@@ -471,19 +535,14 @@ def _row_paths(folder: Path) -> list[Path]:
 
 
 # --- summaries: listing and naming rows without reading their per-matrix records ----------------------------
-# rows/.summary/<row file name> holds the row less its `matrices` and `vectors` (their counts in `counts`)
-# and the identity (size, mtime_ns, inode) of the row file it was made from. It is written after the row
-# (atomically) and trusted only while the row file still has that identity; otherwise, or when it is
-# missing or unreadable, the row itself is read (every field checked) and the summary made again. A
-# crash between the two writes leaves a summary of the old file, which no longer matches: never used.
-SUMMARY_DIR = ".summary"
-# /2: kinds' r2_below_95 is a number (issue 33); summaries of /1 may hold the text "a/b" and are made again.
+# A row's summary is the row less its `matrices` and `vectors` (their counts in `counts`). Summaries live in
+# rows/.index.sqlite (index.py), keyed on the sha256 of the row file's bytes: written by write_row with the row,
+# trusted for a file whose size and mtime are those it was hashed at (copies that keep times stay valid),
+# found by hash for a file that was touched or renamed, and made from the row itself (every field checked) for
+# bytes never indexed, then recorded where the index is writable. A crash between the row and its entry leaves an
+# entry of the old bytes: the new file's stat no longer matches, its hash neither, so it is read whole.
 SUMMARY_SCHEMA = "weightdiag.row-summary/2"
-
-
-def _identity_of(path: Path) -> list[int]:
-    st = path.stat()
-    return [st.st_size, st.st_mtime_ns, st.st_ino]
+SUMMARY_DIR = ".summary"  # where earlier versions kept one summary file per row: no longer read nor written
 
 
 def summary_of(row: Row) -> Row:
@@ -493,27 +552,161 @@ def summary_of(row: Row) -> Row:
     return cast(Row, summary)
 
 
-def _write_summary(path: Path, row: Row) -> None:
-    """Best effort: a database that cannot take the summary still has the row (listing reads it instead)."""
-    with contextlib.suppress(OSError, ValueError):
-        document = {"schema": SUMMARY_SCHEMA, "of": _identity_of(path), "row": summary_of(row)}
-        target = path.parent / SUMMARY_DIR / path.name
-        target.parent.mkdir(exist_ok=True)
-        write_text_atomic(target, json.dumps(document, allow_nan=False) + "\n")
-        clean_stale_temps(target.parent)
+def _summary_text(summary: Row) -> str:
+    return json.dumps({"schema": SUMMARY_SCHEMA, "row": summary}, allow_nan=False)
 
 
-def _read_summary(path: Path) -> Row | None:
-    """The row file's summary when it is there and was made from the file as it is now."""
+def _parse_summary(text: str | None) -> Row | None:
+    """A summary from the index, when it is one (anything else: the row is read instead)."""
+    if text is None:
+        return None
     try:
-        document = json.loads((path.parent / SUMMARY_DIR / path.name).read_bytes())
-        fresh = document.get("schema") == SUMMARY_SCHEMA and document.get("of") == _identity_of(path)
-        row = document["row"] if fresh else None
-    except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
+        document = json.loads(text)
+        row = document["row"] if document.get("schema") == SUMMARY_SCHEMA else None
+    except (ValueError, RecursionError, KeyError, TypeError, AttributeError):
         return None
     if not (isinstance(row, dict) and isinstance(row.get("model"), dict) and isinstance(row.get("counts"), dict)):
         return None
     return cast(Row, row)
+
+
+def _index_identity(row: Row) -> tuple[str | None, ...]:
+    model = row.get("model") or {}
+    protocol = row.get("protocol") or {}
+    return (
+        model.get("id"),
+        model.get("revision"),
+        model.get("fingerprint"),
+        protocol.get("name"),
+        fit_variant(row),
+        row.get("created"),
+    )
+
+
+def _index_written(folder: Path, path: Path, data: bytes, written: os.stat_result, row: Row) -> None:
+    """Record a row just written (its bytes `data`, the stat of the file written) in the index: best effort."""
+    index = RowIndex.open(folder, _checker())
+    if index is None:
+        return
+    try:
+        stat_now = os.stat(path)
+        # Only while the name still holds our file (the stat taken before the rename): another writer's row
+        # renamed over it since is left for readers to index.
+        if (stat_now.st_size, stat_now.st_mtime_ns, stat_now.st_ino) == (
+            written.st_size,
+            written.st_mtime_ns,
+            written.st_ino,
+        ):
+            sha = hashlib.sha256(data).hexdigest()
+            index.put(
+                path.name,
+                (written.st_size, written.st_mtime_ns),
+                sha,
+                _index_identity(row),
+                _summary_text(summary_of(row)),
+                _needs_no_change(path, data),
+            )
+    except (OSError, ValueError):
+        pass
+    finally:
+        index.close()
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int]:
+    return st.st_size, st.st_mtime_ns
+
+
+def _summary_from_file(path: Path, index: RowIndex | None, on_skip: SkipHandler | None) -> Row | None:
+    """The summary of the row file `path` whose index entry (if any) does not match its stat: by the hash of
+    its bytes when the index knows them, else from the row read whole (then recorded). None: not a row."""
+    before: os.stat_result | None
+    after: os.stat_result | None
+    try:
+        before = os.stat(path)
+        data = _read_regular(path)
+        after = os.stat(path)
+        row_or_summary = None
+    except RowError as exc:
+        _skip(exc, on_skip)
+        return None
+    except OSError:  # gone since it was listed: read_row says so
+        before = after = None
+        data = b""
+    # The entry recorded is of these bytes only when the file did not change while they were read.
+    steady = (
+        before is not None
+        and after is not None
+        and (_stat_key(before), before.st_ino)
+        == (
+            _stat_key(after),
+            after.st_ino,
+        )
+    )
+    sha = hashlib.sha256(data).hexdigest()
+    known = _parse_summary(index.summary_of_content(sha)) if index is not None and steady else None
+    if known is not None and index is not None and before is not None:
+        entry = index.stats([path.name]).get(path.name)
+        if entry is not None and entry.sha256 == sha:
+            index.restat(path.name, _stat_key(before))  # touched, or copied without its times: the same bytes
+        else:  # the bytes of another file's entry (renamed, copied): an entry of its own
+            text = _summary_text(known)
+            index.put(path.name, _stat_key(before), sha, _index_identity(known), text, index.checked(sha))
+        return known
+    try:
+        row_or_summary = _load_bytes(path, data) if before is not None else read_row(path)
+    except RowError as exc:
+        _skip(exc, on_skip)
+        return None
+    summary = summary_of(row_or_summary)
+    if index is not None and steady and before is not None:
+        checked = row_or_summary == json.loads(data)  # parsed, the bytes are the row: no conversion needed
+        index.put(path.name, _stat_key(before), sha, _index_identity(summary), _summary_text(summary), checked)
+    return summary
+
+
+@functools.cache
+def _checker() -> str:
+    """What checks rows: a hash of the validator's source (record/schema.py), so that a row found fine by one
+    version is checked again by a version whose checks or conversions differ."""
+    from ..record import schema
+
+    try:
+        source = Path(schema.__file__).read_bytes()
+    except (OSError, TypeError):
+        return ""  # nothing to compare: every row is checked when read
+    return hashlib.sha256(source).hexdigest()[:16]
+
+
+def _needs_no_change(path: Path, data: bytes) -> bool:
+    """Whether the row in `data` is what checking it gives (no field converted): then, once indexed as checked,
+    reading it again needs only json.loads."""
+    try:
+        return _load_bytes(path, data) == json.loads(data)
+    except (RowError, ValueError, RecursionError):
+        return False
+
+
+def _read_whole(path: Path, index: RowIndex | None) -> Row:
+    """read_row(path), but bytes the index has seen checked (by this version's validator) are only parsed:
+    100 rows of a 200-matrix model took 1.5 s to check and 0.2 s to parse."""
+    data = _read_regular(path)
+    if index is not None and index.checked(hashlib.sha256(data).hexdigest()):
+        try:
+            return cast(Row, json.loads(data))
+        except (ValueError, RecursionError):
+            pass
+    return _load_bytes(path, data)
+
+
+def _load_bytes(path: Path, data: bytes) -> Row:
+    """read_row of bytes already read from `path` (the same checks, the same errors)."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        raise RowError(
+            str(path), f"cannot read a row ({type(exc).__name__})", advice="give a weightdiag row file"
+        ) from None
+    return _check_row(doc, path)
 
 
 def count_of(row: Mapping[str, Any], key: str) -> int:
@@ -524,28 +717,116 @@ def count_of(row: Mapping[str, Any], key: str) -> int:
     return len(row.get(key, []))
 
 
+class _Look:
+    """What one command has seen of the rows folder: the index's entries and the files' stats, loaded once and
+    shared by its passes (`db show` of an id that is not there looks among its files, then among all)."""
+
+    def __init__(self, folder: Path) -> None:
+        index = RowIndex.open(folder, _checker())
+        self.known: dict[str, Entry] = {}
+        if index is not None:
+            try:
+                self.known = index.stats()
+            finally:
+                index.close()
+        self._stats: dict[str, tuple[int, int] | None] = {}
+
+    def stat_key(self, path: Path) -> tuple[int, int] | None:
+        name = path.name
+        if name not in self._stats:
+            try:
+                self._stats[name] = _stat_key(os.stat(path))
+            except OSError:
+                self._stats[name] = None
+        return self._stats[name]
+
+
+def model_paths(folder: Path, model_id: str, paths: list[Path] | None = None, look: _Look | None = None) -> list[Path]:
+    """The row files that may hold rows of `model_id`: those whose name says so (its name part, or the old lossy
+    slug, then '@'), those the index has seen holding them (a row copied in under another name), and those whose
+    content the index does not know (new, or changed since); no other file need be opened to find them."""
+    prefixes = (name_part(model_id, ID_BYTES) + "@", slug(model_id) + "@")
+    paths = paths if paths is not None else _row_paths(folder)
+    look = look or _Look(folder)
+    known = look.known
+    if not known and not (folder / INDEX_NAME).exists():  # no index: the names alone
+        return [p for p in paths if p.name.startswith(prefixes)]
+
+    def may_hold(path: Path) -> bool:
+        if path.name.startswith(prefixes):
+            return True
+        entry = known.get(path.name)
+        if entry is None:
+            return True
+        if entry.model_id == model_id:
+            return True
+        return look.stat_key(path) not in (None, entry.stat)
+
+    return [p for p in paths if may_hold(p)]
+
+
 def iter_summaries(
     db_dir: Path | None = None, on_skip: SkipHandler | None = None, model_id: str | None = None
 ) -> Iterator[tuple[Path, Row]]:
-    """Like iter_rows, but each row as its summary (no `matrices`, no `vectors`): read from rows/.summary
-    where fresh, else from the row itself, whose summary is then written for the next time. With
-    `model_id`, only the files whose name says they may hold that model's rows (its name part, or the
-    old lossy slug, then '@'): every row of that id, without opening the others."""
-    paths = _row_paths(_rows_folder(db_dir))
+    """Like iter_rows, but each row as its summary (no `matrices`, no `vectors`), from the index (index.py)
+    where it holds the file's content, else from the row itself (then indexed where the index is writable).
+    With `model_id`, only the files whose name says they may hold that model's rows (model_paths).
+    One summary at a time: the caller keeps what it needs."""
+    folder = _rows_folder(db_dir)
+    paths = _row_paths(folder)
     if model_id is not None:
-        prefixes = (name_part(model_id, ID_BYTES) + "@", slug(model_id) + "@")
-        paths = [p for p in paths if p.name.startswith(prefixes)]
-    for path in paths:
-        summary = _read_summary(path)
-        if summary is None:
-            try:
-                row = read_row(path)
-            except RowError as exc:
-                _skip(exc, on_skip)
-                continue
-            _write_summary(path, row)
-            summary = summary_of(row)
-        yield path, summary
+        paths = model_paths(folder, model_id, paths)
+    return _summaries(folder, paths, on_skip, whole=model_id is None)
+
+
+def _summaries(
+    folder: Path,
+    paths: list[Path],
+    on_skip: SkipHandler | None,
+    *,
+    whole: bool = False,
+    names_only: bool = False,
+    look: _Look | None = None,
+) -> Iterator[tuple[Path, Row]]:
+    """(path, summary) of each of `paths` that holds a row; `whole`: `paths` are all the folder's rows (entries
+    of other files are dropped); `names_only`: a fresh entry gives only the model's id, revision and
+    fingerprint, from the index's columns (nothing parsed: naming rows among thousands)."""
+    if not paths:
+        return
+    index = RowIndex.open(folder, _checker())
+    try:
+        if index is None:
+            known = {}
+        elif look is not None:
+            known = look.known
+        else:
+            known = index.stats(None if whole or len(paths) > 1000 else [p.name for p in paths])
+        for path in paths:
+            summary = None
+            entry = known.get(path.name)
+            if index is not None and entry is not None:
+                if look is not None:
+                    fresh = look.stat_key(path) == entry.stat
+                else:
+                    try:
+                        fresh = _stat_key(os.stat(path)) == entry.stat
+                    except OSError:
+                        fresh = False
+                if fresh and names_only and entry.model_id is not None:
+                    model = {"id": entry.model_id, "revision": entry.revision, "fingerprint": entry.fingerprint}
+                    summary = cast(Row, {"model": model})
+                elif fresh:
+                    summary = _parse_summary(index.summary(path.name))
+            if summary is None:
+                summary = _summary_from_file(path, index, on_skip)
+                if summary is None:
+                    continue
+            yield path, summary
+        if index is not None and whole:  # a whole listing: entries of files gone are dropped
+            index.forget(set(known) - {p.name for p in paths})
+    finally:
+        if index is not None:
+            index.close()
 
 
 def missing_database(db_dir: Path | None) -> DatabaseError | None:
@@ -588,16 +869,30 @@ def _rows_folder(db_dir: Path | None) -> Path:
     return base / ROWS_DIR
 
 
-def iter_rows(db_dir: Path | None = None, on_skip: SkipHandler | None = None) -> Iterator[tuple[Path, Row]]:
-    """The fitted rows of the database, by file name. A file that is not a readable row (foreign, damaged,
-    a FIFO or folder named *.json) is skipped, and handed to `on_skip` when given (to warn about it)."""
-    for path in _row_paths(_rows_folder(db_dir)):
-        try:
-            row = read_row(path)
-        except RowError as exc:
-            _skip(exc, on_skip)
-            continue
-        yield path, row
+def iter_rows(
+    db_dir: Path | None = None, on_skip: SkipHandler | None = None, model_id: str | None = None
+) -> Iterator[tuple[Path, Row]]:
+    """The fitted rows of the database, by file name, one at a time. A file that is not a readable row (foreign,
+    damaged, a FIFO or folder named *.json) is skipped, and handed to `on_skip` when given (to warn about it).
+    With `model_id`: only the files that may hold that model's rows (model_paths)."""
+    folder = _rows_folder(db_dir)
+    paths = _row_paths(folder)
+    if model_id is not None:
+        paths = model_paths(folder, model_id, paths)
+    if not paths:
+        return
+    index = RowIndex.open(folder, _checker())
+    try:
+        for path in paths:
+            try:
+                row = _read_whole(path, index)
+            except RowError as exc:
+                _skip(exc, on_skip)
+                continue
+            yield path, row
+    finally:
+        if index is not None:
+            index.close()
 
 
 def find_rows(
@@ -606,7 +901,7 @@ def find_rows(
     """Fitted rows whose model id (or id@revision) is `spec`, oldest first (among `rows` when the caller
     has read them already)."""
     found = []
-    for row in rows if rows is not None else (row for _, row in iter_rows(db_dir)):
+    for row in rows if rows is not None else (row for _, row in iter_rows(db_dir, model_id=spec.split("@", 1)[0])):
         model = row["model"]
         names = {model["id"], f"{model['id']}@{model.get('revision')}"}
         if spec in names and (protocol is None or row["protocol"]["name"] == protocol):
@@ -805,32 +1100,54 @@ def row_by_id(spec: str, db_dir: Path | None = None, summary: bool = False) -> R
     path_of: dict[int, Path] = {}
 
     def whole(row: Row) -> Row:
-        return row if summary or id(row) not in path_of else read_row(path_of[id(row)])
+        if summary or id(row) not in path_of:
+            return row
+        index = RowIndex.open(path_of[id(row)].parent, _checker())
+        try:
+            return _read_whole(path_of[id(row)], index)
+        finally:
+            if index is not None:
+                index.close()
 
-    named = list(iter_summaries(db_dir, on_skip=damaged.append, model_id=spec.split("@", 1)[0]))
+    rows_folder = _rows_folder(db_dir)
+    everything = _row_paths(rows_folder)
+    look = _Look(rows_folder)
+    mine = model_paths(rows_folder, spec.split("@", 1)[0], everything, look)
+    named = list(_summaries(rows_folder, mine, damaged.append, look=look))
     path_of.update((id(row), path) for path, row in named)
     exact = [row for _, row in named if spec in _names(row)]
     if exact:
         return whole(_one_checkpoint(spec, exact))
+    # The whole database, by names only (the index's columns: no summary parsed, none held), then the
+    # summaries of the rows that match.
     damaged.clear()
-    found = list(iter_summaries(db_dir, on_skip=damaged.append))
-    path_of.update((id(row), path) for path, row in found)
-    fitted = [row for _, row in found]
-    exact = [row for row in fitted if spec in _names(row)]
-    if exact:
-        return whole(_one_checkpoint(spec, exact))
+    folded = spec.casefold()
+    exact_paths: list[Path] = []
+    folded_paths: dict[str, list[Path]] = {}  # the exact name matched ignoring case -> its files
+    for path, stub in _summaries(rows_folder, everything, damaged.append, whole=True, names_only=True, look=look):
+        names = _names(stub)
+        if spec in names:
+            exact_paths.append(path)
+        for name in names:
+            if name.casefold() == folded:
+                folded_paths.setdefault(name, []).append(path)
+
+    def summaries(paths: list[Path]) -> list[Row]:
+        found = list(_summaries(rows_folder, paths, None))
+        path_of.update((id(row), path) for path, row in found)
+        return [row for _, row in found]
+
+    if exact_paths:
+        return whole(_one_checkpoint(spec, summaries(exact_paths)))
     for exc in damaged:
         if exc.model_id == spec:
             raise exc
-    folded = spec.casefold()
     matches: dict[str, list[Row]] = {}  # the exact name matched -> its rows
     for row in cohort:
         if row["model"]["id"].casefold() == folded:
             matches.setdefault(row["model"]["id"], []).append(row)
-    for row in fitted:
-        for name in _names(row):
-            if name.casefold() == folded:
-                matches.setdefault(name, []).append(row)
+    for name, paths in folded_paths.items():
+        matches.setdefault(name, []).extend(summaries(paths))
     if len(matches) > 1:
         raise AmbiguousRowError(spec, matches)
     if matches:

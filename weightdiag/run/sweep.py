@@ -505,6 +505,35 @@ def plan_sweep(
     return SweepPlan(model_id or repo, True, chosen)
 
 
+CLAIM_POLL_SECONDS = 1.0  # how often a sweep looks again at the revisions another sweep claimed
+
+
+def _await_claimed(
+    tasks: list[dict[str, Any]],
+    outcomes: dict[str, Outcome],
+    report: Callable[[Outcome], None],
+    existing: Callable[[str], Path | None],
+) -> None:
+    """The revisions another sweep claimed, once this sweep's own work is done: waited for until their row is
+    written, or fitted here once the claim is given up (its sweep ended without the row, or was killed: a dead
+    process's claim is taken over, store.claim). Never left out: a sweep that exits 0 has every row."""
+    waiting = [t for t in tasks if outcomes[t["revision"]].status == "claimed"]
+    while waiting:
+        time.sleep(CLAIM_POLL_SECONDS)
+        still = []
+        for task in waiting:
+            path = existing(task["revision"])
+            if path is not None:
+                report(Outcome(task["revision"], "existing", row_path=str(path), detail="fitted by another sweep"))
+                continue
+            outcome = Outcome(**fit_revision({k: v for k, v in task.items() if k != "progress"}))
+            if outcome.status == "claimed":
+                still.append(task)
+            else:
+                report(outcome)
+        waiting = still
+
+
 def run_sweep(
     plan: SweepPlan,
     db: Path,
@@ -575,6 +604,7 @@ def run_sweep(
                 + "; free space or pass another --db, then run it again to go on",
                 folder=db,
             )
+    _await_claimed(tasks, outcomes, report, lambda name: existing(Revision(name, None, name)))
     for rev, leader in followers:
         path = existing(rev)
         if path is not None:
