@@ -1127,6 +1127,9 @@ def fake_hub(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
         from huggingface_hub.utils import close_session
 
         close_session()  # drop pooled keep-alive connections to this server
+        from weightdiag.source.direct_get import POOL
+
+        POOL.clear()  # and those of the direct CDN reads
     assert not hub.errors, "the fake hub failed internally:\n" + "\n".join(hub.errors)
 
 
