@@ -23,8 +23,10 @@ benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import resource
 import shlex
 import shutil
 import statistics
@@ -130,16 +132,28 @@ def curl(url: str) -> float:
 
 def fit(hub: FakeHub, repo: str, folder: Path, pythonpath: str | None, timeout: float) -> bench_hub.Run:
     """bench_hub.weightdiag_fit, with PYTHONPATH pointing at another checkout when given."""
-    saved = os.environ.get("PYTHONPATH")
+    saved, cwd = os.environ.get("PYTHONPATH"), bench_hub.REPO
     if pythonpath is not None:
         os.environ["PYTHONPATH"] = pythonpath
+        bench_hub.REPO = Path(pythonpath)  # run_script's cwd: `python -c` puts the cwd before PYTHONPATH
     try:
         return bench_hub.weightdiag_fit(hub, repo, folder, None, timeout)
     finally:
+        bench_hub.REPO = cwd
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
+
+
+def cpu_seconds(call):
+    """call()'s result, with the user + system CPU seconds of the subprocesses it waited for set on it as .cpu_s
+    (load-independent, unlike wall seconds on a shared machine)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    run = call()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    run.cpu_s = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return run
 
 
 def median(runs: list[bench_hub.Run], total: int) -> dict[str, object]:
@@ -148,6 +162,7 @@ def median(runs: list[bench_hub.Run], total: int) -> dict[str, object]:
     return {
         "seconds": seconds,
         "runs_s": [round(r.seconds, 3) for r in runs],
+        "cpu_s": statistics.median(r.cpu_s for r in runs),  # type: ignore[attr-defined]
         "GBps": total / seconds / 1e9,
         "peak_rss": max(peaks) if peaks else None,
     }
@@ -191,10 +206,14 @@ def main() -> None:
                         print(f"  curl ({i + 1}/{args.repeat})", file=sys.stderr, flush=True)
                         runs.setdefault("curl", []).append(curl(f"{nginx.url(False)}/{largest}"))
                     print(f"  {tag}: hf download ({i + 1}/{args.repeat})", file=sys.stderr, flush=True)
-                    runs.setdefault(f"{tag} hf", []).append(bench_hub.hf_download(hub, repo, folder, timeout))
+                    runs.setdefault(f"{tag} hf", []).append(
+                        cpu_seconds(functools.partial(bench_hub.hf_download, hub, repo, folder, timeout))
+                    )
                     for name, path in variants.items():
                         print(f"  {tag}: fit {name} ({i + 1}/{args.repeat})", file=sys.stderr, flush=True)
-                        runs.setdefault(f"{tag} fit {name}", []).append(fit(hub, repo, folder, path, timeout))
+                        runs.setdefault(f"{tag} fit {name}", []).append(
+                            cpu_seconds(functools.partial(fit, hub, repo, folder, path, timeout))
+                        )
         finally:
             nginx.stop()
     finally:
@@ -233,23 +252,26 @@ def markdown(summary: dict) -> str:
         f"average {m['load_average_start'][0]} at the start, {m['load_average_end'][0]} at the end; weightdiag at "
         f"{m['commit']}). {summary['bytes'] / 1e9:.2f} GB in {summary['shards']} shards.",
         "",
-        "| run | seconds (each) | GB/s | peak RSS |",
-        "|---|---|---|---|",
+        "| run | seconds (each) | GB/s | CPU seconds (user + sys) | peak RSS |",
+        "|---|---|---|---|---|",
         f"| curl of one shard ({r['curl']['bytes'] / 1e6:.0f} MB), one stream | {r['curl']['runs_s']} "
-        f"| {r['curl']['GBps']:.2f} | - |",
+        f"| {r['curl']['GBps']:.2f} | - | - |",
     ]
     for key, v in r.items():
         if key == "curl":
             continue
         rss = f"{v['peak_rss'] / 1e6:.0f} MB" if v["peak_rss"] else "-"
-        lines.append(f"| {key} | {v['seconds']:.2f} ({v['runs_s']}) | {v['GBps']:.3f} | {rss} |")
+        lines.append(f"| {key} | {v['seconds']:.2f} ({v['runs_s']}) | {v['GBps']:.3f} | {v['cpu_s']:.2f} | {rss} |")
     for tag in ("uncapped", "capped"):
         hf, after = r.get(f"{tag} hf"), r.get(f"{tag} fit after")
         if hf and after:
             lines.append(f"\n{tag}: fit / hf download time = {after['seconds'] / hf['seconds']:.2f}")
         before = r.get(f"{tag} fit before")
         if before and after:
-            lines.append(f"{tag}: fit after / before bytes/s = {before['seconds'] / after['seconds']:.2f}")
+            lines.append(
+                f"{tag}: fit after / before bytes/s = {before['seconds'] / after['seconds']:.2f}, CPU seconds "
+                f"before / after = {before['cpu_s'] / after['cpu_s']:.2f}"
+            )
     return "\n".join(lines)
 
 
