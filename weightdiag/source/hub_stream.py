@@ -156,6 +156,10 @@ class HubReader(Reader):
 
     def done(self, chunk: Chunk, buf: np.ndarray, ok: bool) -> None:
         if chunk.index in self._holds:
+            if ok and self._hash is not None:
+                # A shard's last chunk: its results reach the caller once the shard's hash is final, so that
+                # verified_shards() then says so (a resumed fit's journal), as when chunks were hashed here.
+                self._hash.wait_if_last(chunk.index)
             self._settle(chunk.index, buf)
         else:
             self._release(buf)
@@ -301,6 +305,14 @@ class _OrderedHasher:
                 self._busy = False
                 self._cond.notify_all()
 
+    def wait_if_last(self, index: int) -> None:
+        """When chunk `index` is a shard's last, wait until it is hashed (or the hashing stopped)."""
+        if index not in self._last_chunk:
+            return
+        with self._cond:
+            while not self._stopped and self._next <= index and self._thread.is_alive():
+                self._cond.wait(0.25)
+
     def stop(self) -> None:
         """End the thread (the run was abandoned or is over); buffers it still holds are dropped."""
         with self._cond:
@@ -315,8 +327,8 @@ class _OrderedHasher:
     def digests(self) -> list[str]:
         """Each shard's hex digest, once every chunk handed over is hashed."""
         with self._cond:
-            while not self._stopped and (self._busy or self._next in self._waiting):
-                self._cond.wait()
+            while not self._stopped and (self._busy or self._next in self._waiting) and self._thread.is_alive():
+                self._cond.wait(0.25)
             if self._next != len(self._chunks):
                 raise RuntimeError("not every chunk was hashed")
         return [h.hexdigest() for h in self._hashers]
