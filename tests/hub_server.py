@@ -231,6 +231,9 @@ class FakeHub:
         are logged with paths starting "/xet/". No `Link: rel="xet-auth"` is sent, so huggingface_hub reads the
         bridge over plain HTTP (as it does without hf_xet) instead of trying the Xet CAS protocol. Wins over
         `redirects`.
+    cdn_origin: an external origin (e.g. "http://127.0.0.1:8081", nginx serving a folder of files named by their
+        sha256): LFS files answer /resolve with 302 to <cdn_origin>/<sha256>, unsigned, and the bodies, faults and
+        counters are that origin's (benchmarks/bench_hub_origin.py). Wins over `xet` and `redirects`.
     approved_tokens: bearer tokens granted access to gated repos. gate_api: gate /api/* too (the real Hub
         serves the metadata of gated repos to anyone and gates only /resolve, with the same X-Error-Code
         GatedRepo and X-Error-Message texts as here: 401 without a token, 403 with a token not approved).
@@ -245,6 +248,7 @@ class FakeHub:
         self.lfs_threshold = lfs_threshold
         self.cdn_host = cdn_host
         self.cdn_ttl = 3600.0
+        self.cdn_origin: str | None = None
         self.bandwidth: float | None = None
         self.connection_bandwidth: float | None = None
         self.ignore_range: bool | str = False
@@ -835,6 +839,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             else:
                 location = str(fault.params.get("location", "ftp://nowhere.invalid/x"))
             return self._send(302, {**headers, **redirect, "Location": location}, b"")
+        if blob.lfs and self.hub.cdn_origin:
+            location = f"{self.hub.cdn_origin.rstrip('/')}/{blob.sha256}"
+            return self._send(302, {**headers, **redirect, "Location": location}, b"")
         if blob.lfs and self.hub.xet:
             xet = {"Location": self.hub._xet_url(blob, filename), "X-Xet-Hash": _xet_hash(blob.sha256)}
             return self._send(302, {**headers, **redirect, **xet}, b"")
@@ -1120,6 +1127,9 @@ def fake_hub(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
         from huggingface_hub.utils import close_session
 
         close_session()  # drop pooled keep-alive connections to this server
+        from weightdiag.source.direct_get import POOL
+
+        POOL.clear()  # and those of the direct CDN reads
     assert not hub.errors, "the fake hub failed internally:\n" + "\n".join(hub.errors)
 
 

@@ -34,6 +34,20 @@ def http_timeout() -> float:
     return _positive_float("WEIGHTDIAG_HTTP_TIMEOUT", 45.0)
 
 
+def http_proxied(url: str) -> bool:
+    """Whether HTTP(S)_PROXY / ALL_PROXY (and NO_PROXY) send `url` through a proxy: the Hub's httpx client honours
+    them, so the direct connections of source/direct_get.py are not used for such a URL."""
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies_environment()
+    if not (proxies.get(parts.scheme) or proxies.get("all")):
+        return False
+    # typeshed lacks proxy_bypass_environment, which urllib.request has had since Python 3.4
+    return not urllib.request.proxy_bypass_environment(parts.hostname or "", proxies)  # type: ignore[attr-defined]
+
+
 MAX_THREADS = 1024
 
 

@@ -5,6 +5,9 @@ a buffer from a fixed pool, so memory is the pool, not the tensors. When the who
 read (no --include/--exclude), the chunks tile the files and each shard's sha256 is computed over the
 bytes as they pass (its header from planning, then its chunks in file order: a chunk that lands early
 waits for the ones before it, holding its buffer) and compared with the LFS sha256 the Hub publishes.
+The hashing has a thread of its own, fed each chunk as soon as it has landed: it runs beside the transfer
+and the reductions (hashlib releases the GIL), so a chunk's reduction never waits for hashes, and the
+hashes never wait for reductions. A buffer goes back to the pool once it is both reduced and hashed.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class HubReader(Reader):
         self._turn = 0  # the chunk whose turn it is to get a buffer
         self._tail_pool: ThreadPoolExecutor | None = None
         self._skipped: set[int] = set()  # shards a resumed fit does not read (verified by the interrupted one)
+        self._holds: dict[int, int] = {}  # chunk -> uses of its buffer still to end (its reduction, its hash)
 
     def skip_shards(self, shards: set[int]) -> None:
         """Leave these shards out of the stream and of the verification (before start()): a resumed fit
@@ -95,7 +99,10 @@ class HubReader(Reader):
         return {i: (len(s.head), s.remote.size) for i, s in enumerate(self._shards) if i not in self._skipped}
 
     def start(self, chunks: list[Chunk], verify: bool) -> None:
-        self._hash = _OrderedHasher(self._shards, chunks, self._release) if verify else None
+        if self._hash is not None:
+            self._hash.stop()
+        self._hash = _OrderedHasher(self._shards, chunks, self._settle) if verify else None
+        self._holds = {}
         self._tail_from = len(chunks) - self.workers
         self._turn = 0
 
@@ -141,11 +148,19 @@ class HubReader(Reader):
         except BaseException:
             self._release(buf)
             raise
+        if self._hash is not None:  # hashed now, beside the reduction: the buffer is freed after both
+            with self._pool_cond:
+                self._holds[chunk.index] = 2
+            self._hash.put(chunk, buf)
         return buf
 
     def done(self, chunk: Chunk, buf: np.ndarray, ok: bool) -> None:
-        if ok and self._hash is not None:
-            self._hash.put(chunk, buf)  # releases the buffer once hashed
+        if chunk.index in self._holds:
+            if ok and self._hash is not None:
+                # A shard's last chunk: its results reach the caller once the shard's hash is final, so that
+                # verified_shards() then says so (a resumed fit's journal), as when chunks were hashed here.
+                self._hash.wait_if_last(chunk.index)
+            self._settle(chunk.index, buf)
         else:
             self._release(buf)
 
@@ -161,6 +176,8 @@ class HubReader(Reader):
 
     def cancel(self) -> None:
         self._concurrency.cancelled.set()
+        if self._hash is not None:
+            self._hash.stop()
         with self._pool_cond:
             self._pool_cond.notify_all()
         for shard in self._shards:
@@ -196,6 +213,8 @@ class HubReader(Reader):
         return {"summary": summary, "shards": [True] * len(self._shards)}
 
     def close(self) -> None:
+        if self._hash is not None:
+            self._hash.stop()
         self._free.clear()
         if self._tail_pool is not None:
             self._tail_pool.shutdown(wait=False, cancel_futures=True)
@@ -222,12 +241,22 @@ class HubReader(Reader):
             self._free.append(buf)
             self._pool_cond.notify_all()
 
+    def _settle(self, index: int, buf: np.ndarray) -> None:
+        """One use of chunk `index`'s buffer ended (reduced, or hashed): the last one frees it."""
+        with self._pool_cond:
+            left = self._holds.pop(index, 1) - 1
+            if left > 0:
+                self._holds[index] = left
+                return
+            self._free.append(buf)
+            self._pool_cond.notify_all()
+
 
 class _OrderedHasher:
-    """sha256 of each shard over its header and then its chunks strictly in file order.
+    """sha256 of each shard over its header and then its chunks strictly in file order, on a thread of its own.
 
-    hashlib releases the GIL on large updates, so hashing overlaps the reductions; whichever thread
-    delivers the next chunk in order hashes it and every later one already waiting.
+    put() hands it a chunk that has landed and returns at once; the thread hashes the next chunk in order as
+    soon as it is there (hashlib releases the GIL on large updates) and calls release(index, buffer) after.
     """
 
     def __init__(self, shards: list[StreamedShard], chunks: list[Chunk], release) -> None:
@@ -236,45 +265,70 @@ class _OrderedHasher:
         self._release = release
         self._next = 0
         self._waiting: dict[int, np.ndarray] = {}
-        self._lock = threading.Lock()
-        self._hashing = threading.Lock()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._busy = False  # a chunk is being hashed (taken from _waiting, _next not yet moved on)
         last: dict[int, int] = {}
         for chunk in chunks:
             last[chunk.shard] = chunk.index
         self._last_chunk = {index: shard for shard, index in last.items()}  # a shard's last chunk -> the shard
         self._expected = [s.sha256 for s in shards]
         self._verified: set[int] = set()
+        self._thread = threading.Thread(target=self._run, name="weightdiag-sha256", daemon=True)
+        self._thread.start()
 
     def put(self, chunk: Chunk, buf: np.ndarray) -> None:
-        with self._lock:
+        with self._cond:
             self._waiting[chunk.index] = buf
-        while self._hashing.acquire(blocking=False):
-            try:
-                while True:
-                    with self._lock:
-                        ready = self._waiting.pop(self._next, None)
-                    if ready is None:
-                        break
-                    chunk = self._chunks[self._next]
-                    self._hashers[chunk.shard].update(memoryview(ready)[: chunk.nbytes])  # type: ignore[arg-type]  # numpy's stubs: ndarray is a Buffer on 3.12+ only
-                    self._release(ready)
-                    shard = self._last_chunk.get(self._next)
-                    if shard is not None and self._hashers[shard].copy().hexdigest() == self._expected[shard]:
-                        with self._lock:
-                            self._verified.add(shard)
-                    self._next += 1
-            finally:
-                self._hashing.release()
-            with self._lock:  # a chunk may have arrived while the lock was being let go
-                if self._next not in self._waiting:
+            if chunk.index == self._next:
+                self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped and self._next < len(self._chunks) and self._next not in self._waiting:
+                    self._cond.wait()
+                if self._stopped or self._next >= len(self._chunks):
                     return
+                index = self._next
+                ready = self._waiting.pop(index)
+                self._busy = True
+            chunk = self._chunks[index]
+            self._hashers[chunk.shard].update(memoryview(ready)[: chunk.nbytes])  # type: ignore[arg-type]  # numpy's stubs: ndarray is a Buffer on 3.12+ only
+            self._release(index, ready)
+            shard = self._last_chunk.get(index)
+            matched = shard is not None and self._hashers[shard].copy().hexdigest() == self._expected[shard]
+            with self._cond:
+                if matched and shard is not None:
+                    self._verified.add(shard)
+                self._next = index + 1
+                self._busy = False
+                self._cond.notify_all()
+
+    def wait_if_last(self, index: int) -> None:
+        """When chunk `index` is a shard's last, wait until it is hashed (or the hashing stopped)."""
+        if index not in self._last_chunk:
+            return
+        with self._cond:
+            while not self._stopped and self._next <= index and self._thread.is_alive():
+                self._cond.wait(0.25)
+
+    def stop(self) -> None:
+        """End the thread (the run was abandoned or is over); buffers it still holds are dropped."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
 
     def verified(self) -> set[int]:
         """Shards whose every byte is hashed and matched the published sha256."""
-        with self._lock:
+        with self._cond:
             return set(self._verified)
 
     def digests(self) -> list[str]:
-        if self._next != len(self._chunks):
-            raise RuntimeError("not every chunk was hashed")
+        """Each shard's hex digest, once every chunk handed over is hashed."""
+        with self._cond:
+            while not self._stopped and (self._busy or self._next in self._waiting) and self._thread.is_alive():
+                self._cond.wait(0.25)
+            if self._next != len(self._chunks):
+                raise RuntimeError("not every chunk was hashed")
         return [h.hexdigest() for h in self._hashers]
