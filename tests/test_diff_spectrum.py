@@ -134,12 +134,13 @@ def test_torch_device_path_matches_numpy():
 
 
 def test_blas_is_single_threaded_only_inside_and_restored():
-    from weightdiag.diff.blas import _openblas, single_threaded
+    from weightdiag.diff.blas import single_threaded
+    from weightdiag.reduce.blas import openblas_controls
 
-    funcs = _openblas()
-    if funcs is None:
+    controls = openblas_controls()
+    if not controls:
         pytest.skip("numpy's BLAS is not OpenBLAS here")
-    get, _ = funcs
+    get, _ = controls[0]
     before = get()
     with single_threaded():
         assert get() == 1

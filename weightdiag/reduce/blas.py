@@ -6,7 +6,7 @@ starts as many threads as the machine has cores unless told otherwise, which is 
 machine and wrong for a sweep worker given a share of the cores (Execution.threads). `blas_threads(n)` sets
 every OpenBLAS loaded in the process to n threads inside the block and restores each one after; where no
 OpenBLAS is found (another BLAS) it changes nothing. The libraries are found among the loaded ones, as
-threadpoolctl does (weightdiag/diff/blas.py does the same for numpy's alone).
+threadpoolctl does; diff's one-thread-per-worker blocks use the same (weightdiag/diff/blas.py).
 """
 
 from __future__ import annotations
@@ -24,39 +24,33 @@ _LOCK = threading.Lock()  # the setting is process-wide: one block changes it at
 Controls = tuple[Callable[[], int], Callable[[int], object]]
 
 
-@cache
 def openblas_controls() -> tuple[Controls, ...]:
-    """(get_num_threads, set_num_threads) of every OpenBLAS numpy and scipy loaded."""
+    """(get_num_threads, set_num_threads) of every OpenBLAS loaded in the process now: numpy's, and scipy's
+    once scipy.linalg is imported (the spectrum's modules import it; diff's do not, and need not pay for it)."""
     import numpy  # noqa: F401  (loads its BLAS)
-    import scipy.linalg  # noqa: F401  (loads its own)
 
     try:
         with open("/proc/self/maps", encoding="utf-8") as maps:
             paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line})
     except OSError:
         return ()
-    found: list[Controls] = []
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for prefix in _PREFIXES:
-            controls = _controls(lib, prefix)
-            if controls is not None:
-                found.append(controls)
-                break
-    return tuple(found)
+    return tuple(controls for path in paths if (controls := _library_controls(path)) is not None)
 
 
-def _controls(lib: ctypes.CDLL, prefix: str) -> Controls | None:
-    for suffix in _SUFFIXES:
-        get = getattr(lib, f"{prefix}get_num_threads{suffix}", None)
-        put = getattr(lib, f"{prefix}set_num_threads{suffix}", None)
-        if get is not None and put is not None:
-            get.restype = ctypes.c_int
-            put.argtypes = [ctypes.c_int]
-            return get, put
+@cache
+def _library_controls(path: str) -> Controls | None:
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError:
+        return None
+    for prefix in _PREFIXES:
+        for suffix in _SUFFIXES:
+            get = getattr(lib, f"{prefix}get_num_threads{suffix}", None)
+            put = getattr(lib, f"{prefix}set_num_threads{suffix}", None)
+            if get is not None and put is not None:
+                get.restype = ctypes.c_int
+                put.argtypes = [ctypes.c_int]
+                return get, put
     return None
 
 
