@@ -25,6 +25,28 @@ def _positive_float(name: str, default: float) -> float:
     return value
 
 
+def _whole_number(name: str, default: int, low: int, high: int | None, expected: str) -> int:
+    """An integer variable within [low, high] (no upper bound when None); `expected` ends the error line."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if value < low or (high is not None and value > high):
+        raise OptionError(f"{name}={raw[:40]!r}: expected {expected}", option=name)
+    return value
+
+
+def _test_delay(name: str) -> float:
+    """Seconds a test asks the code to wait somewhere (0 when unset or unreadable)."""
+    try:
+        return max(0.0, float(os.environ.get(name) or 0))
+    except (ValueError, OverflowError):
+        return 0.0
+
+
 def http_timeout() -> float:
     """WEIGHTDIAG_HTTP_TIMEOUT (seconds, default 45): the longest any Hub call may wait for an answer.
 
@@ -63,19 +85,9 @@ def available_cores() -> int:
 def threads() -> int:
     """WEIGHTDIAG_THREADS (default: the cores available, see available_cores): threads for the reduction
     kernels, 1 to 1024."""
-    raw = os.environ.get("WEIGHTDIAG_THREADS", "").strip()
-    if not raw:
-        return available_cores()
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_THREADS:
-        raise OptionError(
-            f"WEIGHTDIAG_THREADS={raw[:40]!r}: expected a whole number of threads from 1 to {MAX_THREADS}",
-            option="WEIGHTDIAG_THREADS",
-        )
-    return value
+    return _whole_number(
+        "WEIGHTDIAG_THREADS", available_cores(), 1, MAX_THREADS, f"a whole number of threads from 1 to {MAX_THREADS}"
+    )
 
 
 def worker_threads(jobs: int) -> int:
@@ -254,54 +266,28 @@ def ray_task_bytes() -> int:
     """WEIGHTDIAG_RAY_TASK_BYTES (default 2 GiB): the bytes one cluster task of `fit --executor ray` reads at
     most (a shard larger than that is cut into runs of chunks, unless its sha256 is verified: then it is read
     whole by one task, which hashes it)."""
-    raw = os.environ.get("WEIGHTDIAG_RAY_TASK_BYTES", "").strip()
-    if not raw:
-        return DEFAULT_RAY_TASK_BYTES
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1 << 16:
-        raise OptionError(
-            f"WEIGHTDIAG_RAY_TASK_BYTES={raw[:40]!r}: expected a whole number of bytes, at least 65536",
-            option="WEIGHTDIAG_RAY_TASK_BYTES",
-        )
-    return value
+    return _whole_number(
+        "WEIGHTDIAG_RAY_TASK_BYTES", DEFAULT_RAY_TASK_BYTES, 1 << 16, None, "a whole number of bytes, at least 65536"
+    )
 
 
 def ray_task_cpus() -> int:
     """WEIGHTDIAG_RAY_TASK_CPUS (default 1): the CPUs each cluster task declares to Ray and reduces on; a node
     of N CPUs runs N of them at once (Ray limits it)."""
-    raw = os.environ.get("WEIGHTDIAG_RAY_TASK_CPUS", "").strip()
-    if not raw:
-        return 1
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_THREADS:
-        raise OptionError(
-            f"WEIGHTDIAG_RAY_TASK_CPUS={raw[:40]!r}: expected a whole number of CPUs from 1 to {MAX_THREADS}",
-            option="WEIGHTDIAG_RAY_TASK_CPUS",
-        )
-    return value
+    return _whole_number(
+        "WEIGHTDIAG_RAY_TASK_CPUS", 1, 1, MAX_THREADS, f"a whole number of CPUs from 1 to {MAX_THREADS}"
+    )
 
 
 def test_ray_task_delay() -> float:
     """WEIGHTDIAG_TEST_RAY_TASK_DELAY (tests only): seconds a cluster task waits after each chunk, so that a
     test can kill its worker mid-task."""
-    try:
-        return max(0.0, float(os.environ.get("WEIGHTDIAG_TEST_RAY_TASK_DELAY") or 0))
-    except (ValueError, OverflowError):
-        return 0.0
+    return _test_delay("WEIGHTDIAG_TEST_RAY_TASK_DELAY")
 
 
 def test_write_delay() -> float:
     """WEIGHTDIAG_TEST_ROW_WRITE_DELAY (tests only): seconds between a row's temp write and its rename."""
-    try:
-        return max(0.0, float(os.environ.get("WEIGHTDIAG_TEST_ROW_WRITE_DELAY") or 0))
-    except (ValueError, OverflowError):
-        return 0.0
+    return _test_delay("WEIGHTDIAG_TEST_ROW_WRITE_DELAY")
 
 
 def weightdiag_variables() -> dict[str, str]:
