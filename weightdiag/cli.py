@@ -315,6 +315,9 @@ SpectrumOption = Annotated[
         "matrices, 2·m·n·min(m,n) flops each: README, 'The spectrum').",
     ),
 ]
+RayAddressOption = Annotated[
+    str | None, typer.Option("--ray-address", metavar="ADDRESS", help="Ray cluster address (default: RAY_ADDRESS).")
+]
 NodeProgressOption = Annotated[
     bool,
     typer.Option(
@@ -464,9 +467,7 @@ def fit(
             help="local (this machine) or ray (the chunks read and reduced by tasks on an existing Ray cluster).",
         ),
     ] = "local",
-    ray_address: Annotated[
-        str | None, typer.Option("--ray-address", metavar="ADDRESS", help="Ray cluster address (default: RAY_ADDRESS).")
-    ] = None,
+    ray_address: RayAddressOption = None,
     node_progress: NodeProgressOption = False,
     name: Annotated[
         str | None, typer.Option("--name", metavar="ID", help="Model id to record (default: from the path or repo).")
@@ -746,9 +747,7 @@ def diff(
             help="local (this machine) or ray (tensor pairs compared by tasks on an existing Ray cluster).",
         ),
     ] = "local",
-    ray_address: Annotated[
-        str | None, typer.Option("--ray-address", metavar="ADDRESS", help="Ray cluster address (default: RAY_ADDRESS).")
-    ] = None,
+    ray_address: RayAddressOption = None,
     node_progress: NodeProgressOption = False,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Write the diff row into the database folder.")] = True,
     # Not --all: on `sweep`, --all means every revision. `diff --all`, its name before, still works (hidden).
@@ -1016,9 +1015,7 @@ def sweep(
     executor: Annotated[
         str, typer.Option("--executor", metavar="EXECUTOR", help="local (processes) or ray (an existing Ray cluster).")
     ] = "local",
-    ray_address: Annotated[
-        str | None, typer.Option("--ray-address", metavar="ADDRESS", help="Ray cluster address (default: RAY_ADDRESS).")
-    ] = None,
+    ray_address: RayAddressOption = None,
     protocol: ProtocolOption = "hist1024",
     device: DeviceOption = "auto",
     center: CenterOption = False,
