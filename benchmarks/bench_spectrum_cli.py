@@ -32,20 +32,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-CHILD = """
-import sys, time
-from weightdiag.cli import main
-start = time.perf_counter()
-try:
-    main(sys.argv[1:])
-except SystemExit as stop:
-    code = stop.code
-else:
-    code = 0
-took = time.perf_counter() - start
-hwm = next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM'))
-print('RESULT', code, took, hwm, file=sys.stderr)
-"""
+from benchmarks.bench_memory import CHILD  # noqa: E402  (the command in a child that reports its time and VmHWM)
 
 WW_CHILD = """
 import contextlib, io, sys, time, warnings
