@@ -36,16 +36,9 @@ def test_cuda_refines_eigenvalues_below_the_grams_floor(tmp_path):
     the GPU, then W times it through a streamed QR)."""
     import numpy as np
 
-    from .conftest import write_safetensors
-    from .test_spectrum_pipeline import _ill_conditioned
+    from .test_spectrum_pipeline import ill_conditioned_model
 
-    tensors = {
-        "model.layers.0.mlp.up_proj.weight": _ill_conditioned(300, 160, 1),
-        "model.layers.0.mlp.down_proj.weight": _ill_conditioned(160, 300, 2),
-    }
-    folder = tmp_path / "m"
-    folder.mkdir()
-    write_safetensors(folder / "model.safetensors", {k: ("F32", w) for k, w in tensors.items()})
+    folder, tensors = ill_conditioned_model(tmp_path)
     row = api.fit_model(str(folder), FitOptions(device="cuda", spectrum=True))
     assert row["run"]["spectrum"]["device"] == "cuda"
     for m in row["matrices"]:

@@ -289,6 +289,18 @@ def _ill_conditioned(m: int, n: int, seed: int) -> np.ndarray:
     return ((u * np.geomspace(1.0, 1e-7, k)) @ v.T).astype(np.float32)
 
 
+def ill_conditioned_model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """A model folder with one tall and one wide F32 matrix whose singular values fall from 1 to 1e-7."""
+    tensors = {
+        "model.layers.0.mlp.up_proj.weight": _ill_conditioned(300, 160, 1),
+        "model.layers.0.mlp.down_proj.weight": _ill_conditioned(160, 300, 2),
+    }
+    folder = tmp_path / "m"
+    folder.mkdir()
+    write_safetensors(folder / "model.safetensors", {k: ("F32", w) for k, w in tensors.items()})
+    return folder, tensors
+
+
 def test_eigenvalues_below_the_grams_floor_are_refined_through_the_pipeline(tmp_path):
     """A tall matrix (refined by a second pass over its rows) and a wide one (from its held rows), through
     fit --spectrum on the CPU and take_spectra with the torch accumulator on torch's CPU device: the smallest
@@ -299,13 +311,7 @@ def test_eigenvalues_below_the_grams_floor_are_refined_through_the_pipeline(tmp_
     from weightdiag.run.spectrum import SpectrumInput, plan_spectra, record_names, take_spectra
     from weightdiag.source.local import open_local
 
-    tensors = {
-        "model.layers.0.mlp.up_proj.weight": _ill_conditioned(300, 160, 1),
-        "model.layers.0.mlp.down_proj.weight": _ill_conditioned(160, 300, 2),
-    }
-    folder = tmp_path / "m"
-    folder.mkdir()
-    write_safetensors(folder / "model.safetensors", {k: ("F32", w) for k, w in tensors.items()})
+    folder, tensors = ill_conditioned_model(tmp_path)
     row = api.fit_model(str(folder), FitOptions(device="cpu", spectrum=True))
     plan, reader = open_local(str(folder))
     inputs = [SpectrumInput(ref) for ref in plan.tensors]
