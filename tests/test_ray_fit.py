@@ -100,15 +100,15 @@ def test_spectrum_and_diff_tasks_take_whole_items_balanced_and_cut_only_where_al
     assert _owned(runs, pairs, 0, 3) == [frozenset({0, 1}), frozenset({2})]
 
 
-def test_ray_missing_says_how_to_install_it(tmp_path, small_llama):
-    """No Ray: the [ray] extra's hint, exit 2, before anything is read."""
+@pytest.mark.parametrize("command", ["fit", "diff"])
+def test_ray_missing_says_how_to_install_it(command, tmp_path, small_llama):
+    """No Ray: the [ray] extra's hint, exit 2, before anything is read (fit and diff)."""
     blocker = tmp_path / "no_ray" / "ray"
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text("raise ImportError('No module named ray')\n")
     path = os.pathsep.join([str(blocker.parent), os.environ.get("PYTHONPATH", "")])
-    out = run_cli(
-        "fit", str(small_llama), "--executor", "ray", "--no-save", env={"PYTHONPATH": path}, real=True, timeout=120
-    )
+    models = [str(small_llama)] * (2 if command == "diff" else 1)
+    out = run_cli(command, *models, "--executor", "ray", "--no-save", env={"PYTHONPATH": path}, real=True, timeout=120)
     assert out.returncode == 2, out.stderr
     assert "pip install '.[ray]'" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
@@ -454,20 +454,6 @@ def test_a_diff_node_that_cannot_read_the_path_fails_with_one_line_naming_it(clu
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
     assert re.search(rf"node \S+ \([0-9a-f]{{8}}\): cannot read {re.escape(str(model))}/model-0000", lines[0])
-
-
-def test_diff_without_ray_says_how_to_install_it(tmp_path, small_llama):
-    blocker = tmp_path / "no_ray" / "ray"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text("raise ImportError('No module named ray')\n")
-    path = os.pathsep.join([str(blocker.parent), os.environ.get("PYTHONPATH", "")])
-    out = run_cli(
-        "diff", str(small_llama), str(small_llama), "--executor", "ray", "--no-save", env={"PYTHONPATH": path},
-        real=True, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 2, out.stderr
-    assert "pip install '.[ray]'" in out.stderr
-    assert len(out.stderr.strip().splitlines()) == 1
 
 
 # --- progress per node ----------------------------------------------------------------------------------------
