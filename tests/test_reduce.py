@@ -376,3 +376,19 @@ def test_torch_reducer_across_chunks_without_host_syncs(monkeypatch, dtype):
     assert torch_red.argmax == 2_345
     part = Segments(offset=3, length=700, stride=1_300, count=7)  # rows that straddle the chunks
     _same(reduce_torch(raw, dtype, "cpu", part), reduce_array(raw_values.reshape(-1), dtype, part))
+
+
+def test_hist16_counts_views_at_every_alignment():
+    """The C kernel loads eight codes as two 64-bit words: rows that start at any even address, strided rows and
+    row lengths around multiples of eight count exactly as the plain count does."""
+    rng = np.random.default_rng(7)
+    flat = rng.integers(0, 65536, 4096, dtype=np.uint16)
+    for start in range(5):
+        for cols in (1, 7, 8, 9, 15, 16, 17, 63):
+            for stride in (cols, cols + 3):
+                rows = min(5, (flat.size - start) // stride)
+                view = np.lib.stride_tricks.as_strided(
+                    flat[start:], shape=(rows, cols), strides=(2 * stride, 2), writeable=False
+                )
+                counts, _ = kernels.count_codes16(view, 0x7F80)
+                assert np.array_equal(counts, oracle.hist16(np.ascontiguousarray(view))), (start, cols, stride)

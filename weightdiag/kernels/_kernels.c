@@ -92,14 +92,26 @@ static PyObject *hist16(PyObject *self, PyObject *args) {
         for (Py_ssize_t done = 0; done < g.cols;) {
             Py_ssize_t step = g.cols - done < ((Py_ssize_t)1 << 30) ? g.cols - done : ((Py_ssize_t)1 << 30);
             Py_ssize_t i = done, end = done + step;
-            /* Eight loads, then eight increments: the loads no longer wait behind the read-modify-write
-             * of the previous element's counter (measured 17-25% faster than one at a time on 1 GB of
-             * BF16 weights; two interleaved tables or 64-bit loads gain less). */
+            /* Eight codes loaded before their eight increments, so the loads do not wait behind the
+             * read-modify-write of the previous counter (17-25% faster than one at a time), and loaded
+             * as two 64-bit words where the byte order allows (9% more on AMD EPYC, Zen 4: one load
+             * per four codes). Two or four interleaved tables were slower there: the counters of
+             * trained weights' codes then no longer fit the 32 KiB L1 cache. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            for (; i + 8 <= end; i += 8) {
+                uint64_t x, y;
+                memcpy(&x, p + i, 8);  /* rows may start at any even address: an unaligned load */
+                memcpy(&y, p + i + 4, 8);
+                sub[x & 0xFFFF]++; sub[(x >> 16) & 0xFFFF]++; sub[(x >> 32) & 0xFFFF]++; sub[x >> 48]++;
+                sub[y & 0xFFFF]++; sub[(y >> 16) & 0xFFFF]++; sub[(y >> 32) & 0xFFFF]++; sub[y >> 48]++;
+            }
+#else
             for (; i + 8 <= end; i += 8) {
                 uint16_t a = p[i], b = p[i + 1], c = p[i + 2], d = p[i + 3];
                 uint16_t e = p[i + 4], f = p[i + 5], g = p[i + 6], h = p[i + 7];
                 sub[a]++; sub[b]++; sub[c]++; sub[d]++; sub[e]++; sub[f]++; sub[g]++; sub[h]++;
             }
+#endif
             for (; i < end; i++) sub[p[i]]++;
             done += step;
             pending += step;

@@ -289,6 +289,8 @@ def grid_probe(codes: np.ndarray, row_length: int) -> tuple[int, int] | None:
     with few distinct values overall (zeros, a constant) is no grid."""
     rows = max(1, min(GRID_SAMPLE // max(row_length, 1), codes.size // max(row_length, 1)))
     sample = codes[: rows * row_length].reshape(rows, row_length)
+    if _a_small_group_is_off_grid(sample, row_length):
+        return None  # trained weights: decided from a few hundred elements, before any sort of the sample
     if np.unique(sample).size <= 4 * GRID_LEVELS:
         return None
     for group in GRID_GROUPS:
@@ -299,3 +301,16 @@ def grid_probe(codes: np.ndarray, row_length: int) -> tuple[int, int] | None:
         if int(distinct.max()) <= GRID_LEVELS:
             return 4, group
     return None
+
+
+def _a_small_group_is_off_grid(sample: np.ndarray, row_length: int) -> bool:
+    """Whether one of the sample's first few groups of the smallest size holds more than 16 distinct values,
+    which settles grid_probe's answer (None) at once: every larger group is made of whole smallest groups
+    of the same row (the sizes divide each other and the row length), so none of them can be a grid either.
+    For trained weights this is the common case, and it costs a sort of 256 elements instead of the sample's
+    three (a fifth of the engine's CPU time on a 4 GB checkpoint went to grid_probe before)."""
+    smallest = GRID_GROUPS[-1]
+    if row_length % smallest or sample.size < 8 * smallest:
+        return False  # the smallest group does not apply: let the full probe decide
+    groups = np.sort(sample.reshape(-1, smallest)[:8], axis=1)
+    return int(np.count_nonzero(np.diff(groups, axis=1), axis=1).max()) + 1 > GRID_LEVELS
