@@ -66,8 +66,11 @@ class LocalReader(Reader):
 
     @contextmanager
     def chunk(self, chunk: Chunk) -> Iterator[np.ndarray]:
-        """The chunk's bytes, valid inside the `with`: mapped under a read lease (populated up front: one
-        system call instead of a page fault per 4 KiB), else copied into this thread's buffer."""
+        """The chunk's bytes, valid inside the `with`: mapped under a read lease, else copied into this thread's
+        buffer. The mapping is not populated up front (MAP_POPULATE): its pages are faulted in by the C kernel
+        that reads them, outside the GIL. Populating costs the same CPU but runs one thread at a time (the
+        kernel serialises it per process: two threads mapping 4 GB from the page cache took as long as one),
+        while page faults run in parallel; measured on 2 cores, a 4 GB BF16 fit went from 0.92 to 0.80 s."""
         with self._open(chunk.shard) as (fd, path, identity):
             if not take_read_lease(fd):
                 buf = self._buffer(chunk.nbytes)
@@ -95,7 +98,7 @@ def _mapped(fd: int, chunk: Chunk, path: Path) -> np.ndarray:
     """Bytes [chunk.start, chunk.end) of `fd` through a mapping of just that range, unmapped when the last
     view of it is dropped."""
     start = chunk.start - chunk.start % mmap.ALLOCATIONGRANULARITY
-    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+    flags = mmap.MAP_SHARED
     try:
         mapping = mmap.mmap(fd, chunk.end - start, flags=flags, prot=mmap.PROT_READ, offset=start)
     except (ValueError, OSError) as exc:
