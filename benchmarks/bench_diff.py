@@ -6,7 +6,10 @@ so no shortcut applies), reads both once to warm the page cache, then times
   (d) `weightdiag diff BASE TUNED --device cpu --no-save --json -q`  (end to end, in a subprocess)
   (n) the same with --no-spectrum (the exact figures only)
   (s) the same with --sketch 32
-and prints throughput (both checkpoints' bytes / seconds), the ratio to cat, and the peak RSS (VmHWM) of each.
+and prints throughput (both checkpoints' bytes / seconds), the ratio to cat, and the peak RSS (VmHWM) of each;
+then the spectrum's seconds ((d) less (n)) against the machine's float32 GEMM rate (numpy's BLAS on the sketch's
+shapes, measured here): its flops from the matrices' shapes and methods, the rate it reached, and the seconds
+it would take at the GEMM rate.
 
     python benchmarks/bench_diff.py                       # 2 x 1 GB
     python benchmarks/bench_diff.py --size-gb 0.2 --repeat 1   # quick look
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -25,6 +29,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
 
 from benchmarks.bench_fit import D_MODEL, FFN, N_HEADS, N_KV, VOCAB, layers_for  # noqa: E402
 from weightdiag.testing import synthetic  # noqa: E402
@@ -71,6 +77,41 @@ def timed(cmd: list[str]) -> tuple[float, int | None, str]:
     return elapsed, peak, out.stdout
 
 
+def spectrum_flops(doc: dict) -> float:
+    """Floating-point operations of the diff's spectrum pass, from its matrices' shapes and methods: the sketch
+    multiplies each element of ΔW by Ω (k columns) and by [Ψ; Θ] (l + s rows), 2(k + l + s) flops
+    (weightdiag.diff.spectrum.Sketch); the exact path forms ΔWᵀΔW, 2n flops an element (float64)."""
+    from weightdiag.diff.spectrum import ERROR_ROWS, GRAM_COLS
+
+    total = 0.0
+    for matrix in doc["matrices"]:
+        spectrum, shape = matrix.get("spectrum"), matrix["shape"]
+        if not spectrum or len(shape) < 2:
+            continue
+        m, n = math.prod(shape[:-1]), shape[-1]
+        if spectrum["method"] == "sketch":
+            k = spectrum["sketch_size"]
+            total += 2.0 * m * n * (k + max(k, min(2 * k + 1, m)) + ERROR_ROWS)
+        else:  # the Gram (n <= GRAM_COLS), else one block's SVD (counted as a Gram of the smaller side)
+            total += 2.0 * m * n * (n if n <= GRAM_COLS else min(m, n))
+    return total
+
+
+def gemm_rate(seconds: float = 2.0) -> float:
+    """float32 GEMM flops per second of this machine's numpy (OpenBLAS, all cores), on the sketch's shape: a
+    block of 4096 rows of a 2048-wide ΔW times Ω (2048 x 128) and [Ψ; Θ] (273 x 4096) times the block."""
+    rng = np.random.default_rng(0)
+    block = rng.standard_normal((4096, 2048), dtype=np.float32)
+    omega = rng.standard_normal((2048, 128), dtype=np.float32)
+    test = rng.standard_normal((273, 4096), dtype=np.float32)
+    _ = block @ omega, test @ block  # warm the BLAS threads
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        _ = block @ omega, test @ block
+        done += 1
+    return done * 2.0 * block.size * (128 + 273) / (time.perf_counter() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-gb", type=float, default=1.0, help="size of each checkpoint (default 1)")
@@ -98,6 +139,8 @@ def main() -> None:
                 best = (seconds, peak, out)
         seconds, peak, out = best
         doc = json.loads(out)
+        if label == "diff":
+            full_doc = doc
         results[label] = {
             "seconds": round(seconds, 2),
             "GB/s": round(total / seconds / 1e9, 3),
@@ -105,6 +148,16 @@ def main() -> None:
             "peak_rss_MB": round(peak / 1e6) if peak else None,
             "matrices": len(doc["matrices"]),
         }
+    flops = spectrum_flops(full_doc)
+    rate = gemm_rate()
+    spectrum_s = results["diff"]["seconds"] - results["diff --no-spectrum"]["seconds"]
+    results["spectrum"] = {
+        "seconds": round(spectrum_s, 2),  # the full diff less the exact figures' run
+        "gflop": round(flops / 1e9, 1),
+        "gflops_achieved": round(flops / spectrum_s / 1e9, 1) if spectrum_s > 0 else None,
+        "sgemm_gflops": round(rate / 1e9, 1),
+        "seconds_at_sgemm_rate": round(flops / rate, 2),
+    }
     print(
         json.dumps(
             {

@@ -13,6 +13,10 @@ largest |w| and its position, the per-matrix fits and the row), so 100% is out o
 
     python benchmarks/bench_engine.py                 # 4 GB BF16 (issue 32's size), 5 rounds
     python benchmarks/bench_engine.py --size-gb 1 --repeat 3
+    python benchmarks/bench_engine.py --dtype F32      # 4 GB of F32: cat, API and command (the bare loop is
+                                                       # BF16's: it counts 16-bit codes)
+    python benchmarks/bench_engine.py --before /tmp/old  # also the API and command of another checkout, in the
+                                                       # same interleaved rounds
 """
 
 from __future__ import annotations
@@ -107,31 +111,35 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--data", type=Path, default=REPO / "benchmarks" / "data")
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--dtype", choices=("BF16", "F32"), default="BF16")
+    parser.add_argument("--before", type=Path, help="a checkout of the code before (C kernels built): measured too")
     args = parser.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
-    folder = make_checkpoint(args.data, layers_for(args.size_gb * 1e9))
+    itemsize = 2 if args.dtype == "BF16" else 4
+    folder = make_checkpoint(args.data, layers_for(args.size_gb * 1e9, itemsize), args.dtype)
     files = shard_files(folder)
     tensor_bytes = sum(hi - lo for lo, hi in map(tensor_regions, files))
     subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
-    times: dict[str, list[float]] = {"cat": [], "bare": [], "api": [], "cmd": []}
-    api_times: list[float] = []
+    checkouts = {"": REPO} | ({" before": args.before.resolve()} if args.before else {})
+    times: dict[str, list[float]] = {"cat": [], "bare": []}
     for _ in range(args.repeat):
         t = time.perf_counter()
         subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)
         times["cat"].append(time.perf_counter() - t)
-        times["bare"].append(bare_loop(files))
-        out = subprocess.run(
-            [sys.executable, "-c", API_CODE, str(folder), "1"], capture_output=True, text=True, env=CHILD_ENV, cwd=REPO
-        )
-        if out.returncode:
-            raise SystemExit(out.stderr[-2000:])
-        api_times.append(float(out.stdout.split()[-1]))
-        t = time.perf_counter()
-        cmd = [sys.executable, "-m", "weightdiag", "fit", str(folder), "--device", "cpu", "--no-save", "-q"]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=CHILD_ENV, cwd=REPO)
-        times["cmd"].append(time.perf_counter() - t)
-    times["api"] = api_times
-    medians = {k: statistics.median(v) for k, v in times.items()}
+        if args.dtype == "BF16":
+            times["bare"].append(bare_loop(files))
+        for tag, checkout in checkouts.items():  # `python -c`/`-m` put the cwd first on the path: that checkout
+            env = CHILD_ENV | {"PYTHONPATH": str(checkout)}
+            api = [sys.executable, "-c", API_CODE, str(folder), "1"]
+            out = subprocess.run(api, capture_output=True, text=True, env=env, cwd=checkout)
+            if out.returncode:
+                raise SystemExit(out.stderr[-2000:])
+            times.setdefault("api" + tag, []).append(float(out.stdout.split()[-1]))
+            t = time.perf_counter()
+            cmd = [sys.executable, "-m", "weightdiag", "fit", str(folder), "--device", "cpu", "--no-save", "-q"]
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=checkout)
+            times.setdefault("cmd" + tag, []).append(time.perf_counter() - t)
+    medians = {k: statistics.median(v) for k, v in times.items() if v}
     print(
         f"{folder.name}: {tensor_bytes / 1e9:.2f} GB of tensors in {len(files)} shards; {os.cpu_count()} cores; "
         f"load average {os.getloadavg()[0]:.1f}"
@@ -143,10 +151,15 @@ def main() -> None:
         ("bare", "bare loop: 2 threads pread + hist16"),
         ("api", "API fit"),
         ("cmd", "command"),
+        ("api before", "API fit, --before checkout"),
+        ("cmd before", "command, --before checkout"),
     ]:
+        if name not in medians:
+            continue
         m = medians[name]
-        rate, bare, cat = tensor_bytes / m / 1e9, medians["bare"] / m, medians["cat"] / m
-        print(f"| {label} | {m:.3f} | {rate:.2f} | {bare:.0%} | {cat:.0%} |")
+        rate, cat = tensor_bytes / m / 1e9, medians["cat"] / m
+        bare = f"{medians['bare'] / m:.0%}" if "bare" in medians else "-"
+        print(f"| {label} | {m:.3f} | {rate:.2f} | {bare} | {cat:.0%} |")
     if args.json:
         args.json.write_text(json.dumps({"machine": platform.platform(), "bytes": tensor_bytes, "times": times}))
 
