@@ -6,7 +6,7 @@ Writes three checkpoints of the same Llama-shaped matrices (Gaussian, per-kind s
 Each is read once to warm the page cache, then fitted through the API in a fresh process (`--repeat`
 times, median), which prints its fit time and peak RSS (VmHWM). Reported: stored bytes/s of each, the
 ratio to the BF16 path's, the same for weights/s (the three hold the same weights), and peak RSS against
-BF16's.
+BF16's, and the fit against `cat` of the same files (interleaved, median): the API fit over the I/O ceiling.
 
     python benchmarks/bench_quant.py                    # 8 layers: 0.73 GB BF16, 0.37 GB FP8, 0.19 GB INT4
     python benchmarks/bench_quant.py --layers 2 --repeat 1   # a quick look
@@ -149,6 +149,13 @@ def fit_once(folder: Path) -> tuple[float, int]:
     return float(took), int(hwm) * 1024
 
 
+def cat_seconds(folder: Path) -> float:
+    """Seconds for `cat` to copy the checkpoint's shards to /dev/null (from the page cache)."""
+    start = time.perf_counter()
+    subprocess.run(["cat", *map(str, sorted(folder.glob("*.safetensors")))], stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=8)
@@ -164,11 +171,16 @@ def main() -> None:
         for p in folder.glob("*.safetensors"):
             p.read_bytes()  # into the page cache
         fit_once(folder)  # warm: bytecode caches, code tables
-        runs = [fit_once(folder) for _ in range(args.repeat)]
+        runs, cats = [], []
+        for _ in range(args.repeat):  # interleaved with `cat` of the same files, the I/O ceiling
+            runs.append(fit_once(folder))
+            cats.append(cat_seconds(folder))
         seconds = statistics.median(r[0] for r in runs)
         results[name] = {
             "stored_bytes": stored,
             "seconds": seconds,
+            "cat_seconds": statistics.median(cats),
+            "of_cat": statistics.median(cats) / seconds,
             "runs": [r[0] for r in runs],
             "bytes_per_s": stored / seconds,
             "peak_rss": max(r[1] for r in runs),
@@ -176,7 +188,7 @@ def main() -> None:
     base = results["bf16"]
     print(
         f"{'checkpoint':<10} {'stored MB':>10} {'fit s':>8} {'MB/s':>9} {'vs BF16':>8} "
-        f"{'weights/s vs BF16':>18} {'peak RSS MB':>12} {'ΔRSS MB':>8}"
+        f"{'weights/s vs BF16':>18} {'peak RSS MB':>12} {'ΔRSS MB':>8} {'of cat':>7}"
     )
     for name, r in results.items():
         r["ratio_to_bf16"] = r["bytes_per_s"] / base["bytes_per_s"]
@@ -185,7 +197,7 @@ def main() -> None:
         print(
             f"{name:<10} {r['stored_bytes'] / 1e6:>10.1f} {r['seconds']:>8.3f} {r['bytes_per_s'] / 1e6:>9.1f} "
             f"{r['ratio_to_bf16']:>8.2f} {r['weights_ratio_to_bf16']:>18.2f} {r['peak_rss'] / 1e6:>12.1f} "
-            f"{r['rss_over_bf16'] / 1e6:>+8.1f}"
+            f"{r['rss_over_bf16'] / 1e6:>+8.1f} {r['of_cat']:>7.0%}"
         )
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
