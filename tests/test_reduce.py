@@ -392,3 +392,49 @@ def test_hist16_counts_views_at_every_alignment():
                 )
                 counts, _ = kernels.count_codes16(view, 0x7F80)
                 assert np.array_equal(counts, oracle.hist16(np.ascontiguousarray(view))), (start, cols, stride)
+
+
+def _grid_probe_by_every_group(codes: np.ndarray, row_length: int) -> tuple[int, int] | None:
+    """grid_probe as first written (every group size tried on the whole sample), the oracle of its early exit."""
+    rows = max(1, min(reduce_module.GRID_SAMPLE // row_length, codes.size // row_length))
+    sample = codes[: rows * row_length].reshape(rows, row_length)
+    if np.unique(sample).size <= 4 * reduce_module.GRID_LEVELS:
+        return None
+    for group in reduce_module.GRID_GROUPS:
+        if row_length % group or rows * row_length < 8 * group:
+            continue
+        with np.errstate(invalid="ignore"):
+            distinct = 1 + np.count_nonzero(np.diff(np.sort(sample.reshape(-1, group), axis=1), axis=1), axis=1)
+        if int(distinct.max()) <= reduce_module.GRID_LEVELS:
+            return 4, group
+    return None
+
+
+def test_grid_probe_settles_trained_weights_early_with_the_same_answer():
+    """grid_probe decides most matrices from their first groups of 32: on grids of each group size, grids broken
+    in a later group, trained-like weights, few distinct values and non-finite floats, it answers as trying every
+    group size on the whole sample does."""
+    rng = np.random.default_rng(11)
+    grids = 0
+    for trial in range(600):
+        row_length = int(rng.choice([32, 48, 64, 96, 128, 256, 100, 2048]))
+        n = int(rng.integers(1, 40)) * row_length
+        kind = trial % 5
+        if kind == 0:  # trained-like: every value distinct
+            codes = rng.integers(0, 65536, n).astype(np.uint16)
+        elif kind == 1:  # a 4-bit grid per group of 32, 64 or 128
+            group = int(rng.choice([32, 64, 128]))
+            codes = (rng.integers(0, 16, n) + (np.arange(n) // group) * 7).astype(np.uint16)
+        elif kind == 2:  # a grid broken by one value past the first groups
+            codes = (rng.integers(0, 16, n) + (np.arange(n) // 32) * 3).astype(np.uint16)
+            codes[int(rng.integers(min(n, 300), n)) if n > 300 else n - 1] = 60000
+        elif kind == 3:  # few distinct values overall
+            codes = rng.integers(0, int(rng.integers(1, 80)), n).astype(np.uint16)
+        else:  # floats with Inf and NaN
+            codes = rng.standard_normal(n).astype(np.float32)
+            codes[rng.integers(0, n, max(1, n // 10))] = rng.choice([np.inf, -np.inf, np.nan])
+        want = _grid_probe_by_every_group(codes, row_length)
+        grids += want is not None
+        with np.errstate(all="raise"):
+            assert reduce_module.grid_probe(codes, row_length) == want, (trial, row_length, n)
+    assert grids > 50  # the grids were found, not only the early answers

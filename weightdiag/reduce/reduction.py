@@ -297,7 +297,8 @@ def grid_probe(codes: np.ndarray, row_length: int) -> tuple[int, int] | None:
         if row_length % group or rows * row_length < 8 * group:
             continue
         groups = np.sort(sample.reshape(-1, group), axis=1)
-        distinct = 1 + np.count_nonzero(np.diff(groups, axis=1), axis=1)
+        with np.errstate(invalid="ignore"):  # Inf - Inf in a float matrix: NaN, a difference (as a value)
+            distinct = 1 + np.count_nonzero(np.diff(groups, axis=1), axis=1)
         if int(distinct.max()) <= GRID_LEVELS:
             return 4, group
     return None
@@ -313,4 +314,5 @@ def _a_small_group_is_off_grid(sample: np.ndarray, row_length: int) -> bool:
     if row_length % smallest or sample.size < 8 * smallest:
         return False  # the smallest group does not apply: let the full probe decide
     groups = np.sort(sample.reshape(-1, smallest)[:8], axis=1)
-    return int(np.count_nonzero(np.diff(groups, axis=1), axis=1).max()) + 1 > GRID_LEVELS
+    with np.errstate(invalid="ignore"):  # Inf - Inf: counted as grid_probe's own loop counts it
+        return int(np.count_nonzero(np.diff(groups, axis=1), axis=1).max()) + 1 > GRID_LEVELS
