@@ -94,7 +94,7 @@ static PyObject *hist16(PyObject *self, PyObject *args) {
             Py_ssize_t i = done, end = done + step;
             /* Eight codes loaded before their eight increments, so the loads do not wait behind the
              * read-modify-write of the previous counter (17-25% faster than one at a time), and loaded
-             * as two 64-bit words where the byte order allows (9% more on AMD EPYC, Zen 4: one load
+             * as two 64-bit words where the byte order allows (8% more on AMD EPYC, Zen 4: one load
              * per four codes). Two or four interleaved tables were slower there: the counters of
              * trained weights' codes then no longer fit the 32 KiB L1 cache. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__

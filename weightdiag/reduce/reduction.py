@@ -309,7 +309,7 @@ def _a_small_group_is_off_grid(sample: np.ndarray, row_length: int) -> bool:
     which settles grid_probe's answer (None) at once: every larger group is made of whole smallest groups
     of the same row (the sizes divide each other and the row length), so none of them can be a grid either.
     For trained weights this is the common case, and it costs a sort of 256 elements instead of the sample's
-    three (a fifth of the engine's CPU time on a 4 GB checkpoint went to grid_probe before)."""
+    three (a tenth of the engine's CPU time on a 4 GB checkpoint went to grid_probe before)."""
     smallest = GRID_GROUPS[-1]
     if row_length % smallest or sample.size < 8 * smallest:
         return False  # the smallest group does not apply: let the full probe decide
