@@ -296,10 +296,7 @@ def grid_probe(codes: np.ndarray, row_length: int) -> tuple[int, int] | None:
     for group in GRID_GROUPS:
         if row_length % group or rows * row_length < 8 * group:
             continue
-        groups = np.sort(sample.reshape(-1, group), axis=1)
-        with np.errstate(invalid="ignore"):  # Inf - Inf in a float matrix: NaN, a difference (as a value)
-            distinct = 1 + np.count_nonzero(np.diff(groups, axis=1), axis=1)
-        if int(distinct.max()) <= GRID_LEVELS:
+        if _most_distinct(sample, group) <= GRID_LEVELS:
             return 4, group
     return None
 
@@ -313,6 +310,12 @@ def _a_small_group_is_off_grid(sample: np.ndarray, row_length: int) -> bool:
     smallest = GRID_GROUPS[-1]
     if row_length % smallest or sample.size < 8 * smallest:
         return False  # the smallest group does not apply: let the full probe decide
-    groups = np.sort(sample.reshape(-1, smallest)[:8], axis=1)
-    with np.errstate(invalid="ignore"):  # Inf - Inf: counted as grid_probe's own loop counts it
-        return int(np.count_nonzero(np.diff(groups, axis=1), axis=1).max()) + 1 > GRID_LEVELS
+    return _most_distinct(sample, smallest, first=8) > GRID_LEVELS
+
+
+def _most_distinct(sample: np.ndarray, group: int, first: int | None = None) -> int:
+    """The most distinct values held by one group of `group` consecutive elements of `sample` (of its first
+    `first` groups; None: all)."""
+    groups = np.sort(sample.reshape(-1, group)[:first], axis=1)
+    with np.errstate(invalid="ignore"):  # Inf - Inf in a float matrix: NaN, counted as a difference
+        return 1 + int(np.count_nonzero(np.diff(groups, axis=1), axis=1).max())
