@@ -307,8 +307,7 @@ class RangedFile:
         """_body for direct_get: each recv lands in out[done:], watched like _body; returns the new `done`."""
         total = out.size
         view = memoryview(out).cast("B")  # type: ignore[arg-type]  # numpy's stubs: ndarray is a Buffer on 3.12+ only
-        window = policy.timeout / 2
-        window_start, window_done = time.monotonic(), done
+        progress = _Progress(policy.timeout / 2, done, total)
         try:
             while done < total:
                 if concurrency.cancelled.is_set():
@@ -317,13 +316,8 @@ class RangedFile:
                 if n == 0:  # the server closed early without an error
                     raise _Resume(done, "the body ended early")
                 done += n
-                now = time.monotonic()
-                if now - window_start >= window:
-                    if done - window_done < min(MIN_PROGRESS, total - window_done):
-                        raise _Resume(
-                            done, f"only {done - window_done} bytes in {now - window_start:.0f} s", stalled=True
-                        )
-                    window_start, window_done = now, done
+                if (trickle := progress.trickle(done)) is not None:
+                    raise _Resume(done, trickle, stalled=True)
         except (OSError, http.client.HTTPException) as exc:
             if concurrency.cancelled.is_set():
                 raise Cancelled from None
@@ -365,8 +359,7 @@ class RangedFile:
         """Copy the body into out[done:], watching its progress; returns the new `done`."""
         httpx = self._httpx
         total = out.size
-        window = policy.timeout / 2
-        window_start, window_done = time.monotonic(), done
+        progress = _Progress(policy.timeout / 2, done, total)
         try:
             for piece in response.iter_raw():  # as the bytes arrive: a trickle cannot hide in a buffer
                 if concurrency.cancelled.is_set():
@@ -376,11 +369,8 @@ class RangedFile:
                     raise _Failed(f"the body is longer than the {last - first + 1} bytes asked for")
                 out[done : done + n] = np.frombuffer(piece, dtype=np.uint8)
                 done += n
-                now = time.monotonic()
-                if now - window_start >= window:
-                    if done - window_done < min(MIN_PROGRESS, total - window_done):
-                        raise _Failed(f"only {done - window_done} bytes in {now - window_start:.0f} s", stalled=True)
-                    window_start, window_done = now, done
+                if (trickle := progress.trickle(done)) is not None:
+                    raise _Failed(trickle, stalled=True)
         except (httpx.TransportError, httpx.StreamError) as exc:
             if concurrency.cancelled.is_set():
                 raise Cancelled from None
@@ -446,6 +436,25 @@ class RangedFile:
         length = headers.get("content-length")
         if length is not None and length.strip() != str(last - first + 1):
             raise _Failed(f"Content-Length {length.strip()} for {last - first + 1} bytes asked for")
+
+
+class _Progress:
+    """The watch on a body's progress (both HTTP clients): every `window` seconds at least MIN_PROGRESS bytes,
+    or the rest of the body, must have arrived."""
+
+    def __init__(self, window: float, done: int, total: int) -> None:
+        self.window, self.total = window, total
+        self.start, self.done = time.monotonic(), done
+
+    def trickle(self, done: int) -> str | None:
+        """Why the body is too slow once a window has passed with too little of it (else None: a new window)."""
+        now = time.monotonic()
+        if now - self.start < self.window:
+            return None
+        if done - self.done < min(MIN_PROGRESS, self.total - self.done):
+            return f"only {done - self.done} bytes in {now - self.start:.0f} s"
+        self.start, self.done = now, done
+        return None
 
 
 class _Resume(_Failed):
