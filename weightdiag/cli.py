@@ -452,9 +452,7 @@ def fit(
     include: IncludeOption = None,
     exclude: ExcludeOption = None,
     revision: RevisionOption = None,
-    token: Annotated[
-        str | None, typer.Option("--token", metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
-    ] = None,
+    token: TokenOption = None,
     download: Annotated[
         bool, typer.Option("--download", help="Fetch whole shards into the HF cache instead of streaming.")
     ] = False,
