@@ -527,6 +527,13 @@ def ww_on_real_weights(request):
     antiberty_bin = request.getfixturevalue("antiberty_bin")
     state = _real_state_dict(request.param, minilm_dir, antiberty_bin)
 
+    details, evals = _ww_analyze(ww, state)
+    return request.param, state, details, evals
+
+
+def _ww_analyze(ww, state):
+    """WeightWatcher's analyze(mp_fit=True) of a state dict, and the eigenvalues it computed for each matrix."""
+
     class Capture(ww.WeightWatcher):
         evals: dict[str, np.ndarray] = {}  # noqa: RUF012
 
@@ -536,9 +543,8 @@ def ww_on_real_weights(request):
             return out
 
     with _quiet():
-        watcher = Capture(model=state)
-        details = watcher.analyze(mp_fit=True)
-    return request.param, state, details, Capture.evals
+        details = Capture(model=state).analyze(mp_fit=True)
+    return details, Capture.evals
 
 
 @pytest.mark.slow
@@ -629,21 +635,12 @@ def test_weightwatcher_on_smollm2_from_its_gguf(smollm_gguf):
     mats = _gguf_matrices(smollm_gguf, ("blk.0.", "blk.12."))
     state = {name: torch.from_numpy(w) for name, w in mats.items()}
 
-    class Capture(ww.WeightWatcher):
-        evals: dict[str, np.ndarray] = {}  # noqa: RUF012
-
-        def apply_esd(self, ww_layer, params=None):
-            out = super().apply_esd(ww_layer, params)
-            self.evals[ww_layer.name] = np.sort(ww_layer.evals.copy())
-            return out
-
-    with _quiet():
-        details = Capture(model=state).analyze(mp_fit=True)
+    details, evals = _ww_analyze(ww, state)
     assert len(details) == 14
     worst = 0.0
     for _, row in details.iterrows():
         w = mats[row["name"] + ".weight"]
-        ref = Capture.evals[row["name"]]
+        ref = evals[row["name"]]
         ours = matrix_eigenvalues(w, block_rows=100)
         worst = max(worst, float(np.max(np.abs(ours - ref) / ref)))
         fit = fit_spectrum(ours, *w.shape)
