@@ -80,8 +80,8 @@ def timed(cmd: list[str]) -> tuple[float, int | None, str]:
 def spectrum_flops(doc: dict) -> float:
     """Floating-point operations of the diff's spectrum pass, from its matrices' shapes and methods: the sketch
     multiplies each element of ΔW by Ω (k columns) and by [Ψ; Θ] (l + s rows), 2(k + l + s) flops
-    (weightdiag.diff.spectrum.Sketch); the exact path forms ΔWᵀΔW, 2n flops an element (float64)."""
-    from weightdiag.diff.spectrum import ERROR_ROWS, GRAM_COLS
+    (weightdiag.delta.spectrum.Sketch); the exact path forms ΔWᵀΔW, 2n flops an element (float64)."""
+    from weightdiag.delta.spectrum import ERROR_ROWS, GRAM_COLS
 
     total = 0.0
     for matrix in doc["matrices"]:

@@ -4,7 +4,8 @@ downward, with no cycles, and only weightdiag/settings.py reads the environment.
 The stages, lowest first (a module may import its own stage and the ones before it):
 
   base      errors, settings, vocabulary, citations, dtypes, segments, codes (code -> value tables),
-            execution (threads, workers, device and kernels of a job, decided once),
+            executor (how passes run: the ordered window, this process or a Ray cluster),
+            execution (threads, workers, device, kernels and executor of a job, decided once),
             kernels (the C / numpy hot loops)
   source    where bytes come from: the plan (files, tensors, byte ranges), the Reader protocol, and its
             readers (local safetensors, the Hub, GGUF, .bin); chunks (the bytes to read)
@@ -14,11 +15,12 @@ The stages, lowest first (a module may import its own stage and the ones before 
   fit       summaries -> Weibull fits and statistics (pure numerics)
   record    the row: its schema, the records built from fits, the journal of a fit in progress
   diagnose  rows -> verdicts (pure)
-  database  the database folder
+  delta     two checkpoints compared: pairing, lockstep reads (the paired pass), exact figures, the spectrum
+            of ΔW, findings, the typed result
+  database  the database folder (fit rows, diff rows)
   run       whole jobs: a model measured (measure) and fitted into a row (fitting), a run's revisions
-            (sweep), matrices re-read for plots (histograms)
-  render    tables, plots, HTML; diff (two checkpoints in lockstep: pairing, exact figures, spectrum,
-            findings, and their views: it opens models like run and draws like render)
+            (sweep), matrices re-read for plots (histograms), a diff (diff)
+  render    tables, plots, HTML (of fits, comparisons and diffs)
   api       the Python API: one function per command
   cli       the command line
 
@@ -46,6 +48,7 @@ STAGES = {
         "segments",
         "codes",
         "kernels",
+        "executor",
         "execution",
         "testing",
     ],
@@ -56,9 +59,10 @@ STAGES = {
     "fit": ["fit"],
     "record": ["record"],
     "diagnose": ["diagnose"],
+    "delta": ["delta"],
     "database": ["database"],
     "run": ["run"],
-    "render": ["render", "diff"],
+    "render": ["render"],
     "api": ["api"],
     "cli": ["cli", "__main__"],
 }
@@ -199,6 +203,44 @@ def test_readers_and_decoders_are_never_probed_for_attributes():
             ):
                 probes.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
     assert not probes, probes
+
+
+def _concrete_readers_and_decoders() -> set[str]:
+    """Classes of source/ and decode/ that implement the Reader or Decoder contract (not the contracts)."""
+    names = set()
+    for folder in ("source", "decode"):
+        for path in (PACKAGE / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef) and node.name.endswith(("Reader", "Decoder", "Codes", "FP4")):
+                    names.add(node.name)
+                if isinstance(node, ast.ClassDef) and any(
+                    ast.unparse(base).endswith(("Reader", "Decoder", "_PackedLinear")) for base in node.bases
+                ):
+                    names.add(node.name)
+    return names - {"Reader", "Decoder", "LazyDecoder"}
+
+
+def test_concrete_readers_and_decoders_are_never_tested_for_their_class():
+    """What a caller may ask of a reader or a decoder is declared by its contract: no isinstance/issubclass of a
+    concrete reader or decoder outside the module that defines it (a caller that must know would be a fourth
+    corridor through the execution wing)."""
+    concrete = _concrete_readers_and_decoders()
+    assert {"LocalReader", "HubReader", "GGUFReader", "TorchBinReader", "GPTQDecoder", "RowMajorDecoder"} <= concrete
+    tests = []
+    for path in PACKAGE.rglob("*.py"):
+        defined = {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)}
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("isinstance", "issubclass")
+                and len(node.args) == 2
+            ):
+                named = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+                named |= {n.attr for n in ast.walk(node.args[1]) if isinstance(n, ast.Attribute)}
+                if (named & concrete) - defined:
+                    tests.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+    assert not tests, tests
 
 
 def test_every_source_returns_a_reader():

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from weightdiag import kernels
-from weightdiag.diff import measures
-from weightdiag.diff.measures import CountedPart, Side, Totals, block_part, figures
+from weightdiag.delta import measures
+from weightdiag.delta.measures import CountedPart, Side, Totals, block_part, figures
 
 from . import kernel_oracle
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from weightdiag.diff import paired
-from weightdiag.diff.result import DiffOptions
-from weightdiag.diff.run import diff
+from weightdiag.delta import paired
+from weightdiag.delta.result import DiffOptions
+from weightdiag.run.diff import diff
 from weightdiag.run.measure import FitOptions
 
 from .conftest import run_cli
@@ -185,7 +185,7 @@ def test_the_sketch_path_finds_a_low_rank_update_in_a_wide_matrix(tmp_path, monk
     """Small blocks force the one-pass sketch on the 256-wide matrices; a rank-3 update is pinned, the
     noise of the others is not called low rank."""
     monkeypatch.setattr(paired, "BLOCK_ELEMS", 4096)
-    monkeypatch.setattr("weightdiag.diff.spectrum.GRAM_COLS", 64)
+    monkeypatch.setattr("weightdiag.delta.spectrum.GRAM_COLS", 64)
     base = base_tensors()
     tuned = noise(base, 1e-3, seed=7)
     down = "model.layers.3.mlp.down_proj.weight"  # 128 x 256

@@ -17,8 +17,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from weightdiag.diff.result import DiffOptions
-from weightdiag.diff.run import diff
+from weightdiag.delta.result import DiffOptions
+from weightdiag.run.diff import diff
 
 from .conftest import run_cli
 from .quant_checkpoints import FP8_BLOCK_CONFIG, fp8_block, write_pair

@@ -1,11 +1,11 @@
-"""The spectrum of ΔW from row blocks (weightdiag.diff.spectrum) against a full numpy SVD."""
+"""The spectrum of ΔW from row blocks (weightdiag.delta.spectrum) against a full numpy SVD."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from weightdiag.diff.spectrum import Gram, Sketch, accumulator, rank90_bounds, rank_at
+from weightdiag.delta.spectrum import Gram, Sketch, accumulator, rank90_bounds, rank_at
 
 
 def feed(acc, a: np.ndarray, rows: int):
@@ -134,16 +134,13 @@ def test_torch_device_path_matches_numpy():
 
 
 def test_blas_is_single_threaded_only_inside_and_restored():
-    from weightdiag.diff.blas import single_threaded
-    from weightdiag.reduce.blas import openblas_controls
+    from weightdiag.reduce.blas import blas_threads, openblas_controls
 
     controls = openblas_controls()
     if not controls:
         pytest.skip("numpy's BLAS is not OpenBLAS here")
     get, _ = controls[0]
     before = get()
-    with single_threaded():
+    with blas_threads(1):
         assert get() == 1
     assert get() == before
-    with single_threaded(active=False):
-        assert get() == before

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 from weightdiag.api import fit_path
-from weightdiag.diff import paired
-from weightdiag.diff.result import DiffOptions
-from weightdiag.diff.run import diff
+from weightdiag.delta import paired
+from weightdiag.delta.result import DiffOptions
 from weightdiag.reduce import stream
 from weightdiag.run import measure
+from weightdiag.run.diff import diff
 from weightdiag.run.measure import FitOptions
 
 from .conftest import run_cli

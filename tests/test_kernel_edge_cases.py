@@ -17,8 +17,8 @@ import pytest
 
 from weightdiag import kernels
 from weightdiag.codes import HIST_BINS, cohort_bins, f32_bin_tables
-from weightdiag.diff.measures import CountedPart, Side, Totals, block_part
-from weightdiag.diff.spectrum import Sketch, rank_at
+from weightdiag.delta.measures import CountedPart, Side, Totals, block_part
+from weightdiag.delta.spectrum import Sketch, rank_at
 from weightdiag.fit.stats import Summary
 from weightdiag.reduce import reduction as reduce_module
 from weightdiag.reduce.reduction import reduce_array

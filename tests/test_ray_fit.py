@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from weightdiag.reduce.cluster import plan_tasks, task_bytes
+from weightdiag.executor import balanced_runs, task_bytes
 from weightdiag.source.chunks import Chunk
 from weightdiag.testing import synthetic
 
@@ -51,18 +51,26 @@ def _chunks(sizes: list[tuple[int, int]]) -> list[Chunk]:
     return out
 
 
-def test_tasks_take_whole_shards_while_they_fit_and_cut_larger_ones_into_runs_of_chunks():
+def _chunk_runs(chunks: list[Chunk], budget: int, verify: bool) -> list[list[int]]:
+    """The runs of chunks a Ray executor makes of a fit's chunk pass (executor.py: balanced by bytes, cut where
+    the pass allows)."""
+    from weightdiag.reduce.stream import ChunkPass
+
+    job = ChunkPass((), tuple(chunks), verify)
+    return [list(r) for r in balanced_runs(job.weights(), budget, job.cuts())]
+
+
+def test_tasks_take_runs_of_chunks_within_the_budget_and_whole_shards_when_they_are_hashed():
     chunks = _chunks([(0, 30), (0, 30), (1, 40), (2, 10), (3, 50), (3, 50), (3, 50), (4, 5)])
-    runs = plan_tasks(chunks, 100, whole_shards=False)
-    # shards 0 and 1 fill a task; shard 2 does not fit beside them; shard 3 is cut; its tail and shard 4 share one
-    assert [list(r) for r in runs] == [[0, 1, 2], [3], [4, 5], [6, 7]]
+    runs = _chunk_runs(chunks, 100, verify=False)
+    # runs of consecutive chunks of at most the budget, across shards: shard 3 is cut
+    assert runs == [[0, 1, 2], [3, 4], [5, 6], [7]]
     # every chunk once, in plan order: the driver folds tasks in order and so merges chunks in order
     assert [i for r in runs for i in r] == list(range(len(chunks)))
-    # a verified plan: shard 3 (150 bytes) is hashed by the one task that reads all of it
-    runs = plan_tasks(chunks, 100, whole_shards=True)
-    assert [list(r) for r in runs] == [[0, 1, 2], [3], [4, 5, 6], [7]]
+    # a verified plan: shards whole, so that shard 3 (150 bytes) is hashed by the one task that reads all of it
+    assert _chunk_runs(chunks, 100, verify=True) == [[0, 1, 2], [3], [4, 5, 6], [7]]
     # one chunk larger than the budget is a task of its own
-    assert [list(r) for r in plan_tasks(_chunks([(0, 500), (0, 10)]), 100, whole_shards=False)] == [[0], [1]]
+    assert _chunk_runs(_chunks([(0, 500), (0, 10)]), 100, verify=False) == [[0], [1]]
 
 
 def test_task_size_gives_every_cpu_about_two_tasks_within_the_budget():
@@ -73,10 +81,10 @@ def test_task_size_gives_every_cpu_about_two_tasks_within_the_budget():
 
 
 def test_spectrum_and_diff_tasks_take_whole_items_balanced_and_cut_only_where_allowed():
-    from weightdiag.diff.cluster import _cuts, _owned
-    from weightdiag.diff.pairing import Pair
+    from weightdiag.delta.compare import PairsPass
+    from weightdiag.delta.pairing import Pair
+    from weightdiag.delta.result import DiffOptions
     from weightdiag.dtypes import DTYPES
-    from weightdiag.reduce.cluster import balanced_runs
     from weightdiag.source.plan import TensorRef
 
     # whole items, consecutive, about the share each; an item larger than the share is a task of its own
@@ -91,13 +99,17 @@ def test_spectrum_and_diff_tasks_take_whole_items_balanced_and_cut_only_where_al
     pairs = [
         Pair(f"t{i}", ref(f"t{i}", b), ref(f"t{i}", t)) for i, (b, t) in enumerate([(0, 0), (0, 0), (1, 0), (2, 1)])
     ]
-    regions = {0: (0, 1)}  # a verified side (its regions), the other not
-    assert _cuts(pairs, [regions, None]) == [True, False, True, True]  # both pairs of base shard 0 in one task
-    assert _cuts(pairs, [regions, regions]) == [True, False, False, True]  # tuned shard 0 too
-    runs = [range(0, 3), range(3, 4)]
+    def diff_pass(base: set[int] | None, tuned: set[int] | None) -> PairsPass:
+        return PairsPass(tuple(pairs), None, DiffOptions(), (base, tuned), (3, 3))  # type: ignore[arg-type]
+
+    hashed = {0, 1, 2}  # a verified side (the shards it hashes), the other not
+    assert diff_pass(hashed, None).cuts() == [True, False, True, True]  # both pairs of base shard 0 in one task
+    assert diff_pass(hashed, hashed).cuts() == [True, False, False, True]  # tuned shard 0 too
+    job = diff_pass(hashed, hashed)
     # each task hashes the shards after its predecessor's last, up to its own last; the last one to the end
-    assert _owned(runs, pairs, 1, 3) == [frozenset({0}), frozenset({1, 2})]
-    assert _owned(runs, pairs, 0, 3) == [frozenset({0, 1}), frozenset({2})]
+    assert [job.owned(r, 1) for r in (range(0, 3), range(3, 4))] == [frozenset({0}), frozenset({1, 2})]
+    assert [job.owned(r, 0) for r in (range(0, 3), range(3, 4))] == [frozenset({0, 1}), frozenset({2})]
+    assert diff_pass(hashed, None).owned(range(0, 3), 1) is None  # an unverified side hashes nothing
 
 
 @pytest.mark.parametrize("command", ["fit", "diff"])

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from .database.store import ROWS_DIR, RowNotFoundError, default_db_dir, natural_key
+from .delta.result import DiffOptions, DiffResult
 from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthReport, TrajectoryResult
-from .diff.result import DiffOptions, DiffResult
 from .errors import DatabaseError, OptionError, OutputError, RowUseError
 from .record.schema import Row, RowError
 from .run.fitting import check_options, fit_and_save_model, fit_model, fit_path, fit_plan, resolve_row, save_row
@@ -604,10 +604,10 @@ def diff(
     html_file: Path | None = None,
     progress: Progress | None = None,
 ) -> DiffResult:
-    """What changed from `base` to `tuned`, tensor by tensor (weightdiag.diff); base None: the base_model its
+    """What changed from `base` to `tuned`, tensor by tensor (weightdiag.run.diff); base None: the base_model its
     model card names. With save=True the diff row is written to DATABASE/diffs/ (result.run["saved"]);
     plot_dir and html_file: relative change and rank90 per block and kind as PNGs, and a page."""
-    from .diff.run import diff as run_diff
+    from .run.diff import diff as run_diff
 
     _check_outputs(plot_dir, html_file)
     if plot_dir is not None or html_file is not None:
@@ -620,13 +620,13 @@ def diff(
         check_writable(Path(db_dir) if db_dir else None)
     result = run_diff(base, tuned, options, progress)
     if save:
-        from .diff.store import save_diff
+        from .database.diffs import save_diff
 
         result.run["saved"] = str(save_diff(result, db_dir))
     if plot_dir is not None or html_file is not None:
         import tempfile
 
-        from .diff.plots import write_html, write_plots
+        from .render.diff_plots import write_html, write_plots
 
         with tempfile.TemporaryDirectory() as scratch:
             plots = write_plots(result, plot_dir or Path(scratch))

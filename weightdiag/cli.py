@@ -764,9 +764,9 @@ def diff(
 ) -> None:
     """What changed from BASE to TUNED, matrix by matrix: exact figures, rank90, findings; a CI gate."""
     from .api import diff as diff_api
-    from .diff.gate import gate, parse_blocks
-    from .diff.render import diff_view, gate_line
-    from .diff.result import DiffOptions
+    from .delta.gate import gate, parse_blocks
+    from .delta.result import DiffOptions
+    from .render.diff_view import diff_view, gate_line
 
     base, tuned = (first, second) if second is not None else (None, first)
     chosen_blocks = parse_blocks(blocks)

@@ -1,10 +1,11 @@
 """How a job runs, decided once: threads, chunk workers, the device and the kernels, as one value.
 
 A command (or an API call, a sweep worker, a diff) builds one `Execution` from the settings and its
-options when it starts, and hands it down: the chunk engine takes its workers and device from it, the
-kernels their thread count (`kernels.thread_budget`). Nothing below reads WEIGHTDIAG_THREADS or decides the
-device again, and a test runs a job on 3 threads by passing `Execution(threads=3, ...)`, not by patching
-a module.
+options when it starts (`Execution.build`), and hands it down: the chunk engine takes its workers and device
+from it, the kernels their thread count (`kernels.thread_budget`), every pass its executor (executor.py:
+this process, or the nodes of a Ray cluster) and the Hub readers their connections. Nothing below reads
+WEIGHTDIAG_THREADS, decides the device or asks which executor runs, and a test runs a job on 3 threads by
+passing `Execution(threads=3, ...)`, not by patching a module.
 
 The device: `auto` is the CPU, decided without importing torch, because the CPU is the faster device end
 to end today. Measured on one H100 with 16 cores (issue 19: a Llama-3-8B-shaped BF16 checkpoint of 16.1
@@ -24,16 +25,23 @@ from dataclasses import dataclass, replace
 
 from . import settings
 from .errors import MissingDependencyError, OptionError
+from .executor import LOCAL, Executor, RayExecutor
+
+EXECUTORS = ("local", "ray")
+MAX_CONNECTIONS = 64
 
 
 @dataclass(frozen=True)
 class Execution:
-    """Where and on how many threads a job reduces. Plain data: it travels to sweep workers as is."""
+    """Where, how and on how many threads a job runs. Plain data but for a Ray executor's connection: a
+    local one travels to sweep workers as is, and a node gets `for_node()`'s copy."""
 
     threads: int  # threads one kernel call may split into (and the reductions of fetched chunks run on)
     chunk_workers: int  # local chunks read and reduced at once
     device: str = "cpu"  # where reductions run, resolved: "cpu" or "cuda[:N]", never "auto"
     kernels: str = "c"  # "c" (the compiled kernels) or "numpy" (the fallback); what the process loaded
+    executor: Executor = LOCAL  # what runs the passes: this process, or the nodes of a Ray cluster
+    connections: int = 8  # ranged requests a Hub reader keeps in flight (on a cluster: per task)
 
     @classmethod
     def from_settings(cls, device: str = "auto", *, threads: int | None = None) -> Execution:
@@ -45,9 +53,48 @@ class Execution:
         workers = min(chosen, settings.MAX_CHUNK_WORKERS) if threads is not None else settings.chunk_workers()
         return cls(chosen, workers, resolve_device(device), kernels.BACKEND)
 
+    @classmethod
+    def build(
+        cls,
+        device: str = "auto",
+        *,
+        executor: str = "local",
+        ray_address: str | None = None,
+        connections: int = 8,
+        threads: int | None = None,
+    ) -> Execution:
+        """The one place a job's way of running is chosen and checked: the settings, the device, the executor
+        (`local` or `ray`, joined on first use) and the connections."""
+        if executor not in EXECUTORS:
+            raise OptionError(f"--executor {executor!r}: choose local or ray", option="--executor")
+        if not (isinstance(connections, int) and 1 <= connections <= MAX_CONNECTIONS):
+            raise OptionError(
+                f"--connections {connections}: choose a whole number from 1 to {MAX_CONNECTIONS}",
+                option="--connections",
+            )
+        chosen: Executor = LOCAL
+        if executor == "ray":
+            if (device or "auto").lower() not in ("auto", "cpu"):
+                raise OptionError(
+                    f"--device {device} with --executor ray: the nodes run on their CPUs; leave --device out",
+                    option="--device",
+                )
+            chosen = RayExecutor(ray_address)
+        return replace(cls.from_settings(device, threads=threads), executor=chosen, connections=connections)
+
     def on(self, device: str) -> Execution:
         """The same execution on another device (resolved)."""
         return replace(self, device=resolve_device(device))
+
+    def for_node(self, cpus: int) -> Execution:
+        """What a task of a pass runs with on a cluster node: this machine's threads (kernels and BLAS split
+        their sums by threads: the same sums as here), `cpus` chunk workers, the node's CPU, no executor."""
+        workers = max(1, min(cpus, settings.MAX_CHUNK_WORKERS))
+        return replace(self, chunk_workers=workers, device="cpu", executor=LOCAL)
+
+    def close(self) -> None:
+        """Let go of the executor's connection (a Ray cluster joined for this job)."""
+        self.executor.close()
 
 
 def nvidia_present() -> bool:

@@ -58,6 +58,9 @@ class Decoder(Protocol):
     # True: decoded order is the logical row-major order, so any selection of elements (a fused part, a
     # view cut from the matrix) can be reduced; False: only selections of whole logical rows.
     any_selection: ClassVar[bool]
+    # What the decoder found worth saying in its weight's record (GPTQ v1 zero points its libraries read two
+    # ways), else None.
+    note: str | None
 
     def __init__(self, q: Quantized, companions: Companions) -> None: ...
 
@@ -127,6 +130,7 @@ class RowMajorDecoder:
     bits: int = 8
     unit_bytes: int = 1
     any_selection: ClassVar[bool] = True
+    note: str | None = None
     # The counting path: formats whose codes are bytes or nibbles, with one scale (and zero point) per
     # group of `group_cols` columns of a row, set these and implement `slot_table`; each piece is then
     # counted per (slot, code) by a C kernel and reduced from the counts, never decoded element by element.

@@ -17,7 +17,6 @@ import numpy as np
 from ..source.plan import Quantized, TensorRef
 from .decoder import Companion, Decoder
 from .formats import build_decoder
-from .formats.gptq import GPTQDecoder
 
 ReadTensor = Callable[[TensorRef], np.ndarray]  # a tensor's stored bytes (uint8, flat)
 LOOKAHEAD = 4  # weights whose companions are read ahead of the one being reduced
@@ -44,9 +43,7 @@ class CompanionLoader:
             if not role.startswith("activation")  # activation scales are listed, never needed
         }
         decoder = build_decoder(q, companions)
-        # The one decoder with something to say in its weight's record (GPTQ v1 zero points its libraries read two
-        # ways): asked by its type, since the Decoder contract (decoder.py) declares no note.
-        if isinstance(decoder, GPTQDecoder) and decoder.note:
+        if decoder.note:  # what it found worth saying in its weight's record (the Decoder contract's note)
             self._notes[index] = decoder.note
         return decoder
 

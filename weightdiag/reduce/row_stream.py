@@ -1,4 +1,5 @@
-"""One side's weights as float32 blocks of consecutive elements, in order: what the spectrum's Gram reads.
+"""Weights in blocks of rows, in order: the one row-block planner (the spectrum's Gram and a diff's lockstep
+reads cut their tensors with `plan_blocks`), and one side's blocks decoded to float32 for the Gram.
 
 The chunk engine (stream.py) reduces each chunk where it lands and never hands values out; a Gram matrix
 needs the values themselves, in row order. This stream reads the given matrices through the same `Reader`
@@ -16,15 +17,15 @@ builds them) and yields the blocks in order to the caller's thread, a few blocks
 
 A block holds at most BLOCK_VALUES values (float32) and BLOCK_BYTES stored bytes; at most `2 x workers`
 blocks are read ahead (local: Execution.chunk_workers threads; fetching readers: the reader's
-connections). Memory: those blocks plus the reader's own buffers, whatever the matrix.
+connections; executor.py's ordered window). Memory: those blocks plus the reader's own buffers, whatever
+the matrix. A diff (delta/paired.py) asks for blocks of a given number of whole rows per tensor instead, so
+that both sides are cut at the same rows.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +34,7 @@ from ..codes import code_values
 from ..decode.formats import selects_any_elements
 from ..decode.loader import CompanionLoader, LazyDecoder
 from ..execution import Execution
+from ..executor import LOCAL
 from ..source.chunks import CHUNK_ALIGN, Chunk, cut_step
 from ..source.plan import STORAGE_NUMPY, TensorRef
 from ..source.reader import Reader
@@ -71,10 +73,13 @@ class Values:
     transposed: bool
 
 
-def layout_of(ref: TensorRef, reader: Reader) -> Layout:
-    """The blocks of one matrix (see the module docstring)."""
-    limit = min(BLOCK_BYTES, reader.chunk_bytes)
+def layout_of(ref: TensorRef, limit: int, rows: int | None = None) -> Layout:
+    """The blocks of one matrix (see the module docstring), of at most `limit` stored bytes; `rows`: blocks of
+    that many whole rows (of the tensor read as [-1, last dim]) instead."""
     shape = ref.shape
+    if rows is not None:
+        m = math.prod(shape[:-1]) if len(shape) > 1 else max(1, math.prod(shape))
+        return Layout(False, rows * (ref.nbytes // max(1, m)), 0, 0)
     numel = math.prod(shape)
     q = ref.quant
     if q is not None and not selects_any_elements(q.spec.format):
@@ -97,10 +102,13 @@ def layout_of(ref: TensorRef, reader: Reader) -> Layout:
     return Layout(False, cut_step(limit, item), 0, 0)  # rows longer than a block: cut on whole elements
 
 
-def plan_blocks(refs: Sequence[TensorRef], reader: Reader) -> tuple[list[Block], list[Layout]]:
-    """Every matrix's blocks, in the given order; chunk indices count from 0 (what reader.start() gets)."""
+def plan_blocks(
+    refs: Sequence[TensorRef], limit: int, rows: Sequence[int] | None = None
+) -> tuple[list[Block], list[Layout]]:
+    """Every tensor's blocks, in the given order (layout_of: at most `limit` bytes, or `rows[j]` whole rows of
+    tensor j); chunk indices count from 0 (what reader.start() gets)."""
     blocks: list[Block] = []
-    layouts = [layout_of(ref, reader) for ref in refs]
+    layouts = [layout_of(ref, limit, rows[j] if rows is not None else None) for j, ref in enumerate(refs)]
     for job, (ref, lay) in enumerate(zip(refs, layouts, strict=True)):
         for lo in range(0, ref.nbytes, lay.step):
             hi = min(ref.nbytes, lo + lay.step)
@@ -141,7 +149,7 @@ def decode_block(ref: TensorRef, lay: Layout, block: Block, raw: np.ndarray, dec
 
 def stream_values(refs: Sequence[TensorRef], reader: Reader, execution: Execution) -> Iterator[Values]:
     """Every block of every matrix in `refs`, decoded, in order (reader.start() is called here)."""
-    blocks, layouts = plan_blocks(refs, reader)
+    blocks, layouts = plan_blocks(refs, min(BLOCK_BYTES, reader.chunk_bytes))
     quantized = [ref.quant for ref in refs if ref.quant is not None]
     loader = CompanionLoader(reader.tensor_bytes, quantized) if quantized else None
     handles = iter(range(len(quantized)))
@@ -149,35 +157,21 @@ def stream_values(refs: Sequence[TensorRef], reader: Reader, execution: Executio
         LazyDecoder(loader, next(handles)) if loader is not None and ref.quant is not None else None for ref in refs
     ]
     reader.start([b.chunk for b in blocks], verify=False)
-    workers = reader.workers if reader.fetches else execution.chunk_workers
-    pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="weightdiag-rows")
+    workers = max(1, reader.workers if reader.fetches else execution.chunk_workers)
 
     def task(block: Block) -> Values:
         with reader.chunk(block.chunk) as raw:  # a fetching reader reads into a pooled buffer here
             return decode_block(refs[block.job], layouts[block.job], block, raw, decoders[block.job])
 
-    pending: deque[Future[Values]] = deque()
-    ahead = max(2, min(2 * workers, MAX_AHEAD))
-    queue = iter(blocks)
-    finished = False
     try:
-        for block in queue:
-            pending.append(pool.submit(task, block))
-            if len(pending) >= ahead:
-                break
-        while pending:
-            done = pending.popleft().result()
-            nxt = next(queue, None)
-            if nxt is not None:
-                pending.append(pool.submit(task, nxt))
-            decoder = decoders[done.block.job]
-            if done.block.last and decoder is not None:
+        window = max(2, min(2 * workers, MAX_AHEAD))
+        for block, done in LOCAL.map(
+            task, blocks, workers=workers, window=window, on_abandon=reader.cancel, label="weightdiag-rows"
+        ):
+            decoder = decoders[block.job]
+            if block.last and decoder is not None:
                 decoder.release()  # its companions go once the tensor's last block is decoded
             yield done
-        finished = True
     finally:
-        if not finished:
-            reader.cancel()
-        pool.shutdown(wait=True, cancel_futures=True)
         if loader is not None:
             loader.close()

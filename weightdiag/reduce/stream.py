@@ -1,9 +1,14 @@
 """The chunk engine: read a model's bytes in fixed-size chunks, several at once, and reduce each as it lands.
 
 Every `Reduction` is additive (see reduce.merge), so a tensor never needs to be in memory whole: each
-chunk's pieces are reduced on their own in the worker thread that read the chunk, and the main thread
-merges the partial reductions of a tensor once its last piece is in. Memory is about `workers` chunk
-buffers plus the small reductions, whatever the largest tensor is. Results come out in file order.
+chunk's pieces are reduced on their own in the worker thread that read the chunk, and the caller's thread
+merges the partial reductions of a tensor once its last piece is in (`Fold`). Memory is about `workers`
+chunk buffers plus the small reductions, whatever the largest tensor is. Results come out in file order.
+
+The engine is a pass (executor.py), `ChunkPass`: its parts are the plan's chunks, a run reads and reduces
+consecutive chunks through a reader (this machine's, or one a cluster node opened again) and hands back each
+chunk's partial results, and the fold merges them in chunk order: the same sums in the same order whichever
+executor ran the chunks. The fit and `report --plot`'s histograms both run it.
 
 Readers provide the bytes (source/reader.py `Reader`): local files through short-lived mappings, the Hub
 through ranged GETs into pooled buffers, hashing every byte on the way when asked to verify.
@@ -11,22 +16,23 @@ through ranged GETs into pooled buffers, hashing every byte on the way when aske
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import closing
-from dataclasses import dataclass
-from typing import Any
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 import numpy as np
 
-from .. import kernels
-from ..decode.loader import LazyDecoder
+from .. import kernels, settings
+from ..decode.loader import LOOKAHEAD, CompanionLoader, LazyDecoder
 from ..execution import Execution
+from ..executor import LOCAL, TASK_BASE_MEMORY, PassRun, Verified, check_verified
 from ..segments import Segments
 from ..source.chunks import SPLIT_BYTES, Chunk, Span, plan_chunks
-from ..source.plan import STORAGE_NUMPY, TensorRef
-from ..source.reader import Reader
+from ..source.plan import STORAGE_NUMPY, ModelPlan, Quantized, TensorRef
+from ..source.reader import Reader, Verification
+from ..source.reopen import reopen
+from ..source.spec import SourceSpec
 from .reduction import Reduction, grid_probe, merge, reduce_counted, reduce_range
 from .vectors import VectorSummary, summarize_vector
 
@@ -41,7 +47,7 @@ class Target:
 
     ref: TensorRef
     selections: tuple[Segments | None, ...]
-    decoder: LazyDecoder | None = None  # built on first use from its companions, dropped once reduced
+    decoder: LazyDecoder | None = None  # set by a run (ChunkPass.run), from companions it reads itself
     # A vector with no selections: summarised piece by piece (values + offset, see vectors.py) instead of
     # gathered whole; for vectors too long to hold as float64.
     summarize: bool = False
@@ -88,7 +94,7 @@ def torch_piece_reducer(device: str) -> PieceReducer:
     return on_device
 
 
-# Results of queued chunks wait for the main thread, whose per-tensor work (statistics, fits, the record)
+# Results of queued chunks wait for the caller's thread, whose per-tensor work (statistics, fits, the record)
 # is the slow part for models of many small tensors: beyond this many tensors (pieces) queued, reading ahead
 # stops at two chunks. A waiting piece holds its nonzero counts, up to tens of kilobytes.
 MAX_PENDING_PIECES = 4096
@@ -178,13 +184,15 @@ class _Partial:
     summary: VectorSummary | None = None
 
 
+Finished = list[Reduction] | np.ndarray | VectorSummary  # a target's merged reductions, raw bytes or summary
+
+
 class Fold:
     """Chunk results in, finished targets out: each target's partial results merged one at a time in chunk
     order (the same sums in the same order for any chunking, any executor, any finishing order of the
     chunks themselves), and the target handed out once its last piece is in."""
 
     def __init__(self, targets: Sequence[Target], chunks: Sequence[Chunk]) -> None:
-        self._targets = targets
         self._partials: dict[int, _Partial] = {}
         for chunk in chunks:
             for piece in chunk.pieces:
@@ -193,7 +201,7 @@ class Fold:
                 )
                 entry.pieces_left += 1
 
-    def add(self, results: ChunkResult) -> Iterator[tuple[int, list[Reduction] | np.ndarray | VectorSummary]]:
+    def add(self, results: ChunkResult) -> Iterator[tuple[int, Finished]]:
         """Fold the next chunk's results (chunks must come in plan order); yield the targets it completes."""
         for i, (item, result) in enumerate(results):
             results[i] = None  # type: ignore[call-overload]  # its counts are unpacked below: let them go
@@ -212,43 +220,199 @@ class Fold:
             entry.pieces_left -= 1
             if entry.pieces_left == 0:
                 del self._partials[item]
-                yield item, self._finished(item, entry)
+                yield item, _finished(entry)
 
-    def _finished(self, item: int, entry: _Partial) -> list[Reduction] | np.ndarray | VectorSummary:
-        handle = self._targets[item].decoder
-        if handle is not None and not self._targets[item].selections:  # a decoded vector: its decoder is done
-            handle.release()
-        if entry.summary is not None:
-            return entry.summary
-        if entry.raw:
-            return entry.raw[0] if len(entry.raw) == 1 else np.concatenate(entry.raw)
-        merged = [parts[0].unpack() for parts in entry.reductions]
-        if handle is not None:  # decoded order -> the logical matrix's flat index
-            decoder = handle.get()
-            for red in merged:
-                red.argmax = decoder.logical_index(red.argmax) if red.argmax >= 0 else -1
-            handle.release()
-        return merged
+
+def _finished(entry: _Partial) -> Finished:
+    if entry.summary is not None:
+        return entry.summary
+    if entry.raw:
+        return entry.raw[0] if len(entry.raw) == 1 else np.concatenate(entry.raw)
+    return [parts[0].unpack() for parts in entry.reductions]
+
+
+ChunkOut = tuple[ChunkResult, dict[int, str]]  # a chunk's results, and the decoder notes of targets it finished
+
+
+@dataclass(frozen=True)
+class ChunkPass:
+    """The chunk reduction as a pass (executor.py): parts are the plan's chunks, in file order; a run reads
+    and reduces consecutive chunks (`reduce_chunks`) with decoders it builds from the companions it reads,
+    and hands back per chunk its partial results (positions of the largest |w| already logical) and the
+    notes of the decoders it finished; the caller folds them (Fold). Plain data but for `opened`."""
+
+    targets: tuple[Target, ...]  # without decoders
+    chunks: tuple[Chunk, ...]
+    verify: bool  # the chunks tile every shard: hash them
+    lookahead: int = LOOKAHEAD  # weights whose companions are read ahead
+    connections: int = 8  # a Hub reader's requests in flight (per task on a cluster)
+    opened: tuple[tuple[ModelPlan, Reader], ...] = field(default=(), compare=False)  # this machine's; never shipped
+    source: SourceSpec | None = None  # where a node opens the model again (a shipped copy)
+    chunk_bytes: int = 0  # the chunk size planned: a node's reader takes chunks this large
+    by_bytes: ClassVar[bool] = True
+
+    @property
+    def readers(self) -> list[Reader]:
+        return [reader for _, reader in self.opened]
+
+    def weights(self) -> list[float]:
+        return [float(chunk.nbytes) for chunk in self.chunks]
+
+    def cuts(self) -> list[bool]:
+        """A run may start at any chunk; when shards are hashed, only at a shard's first: one run reads it whole."""
+        return [
+            not self.verify or i == 0 or chunk.shard != self.chunks[i - 1].shard for i, chunk in enumerate(self.chunks)
+        ]
+
+    def shipped(self) -> ChunkPass:
+        plan, reader = self.opened[0]
+        return replace(self, opened=(), source=reader.describe(plan), chunk_bytes=reader.chunk_bytes)
+
+    @contextmanager
+    def reopen(self, parts: range, node: str) -> Iterator[list[Reader]]:
+        assert self.source is not None
+        chunks = [self.chunks[i] for i in parts]
+        touched = {chunk.shard for chunk in chunks} | {
+            companion.shard for target in self._quantized(parts) for companion in target.companions.values()
+        }
+        with reopen(self.source, touched, node) as reader:
+            # Chunks planned for another reader kind (a Hub model the driver read from its cache) may be larger
+            # than this reader's buffers: make them fit.
+            reader.chunk_bytes = max(reader.chunk_bytes, max(chunk.nbytes for chunk in chunks))
+            yield [reader]
+
+    def _items(self, parts: range) -> list[int]:
+        """The targets the chunks `parts` hold pieces of, in stream order."""
+        return list(dict.fromkeys(piece.item for i in parts for piece in self.chunks[i].pieces))
+
+    def _quantized(self, parts: range) -> list[Quantized]:
+        return [q for item in self._items(parts) if (q := self.targets[item].ref.quant) is not None]
+
+    def run(self, parts: range, readers: Sequence[Reader], execution: Execution) -> Generator[ChunkOut, None, Verified]:
+        """Each chunk's results in order (see the class docstring); returns the shards verified."""
+        (reader,) = readers
+        # Renumbered from 0: a reader hands out buffers and hashes in the order of the chunks it was told.
+        chunks = [replace(self.chunks[i], index=k) for k, i in enumerate(parts)]
+        hashed = frozenset(chunk.shard for chunk in chunks) if self.verify else frozenset()
+        reader.set_connections(self.connections)
+        if hashed:  # the other shards are hashed by other runs (or were, by the fit a journal resumes)
+            reader.skip_shards(set(reader.regions() or {}) - hashed)
+        reader.start(chunks, verify=bool(hashed))
+        items = self._items(parts)
+        quantized = [item for item in items if self.targets[item].ref.quant is not None]
+        targets: dict[int, Target] = {item: self.targets[item] for item in items}
+        loader = None
+        if quantized:
+            weights = [q for item in quantized if (q := self.targets[item].ref.quant) is not None]
+            loader = CompanionLoader(reader.tensor_bytes, weights, lookahead=self.lookahead)
+            for k, item in enumerate(quantized):
+                targets[item] = replace(targets[item], decoder=LazyDecoder(loader, k))
+        last = {piece.item: chunk.index for chunk in chunks for piece in chunk.pieces}
+        try:
+            with kernels.thread_budget(execution.threads):
+                for chunk, results in reduce_chunks(targets, reader, chunks, execution):
+                    _logical_positions(targets, results)
+                    notes: dict[int, str] = {}
+                    for piece in chunk.pieces:
+                        handle = targets[piece.item].decoder
+                        if handle is not None and last[piece.item] == chunk.index:
+                            handle.release()  # its last piece in this run: drop its companions
+                            note = handle.note()
+                            if note:
+                                notes[piece.item] = note
+                    yield results, notes
+        finally:
+            if loader is not None:
+                loader.close()
+        if hashed:
+            reader.finish()  # raises VerificationError where the bytes were read: the file names it
+            return (frozenset(reader.verified_shards() & hashed),)
+        return (None,)
+
+    def task_memory(self, parts: range) -> int:
+        """Bytes a task may hold at once: chunk buffers, a few weights' companions and decoders, its results."""
+        from ..source.hub_stream import EXTRA_BUFFERS
+
+        assert self.source is not None
+        largest = max(self.chunks[i].nbytes for i in parts)
+        workers = min(settings.ray_task_cpus(), settings.MAX_CHUNK_WORKERS)
+        hub = self.source.kind == "hub"
+        buffers = (self.connections + EXTRA_BUFFERS if hub else 2 * workers) * largest
+        companions = sorted(
+            (sum(ref.nbytes for ref in q.companions.values()) for q in self._quantized(parts)), reverse=True
+        )
+        decoders = 4 * sum(companions[: LOOKAHEAD + 1])  # the companions and the tables built from them
+        return TASK_BASE_MEMORY + buffers + decoders + RESULT_BYTES_PER_CHUNK * len(parts)
+
+
+RESULT_BYTES_PER_CHUNK = 256 << 10  # a chunk's packed partial results, generously (BF16: ~50 KB)
+
+
+def _logical_positions(targets: Mapping[int, Target], results: ChunkResult) -> None:
+    """Positions of the largest |w| of decoded pieces, from decoded order to the logical matrix's flat index
+    (per piece, before the fold: the merge picks the same part either way, by value and order)."""
+    for item, result in results:
+        handle = targets[item].decoder
+        if handle is None or not isinstance(result, list):
+            continue
+        decoder = handle.get()
+        for parts in result:
+            for red in parts:
+                if red.argmax >= 0:
+                    red.argmax = decoder.logical_index(red.argmax)
+
+
+@dataclass
+class ChunkReport:
+    """What a chunk reduction says besides its targets: the decoders' notes (by target index), the shards
+    verified so far (a journal keeps those) and, once it ended, the row's verification."""
+
+    notes: dict[int, str] = field(default_factory=dict)
+    verification: Verification | None = None
+    run: PassRun[ChunkOut] | None = None
+
+    def verified_shards(self) -> set[int]:
+        return self.run.verified_now(0) if self.run is not None else set()
 
 
 def reduce_chunked(
     targets: Sequence[Target],
-    reader: Reader,
+    opened: tuple[ModelPlan, Reader],
     execution: Execution,
     *,
     verify: bool = False,
+    lookahead: int = LOOKAHEAD,
     on_bytes: Callable[[int], None] | None = None,
-) -> Iterator[tuple[int, list[Reduction] | np.ndarray | VectorSummary]]:
+    on_node: Callable[[str, int], None] | None = None,
+    report: ChunkReport | None = None,
+) -> Iterator[tuple[int, Finished]]:
     """(target index, merged reduction per selection, a vector's raw bytes or its summary), in file order:
-    the plan (plan_reads), run here on threads (reduce_chunks), folded in order (Fold)."""
-    plan = plan_reads(targets, reader, verify)
-    reader.start(plan.chunks, verify=plan.verify)
-    fold = Fold(targets, plan.chunks)
-    with closing(reduce_chunks(targets, reader, plan.chunks, execution)) as reduced:  # closed now if we stop
-        for chunk, results in reduced:
+    the plan (plan_reads), run by the execution's executor (ChunkPass), folded in order (Fold); at the end,
+    every shard planned to be hashed checked to have been (`report.verification`: what the row says)."""
+    plan, reader = opened
+    report = report if report is not None else ChunkReport()
+    read = plan_reads(targets, reader, verify)
+    job = ChunkPass(
+        tuple(replace(t, decoder=None) for t in targets),
+        tuple(read.chunks),
+        read.verify,
+        lookahead,
+        execution.connections,
+        (opened,),
+    )
+    fold = Fold(targets, read.chunks)
+    run: PassRun[ChunkOut] = execution.executor.run_pass(job, execution, on_node)
+    report.run = run
+    with closing(run.results) as chunks:  # ended now if the caller stops, before its executor closes
+        for index, (results, found) in enumerate(chunks):
             if on_bytes:  # tensor bytes only, so that the total matches the plan's
-                on_bytes(sum(piece.hi - piece.lo for piece in chunk.pieces))
+                on_bytes(sum(piece.hi - piece.lo for piece in read.chunks[index].pieces))
+            report.notes.update(found)
             yield from fold.add(results)
+    expected = set(reader.regions() or {}) if read.verify else None
+    shards = [(plan.model_id, [s.name for s in plan.shards], [s.sha256 for s in plan.shards])]
+    check_verified([expected], run.verified, shards)
+    report.verification = reader.confirmed(run.verified[0] if read.verify else None)
 
 
 def reduce_chunks(
@@ -256,77 +420,55 @@ def reduce_chunks(
     reader: Reader,
     chunks: Sequence[Chunk],
     execution: Execution,
-) -> Generator[tuple[Chunk, ChunkResult], None, None]:
+) -> Iterator[tuple[Chunk, ChunkResult]]:
     """Each chunk's partial results (reduce_chunk), in the order of `chunks` (reader.start() was told them):
-    read and reduced on threads, several chunks at once. Nothing is merged here: a local fit folds them as
-    they come, a task on a cluster node hands them back to the machine that folds them."""
+    read and reduced on this machine's threads, several chunks at once (executor.py's ordered window)."""
 
     def reduce_buffer(chunk: Chunk, buf: np.ndarray) -> ChunkResult:
         return reduce_chunk(targets, chunk, buf, execution.device)
 
-    pools: list[ThreadPoolExecutor] = []
+    def pieces(chunk: Chunk) -> int:
+        return len(chunk.pieces)
+
     if not reader.fetches:  # cheap to get (local mappings): read and reduce in the same worker
-        pool = ThreadPoolExecutor(execution.chunk_workers, thread_name_prefix="weightdiag-chunk")
-        pools.append(pool)
-        window = 2 * execution.chunk_workers  # chunks queued ahead of the one the main thread waits for
 
         def task(chunk: Chunk) -> ChunkResult:
             with reader.chunk(chunk) as buf:
                 return reduce_buffer(chunk, buf)
 
-        def submit(chunk: Chunk) -> Future[ChunkResult]:
-            return pool.submit(task, chunk)
+        workers = execution.chunk_workers
+        return LOCAL.map(
+            task,
+            chunks,
+            workers=workers,
+            window=2 * workers,
+            cost=pieces,
+            max_cost=MAX_PENDING_PIECES,
+            on_abandon=reader.cancel,
+            label="weightdiag-chunk",
+        )
 
-    else:  # slow to get (network): connections keep reading while the cores reduce what has landed
-        fetch_pool = ThreadPoolExecutor(reader.workers, thread_name_prefix="weightdiag-fetch")
-        reduce_pool = ThreadPoolExecutor(execution.threads, thread_name_prefix="weightdiag-reduce")
-        pools += [fetch_pool, reduce_pool]
-        # Buffers go to chunks in file order (the reader sees to it), so queueing more chunks than
-        # buffers is safe: the next one starts reading as soon as any buffer is free.
-        window = 2 * reader.buffers
+    def reduce_fetched(chunk: Chunk, buf: np.ndarray) -> ChunkResult:
+        ok = False
+        try:
+            out = reduce_buffer(chunk, buf[: chunk.nbytes])
+            ok = True
+            return out
+        finally:
+            reader.done(chunk, buf, ok)
 
-        def reduce_fetched(chunk: Chunk, fetched: Future[np.ndarray]) -> ChunkResult:
-            buf = fetched.result()
-            ok = False
-            try:
-                out = reduce_buffer(chunk, buf[: chunk.nbytes])
-                ok = True
-                return out
-            finally:
-                reader.done(chunk, buf, ok)
-
-        def submit(chunk: Chunk) -> Future[ChunkResult]:
-            return reduce_pool.submit(reduce_fetched, chunk, fetch_pool.submit(reader.fetch, chunk))
-
-    pending: deque[tuple[Chunk, Future[ChunkResult]]] = deque()
-    finished = False
-    try:
-        next_chunk = iter(chunks)
-        waiting = None  # the next chunk, when the queue is full
-
-        def top_up() -> None:
-            """Queue chunks ahead, up to `window` of them and, when they hold many small tensors (whose
-            results wait for the main thread's per-tensor work), up to MAX_PENDING_PIECES pieces."""
-            nonlocal waiting
-            while len(pending) < window:
-                chunk = waiting if waiting is not None else next(next_chunk, None)
-                waiting = None
-                if chunk is None:
-                    return
-                if len(pending) >= 2 and sum(len(c.pieces) for c, _ in pending) >= MAX_PENDING_PIECES:
-                    waiting = chunk
-                    return
-                pending.append((chunk, submit(chunk)))
-
-        top_up()
-        while pending:
-            chunk, future = pending.popleft()
-            results = future.result()
-            top_up()
-            yield chunk, results
-        finished = True
-    finally:
-        if not finished:
-            reader.cancel()
-        for each in pools:
-            each.shutdown(wait=True, cancel_futures=True)
+    # Slow to get (network): connections keep reading while the cores reduce what has landed. Buffers go to
+    # chunks in file order (the reader sees to it), so queueing more chunks than buffers is safe: the next one
+    # starts reading as soon as any buffer is free.
+    return LOCAL.map(
+        reduce_fetched,
+        chunks,
+        workers=execution.threads,
+        window=2 * reader.buffers,
+        fetch=reader.fetch,
+        fetch_workers=reader.workers,
+        cost=pieces,
+        max_cost=MAX_PENDING_PIECES,
+        on_abandon=reader.cancel,
+        label="weightdiag-reduce",
+    )

@@ -21,13 +21,14 @@ from ..record.schema import Row
 from ..source.open import open_model
 from ..source.plan import ModelPlan
 from ..source.reader import Reader
-from .measure import FitOptions, measure
+from .measure import FitOptions, execution_for, measure
 
 
 def check_options(options: FitOptions) -> None:
     """Refuse unusable options (BadInputError, exit 2) before anything is read."""
     options.validate()
     lambda_axis.check_preset(options.preset)
+    execution_for(options)  # the device, the executor and the connections, checked where they are chosen
 
 
 def fit_plan(
@@ -87,7 +88,7 @@ def fit_and_save_model(
     from ..database.store import check_writable
 
     check_options(options)
-    if download and options.executor == "ray":
+    if download and not execution_for(options).executor.local:
         from ..errors import OptionError
 
         raise OptionError(

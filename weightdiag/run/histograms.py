@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import OptionError, WeightdiagError
 from ..execution import Execution
 from ..segments import Segments
+from ..source.plan import ModelPlan
 from ..source.reader import Reader
 from ..vocabulary import COHORT_TRIM, FFN_KEYS
 
@@ -62,13 +63,14 @@ def histogram_choice(result: Mapping[str, Any], row: Mapping[str, Any], asked: l
 
 
 def read_histograms(
-    row: Mapping[str, Any], names: list[str], spec: str | None, token: str | None
+    row: Mapping[str, Any], names: list[str], spec: str | None, token: str | None, execution: Execution | None = None
 ) -> tuple[dict[str, dict[str, Any]], str | None]:
     """Re-read the named matrices and reduce them to their |w| distributions.
 
     Rows do not store distributions, so the model is opened again: the spec just fitted, else the
     row's local location (checked against its fingerprint), else the Hub repo at the row's commit.
-    Returns ({name: data}, a note when histograms are skipped or may differ).
+    Returns ({name: data}, a note when histograms are skipped or may differ). `execution`: the report's (default:
+    this machine, from the settings).
     """
 
     from ..decode.group import group_quantized
@@ -102,6 +104,7 @@ def read_histograms(
     except WeightdiagError as exc:
         reader.close()
         return {}, f"histograms skipped: cannot read {target} ({exc.message})"
+    execution = execution or Execution.build("cpu")
     refs = {t.name: t for t in plan.tensors}
     by_name = {m["name"]: m for m in row["matrices"]}
     # Each chosen record's tensor and selection: a whole tensor, or the cut of a fused one (`slice_of`).
@@ -115,7 +118,7 @@ def read_histograms(
         wanted.append((name, ref, Segments(*cut["segments"]) if cut else None))
     out: dict[str, dict[str, Any]] = {}
     try:
-        for name, reduction in _reduce(wanted, reader):
+        for name, reduction in _reduce(wanted, plan, reader, execution):
             summary = Summary(reduction)
             mags = summary.magnitudes.nonzero()
             m = by_name[name]
@@ -138,33 +141,20 @@ def read_histograms(
     return out, note
 
 
-def _reduce(wanted: list[tuple[str, Any, Segments | None]], reader: Reader) -> Iterator[tuple[str, Any]]:
-    """(record name, its reduction), through the chunk engine: memory a few chunks, whatever the tensor's size."""
-    from ..decode.loader import CompanionLoader, LazyDecoder
+def _reduce(
+    wanted: list[tuple[str, Any, Segments | None]], plan: ModelPlan, reader: Reader, execution: Execution
+) -> Iterator[tuple[str, Any]]:
+    """(record name, its reduction), through the chunk engine's pass (the fit's, on the same executor): memory a
+    few chunks, whatever the tensor's size."""
     from ..reduce.stream import Target, reduce_chunked
 
-    quantized_refs = list({ref.name: ref for _, ref, _ in wanted if ref.quant is not None}.values())
-    handle = {ref.name: i for i, ref in enumerate(quantized_refs)}  # the loader's index of each quantized tensor
-    quantized = [ref.quant for ref in quantized_refs]
-    loader = CompanionLoader(reader.tensor_bytes, quantized, lookahead=0) if quantized else None
-    try:
-        # One target per tensor, in file order, with the selections of every record cut from it.
-        tensors: dict[str, tuple[Any, list[tuple[str, Segments | None]]]] = {}
-        for name, ref, cut in wanted:
-            tensors.setdefault(ref.name, (ref, []))[1].append((name, cut))
-        ordered = sorted(tensors.values(), key=lambda t: (t[0].shard, t[0].start))
-        targets = [
-            Target(
-                ref,
-                tuple(cut for _, cut in cuts),
-                LazyDecoder(loader, handle[ref.name]) if ref.quant is not None and loader else None,
-            )
-            for ref, cuts in ordered
-        ]
-        for index, result in reduce_chunked(targets, reader, Execution.from_settings("cpu")):
-            assert isinstance(result, list)  # matrices: a reduction per selection
-            for (name, _), reduction in zip(ordered[index][1], result, strict=True):
-                yield name, reduction
-    finally:
-        if loader is not None:
-            loader.close()
+    # One target per tensor, in file order, with the selections of every record cut from it.
+    tensors: dict[str, tuple[Any, list[tuple[str, Segments | None]]]] = {}
+    for name, ref, cut in wanted:
+        tensors.setdefault(ref.name, (ref, []))[1].append((name, cut))
+    ordered = sorted(tensors.values(), key=lambda t: (t[0].shard, t[0].start))
+    targets = [Target(ref, tuple(cut for _, cut in cuts)) for ref, cuts in ordered]
+    for index, result in reduce_chunked(targets, (plan, reader), execution, lookahead=0):
+        assert isinstance(result, list)  # matrices: a reduction per selection
+        for (name, _), reduction in zip(ordered[index][1], result, strict=True):
+            yield name, reduction

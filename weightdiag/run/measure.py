@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -40,6 +40,7 @@ from ..layout.views import View, views_of, whole_rows
 from ..record.journal import Expected, Journal, Resumed
 from ..record.row import SCHEMA, matrix_record, vector_offset, vector_record
 from ..reduce.reduction import Reduction
+from ..reduce.stream import ChunkReport, Target, reduce_chunked
 from ..reduce.vectors import VectorSummary, values_of
 from ..segments import Segments
 from ..source.plan import ModelPlan, TensorRef
@@ -91,22 +92,22 @@ class FitOptions:
             )
         if self.trim not in TRIMS:
             raise OptionError(f"--trim {self.trim!r}: choose one of {', '.join(TRIMS)}", option="--trim")
-        if not (isinstance(self.connections, int) and 1 <= self.connections <= 64):
-            raise OptionError(
-                f"--connections {self.connections}: choose a whole number from 1 to 64", option="--connections"
-            )
-        if self.executor not in ("local", "ray"):
-            raise OptionError(f"--executor {self.executor!r}: choose local or ray", option="--executor")
-        if self.executor == "ray" and (self.device or "auto").lower() not in ("auto", "cpu"):
-            raise OptionError(
-                f"--device {self.device} with --executor ray: the nodes reduce on their CPUs; leave --device out",
-                option="--device",
-            )
         for name in ("lr", "weight_decay", "steps"):
             value = getattr(self, name)
             if value is not None and not (value > 0 and math.isfinite(value)):
                 option = "--train-steps" if name == "steps" else f"--{name.replace('_', '-')}"  # CLI's names
                 raise OptionError(f"{option} must be a positive finite number, not {value}", option=option)
+
+
+def execution_for(options: FitOptions, threads: int | None = None) -> Execution:
+    """How a fit with these options runs (execution.py: the one place it is chosen and checked)."""
+    return Execution.build(
+        options.device,
+        executor=options.executor,
+        ray_address=options.ray_address,
+        connections=options.connections,
+        threads=threads,
+    )
 
 
 def selected(name: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
@@ -197,10 +198,15 @@ def measure(
     been checked (api.check_options). With a `journal` (weightdiag.record.journal), tensors an interrupted fit
     already measured are not read again, and each one measured now is journaled as it is done. `execution`:
     threads, workers and device (default: from the settings and options.device)."""
+    owned = execution is None  # built here: its executor's connection (a Ray cluster) is let go here too
     with closing_on_error(reader):  # a bad WEIGHTDIAG_THREADS or --device fails here, before any tensor is read
-        execution = execution or Execution.from_settings(options.device)
-    with kernels.thread_budget(execution.threads):
-        return _measure(plan, reader, options, execution, progress, journal)
+        execution = execution or execution_for(options)
+    try:
+        with kernels.thread_budget(execution.threads):
+            return _measure(plan, reader, options, execution, progress, journal)
+    finally:
+        if owned:
+            execution.close()
 
 
 def _measure(
@@ -213,15 +219,8 @@ def _measure(
 ) -> dict[str, Any]:
     device = execution.device
     # Quantized weights become one logical tensor each (codes + companions), or the fit stops here (exit 2).
-    try:
+    with closing_on_error(reader):
         group_quantized(plan, reader.tensor_bytes)
-        if options.executor == "ray":  # the chunks are reduced by tasks on the cluster's nodes
-            from ..reduce.cluster import RayReader
-
-            reader = RayReader.connect(plan, reader, options.ray_address)
-    except BaseException:
-        reader.close()
-        raise
     config_notes: list[str] = []  # config fields ignored as unusable (1e308, Infinity, negative)
     arch = complete_arch(arch_from_config(plan.config, config_notes), [(t.name, t.shape) for t in plan.tensors])
     plan.notes.extend(n for n in config_notes if n not in plan.notes)  # the row's notes say what was ignored
@@ -245,8 +244,10 @@ def _measure(
     verification = None
     spectrum_run = None
     journaled_shards: set[int] = set(kept.skip_shards)
+    report = ChunkReport()
+    reducing = _reduce_all(todo, plan, reader, execution, arch, options, progress, report)
     try:
-        for item, reduced in _reduce_all(todo, reader, execution, arch, options, progress):
+        for item, reduced in reducing:
             ref, role = item.ref, item.role
             matrices: list[dict[str, Any]] = []
             vectors: list[dict[str, Any]] = []
@@ -287,15 +288,17 @@ def _measure(
             if journal is not None:
                 journal.add(ref.name, ref.shard, matrices, vectors)
                 if journal.verifies:
-                    journal.verified(reader.verified_shards() - journaled_shards)
-                    journaled_shards.update(reader.verified_shards())
+                    now = report.verified_shards()
+                    journal.verified(now - journaled_shards)
+                    journaled_shards.update(now)
             if progress:
                 progress("advance", ref)
-        # finish() raises when a streamed shard's bytes do not match its hash; a download was checked at open.
-        verification = reader.finish() or plan.verification
+        # The reduction raised when a streamed shard's bytes did not match its hash; a download was checked at open.
+        verification = report.verification or plan.verification
         if options.spectra:  # a second pass, after the shards were verified (run/spectrum.py)
-            spectrum_run = _spectra(work, entries, reader, arch, options, execution, progress)
+            spectrum_run = _spectra(work, entries, plan, reader, arch, options, execution, progress)
     except BaseException as exc:
+        reducing.close()  # the pass's reads and tasks end now, before the reader and the executor close
         if journal is not None:
             if isinstance(exc, (BadInputError, VerificationError)):
                 journal.discard()  # a file that changed or bytes that do not match: nothing here to resume from
@@ -310,11 +313,9 @@ def _measure(
     row = build_row(
         plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes, verification, spectrum_run
     )
-    if options.executor == "ray":  # run metadata: which nodes read what
-        from ..reduce.cluster import RayReader
-
-        assert isinstance(reader, RayReader)
-        row["run"]["cluster"] = reader.summary()
+    cluster = execution.executor.summary()
+    if cluster is not None:  # run metadata: which nodes read what
+        row["run"]["cluster"] = cluster
     if kept.records:
         reused = [w for w in work if w.ref.name in kept.records]
         row["run"]["resumed"] = {
@@ -328,6 +329,7 @@ def _measure(
 def _spectra(
     work: list[_Work],
     entries: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]],
+    plan: ModelPlan,
     reader: Reader,
     arch: ArchInfo,
     options: FitOptions,
@@ -335,7 +337,8 @@ def _spectra(
     progress: Callable[[str, Any], None] | None,
 ) -> dict[str, Any]:
     """Every matrix record's spectrum (and its fused parts'), put into the records; the row's `run.spectrum`."""
-    from .spectrum import SpectrumInput, attach, plan_spectra, record_names, run_info, take_spectra
+    from . import spectrum
+    from .spectrum import SpectrumInput, attach, plan_spectra, record_names, run_info
 
     inputs = [
         SpectrumInput(item.ref, item.views, [] if item.views else _parts(item, arch, options)[0])
@@ -343,14 +346,12 @@ def _spectra(
         if not item.vector
     ]
     planned = plan_spectra(inputs, lambda i: record_names(i.views, i.ref.name))
-    if options.executor == "ray":  # the matrices' spectra taken by tasks on the cluster's nodes, whole each
-        from ..reduce.cluster import RayReader
-        from .spectrum_cluster import spread_spectra
-
-        assert isinstance(reader, RayReader)
-        result = spread_spectra(planned, reader, execution, farms=options.farms, progress=progress)
-    else:
-        result = take_spectra(planned, reader, execution, farms=options.farms, progress=progress)
+    on_node = None
+    if progress:
+        on_node = lambda node, n: progress("node", {"node": node, "bytes": n, "pass": "spectrum"})  # noqa: E731
+    result = spectrum.take_spectra(
+        planned, reader, execution, farms=options.farms, progress=progress, model=plan, on_node=on_node
+    )
     attached = attach(result, (m for w in work for m in entries[w.ref.name][0]))
     return run_info(result, attached, options.farms)
 
@@ -444,60 +445,44 @@ def _parts(item: _Work, arch: ArchInfo, options: FitOptions) -> tuple[list[tuple
 
 def _reduce_all(
     work: list[_Work],
+    plan: ModelPlan,
     reader: Reader,
     execution: Execution,
     arch: ArchInfo,
     options: FitOptions,
     progress: Callable[[str, Any], None] | None,
-) -> Iterator[tuple[_Work, _Reduced]]:
+    report: ChunkReport,
+) -> Generator[tuple[_Work, _Reduced], None, None]:
     """Reduce every selected tensor, yielding results in file order.
 
     Every reader hands out byte ranges (safetensors local or Hub, GGUF, .bin), so everything goes through
-    the chunk engine (reduce/stream.py): memory bounded by a few chunks, all cores and connections busy,
-    even on one large tensor.
+    the chunk engine (reduce/stream.py), on the execution's executor: memory bounded by a few chunks, all
+    cores and connections busy, even on one large tensor.
     """
-    from ..decode.loader import CompanionLoader, LazyDecoder
-    from ..reduce.stream import Target, reduce_chunked
-
     parts = [_parts(item, arch, options) for item in work]
-    reader.set_connections(options.connections)
-    quantized = [item.ref.quant for item in work if item.ref.quant is not None]
-    # On a cluster each node builds the decoders of the weights it reads, from companions it reads itself.
-    local = options.executor != "ray"
-    loader = CompanionLoader(reader.tensor_bytes, quantized) if quantized and local else None
-    handles = iter(range(len(quantized)))
-    targets = []
-    for item, (segs, _) in zip(work, parts, strict=True):
-        vector = item.vector
-        targets.append(
-            Target(
-                item.ref,
-                () if vector else _selections(item, segs),
-                LazyDecoder(loader, next(handles)) if loader is not None and item.ref.quant is not None else None,
-                # a vector cut into records (experts' biases) is gathered whole: small, [experts, width]
-                summarize=vector and not item.views and item.ref.nbytes > VECTOR_GATHER_BYTES,
-                offset=vector_offset(item.role, arch.norm_offset),
-            )
+    reader.set_connections(execution.connections)
+    targets = [
+        Target(
+            item.ref,
+            () if item.vector else _selections(item, segs),
+            # a vector cut into records (experts' biases) is gathered whole: small, [experts, width]
+            summarize=item.vector and not item.views and item.ref.nbytes > VECTOR_GATHER_BYTES,
+            offset=vector_offset(item.role, arch.norm_offset),
         )
+        for item, (segs, _) in zip(work, parts, strict=True)
+    ]
     verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
-    on_bytes = (lambda n: progress("bytes", n)) if progress else None
-    if local:
-        results = reduce_chunked(targets, reader, execution, verify=verify, on_bytes=on_bytes)
-    else:  # the same plan and fold, the chunks reduced by tasks on the nodes
-        from ..reduce.cluster import RayReader
-
-        assert isinstance(reader, RayReader)
-        on_node = (lambda node, n: progress("node", {"node": node, "bytes": n})) if progress else None
-        results = reader.reduce_chunked(targets, execution, verify=verify, on_bytes=on_bytes, on_node=on_node)
-    try:
-        for index, result in results:
-            reduced = _as_reduced(work[index], result, *parts[index], arch.norm_offset)
-            handle = targets[index].decoder
-            reduced.decoder_note = handle.note() if handle is not None else None
-            yield work[index], reduced
-    finally:
-        if loader is not None:
-            loader.close()
+    on_bytes = on_node = None
+    if progress:
+        on_bytes = lambda n: progress("bytes", n)  # noqa: E731
+        on_node = lambda node, n: progress("node", {"node": node, "bytes": n})  # noqa: E731
+    results = reduce_chunked(
+        targets, (plan, reader), execution, verify=verify, on_bytes=on_bytes, on_node=on_node, report=report
+    )
+    for index, result in results:
+        reduced = _as_reduced(work[index], result, *parts[index], arch.norm_offset)
+        reduced.decoder_note = report.notes.get(index)
+        yield work[index], reduced
 
 
 def _as_reduced(

@@ -34,13 +34,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from ..execution import Execution
+from ..executor import PassRun, Verified
 from ..fit.esd import fit_spectrum
 from ..layout.views import View
 from ..record.spectrum import spectrum_record
@@ -251,6 +253,84 @@ class SpectrumResult:
 
 
 ProgressFn = Callable[[str, Any], None]
+TensorSpectra = tuple[dict[Key, dict[str, Any]], dict[Key, str]]  # one tensor's records: spectra, skipped (why)
+
+
+def _packed(ref: TensorRef) -> bool:
+    from ..decode.formats import selects_any_elements
+
+    return ref.quant is not None and not selects_any_elements(ref.quant.spec.format)
+
+
+@dataclass(frozen=True)
+class SpectrumPass:
+    """The spectrum pass (executor.py): parts are the planned tensors in file order, weighed by their flops; a
+    run reads its tensors again in row blocks and takes their targets' spectra (`tensor_spectra`), handing
+    back each tensor's records in order. Whole tensors per run, never partial Grams merged: a Gram's float
+    sums depend on their order and grouping (the local pass adds each row block into one accumulator), a
+    wide matrix's WWᵀ needs all its rows at once, and a partial Gram (n²·8 bytes) would cost more to ship
+    than the rows to read again. A node cuts the row blocks where this machine's reader does
+    (`chunk_bytes`) and runs BLAS on this machine's thread count (Execution.for_node): the same sums, so
+    the same eigenvalues, provided the nodes run the same OpenBLAS build on the same kind of CPU."""
+
+    refs: tuple[TensorRef, ...]
+    targets: tuple[tuple[Target, ...], ...]
+    farms: bool = False
+    connections: int = 8
+    opened: tuple[tuple[Any, Reader], ...] = field(default=(), compare=False)  # (ModelPlan, reader); never shipped
+    factory: GramFactory | None = field(default=None, compare=False)  # a test's accumulator (local runs only)
+    source: Any = None  # a shipped copy: where a node opens the model again (source/reopen.py SourceSpec)
+    chunk_bytes: int = 0  # the row blocks' size limit of this machine's reader
+    by_bytes: ClassVar[bool] = False  # weighed by flops
+
+    @property
+    def readers(self) -> list[Reader]:
+        return [reader for _, reader in self.opened]
+
+    def weights(self) -> list[float]:
+        return [sum(flops(t, _packed(ref), ref) for t in ts) for ref, ts in zip(self.refs, self.targets, strict=True)]
+
+    def cuts(self) -> list[bool]:
+        return [True] * len(self.refs)
+
+    def shipped(self) -> SpectrumPass:
+        model, reader = self.opened[0]
+        return replace(self, opened=(), factory=None, source=reader.describe(model), chunk_bytes=reader.chunk_bytes)
+
+    @contextmanager
+    def reopen(self, parts: range, node: str) -> Iterator[list[Reader]]:
+        from ..source.reopen import reopen
+
+        refs = [self.refs[i] for i in parts]
+        touched = {ref.shard for ref in refs} | {
+            companion.shard for ref in refs if ref.quant is not None for companion in ref.quant.companions.values()
+        }
+        with reopen(self.source, touched, node) as reader:
+            reader.chunk_bytes = min(reader.chunk_bytes, self.chunk_bytes)
+            yield [reader]
+
+    def run(
+        self, parts: range, readers: Sequence[Reader], execution: Execution
+    ) -> Generator[TensorSpectra, None, Verified]:
+        (reader,) = readers
+        reader.set_connections(self.connections)
+        refs = [self.refs[i] for i in parts]
+        targets = [list(self.targets[i]) for i in parts]
+        yield from tensor_spectra(refs, targets, reader, execution, self.farms, self.factory)
+        return (None,)
+
+    def task_memory(self, parts: range) -> int:
+        """What a task holds at most: its largest tensor's Grams (and held rows), the blocks read ahead, buffers."""
+        from ..executor import TASK_BASE_MEMORY
+        from ..reduce.gram import estimated_bytes
+        from ..reduce.row_stream import BLOCK_BYTES, MAX_AHEAD
+
+        grams = max(
+            sum(estimated_bytes(*t.fed(_packed(self.refs[i]), self.refs[i])) for t in self.targets[i]) for i in parts
+        )
+        blocks = 2 * MAX_AHEAD * BLOCK_BYTES  # stored bytes and their float32 values
+        buffers = self.connections * self.chunk_bytes if self.source.kind == "hub" else 0
+        return TASK_BASE_MEMORY + grams + blocks + buffers
 
 
 def take_spectra(
@@ -261,19 +341,53 @@ def take_spectra(
     farms: bool = False,
     progress: ProgressFn | None = None,
     factory: GramFactory | None = None,
+    model: Any = None,
+    on_node: Callable[[str, int], None] | None = None,
 ) -> SpectrumResult:
-    """Read every planned tensor again in row blocks and take its targets' spectra (see the module docstring).
-    `factory`: the Gram accumulator (default: BLAS on the CPU, torch on execution.device otherwise)."""
-    from ..decode.formats import selects_any_elements
-
+    """Read every planned tensor again in row blocks and take its targets' spectra (see the module docstring),
+    on the execution's executor (SpectrumPass). `factory`: the Gram accumulator (default: BLAS on the CPU,
+    torch on execution.device otherwise); `model`: the ModelPlan `reader` reads (what a cluster node opens)."""
     started = time.perf_counter()
-    factory = factory or gram_factory(execution.device)
-    spectra: dict[Key, dict[str, Any]] = {}
-    skipped = dict(plan.skipped)
-    packed = [r.quant is not None and not selects_any_elements(r.quant.spec.format) for r in plan.refs]
+    packed = [_packed(ref) for ref in plan.refs]
     if progress:
         work = sum(flops(t, p, r) for r, p, ts in zip(plan.refs, packed, plan.targets, strict=True) for t in ts)
         progress("spectrum-start", {"matrices": plan.count, "flops": work})
+    job = SpectrumPass(
+        tuple(plan.refs),
+        tuple(tuple(ts) for ts in plan.targets),
+        farms,
+        execution.connections,
+        ((model, reader),),
+        factory,
+    )
+    spectra: dict[Key, dict[str, Any]] = {}
+    skipped = dict(plan.skipped)
+    run: PassRun[TensorSpectra] = execution.executor.run_pass(job, execution, on_node)
+    with closing(run.results) as results:  # ended now if a callback raises, before the executor closes
+        for i, (found, why) in enumerate(results):
+            spectra.update(found)
+            skipped.update(why)
+            if progress:
+                for target in plan.targets[i]:
+                    progress("spectrum-advance", flops(target, packed[i], plan.refs[i]))
+    return SpectrumResult(spectra, skipped, time.perf_counter() - started, execution.device)
+
+
+def tensor_spectra(
+    refs: list[TensorRef],
+    targets: list[list[Target]],
+    reader: Reader,
+    execution: Execution,
+    farms: bool = False,
+    factory: GramFactory | None = None,
+) -> Iterator[TensorSpectra]:
+    """Each tensor's records, in order, once all its targets are solved: its tensors read in row blocks
+    (reduce/row_stream.py), each block added to the Gram of every target it holds, a target solved as soon as
+    its last row is in (tall matrices whose eigenvalues fall below the Gram's floor read again at the end)."""
+    factory = factory or gram_factory(execution.device)
+    packed = [_packed(ref) for ref in refs]
+    found: list[TensorSpectra] = [({}, {}) for _ in refs]
+    left = [len(ts) for ts in targets]  # targets of each tensor not yet solved
     open_: dict[Key, _Accumulating] = {}  # targets whose rows are arriving
     # tall matrices with eigenvalues below the Gram's floor: their rows are read again (a second pass over
     # these matrices only), key -> (the refinement fed them, FARMS' windows taken in the first pass)
@@ -283,9 +397,8 @@ def take_spectra(
         target = acc.target
         pooled, count = windows if windows is not None else (None, None)
         fit = fit_spectrum(evals, *target.shape, farms_evals=pooled, farms_windows=count)
-        spectra[target.key] = spectrum_record(fit, evals)
-        if progress:
-            progress("spectrum-advance", flops(target, packed[job], plan.refs[job]))
+        found[job][0][target.key] = spectrum_record(fit, evals)
+        left[job] -= 1
 
     def finish(acc: _Accumulating, job: int) -> None:
         target = acc.target
@@ -299,26 +412,28 @@ def take_spectra(
         acc.gram = None  # the Gram (or the held rows) go now, before the next target's
         windows = (acc.farms.eigenvalues(), acc.farms.plan.count) if acc.farms is not None else None
         if evals is None:
-            skipped[target.key] = "values that are not finite (NaN or infinity): no spectrum"
-            if progress:
-                progress("spectrum-advance", flops(target, packed[job], plan.refs[job]))
+            found[job][1][target.key] = "values that are not finite (NaN or infinity): no spectrum"
+            left[job] -= 1
         elif isinstance(evals, Refinement):
             acc.gram, acc.farms, acc.row = evals, None, 0
             again[target.key] = (acc, windows)
         else:
             record(acc, job, evals, windows)
 
-    def stream(refs: list[TensorRef], targets: list[list[Target]], jobs: list[int], first: bool) -> None:
-        for block in stream_values(refs, reader, execution):
+    def stream(jobs: list[int], first: bool) -> Iterator[None]:
+        """Feed the blocks of the tensors `jobs`; yields after each block."""
+        for block in stream_values([refs[j] for j in jobs], reader, execution):
             job = jobs[block.block.job]
-            for target in targets[block.block.job]:
+            for target in targets[job]:
+                if not first and target.key not in again:
+                    continue
                 data = _data(block, target)
                 if data is None:
                     continue
                 acc = open_.get(target.key)
                 if acc is None:
                     if first:
-                        acc = _Accumulating(target, target.fed(packed[job], plan.refs[job]), factory, farms)
+                        acc = _Accumulating(target, target.fed(packed[job], refs[job]), factory, farms)
                     else:
                         acc = again[target.key][0]
                     open_[target.key] = acc
@@ -330,21 +445,26 @@ def take_spectra(
                     finish(acc, job)
                     del open_[target.key]
             if block.block.last:
-                left = [t.key for t in targets[block.block.job] if t.key in open_]
-                if left:
-                    raise AssertionError(f"{refs[block.block.job].name}: rows of {left} never arrived")
+                unfinished = [t.key for t in targets[job] if t.key in open_]
+                if unfinished:
+                    raise AssertionError(f"{refs[job].name}: rows of {unfinished} never arrived")
+            yield
 
+    handed = 0
     with blas_threads(execution.threads):
-        stream(plan.refs, plan.targets, list(range(len(plan.refs))), first=True)
+        for _ in stream(list(range(len(refs))), first=True):
+            while handed < len(refs) and left[handed] == 0:
+                yield found[handed]
+                handed += 1
         if again:
-            jobs = [j for j, ts in enumerate(plan.targets) if any(t.key in again for t in ts)]
-            stream(
-                [plan.refs[j] for j in jobs],
-                [[t for t in plan.targets[j] if t.key in again] for j in jobs],
-                jobs,
-                first=False,
-            )
-    return SpectrumResult(spectra, skipped, time.perf_counter() - started, execution.device)
+            jobs = [j for j, ts in enumerate(targets) if any(t.key in again for t in ts)]
+            for _ in stream(jobs, first=False):
+                while handed < len(refs) and left[handed] == 0:
+                    yield found[handed]
+                    handed += 1
+    while handed < len(refs):  # tensors of no block (none here) or whose last targets were skipped
+        yield found[handed]
+        handed += 1
 
 
 def _data(block: Values, target: Target) -> np.ndarray | None:

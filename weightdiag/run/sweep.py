@@ -44,7 +44,6 @@ from ..errors import (
     OptionError,
     WeightdiagError,
 )
-from ..execution import Execution
 
 LOCAL_PATTERNS = ("step*", "checkpoint-*", "checkpoint_*", "global_step*", "iter_*", "epoch*")
 
@@ -261,7 +260,7 @@ def fit_revision(task: dict[str, Any]) -> dict[str, Any]:
 def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
     from ..diagnose.functions import ffn_median_k
     from .fitting import fit_and_save, open_model
-    from .measure import FitOptions
+    from .measure import FitOptions, execution_for
 
     try:
         options = FitOptions(**task["options"])
@@ -271,7 +270,7 @@ def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
         plan.model_id = task["model_id"]
         plan.revision = task["revision"]
         # with its journal: a revision cut off resumes next time; with its share of the cores (the task's)
-        execution = Execution.from_settings(options.device, threads=task.get("threads"))
+        execution = execution_for(options, threads=task.get("threads"))
         row, path = fit_and_save(plan, reader, options, _named_progress(task), Path(task["db"]), execution=execution)
         return asdict(
             Outcome(

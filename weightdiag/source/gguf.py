@@ -50,6 +50,7 @@ from .filecheck import FileIdentity
 from .files import blob_sha256
 from .local_reader import LocalReader
 from .plan import ModelPlan, Quantized, QuantSpec, ShardInfo, TensorRef
+from .reader import Reader
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -504,6 +505,9 @@ class GGUFReader(LocalReader):
     def __init__(self, path: Path, shard: ShardInfo, identity: FileIdentity | None = None) -> None:
         super().__init__(path.parent, [shard], [identity] if identity is not None else None)
         self.path = path
+
+    def describe(self, plan: ModelPlan) -> object:
+        return Reader.describe(self, plan)  # a node reopens safetensors shards only: refused
 
 
 _DECODE_SOURCE = "ggml ggml-quants.c (dequantize_row_*); llama.cpp convert_hf_to_gguf.py (LlamaModel.permute)"

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import VerificationError
 from .chunks import Chunk
-from .plan import TensorRef
+from .plan import ModelPlan, TensorRef
 from .ranged import Cancelled, Concurrency, RangedFile, RetryPolicy
 from .reader import Reader, Verification
 
@@ -63,9 +63,10 @@ class HubReader(Reader):
         self._holds: dict[int, int] = {}  # chunk -> uses of its buffer still to end (its reduction, its hash)
 
     def skip_shards(self, shards: set[int]) -> None:
-        """Leave these shards out of the stream and of the verification (before start()): a resumed fit
-        reuses their records, measured and verified by the fit it resumes (weightdiag.record.journal)."""
-        self._skipped = set(shards)
+        """Leave these shards out of the stream and of the verification too (before start()): a resumed fit
+        reuses their records, measured and verified by the fit it resumes (weightdiag.record.journal); on a
+        cluster node, other tasks hash them."""
+        self._skipped |= set(shards)
 
     def verified_shards(self) -> set[int]:
         """Shards read whole whose sha256 matched so far (a resumed fit's journal keeps those)."""
@@ -203,6 +204,22 @@ class HubReader(Reader):
                     got=digest,
                 )
         return self.all_verified()
+
+    def confirmed(self, verified: set[int] | None) -> Verification:
+        """What the row says of the shards: hashed whole and matched by the pass's runs (here, or on the cluster
+        nodes that read them), or why they were not hashed."""
+        if verified is None:
+            reason = "--include/--exclude read part of the shards" if self.regions() else "no sha256 published"
+            return {"summary": f"not verified: {reason}", "shards": [False] * len(self._shards)}
+        return self.all_verified()
+
+    def describe(self, plan: ModelPlan) -> object:
+        """The nodes read the same commit from the Hub, each with its own token."""
+        from .spec import hub_spec
+
+        if not plan.commit:
+            return super().describe(plan)
+        return hub_spec(plan)
 
     def all_verified(self) -> Verification:
         """What the row says once every shard streamed was hashed and matched: here, or on the cluster nodes

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import CheckpointFormatError
 from .chunks import Chunk
 from .filecheck import FileIdentity, break_pending, changed, check, open_checked, release_lease, take_read_lease
-from .plan import ShardInfo, TensorRef
+from .plan import ModelPlan, ShardInfo, TensorRef
 from .reader import Reader
 
 
@@ -54,6 +54,15 @@ class LocalReader(Reader):
             yield fd, path, identity
         finally:
             os.close(fd)
+
+    def describe(self, plan: ModelPlan) -> object:
+        """The same files at the same path on every node; a Hub model read from this machine's HF cache: the
+        same commit, streamed from the Hub on each node."""
+        from .spec import SourceSpec, hub_spec
+
+        if plan.source == "hub" and plan.commit:
+            return hub_spec(plan)
+        return SourceSpec("local", str(self.root), tuple(plan.shards))
 
     def read_into(self, ref: TensorRef, out: np.ndarray) -> None:
         with self._open(ref.shard) as (fd, path, identity):

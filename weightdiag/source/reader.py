@@ -21,8 +21,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..errors import OptionError
 from .chunks import Chunk
-from .plan import TensorRef
+from .plan import ModelPlan, TensorRef
 
 Verification = dict[str, Any]  # {"summary": str, "shards": [bool per shard]}: what the row's files and run say
 
@@ -83,7 +84,8 @@ class Reader(ABC):
         return None  # nothing to do unless a reader says otherwise
 
     def skip_shards(self, shards: set[int]) -> None:
-        """Shards a resumed fit already measured and verified: leave them out of the stream (before start())."""
+        """Shards a resumed fit already measured and verified, or that other runs of a pass hash: leave them out
+        of the stream and of the verification too (before start())."""
         return None  # nothing to do unless a reader says otherwise
 
     def verified_shards(self) -> set[int]:
@@ -94,6 +96,21 @@ class Reader(ABC):
         """After the last chunk: check what was hashed (raises VerificationError on a mismatch); None: this
         reader verifies nothing while streaming (the plan says what was checked)."""
         return None
+
+    def confirmed(self, verified: set[int] | None) -> Verification | None:
+        """The row's verification once a pass's runs (here, or on cluster nodes reading the same shards) read
+        whole and matched the shards `verified` (None: nothing was hashed); None: this reader verifies nothing
+        while streaming (the plan says what was checked)."""
+        return None
+
+    def describe(self, plan: ModelPlan) -> Any:
+        """A `source.reopen.SourceSpec` of this model (a few plain fields) from which another machine opens a
+        reader over the same shards; refused for formats a cluster node cannot read."""
+        raise OptionError(
+            f"{plan.location}: --executor ray reads safetensors checkpoints (local or from the Hub); this one is "
+            f"{plan.file_format}: fit it without --executor ray",
+            option="--executor",
+        )
 
     def cancel(self) -> None:
         """Abandon reads in progress (an error ended the run); may be called from any thread."""

@@ -14,50 +14,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import HubResponseError, ModelPathError, OptionError
+from ..errors import HubResponseError, ModelPathError
 from .filecheck import FileIdentity
-from .plan import ModelPlan, ShardInfo
 from .reader import Reader
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    """Where a planned model's shards are, for a reader opened elsewhere. Plain data (it is pickled)."""
-
-    kind: str  # "local": files at the same path on every node; "hub": ranged reads of one commit
-    location: str  # local: the folder the shard names are relative to; hub: the repo id
-    shards: tuple[ShardInfo, ...]
-    commit: str | None = None  # hub: the commit planned (its files never change)
-    endpoint: str | None = None  # hub: the endpoint planned from (HF_ENDPOINT on the driver)
-
-
-def describe(plan: ModelPlan, reader: Reader) -> SourceSpec:
-    """The spec of an opened model whose chunks other machines will read: safetensors shards, local or Hub."""
-    from .. import settings
-    from .hub_stream import HubReader
-    from .local import LocalReader
-
-    shards = tuple(plan.shards)
-    if plan.source == "hub" and plan.commit and isinstance(reader, (HubReader, LocalReader)):
-        # Streamed, or read from this machine's HF cache: the nodes read the same commit from the Hub.
-        return SourceSpec("hub", _repo_of(plan), shards, plan.commit, settings.hf_endpoint())
-    if isinstance(reader, LocalReader):
-        return SourceSpec("local", str(reader.root), shards)
-    raise OptionError(
-        f"{plan.location}: --executor ray reads safetensors checkpoints (local or from the Hub); this one is "
-        f"{plan.file_format}: fit it without --executor ray",
-        option="--executor",
-    )
-
-
-def _repo_of(plan: ModelPlan) -> str:
-    """The repo id of a Hub plan (its location is ENDPOINT/ORG/NAME/tree/COMMIT)."""
-    location = plan.location.split("/tree/", 1)[0]
-    parts = location.rstrip("/").split("/")
-    return "/".join(parts[-2:])
+from .spec import SourceSpec
 
 
 def reopen(spec: SourceSpec, read: Iterable[int], node: str) -> Reader:

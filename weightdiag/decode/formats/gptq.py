@@ -76,6 +76,7 @@ class _PackedLinear:
 
     unit_bytes = 4
     any_selection: ClassVar[bool] = False  # decoded in storage order (columns of words): whole logical rows only
+    note: str | None = None
     _a: int
     _b: int
 

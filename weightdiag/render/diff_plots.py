@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from ..database.store import write_text_atomic
-from ..render.plots import PlotFile, pyplot, save_figure
+from ..delta.result import DiffResult, TensorDiff, cosine_cell
 from ..vocabulary import KIND_ORDER
-from .result import DiffResult, TensorDiff, cosine_cell
+from .plots import PlotFile, pyplot, save_figure
 
 
 def _grid(result: DiffResult, value) -> tuple[np.ndarray, list[int], list[str]]:
@@ -94,7 +94,7 @@ def _row(m: TensorDiff) -> str:
 
 
 def write_html(result: DiffResult, plots: list[PlotFile], path: Path) -> Path:
-    from ..render.html import _STYLE, _figure
+    from .html import _STYLE, _figure
 
     title = f"weightdiag diff: {result.base['id']} -> {result.tuned['id']}"
     findings = "".join(f"<li>{escape(f.message)}</li>" for f in result.findings)

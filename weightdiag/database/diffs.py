@@ -9,9 +9,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from ..database.store import default_db_dir, name_part, write_json_atomic
+from ..delta.result import DiffResult
 from ..errors import DatabaseError
-from .result import DiffResult
+from .store import default_db_dir, name_part, write_json_atomic
 
 DIFFS_DIR = "diffs"
 

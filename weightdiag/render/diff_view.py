@@ -10,9 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..render.tables import FitWidth
-from .gate import GateResult
-from .result import DiffResult, TensorDiff, cosine_cell
+from ..delta.gate import GateResult
+from ..delta.result import DiffResult, TensorDiff, cosine_cell
+from .tables import FitWidth
 
 TOP = 15  # matrices listed (by relative change); --all lists every one
 

@@ -3,10 +3,12 @@
 A tensor of logical shape [..., n] is read as an m x n matrix (m = the product of the leading dims; a vector
 is an n x 1 column) in blocks of whole rows, the same rows on both sides whatever each side's dtype (F32
 against BF16, FP8 block codes against F32): the element ranges match, the byte ranges follow each side's
-own row size. A block is at most BLOCK_BYTES of either side's stored bytes and BLOCK_ELEMS elements, so
-memory is a few blocks per side (about twice a fit's chunks, plus the arithmetic on them), whatever the
-tensor. Each side's bytes come from its own reader through the engine's ChunkReader protocol (`start`, then
-`chunk` as a context manager): local mappings or ranged GETs into pooled buffers. A Hub side is verified as a
+own row size: each side is cut by the one row-block planner (reduce/row_stream.py `plan_blocks`) into the
+same numbers of whole rows. A block is at most BLOCK_BYTES of either side's stored bytes and BLOCK_ELEMS
+elements, so memory is a few blocks per side (about twice a fit's chunks, plus the arithmetic on them),
+whatever the tensor. Each side's bytes come from its own reader (`start`, then `chunk` as a context
+manager): local mappings or ranged GETs into pooled buffers, several blocks at once through executor.py's
+ordered window. A Hub side is verified as a
 fit is (every shard byte through the reader's ordered sha256, see `side_reads`) when its blocks come in its
 own file order.
 
@@ -19,9 +21,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,10 +31,12 @@ import numpy as np
 from .. import kernels
 from ..codes import FINITE_LIMIT16
 from ..errors import CheckpointFormatError, QuantizationError
+from ..executor import LOCAL
+from ..reduce.blas import blas_threads
+from ..reduce.row_stream import Block, plan_blocks
 from ..source.chunks import Chunk
 from ..source.plan import STORAGE_NUMPY, TensorRef
 from ..source.reader import Reader
-from .blas import single_threaded
 from .measures import Side
 from .pairing import Pair
 
@@ -89,42 +92,46 @@ def _unit_rows(ref: TensorRef, m: int) -> int:
 
 
 @dataclass(frozen=True)
-class Block:
-    pair: int  # index into the pairs
+class Rows:
+    """Rows [r0, r1) of pair `pair`, read from both sides: each side's block of them."""
+
+    pair: int
     r0: int
     r1: int
-    base: Chunk
-    tuned: Chunk
-    first: bool  # the tensor's first block
-    last: bool
+    base: Block
+    tuned: Block
+
+    @property
+    def first(self) -> bool:  # the tensor's first block
+        return self.base.first
+
+    @property
+    def last(self) -> bool:
+        return self.base.last
 
 
-def plan_blocks(pairs: Sequence[Pair]) -> list[Block]:
-    """Every pair cut into row blocks, in the pairs' order; chunk indices count per side."""
-    blocks: list[Block] = []
-    for i, pair in enumerate(pairs):
+def plan_rows(pairs: Sequence[Pair]) -> list[Rows]:
+    """Every pair cut into blocks of the same rows on both sides (plan_blocks), in the pairs' order; chunk
+    indices count per side."""
+    steps = []
+    for pair in pairs:
         m, n = matrix_shape(pair.base.shape)
         rb, rt = row_bytes(pair.base, m), row_bytes(pair.tuned, m)
-        step = block_rows(pair)
         if max(rb, rt) > BLOCK_BYTES and max(rb, rt) > 16 << 20:
             raise CheckpointFormatError(
                 f"{pair.name}: one row of {n} elements is more than 16 MiB; diff reads whole rows", file=pair.name
             )
-        for r0 in range(0, m, step):
-            r1 = min(m, r0 + step)
-            idx = len(blocks)
-            blocks.append(
-                Block(
-                    i,
-                    r0,
-                    r1,
-                    Chunk(idx, pair.base.shard, pair.base.start + r0 * rb, pair.base.start + r1 * rb, ()),
-                    Chunk(idx, pair.tuned.shard, pair.tuned.start + r0 * rt, pair.tuned.start + r1 * rt, ()),
-                    r0 == 0,
-                    r1 == m,
-                )
-            )
-    return blocks
+        steps.append(block_rows(pair))
+    limit = 0  # unused: every tensor is cut in whole rows
+    base, _ = plan_blocks([p.base for p in pairs], limit, steps)
+    tuned, _ = plan_blocks([p.tuned for p in pairs], limit, steps)
+    out = []
+    for b, t in zip(base, tuned, strict=True):
+        pair = pairs[b.job]
+        rb = row_bytes(pair.base, matrix_shape(pair.base.shape)[0])
+        r0 = b.lo // rb
+        out.append(Rows(b.job, r0, r0 + b.chunk.nbytes // rb, b, t))
+    return out
 
 
 ReadTensor = Callable[[TensorRef], np.ndarray]
@@ -132,13 +139,12 @@ ReadTensor = Callable[[TensorRef], np.ndarray]
 
 def decoder_for(ref: TensorRef, read: ReadTensor):
     """The row-major decoder of a quantized weight, its companions read now (they are small)."""
-    from ..decode.decoder import FACTORIES, Companion, RowMajorDecoder
-    from ..decode.formats import build_decoder
+    from ..decode.decoder import Companion
+    from ..decode.formats import build_decoder, selects_any_elements
 
     q = ref.quant
     assert q is not None
-    factory = FACTORIES.get(q.spec.format)
-    if not (isinstance(factory, type) and issubclass(factory, RowMajorDecoder)):
+    if not selects_any_elements(q.spec.format):  # decoded in storage order (GPTQ, AWQ), not row by row
         raise QuantizationError(
             f"{ref.name}: {q.spec.label} packs columns across rows; diff reads whole rows and cannot decode it; "
             "diff the unquantized model instead",
@@ -172,7 +178,7 @@ def side_values(ref: TensorRef, raw: np.ndarray, byte_lo: int, decoder: Any, fir
     return Side(dtype, stored)
 
 
-BlockWork = Callable[[Block, Side, Side], Any]
+BlockWork = Callable[[Rows, Side, Side], Any]
 
 
 @dataclass
@@ -246,15 +252,18 @@ def stream_pairs(
     before_tensor: Callable[[int], None] | None = None,
     verify: bool = False,
     verifying: dict[str, bool] | None = None,
-) -> Iterator[tuple[Block, Any]]:
-    """(block, work(block, base side, tuned side)) for every block, in order. `work` runs in worker threads
+) -> Iterator[tuple[Rows, Any]]:
+    """(rows, work(rows, base side, tuned side)) for every block, in order. `work` runs in worker threads
     (several blocks at once); `before_tensor(pair index)` runs in this thread before a tensor's first block
     is queued (to set up its accumulators). With `verify`, a side whose reader can check its shards' hashes
     (the Hub's) and whose blocks come in file order reads every byte of its shards (the bytes between and
     around the blocks too), so that reader.finish() can compare each shard's sha256."""
-    blocks = plan_blocks(pairs)
+    blocks = plan_rows(pairs)
     reads = []
-    for reader, chunks in ((base_reader, [b.base for b in blocks]), (tuned_reader, [b.tuned for b in blocks])):
+    for reader, chunks in (
+        (base_reader, [b.base.chunk for b in blocks]),
+        (tuned_reader, [b.tuned.chunk for b in blocks]),
+    ):
         plan = side_reads(chunks, reader.regions() if verify else None, reader.chunk_bytes)
         reader.start(plan.chunks, verify=plan.verify)
         reads.append(plan)
@@ -268,7 +277,8 @@ def stream_pairs(
             with reader.chunk(filler):
                 pass
 
-    def task(i: int, block: Block) -> Any:
+    def task(item: tuple[int, Rows]) -> Any:
+        i, block = item
         pair = pairs[block.pair]
         _m, n = matrix_shape(pair.base.shape)
         first = block.r0 * n
@@ -277,53 +287,35 @@ def stream_pairs(
             skip(tuned_reader, tuned_reads.before[i])
             # blocks run side by side: no threads inside the kernels
             with tuned_reader.chunk(tuned_reads.block[i]) as raw_t, kernels.thread_budget(1):
-                b = side_values(
-                    pair.base, raw_b, block.base.start - pair.base.start, decoders.get((block.pair, 0)), first
-                )
-                t = side_values(
-                    pair.tuned, raw_t, block.tuned.start - pair.tuned.start, decoders.get((block.pair, 1)), first
-                )
+                b = side_values(pair.base, raw_b, block.base.lo, decoders.get((block.pair, 0)), first)
+                t = side_values(pair.tuned, raw_t, block.tuned.lo, decoders.get((block.pair, 1)), first)
                 return work(block, b, t)
 
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="weightdiag-diff")
-    blas = single_threaded(workers > 1)
-    blas.__enter__()
-    pending: deque[tuple[Block, Future[Any]]] = deque()
-    finished = False
-    try:
-        queue = iter(enumerate(blocks))
-        window = 2 * workers
+    def queued() -> Iterator[tuple[int, Rows]]:
+        """The blocks as they are queued, a tensor's decoders and accumulators set up before its first."""
+        for i, block in enumerate(blocks):
+            if block.first:
+                pair = pairs[block.pair]
+                if before_tensor is not None:
+                    before_tensor(block.pair)
+                for side, (ref, reader) in enumerate(((pair.base, base_reader), (pair.tuned, tuned_reader))):
+                    if ref.quant is not None:
+                        decoders[(block.pair, side)] = decoder_for(ref, reader.tensor_bytes)
+            yield i, block
 
-        def top_up() -> None:
-            while len(pending) < window:
-                item = next(queue, None)
-                if item is None:
-                    return
-                i, block = item
-                if block.first:
-                    pair = pairs[block.pair]
-                    if before_tensor is not None:
-                        before_tensor(block.pair)
-                    for side, (ref, reader) in enumerate(((pair.base, base_reader), (pair.tuned, tuned_reader))):
-                        if ref.quant is not None:
-                            decoders[(block.pair, side)] = decoder_for(ref, reader.tensor_bytes)
-                pending.append((block, pool.submit(task, i, block)))
+    def cancel() -> None:
+        for reader in (base_reader, tuned_reader):
+            reader.cancel()
 
-        top_up()
-        while pending:
-            block, future = pending.popleft()
-            result = future.result()
+    # Each worker multiplies its own block (the sketch's products, the Gram): one BLAS thread each, or two
+    # workers x two OpenBLAS threads on two cores ran the sketch 2x slower (benchmarks/bench_diff.py).
+    with blas_threads(1) if workers > 1 else nullcontext():
+        for (_, block), result in LOCAL.map(
+            task, queued(), workers=workers, on_abandon=cancel, label="weightdiag-diff"
+        ):
             if block.last:
                 decoders.pop((block.pair, 0), None)
                 decoders.pop((block.pair, 1), None)
-            top_up()
             yield block, result
         skip(base_reader, base_reads.after)
         skip(tuned_reader, tuned_reads.after)
-        finished = True
-    finally:
-        if not finished:
-            for reader in (base_reader, tuned_reader):
-                reader.cancel()
-        pool.shutdown(wait=True, cancel_futures=True)
-        blas.__exit__(None, None, None)

@@ -1,45 +1,43 @@
-"""A diff from start to end: open both checkpoints, pair their tensors, stream the pairs in lockstep,
-fold the exact figures and the spectra, then the verdicts, summaries and findings: a `DiffResult`.
+"""`weightdiag diff`, a job from start to end: open both checkpoints, pair their tensors, run the paired
+comparison (delta/compare.py's PairsPass) on the execution's executor, then the verdicts, summaries and
+findings: a `DiffResult`.
 
-The only module of the package that opens models (I/O) on this machine (with --executor ray, cluster.py's
-tasks open them again on the nodes); the pairs are compared in compare.py, the numerics live in measures,
-spectrum, findings.
+The numerics live in weightdiag/delta (pairing, measures, spectrum, findings), the views in render/.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import __version__, kernels
+from .. import __version__
+from ..delta.compare import PairsPass, hashing
+from ..delta.findings import block_key, find, summarize
+from ..delta.pairing import pair_tensors
+from ..delta.result import DiffOptions, DiffResult, TensorDiff
 from ..errors import OptionError
 from ..execution import Execution
+from ..executor import PassRun, check_verified
 from ..layout import arch_from_config, complete_arch
-from ..run.measure import selected
 from ..source.open import open_model
 from ..source.plan import ModelPlan
 from ..source.reader import Reader, closing_on_error
-from .compare import Progress, compare
-from .findings import block_key, find, summarize
-from .pairing import pair_tensors
-from .result import DiffOptions, DiffResult
+from .measure import selected
+
+Progress = Callable[[str, Any], None]  # the fit's progress events: start, bytes, advance (render.tables.FitProgress)
 
 
-def check_options(options: DiffOptions) -> None:
+def check_options(options: DiffOptions) -> Execution:
+    """Refuse unusable options (exit 2) before anything is read; how the diff runs (execution.py)."""
     if not (isinstance(options.sketch, int) and 2 <= options.sketch <= 4096):
         raise OptionError(f"--sketch {options.sketch}: choose a whole number from 2 to 4096", option="--sketch")
-    if not (isinstance(options.connections, int) and 1 <= options.connections <= 64):
-        raise OptionError(
-            f"--connections {options.connections}: choose a whole number from 1 to 64", option="--connections"
-        )
-    if options.executor not in ("local", "ray"):
-        raise OptionError(f"--executor {options.executor!r}: choose local or ray", option="--executor")
-    if options.executor == "ray" and (options.device or "auto").lower() not in ("auto", "cpu"):
-        raise OptionError(
-            f"--device {options.device} with --executor ray: the nodes compare on their CPUs; leave --device out",
-            option="--device",
-        )
+    return Execution.build(
+        options.device, executor=options.executor, ray_address=options.ray_address, connections=options.connections
+    )
 
 
 def open_side(spec: str, options: DiffOptions) -> tuple[ModelPlan, Reader]:
@@ -99,8 +97,7 @@ def diff(
 ) -> DiffResult:
     """Compare two checkpoints tensor by tensor (see the package docstring)."""
     options = options or DiffOptions()
-    check_options(options)
-    execution = Execution.from_settings(options.device)
+    execution = check_options(options)
     device = execution.device
     if base_spec is None:
         base_spec = base_of(tuned_spec, options)
@@ -111,7 +108,6 @@ def diff(
         base_reader.close()
         raise
     started = time.perf_counter()
-    cluster = None
     try:
         base_refs = [t for t in base_plan.tensors if selected(t.name, options.include, options.exclude)]
         pairing = pair_tensors(base_refs, tuned_plan.tensors)
@@ -127,38 +123,45 @@ def diff(
                 option="--include" if options.include else "BASE",
             )
         verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
-        verifying: dict[str, bool] = {}
         if progress is not None:
             total = sum(p.base.nbytes + p.tuned.nbytes for p in pairing.pairs)
             label = f"{base_plan.model_id} -> {tuned_plan.model_id}"
             progress("start", {"tensors": len(pairing.pairs), "bytes": total, "model": label})
         arch = complete_arch(arch_from_config(base_plan.config, []), [(t.name, t.shape) for t in base_plan.tensors])
-        if options.executor == "ray":  # whole pairs compared by tasks on the cluster's nodes (diff/cluster.py)
-            from ..reduce.cluster import Cluster
-            from ..source.reopen import describe
-            from .cluster import compare_on_cluster
-
-            for plan, reader in ((base_plan, base_reader), (tuned_plan, tuned_reader)):
-                describe(plan, reader)  # what the nodes cannot read (GGUF, .bin) is refused before connecting
-            cluster = Cluster.join(options.ray_address)
-            matrices, vectors = compare_on_cluster(
-                cluster, pairing.pairs, arch, (base_plan, tuned_plan), (base_reader, tuned_reader), options,
-                execution, verify, verifying, progress,
-            )  # fmt: skip
-        else:
-            with kernels.thread_budget(execution.threads):
-                matrices, vectors = compare(
-                    pairing.pairs, arch, base_reader, tuned_reader, options, execution, verify, verifying, progress
-                )
+        readers = (base_reader, tuned_reader)
+        plans = (base_plan, tuned_plan)
+        hashed = hashing(pairing.pairs, readers, verify)
+        job = PairsPass(
+            tuple(pairing.pairs),
+            arch,
+            replace(options, token=None),
+            (hashed[0], hashed[1]),
+            (len(base_plan.shards), len(tuned_plan.shards)),
+            ((base_plan, base_reader), (tuned_plan, tuned_reader)),
+        )
+        on_node = None
+        if progress is not None:
+            on_node = lambda node, n: progress("node", {"node": node, "bytes": n})  # noqa: E731
+        run: PassRun[TensorDiff] = execution.executor.run_pass(job, execution, on_node)
+        matrices: list[TensorDiff] = []
+        vectors: list[TensorDiff] = []
+        with closing(run.results) as results:  # ended now if a callback raises, before the executor closes
+            for pair, item in zip(pairing.pairs, results, strict=True):
+                (matrices if len(pair.base.shape) >= 2 else vectors).append(item)
+                if progress is not None:
+                    progress("bytes", pair.base.nbytes + pair.tuned.nbytes)
+                    progress("advance", pair.base)
+        shards = [(plan.model_id, [s.name for s in plan.shards], [s.sha256 for s in plan.shards]) for plan in plans]
+        check_verified(hashed, run.verified, shards)
         verification = {
-            side: _verification(reader, plan, verifying.get(side, False), verify, cluster is not None)
-            for side, reader, plan in (("base", base_reader, base_plan), ("tuned", tuned_reader, tuned_plan))
+            side: _verification(reader, plan, hashed[k] is not None, verify, run.verified[k])
+            for k, (side, reader, plan) in enumerate(zip(("base", "tuned"), readers, plans, strict=True))
         }
+        cluster = execution.executor.summary()
     finally:
         base_reader.close()
         tuned_reader.close()
-        if cluster is not None:
-            cluster.close()
+        execution.close()
     elapsed = time.perf_counter() - started
     blocks = summarize(matrices, block_key)
     blocks.sort(key=lambda g: int(g.key.split()[1]))
@@ -201,7 +204,7 @@ def diff(
             "sketch": options.sketch,
             "seed": options.seed,
             "verification": verification,
-            **({"cluster": cluster.summary()} if cluster is not None else {}),  # which nodes read what
+            **({"cluster": cluster} if cluster is not None else {}),  # which nodes read what
             "tool": {"name": "weightdiag", "version": __version__},
             "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         },
@@ -209,19 +212,14 @@ def diff(
     )
 
 
-def _verification(reader: Reader, plan: ModelPlan, read_whole: bool, verify: bool, on_cluster: bool = False) -> str:
-    """What was checked of one side's bytes: raises VerificationError (exit 3) when a Hub shard's sha256 differs.
-    `on_cluster`: the shards were hashed on the nodes, each checked there (diff/cluster.py)."""
+def _verification(reader: Reader, plan: ModelPlan, read_whole: bool, verify: bool, verified: set[int] | None) -> str:
+    """What was checked of one side's bytes (the runs raised VerificationError, exit 3, where a Hub shard's
+    sha256 differed)."""
     if plan.source != "hub":
         return (plan.verification or {}).get("summary") or "not verified: read from local files"
     if not verify:
         return "not verified: --include/--exclude read part of the shards"
     if not read_whole:
         return "not verified: its tensors are stored in another order than the other side's, or no sha256 is published"
-    if on_cluster:
-        from ..source.hub_stream import HubReader
-
-        if isinstance(reader, HubReader):
-            return reader.all_verified()["summary"]
-    finished = reader.finish()
-    return finished["summary"] if finished else "not verified: no sha256 published"
+    confirmed = reader.confirmed(verified)
+    return confirmed["summary"] if confirmed else "not verified: no sha256 published"
