@@ -5,6 +5,7 @@ The stages, lowest first (a module may import its own stage and the ones before 
 
   base      errors, settings, vocabulary, citations, dtypes, segments, codes (code -> value tables),
             execution (threads, workers, device and kernels of a job, decided once),
+            tuning (the knobs that trade speed against memory: one registry tests override),
             kernels (the C / numpy hot loops)
   source    where bytes come from: the plan (files, tensors, byte ranges), the Reader protocol, and its
             readers (local safetensors, the Hub, GGUF, .bin); chunks (the bytes to read)
@@ -47,6 +48,7 @@ STAGES = {
         "codes",
         "kernels",
         "execution",
+        "tuning",
         "testing",
     ],
     "source": ["source"],
