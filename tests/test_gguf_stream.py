@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from weightdiag import tuning
 from weightdiag.api import fit_path
 from weightdiag.diff import paired
 from weightdiag.diff.result import DiffOptions
 from weightdiag.diff.run import diff
-from weightdiag.reduce import stream
 from weightdiag.run import measure
 from weightdiag.run.measure import FitOptions
 
@@ -172,9 +172,9 @@ def model(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
 
 
 def _fit(path: Path, monkeypatch, split: int) -> dict:
-    monkeypatch.setattr(stream, "SPLIT_BYTES", split)
     monkeypatch.setattr("weightdiag.source.local.LocalReader.chunk_bytes", max(split, 3 * split // 2 // 8 * 8))
-    return fit_path(str(path), FitOptions(device="cpu"))
+    with tuning.override(split_bytes=split):
+        return fit_path(str(path), FitOptions(device="cpu"))
 
 
 def test_a_gguf_fit_matches_llama_cpps_values_read_whole_or_in_pieces(model, monkeypatch):
