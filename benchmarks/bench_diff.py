@@ -81,8 +81,10 @@ def spectrum_flops(doc: dict) -> float:
     """Floating-point operations of the diff's spectrum pass, from its matrices' shapes and methods: the sketch
     multiplies each element of ΔW by Ω (k columns) and by [Ψ; Θ] (l + s rows), 2(k + l + s) flops
     (weightdiag.delta.spectrum.Sketch); the exact path forms ΔWᵀΔW, 2n flops an element (float64)."""
-    from weightdiag.delta.spectrum import ERROR_ROWS, GRAM_COLS
+    from weightdiag import tuning
+    from weightdiag.delta.spectrum import ERROR_ROWS
 
+    gram_cols = tuning.current().gram_cols
     total = 0.0
     for matrix in doc["matrices"]:
         spectrum, shape = matrix.get("spectrum"), matrix["shape"]
@@ -92,8 +94,8 @@ def spectrum_flops(doc: dict) -> float:
         if spectrum["method"] == "sketch":
             k = spectrum["sketch_size"]
             total += 2.0 * m * n * (k + max(k, min(2 * k + 1, m)) + ERROR_ROWS)
-        else:  # the Gram (n <= GRAM_COLS), else one block's SVD (counted as a Gram of the smaller side)
-            total += 2.0 * m * n * (n if n <= GRAM_COLS else min(m, n))
+        else:  # the Gram (n <= gram_cols), else one block's SVD (counted as a Gram of the smaller side)
+            total += 2.0 * m * n * (n if n <= gram_cols else min(m, n))
     return total
 
 

@@ -14,12 +14,14 @@ import subprocess
 import sys
 import traceback
 import warnings
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from weightdiag import kernels, settings
+from weightdiag import kernels, settings, tuning
 from weightdiag.testing import synthetic
 
 
@@ -43,6 +45,15 @@ def kernel_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
     if request.param == "numpy":
         monkeypatch.setattr(kernels, "HAVE_C", False)
     return request.param
+
+
+@pytest.fixture
+def knobs() -> Iterator[Callable[..., tuning.Tuning]]:
+    """`knobs(split_bytes=16 << 10, ...)`: weightdiag.tuning's knobs overridden from that call until the test ends,
+    for a test or a helper that sets them midway (where a `with tuning.override(...)` block would not reach the
+    end of the test). Returns the knobs in effect; an unknown name is a TypeError."""
+    with ExitStack() as stack:
+        yield lambda **changes: stack.enter_context(tuning.override(**changes))
 
 
 def default_signals() -> None:

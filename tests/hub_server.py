@@ -1142,16 +1142,20 @@ def safetensors_bytes(tensors: Mapping[str, tuple[str, np.ndarray]], metadata: d
 
 
 def small_model_in_small_chunks(
-    fake_hub: Any, folder: Path, monkeypatch: pytest.MonkeyPatch, *, attempts: int | None = None
+    fake_hub: Any,
+    folder: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    knobs: Callable[..., Any],
+    *,
+    attempts: int | None = None,
 ) -> Path:
     """write_small_model's 3 shards as acme/tiny on the loopback Hub, read in 16 KiB chunks (so that a fault or
-    an interruption lands inside a shard) and retried without back-off (`attempts` times when given)."""
-    from weightdiag.reduce import stream
+    an interruption lands inside a shard) and retried without back-off (`attempts` times when given). `knobs`:
+    the test's fixture of that name (conftest.py), which keeps the small pieces until the test ends."""
     from weightdiag.source import hub_stream
 
-    monkeypatch.setattr(stream, "SPLIT_BYTES", 16 << 10)
     monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", 16 << 10)
-    monkeypatch.setattr("weightdiag.source.hub.HEAD_GUESS", 4096)  # else planning reads small shards whole
+    knobs(split_bytes=16 << 10, head_guess=4096)  # head_guess: else planning reads small shards whole
     monkeypatch.setenv("WEIGHTDIAG_HTTP_BACKOFF", "0")
     if attempts is not None:
         monkeypatch.setenv("WEIGHTDIAG_HTTP_ATTEMPTS", str(attempts))

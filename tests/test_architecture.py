@@ -6,6 +6,7 @@ The stages, lowest first (a module may import its own stage and the ones before 
   base      errors, settings, vocabulary, citations, dtypes, segments, codes (code -> value tables),
             executor (how passes run: the ordered window, this process or a Ray cluster),
             execution (threads, workers, device, kernels and executor of a job, decided once),
+            tuning (the knobs that trade speed against memory: one registry tests override),
             kernels (the C / numpy hot loops)
   source    where bytes come from: the plan (files, tensors, byte ranges), the Reader protocol, and its
             readers (local safetensors, the Hub, GGUF, .bin); chunks (the bytes to read)
@@ -50,6 +51,7 @@ STAGES = {
         "kernels",
         "executor",
         "execution",
+        "tuning",
         "testing",
     ],
     "source": ["source"],

@@ -28,11 +28,11 @@ DRIVER = textwrap.dedent(
     """
     import os, sys, threading, time
     from contextlib import contextmanager
-    from weightdiag.reduce import stream
+    from weightdiag import tuning
     from weightdiag.source import local
 
     mode, args = sys.argv[1], sys.argv[2:]
-    stream.SPLIT_BYTES = local.LocalReader.chunk_bytes = 64 << 10
+    local.LocalReader.chunk_bytes = 64 << 10
     original = local.LocalReader.chunk
     seen = []
 
@@ -71,7 +71,8 @@ DRIVER = textwrap.dedent(
 
     local.LocalReader.chunk = chunk
     from weightdiag.cli import main
-    main(args)
+    with tuning.override(split_bytes=64 << 10):
+        main(args)
     """
 )
 

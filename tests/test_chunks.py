@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from weightdiag import tuning
 from weightdiag.api import fit_path
 from weightdiag.reduce import stream
 from weightdiag.reduce.reduction import merge, reduce_array, reduce_range
@@ -140,9 +141,9 @@ def test_partial_reductions_merge_to_the_whole(dtype):
 
 
 def _fit_with(folder, monkeypatch, split: int, local_chunk: int) -> dict:
-    monkeypatch.setattr(stream, "SPLIT_BYTES", split)
     monkeypatch.setattr("weightdiag.source.local.LocalReader.chunk_bytes", local_chunk)
-    return fit_path(str(folder), FitOptions(device="cpu"))
+    with tuning.override(split_bytes=split):
+        return fit_path(str(folder), FitOptions(device="cpu"))
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt_neox"])
@@ -171,7 +172,7 @@ def test_chunk_size_constants_are_consistent():
     from weightdiag.source.local import LocalReader
 
     for size in (CHUNK_BYTES, LocalReader.chunk_bytes):
-        assert size % chunks.SPLIT_BYTES == 0  # whole pieces per chunk: the same cuts everywhere
+        assert size % tuning.Tuning().split_bytes == 0  # whole pieces per chunk: the same cuts everywhere
 
 
 @pytest.mark.parametrize("dtype", ["BF16", "F16", "F32"])

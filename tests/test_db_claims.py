@@ -80,11 +80,11 @@ def _foreign_claim(row: Path, when: float) -> Path:
     return claim
 
 
-def test_another_hosts_claim_is_never_judged_by_its_times(tmp_path: Path, monkeypatch) -> None:
+def test_another_hosts_claim_is_never_judged_by_its_times(tmp_path: Path, knobs) -> None:
     """Clocks between hosts may disagree: a claim written a day 'ago' (the other host's clock behind ours) is live
     at first sight; one stamped a day ahead is not held forever. Only change, seen by this process's monotonic
     clock, tells a live claim from a dead one."""
-    monkeypatch.setattr(db, "CLAIM_SILENT_SECONDS", 0.5, raising=False)
+    knobs(claim_silent_seconds=0.5)
     for skew in (-86400.0, 86400.0):
         row = tmp_path / f"rows{skew:+.0f}" / "m.json"
         claim = _foreign_claim(row, time.time() + skew)
@@ -95,14 +95,14 @@ def test_another_hosts_claim_is_never_judged_by_its_times(tmp_path: Path, monkey
             os.utime(claim, (time.time() + skew + 1, time.time() + skew + 1))
             with db.claim(row) as holder:
                 assert holder is not None, "a beating claim was taken over"
-        time.sleep(0.7)  # no beat for longer than CLAIM_SILENT_SECONDS: its holder is gone
+        time.sleep(0.7)  # no beat for longer than claim_silent_seconds: its holder is gone
         with db.claim(row) as holder:
             assert holder is None
             assert json.loads(claim.read_text())["pid"] == os.getpid()
 
 
-def test_a_held_claim_beats(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(db, "HEARTBEAT_SECONDS", 0.05, raising=False)
+def test_a_held_claim_beats(tmp_path: Path, knobs) -> None:
+    knobs(heartbeat_seconds=0.05)
     row = tmp_path / "rows" / "m.json"
     with db.claim(row) as holder:
         assert holder is None

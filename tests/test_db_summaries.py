@@ -142,11 +142,9 @@ def test_a_hub_row_is_compared_offline_from_the_database(tmp_path, minilm_row, m
     assert "acme/minilm" in out.stdout and "the Hub is unreachable" in out.stderr
 
 
-def test_a_long_listing_is_plain_aligned_text_with_whole_ids(database, monkeypatch):
-    from weightdiag.render import reports
-
+def test_a_long_listing_is_plain_aligned_text_with_whole_ids(database, knobs):
     folder, _ = database
-    monkeypatch.setattr(reports, "PLAIN_LIST_ROWS", 1)  # as for a database of thousands of rows
+    knobs(plain_list_rows=1)  # as for a database of thousands of rows
     out = run_cli("db", "list", "--db", str(folder))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()

@@ -181,11 +181,10 @@ def test_mixed_dtypes_compare_decoded_values(tmp_path):
             assert 0 < rec["relative_change"] < 2**-8
 
 
-def test_the_sketch_path_finds_a_low_rank_update_in_a_wide_matrix(tmp_path, monkeypatch):
+def test_the_sketch_path_finds_a_low_rank_update_in_a_wide_matrix(tmp_path, knobs):
     """Small blocks force the one-pass sketch on the 256-wide matrices; a rank-3 update is pinned, the
     noise of the others is not called low rank."""
-    monkeypatch.setattr(paired, "BLOCK_ELEMS", 4096)
-    monkeypatch.setattr("weightdiag.delta.spectrum.GRAM_COLS", 64)
+    knobs(block_elems=4096, gram_cols=64)
     base = base_tensors()
     tuned = noise(base, 1e-3, seed=7)
     down = "model.layers.3.mlp.down_proj.weight"  # 128 x 256

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pickle
 import struct
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -232,9 +234,11 @@ def test_gated_repo_401_and_403(
     assert ("no access yet" if token else "log in") in err.value.message
 
 
-def test_corrupted_bytes_name_the_file(fake_hub: FakeHub, small_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_corrupted_bytes_name_the_file(
+    fake_hub: FakeHub, small_model: Path, monkeypatch: pytest.MonkeyPatch, knobs: Callable[..., Any]
+) -> None:
     monkeypatch.setenv("WEIGHTDIAG_HTTP_BACKOFF", "0")
-    monkeypatch.setattr("weightdiag.source.hub.HEAD_GUESS", 4096)  # the flipped byte lands in the tensor data
+    knobs(head_guess=4096)  # the flipped byte lands in the tensor data
     fake_hub.add_folder("acme/tiny", small_model)
     shard = sorted(p.name for p in small_model.glob("*.safetensors"))[1]
     fake_hub.fail("corrupt", shard, times=1, method="GET")

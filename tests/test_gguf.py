@@ -162,7 +162,7 @@ QUANTIZERS = {"Q8_0": q8_0, "Q4_0": q4_0, "Q4_1": q4_1}
 # --- synthetic round trips --------------------------------------------------------------------
 
 
-def test_float_and_quantized_round_trip(tmp_path, monkeypatch):
+def test_float_and_quantized_round_trip(tmp_path, knobs):
     rng = np.random.default_rng(1)
     f32 = rng.standard_normal((8, 64)).astype(np.float32)
     f16 = rng.standard_normal((64,)).astype(np.float16)
@@ -173,7 +173,7 @@ def test_float_and_quantized_round_trip(tmp_path, monkeypatch):
         tensors.append((f"m.{name}", (3, 128), name, raw))
         expected[f"m.{name}"] = values.reshape(3, 128)
     path = write(tmp_path, gguf_file(llama_kv(), tensors))
-    monkeypatch.setattr(ggml_blocks, "_DECODE_CHUNK", 40)  # several block batches per tensor: seams exercised
+    knobs(decode_chunk=40)  # several block batches per tensor: seams exercised
     plan, reader = open_gguf(path)
     try:
         np.testing.assert_array_equal(read(plan, reader, "a.f32"), f32)

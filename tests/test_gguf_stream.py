@@ -18,11 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from weightdiag import tuning
 from weightdiag.api import fit_path
-from weightdiag.delta import paired
 from weightdiag.delta.result import DiffOptions
-from weightdiag.reduce import stream
-from weightdiag.run import measure
 from weightdiag.run.diff import diff
 from weightdiag.run.measure import FitOptions
 
@@ -172,9 +170,9 @@ def model(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
 
 
 def _fit(path: Path, monkeypatch, split: int) -> dict:
-    monkeypatch.setattr(stream, "SPLIT_BYTES", split)
     monkeypatch.setattr("weightdiag.source.local.LocalReader.chunk_bytes", max(split, 3 * split // 2 // 8 * 8))
-    return fit_path(str(path), FitOptions(device="cpu"))
+    with tuning.override(split_bytes=split):
+        return fit_path(str(path), FitOptions(device="cpu"))
 
 
 def test_a_gguf_fit_matches_llama_cpps_values_read_whole_or_in_pieces(model, monkeypatch):
@@ -207,7 +205,7 @@ def test_a_gguf_fit_matches_llama_cpps_values_read_whole_or_in_pieces(model, mon
     )
 
 
-def test_gemma_norms_stored_as_one_plus_w_are_decoded_in_the_stream(tmp_path, monkeypatch):
+def test_gemma_norms_stored_as_one_plus_w_are_decoded_in_the_stream(tmp_path, monkeypatch, knobs):
     """Gemma GGUF norms hold 1 + w: the stream subtracts 1 (in float32, as the whole-tensor reader did) and the
     record adds the architecture's offset back, gathered whole or summarised piece by piece."""
     weights = {n: w for n, w in hf_weights(1, norms_plus=1.0).items() if n.endswith("norm.weight")}
@@ -216,7 +214,7 @@ def test_gemma_norms_stored_as_one_plus_w_are_decoded_in_the_stream(tmp_path, mo
     path = tmp_path / "gemma.gguf"
     stored = write_gguf(path, weights, types, arch="gemma")
     gathered = _fit(path, monkeypatch, 16 << 20)
-    monkeypatch.setattr(measure, "VECTOR_GATHER_BYTES", 64)  # every norm summarised piece by piece
+    knobs(vector_gather_bytes=64)  # every norm summarised piece by piece
     summarised = _fit(path, monkeypatch, 256)
     for row in (gathered, summarised):
         records = {v["name"]: v for v in row["vectors"]}
@@ -265,7 +263,7 @@ def test_diff_of_two_gguf_files_equals_numpy_on_llama_cpps_values(model, tmp_pat
     assert records["blk.0.ffn_up.weight"]["untouched"]
 
 
-def test_diff_of_a_gguf_file_against_its_hugging_face_checkpoint(model, tmp_path, monkeypatch):
+def test_diff_of_a_gguf_file_against_its_hugging_face_checkpoint(model, tmp_path, monkeypatch, knobs):
     """GGUF names pair with HF names by their layout role, and Q/K rows are compared in HF order: an F32 GGUF of
     the weights is unchanged everywhere, and a quantized one differs by exactly its quantization error, also
     read in blocks of a few rows (Q and K in blocks of whole heads)."""
@@ -281,8 +279,8 @@ def test_diff_of_a_gguf_file_against_its_hugging_face_checkpoint(model, tmp_path
     assert len(same["matrices"]) == len(TYPES) and len(same["vectors"]) == 5
     assert all(m["unchanged_fraction"] == 1.0 and m["relative_change"] == 0.0 for m in same["matrices"])
     quantized_path, quantized = model
-    for block_elems in (paired.BLOCK_ELEMS, 3 * D):
-        monkeypatch.setattr(paired, "BLOCK_ELEMS", block_elems)
+    for block_elems in (tuning.Tuning().block_elems, 3 * D):
+        knobs(block_elems=block_elems)
         result = diff(str(hf), str(quantized_path), DiffOptions(device="cpu", spectrum=False)).to_json()
         assert len(result["matrices"]) == len(TYPES)
         for rec in result["matrices"]:

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from weightdiag import api
+from weightdiag import api, tuning
 from weightdiag.api import fit_path
 from weightdiag.errors import HubError, VerificationError
-from weightdiag.reduce import stream
 from weightdiag.run.measure import FitOptions
 from weightdiag.source import hub_stream
 from weightdiag.testing import synthetic
@@ -37,11 +36,11 @@ def _science(row: dict) -> dict:
 @pytest.fixture
 def small_chunks(monkeypatch):
     """16 KiB chunks: the small test model becomes dozens of ranged GETs, several in flight."""
-    monkeypatch.setattr(stream, "SPLIT_BYTES", CHUNK)
     monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", CHUNK)
     monkeypatch.setattr("weightdiag.source.local.LocalReader.chunk_bytes", CHUNK)
-    monkeypatch.setattr("weightdiag.source.hub.HEAD_GUESS", 4096)  # else the first read takes whole small shards
     monkeypatch.setenv("WEIGHTDIAG_HTTP_BACKOFF", "0")
+    with tuning.override(split_bytes=CHUNK, head_guess=4096):  # head_guess: else the first read takes whole shards
+        yield
 
 
 @pytest.fixture
@@ -185,9 +184,9 @@ def test_gated_file_reads_give_the_gated_message_while_metadata_is_public(fake_h
     assert {r.status for r in fake_hub.requests_to("/resolve/")} == {401 if token is None else 403}
 
 
-def test_memory_stays_at_a_few_chunks_whatever_the_largest_tensor(fake_hub, tmp_path, monkeypatch):
+def test_memory_stays_at_a_few_chunks_whatever_the_largest_tensor(fake_hub, tmp_path, monkeypatch, knobs):
     """A 49 MB embedding streamed in 1 MiB chunks: Python's peak allocation stays far below the tensor."""
-    monkeypatch.setattr(stream, "SPLIT_BYTES", 1 << 20)
+    knobs(split_bytes=1 << 20)
     monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", 1 << 20)
     spec = synthetic.ModelSpec(n_layers=1, d_model=1024, n_heads=8, n_kv_heads=8, ffn_size=1024, vocab=24_000)
     folder = synthetic.write_model(tmp_path / "big-embed", spec)
@@ -211,15 +210,15 @@ def test_stream_errors_name_the_file_and_range(fake_hub, model, small_chunks, mo
         _fit("acme/tiny")
 
 
-def test_the_last_round_of_chunks_is_read_in_parts(fake_hub, model, small_chunks, monkeypatch):
+def test_the_last_round_of_chunks_is_read_in_parts(fake_hub, model, small_chunks):
     """No connection idles at the end: the last chunks are fetched as several ranged GETs each."""
     fake_hub.add_folder("acme/tiny", model)
     fake_hub.reset_counters()
     whole = _fit("acme/tiny")
     requests_whole = len(fake_hub.requests_to("/cdn/"))
-    monkeypatch.setattr(hub_stream, "TAIL_PART_BYTES", 2048)
     fake_hub.reset_counters()
-    parted = _fit("acme/tiny")
+    with tuning.override(tail_part_bytes=2048):
+        parted = _fit("acme/tiny")
     assert _science(parted) == _science(whole)
     assert all(f["verified"] for f in parted["files"])
     assert len(fake_hub.requests_to("/cdn/")) >= requests_whole + 8  # the last chunks came in parts

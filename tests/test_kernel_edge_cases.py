@@ -15,7 +15,7 @@ import threading
 import numpy as np
 import pytest
 
-from weightdiag import kernels
+from weightdiag import kernels, tuning
 from weightdiag.codes import HIST_BINS, cohort_bins, f32_bin_tables
 from weightdiag.delta.measures import CountedPart, Side, Totals, block_part
 from weightdiag.delta.spectrum import Sketch, rank_at
@@ -103,10 +103,9 @@ def assert_same_totals(mine: Totals, ref: Totals) -> None:
 
 
 @pytest.fixture
-def split_threads(monkeypatch):
+def split_threads():
     """Every kernel call split over 3 threads (a 1-row view by columns)."""
-    monkeypatch.setattr(kernels, "PARALLEL_MIN", 64)
-    with kernels.thread_budget(3):
+    with tuning.override(parallel_min=64), kernels.thread_budget(3):
         yield
 
 
@@ -353,8 +352,7 @@ def test_ok_a_block_counts_the_same_in_every_thread_and_leaves_nothing_behind():
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 7, 8, 9, 2047, 2048, 2049, 4095, 4097])
 def test_ok_f32_one_pass_lengths(monkeypatch, threads, n):
-    monkeypatch.setattr(kernels, "PARALLEL_MIN", 64)
-    with kernels.thread_budget(threads):
+    with tuning.override(parallel_min=64), kernels.thread_budget(threads):
         x = (np.random.default_rng(n).standard_normal(n) * 0.02).astype(np.float32)
         one_vs_four(monkeypatch, x)
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from weightdiag.reduce import stream
+from weightdiag import tuning
 from weightdiag.source import hub_stream
 
 from .conftest import run_cli
@@ -31,11 +31,11 @@ CHUNK = 16 << 10
 @pytest.fixture
 def small_chunks(monkeypatch):
     """16 KiB pieces: every matrix is cut inside rows and inside scale blocks."""
-    monkeypatch.setattr(stream, "SPLIT_BYTES", CHUNK)
     monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", CHUNK)
     monkeypatch.setattr("weightdiag.source.local.LocalReader.chunk_bytes", CHUNK)
-    monkeypatch.setattr("weightdiag.source.hub.HEAD_GUESS", 4096)
     monkeypatch.setenv("WEIGHTDIAG_HTTP_BACKOFF", "0")
+    with tuning.override(split_bytes=CHUNK, head_guess=4096):
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -153,13 +153,13 @@ def test_the_report_names_the_quantization(pair, tmp_path):
 
 @pytest.mark.kernels  # every format's decoder in small pieces: scripts/test runs it again on the numpy kernels
 @pytest.mark.parametrize("name", sorted(FORMATS))
-def test_from_the_hub_with_companions_in_another_shard(name, fake_hub, tmp_path_factory, minilm_dir, monkeypatch):
-    from weightdiag.reduce import stream
+def test_from_the_hub_with_companions_in_another_shard(
+    name, fake_hub, tmp_path_factory, minilm_dir, monkeypatch, knobs
+):
     from weightdiag.source import hub_stream
 
-    monkeypatch.setattr(stream, "SPLIT_BYTES", 64 << 10)
     monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", 64 << 10)
-    monkeypatch.setattr("weightdiag.source.hub.HEAD_GUESS", 4096)
+    knobs(split_bytes=64 << 10, head_guess=4096)
     qdir, tdir = _pair(tmp_path_factory, minilm_dir, name, layers=1)
     fake_hub.add_folder(f"acme/{name}", qdir)
     row = qc.fit_row(f"acme/{name}")

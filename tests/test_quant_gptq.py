@@ -439,15 +439,14 @@ E2E = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(E2E))
-def test_end_to_end_in_small_pieces(name, tmp_path, minilm_dir, monkeypatch):
+def test_end_to_end_in_small_pieces(name, tmp_path, minilm_dir, monkeypatch, knobs):
     """Two encoder layers read in pieces of 8008 bytes (cut inside stored rows): same fits, statistics and
     argmax as the float32 twin, every linear weight dequantized."""
-    from weightdiag.reduce import stream
     from weightdiag.source.local import LocalReader
 
     from . import quant_checkpoints as qc
 
-    monkeypatch.setattr(stream, "SPLIT_BYTES", 8008)
+    knobs(split_bytes=8008)
     monkeypatch.setattr(LocalReader, "chunk_bytes", 8008)
     factory, config, label = E2E[name]
     qdir, tdir = qc.write_pair(tmp_path, minilm_dir, factory(), config, layers=2)

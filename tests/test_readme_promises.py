@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from weightdiag import api
+from weightdiag import api, tuning
 from weightdiag.database.store import load_row
 from weightdiag.record.journal import PARTIAL_DIR
 from weightdiag.run.measure import FitOptions
@@ -411,11 +411,11 @@ def test_a_fit_whose_row_the_disk_cannot_take_prints_it_and_keeps_what_it_measur
 
 
 @pytest.fixture
-def tiny_on_hub(fake_hub, tmp_path, monkeypatch):
+def tiny_on_hub(fake_hub, tmp_path, monkeypatch, knobs):
     """A 3-shard model on the loopback Hub, read in 16 KiB chunks so that a fault lands inside a shard."""
     from .hub_server import small_model_in_small_chunks
 
-    folder = small_model_in_small_chunks(fake_hub, tmp_path / "tiny", monkeypatch, attempts=2)
+    folder = small_model_in_small_chunks(fake_hub, tmp_path / "tiny", monkeypatch, knobs, attempts=2)
     return sorted(p.name for p in folder.glob("*.safetensors"))
 
 
@@ -450,7 +450,7 @@ def test_a_hub_shard_that_fails_its_sha256_leaves_nothing(fake_hub, tiny_on_hub,
     assert not (db / "rows").exists() or not [p for p in (db / "rows").rglob("*") if p.is_file()]
 
 
-def test_a_hub_fit_stopped_by_sigterm_while_streaming_resumes_from_its_verified_shards(fake_hub, tmp_path, monkeypatch):
+def test_a_hub_fit_stopped_by_sigterm_while_streaming_resumes_from_its_verified_shards(fake_hub, tmp_path):
     """README: "143 | stopped by SIGTERM (`kill PID`, a job runner, `Popen.terminate()`), handled like Ctrl-C";
     "An interrupted fit resumes": "From the Hub, ... a shard's records are reused only once the whole shard was
     read and its hash matched; the shard that was cut off is read again"; "The row equals an uninterrupted
@@ -492,9 +492,9 @@ def test_a_hub_fit_stopped_by_sigterm_while_streaming_resumes_from_its_verified_
     assert len(err.strip().splitlines()) == 1 and "SIGTERM" in err, err
     assert _rows(db) == [] and _temps(db) == []
     fake_hub.bandwidth = None
-    monkeypatch.setattr("weightdiag.source.hub.HEAD_GUESS", 4096)  # else planning reads these small shards whole
     fake_hub.reset_counters()
-    row = api.fit("acme/tiny", FitOptions(device="cpu"), db_dir=db).row
+    with tuning.override(head_guess=4096):  # else planning reads these small shards whole
+        row = api.fit("acme/tiny", FitOptions(device="cpu"), db_dir=db).row
     assert row["run"]["resumed"]["tensors"] > 0
     assert _science(row) == _science(whole)
     sizes = [p.stat().st_size for p in folder.glob("*.safetensors")]

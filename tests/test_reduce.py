@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from weightdiag import kernels
+from weightdiag import kernels, tuning
 from weightdiag.codes import code_values, f32_bin_tables
 from weightdiag.fit.stats import cohort_histogram, magnitudes, matrix_stats
 from weightdiag.reduce import reduction as reduce_module
@@ -87,13 +87,12 @@ def _kernel_inputs():
 
 
 @pytest.fixture(params=["whole", "pieces"])
-def pieces(request, monkeypatch) -> str:
+def pieces(request) -> str:
     """The kernels as they run on one core, or with every view split over 3 threads and the numpy kernels' steps
     of 1,000 elements (so threads and steps end inside rows, and a one-row view is split by columns)."""
-    if request.param == "pieces":
-        monkeypatch.setattr(kernels, "PARALLEL_MIN", 64)
-        monkeypatch.setattr(kernels, "NUMPY_CHUNK", 1000)
-    with kernels.thread_budget(3 if request.param == "pieces" else 1):
+    split = request.param == "pieces"
+    changes = {"parallel_min": 64, "numpy_chunk": 1000} if split else {}
+    with tuning.override(**changes), kernels.thread_budget(3 if split else 1):
         yield request.param
 
 
@@ -141,14 +140,13 @@ def test_argmax_is_the_first_largest_finite_value():
     assert at == int(np.flatnonzero((flat & 0x7FFF) == 0x4300)[0])
 
 
-def test_threaded_split_gives_the_same_answer(monkeypatch):
+def test_threaded_split_gives_the_same_answer():
     x, view16, view32 = _kernel_inputs()
     whole16 = kernels.count_codes16(view16, 0x7F80)
     t = f32_bin_tables()
     whole32 = kernels.count_f32(view32, t.thresholds, t.irregular, len(t.irregular_bins))
     sums = kernels.power_sums(np.nan_to_num(x, nan=0.0, posinf=0.0), 0.0)
-    monkeypatch.setattr(kernels, "PARALLEL_MIN", 64)
-    with kernels.thread_budget(3):
+    with tuning.override(parallel_min=64), kernels.thread_budget(3):
         one_row = np.ascontiguousarray(view16).reshape(1, -1)
         for view, pieces in ((view16, 3), (one_row, 3), (view16[:2], 1)):  # by rows, by columns, too few rows
             assert len(kernels._pieces(view)) == pieces
@@ -341,11 +339,10 @@ def test_the_one_pass_f32_reduction_equals_the_four_passes(kernel_backend, monke
         x = (1000.0 + x * 1e-3).astype(np.float32)  # mean^2 / variance ~ 1e18: sums around 0 would cancel
     if case == "all nan":
         x[:] = np.nan
-    monkeypatch.setattr(kernels, "PARALLEL_MIN", 64)
     # one row (split by columns across threads), or every other run of 1,000 (rows of a strided view)
     segments = Segments(offset=7, length=1000, stride=2000, count=50) if case == "strided rows" else None
     bits = x.view(np.uint32)
-    with kernels.thread_budget(threads):
+    with tuning.override(parallel_min=64), kernels.thread_budget(threads):
         one = reduce_array(bits, "F32", segments)
         four = _four_passes(monkeypatch, bits, segments)
     assert np.array_equal(one.counts, four.counts) and np.array_equal(one.hist1024, four.hist1024)
@@ -360,12 +357,11 @@ def test_the_one_pass_f32_reduction_equals_the_four_passes(kernel_backend, monke
 
 
 @pytest.mark.parametrize("dtype", ["BF16", "F16", "F32"])
-def test_torch_reducer_across_chunks_without_host_syncs(monkeypatch, dtype):
+def test_torch_reducer_across_chunks_without_host_syncs(monkeypatch, knobs, dtype):
     """The torch path in many chunks (replicated bins, the largest |w| read back once per tensor): the same
     reduction as the CPU path, ties across chunks going to the first, Inf/NaN left out, a partial last chunk."""
-    from weightdiag.reduce import reduction_torch as rt
 
-    monkeypatch.setattr(rt, "CHUNK", 1000)
+    knobs(torch_chunk=1000)
     x = RNG.standard_normal(10_357) * 0.02
     x[[7_500, 2_345, 9_999]] = [-1.5, 1.5, 1.5]  # ties in three chunks: the first (2,345) is the argmax
     x[[10, 5_000]] = [np.inf, np.nan]

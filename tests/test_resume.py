@@ -136,10 +136,10 @@ def test_the_command_says_what_it_reused(model, tmp_path):
 
 
 @pytest.mark.e2e
-def test_a_hub_fit_resumes_from_its_verified_shards_only(fake_hub, tmp_path, monkeypatch):
+def test_a_hub_fit_resumes_from_its_verified_shards_only(fake_hub, tmp_path, monkeypatch, knobs):
     """From the Hub, shards are hashed as they stream: only whole shards whose sha256 matched are reused
     and they are not requested again; the shard cut off is read again whole (its hash needs every byte)."""
-    model = small_model_in_small_chunks(fake_hub, tmp_path / "model", monkeypatch)
+    model = small_model_in_small_chunks(fake_hub, tmp_path / "model", monkeypatch, knobs)
     whole = api.fit_model("acme/tiny", FitOptions(device="cpu"))
     db = tmp_path / "db"
     n = len(whole["matrices"]) + len(whole["vectors"])
@@ -159,10 +159,10 @@ def test_a_hub_fit_resumes_from_its_verified_shards_only(fake_hub, tmp_path, mon
 
 
 @pytest.mark.e2e
-def test_a_network_failure_keeps_the_journal_and_a_corrupt_shard_discards_it(fake_hub, tmp_path, monkeypatch):
+def test_a_network_failure_keeps_the_journal_and_a_corrupt_shard_discards_it(fake_hub, tmp_path, monkeypatch, knobs):
     """A connection that keeps dropping (exit 3 once the retries are spent) is an interruption: the verified
     shards are kept and the next run resumes. Bytes that fail their sha256 are not: nothing is kept."""
-    model = small_model_in_small_chunks(fake_hub, tmp_path / "model", monkeypatch, attempts=2)
+    model = small_model_in_small_chunks(fake_hub, tmp_path / "model", monkeypatch, knobs, attempts=2)
     last = sorted(p.name for p in model.glob("*.safetensors"))[-1]
     db = tmp_path / "db"
     fake_hub.fail("drop", last, times=None, method="GET", after_bytes=6000)  # headers (4 KiB) pass

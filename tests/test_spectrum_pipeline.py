@@ -174,10 +174,10 @@ def _stored_in_out(m: dict[str, Any]) -> bool:
 
 
 @pytest.mark.e2e
-def test_hub_spectra_equal_the_local_ones(fake_hub, tmp_path, monkeypatch):
+def test_hub_spectra_equal_the_local_ones(fake_hub, tmp_path, monkeypatch, knobs):
     from .hub_server import small_model_in_small_chunks
 
-    folder = small_model_in_small_chunks(fake_hub, tmp_path / "m", monkeypatch)
+    folder = small_model_in_small_chunks(fake_hub, tmp_path / "m", monkeypatch, knobs)
     options = FitOptions(device="cpu", spectrum=True, connections=4)
     hub = api.fit_model("acme/tiny", options)
     local = api.fit_model(str(folder), options)

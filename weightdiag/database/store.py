@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from .. import settings
+from .. import settings, tuning
 from ..errors import BadInputError, DatabaseError
 from ..record.schema import Row, RowError, _read_regular, read_row
 from ..record.schema import load_row as _check_row
@@ -248,12 +248,10 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+# A claim's holder touches it every heartbeat_seconds while it fits; a claim of another host that nobody has seen
+# change for claim_silent_seconds (both in weightdiag.tuning) is given up as its holder's. One of this host is
+# judged by its pid.
 CLAIMS_DIR = ".claims"  # rows/.claims/<row file name>: a sweep fitting that row now (two sweeps share the work)
-# A claim's holder touches it every HEARTBEAT_SECONDS while it fits; a claim of another host that nobody has seen
-# change for CLAIM_SILENT_SECONDS (by the observer's own monotonic clock: the hosts' clocks need not agree) is
-# given up as its holder's. One of this host is judged by its pid.
-HEARTBEAT_SECONDS = 5.0
-CLAIM_SILENT_SECONDS = 60.0
 # What this process has seen of other hosts' claims: claim path -> (what it looked like, monotonic time first seen so)
 _claims_seen: dict[str, tuple[tuple[object, ...], float]] = {}
 
@@ -262,10 +260,10 @@ _claims_seen: dict[str, tuple[tuple[object, ...], float]] = {}
 def claim(path: Path) -> Iterator[str | None]:
     """Claim the row at `path` for this process while it is fitted: yields None when claimed, else who holds
     it (another live process on this host, or a claim of another host still beating). A claim whose process
-    is gone (this host), or one of another host seen unchanged for CLAIM_SILENT_SECONDS, is taken over. Best
-    effort: a database where no claim can be made is fitted unclaimed. While held, a thread touches the claim
-    every HEARTBEAT_SECONDS, so that sweeps on other hosts can tell a live claim from a dead one without
-    comparing clocks."""
+    is gone (this host), or one of another host seen unchanged for claim_silent_seconds (weightdiag.tuning), is
+    taken over. Best effort: a database where no claim can be made is fitted unclaimed. While held, a thread
+    touches the claim every heartbeat_seconds, so that sweeps on other hosts can tell a live claim from a dead
+    one without comparing clocks."""
     target = path.parent / CLAIMS_DIR / path.name
     holder, held = _take_claim(target)
     if holder is not None:
@@ -299,7 +297,7 @@ def _claim_is_mine(target: Path) -> bool:
 def _heartbeat(target: Path, stop: Any) -> None:
     """Touch the claim while it is ours: its mtime changes at every beat (set, not compared: any clock will do)."""
     last = 0
-    while not stop.wait(HEARTBEAT_SECONDS):
+    while not stop.wait(tuning.current().heartbeat_seconds):
         if not _claim_is_mine(target):
             return
         last = max(time.time_ns(), last + 1)  # strictly new at each beat, even if this host's clock steps back
@@ -355,7 +353,7 @@ def _live_claim(target: Path) -> str | None:
     if seen is None or seen[0] != looks:
         _claims_seen[str(target)] = (looks, now)
         return f"another host (pid {pid})"
-    if now - seen[1] < CLAIM_SILENT_SECONDS:
+    if now - seen[1] < tuning.current().claim_silent_seconds:
         return f"another host (pid {pid})"
     del _claims_seen[str(target)]
     return None

@@ -12,9 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .. import tuning
 from ..source.gguf import GGML_BY_NAME
-
-_DECODE_CHUNK = 1 << 21  # stored bytes dequantized at a time: bounds the temporaries
 
 _NIBBLE_SHIFT = np.array([0, 4], dtype=np.uint8)
 _CRUMB_SHIFT = np.array([0, 2, 4, 6], dtype=np.uint8)
@@ -184,7 +183,7 @@ def dequantize(raw: np.ndarray, type_name: str, out: np.ndarray | None = None) -
     blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, t.size)
     if out is None:
         out = np.empty(len(blocks) * t.block, dtype=np.float32)
-    per_chunk = max(1, _DECODE_CHUNK // t.size)
+    per_chunk = max(1, tuning.current().decode_chunk // t.size)
     dst = out.reshape(-1, t.block)
     with np.errstate(all="ignore"):  # random or damaged scales may overflow: inf/nan, not errors
         for i in range(0, len(blocks), per_chunk):

@@ -21,7 +21,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from .. import kernels
+from .. import kernels, tuning
 from ..execution import Execution
 from ..executor import TASK_BASE_MEMORY, Verified
 from ..layout import ArchInfo, classify_tensor
@@ -29,7 +29,7 @@ from ..source.plan import ModelPlan, TensorRef
 from ..source.reader import Reader
 from .findings import is_low_rank, is_scaled
 from .measures import Totals, block_part, figures
-from .paired import BLOCK_BYTES, BLOCK_ELEMS, Rows, block_rows, matrix_shape, plan_rows, side_reads, stream_pairs
+from .paired import BLOCK_BYTES, Rows, block_rows, matrix_shape, plan_rows, side_reads, stream_pairs
 from .pairing import Pair
 from .result import DiffOptions, TensorDiff
 from .spectrum import Accumulator, accumulator
@@ -142,10 +142,11 @@ class PairsPass:
 
     def task_memory(self, parts: range) -> int:
         """A task's peak: the blocks in flight on both sides and their float64 arithmetic, the spectra's
-        accumulators (8 MB at most each: GRAM_COLS), a Hub side's buffers."""
+        accumulators (8 MB at most each: the gram_cols knob), a Hub side's buffers."""
         workers = self.options.workers or 1
         hub = any(source.kind == "hub" for source in self.sources)
-        blocks = 2 * workers * (2 * BLOCK_BYTES + 4 * 8 * BLOCK_ELEMS)  # the one-pass kernel's need no float64
+        elems = tuning.current().block_elems
+        blocks = 2 * workers * (2 * BLOCK_BYTES + 4 * 8 * elems)  # the one-pass kernel's need no float64
         buffers = 2 * (self.options.connections + 2) * (16 << 20) if hub else 0
         return TASK_BASE_MEMORY + blocks + 2 * workers * (8 << 20) + buffers
 

@@ -4,9 +4,9 @@ A tensor of logical shape [..., n] is read as an m x n matrix (m = the product o
 is an n x 1 column) in blocks of whole rows, the same rows on both sides whatever each side's dtype (F32
 against BF16, FP8 block codes against F32): the element ranges match, the byte ranges follow each side's
 own row size: each side is cut by the one row-block planner (reduce/row_stream.py `plan_blocks`) into the
-same numbers of whole rows. A block is at most BLOCK_BYTES of either side's stored bytes and BLOCK_ELEMS
-elements, so memory is a few blocks per side (about twice a fit's chunks, plus the arithmetic on them),
-whatever the tensor. Each side's bytes come from its own reader (`start`, then `chunk` as a context
+same numbers of whole rows. A block is at most BLOCK_BYTES of either side's stored bytes and `block_elems`
+(weightdiag/tuning.py) elements, so memory is a few blocks per side (about twice a fit's chunks, plus the
+arithmetic on them), whatever the tensor. Each side's bytes come from its own reader (`start`, then `chunk` as a context
 manager): local mappings or ranged GETs into pooled buffers, several blocks at once through executor.py's
 ordered window. A Hub side is verified as a
 fit is (every shard byte through the reader's ordered sha256, see `side_reads`) when its blocks come in its
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import kernels
+from .. import kernels, tuning
 from ..codes import FINITE_LIMIT16
 from ..errors import CheckpointFormatError, QuantizationError
 from ..executor import LOCAL
@@ -41,7 +41,6 @@ from .measures import Side
 from .pairing import Pair
 
 BLOCK_BYTES = 8 << 20  # stored bytes of one side in one block (a Hub reader's buffers hold 16 MiB)
-BLOCK_ELEMS = 1 << 20  # elements per block: the float64 arithmetic holds a few arrays of this many
 COUNTED_BLOCK_ELEMS = 1 << 22  # two sides in one 16-bit dtype: one C pass, no float64 arrays (measures.py)
 
 
@@ -62,7 +61,10 @@ def row_bytes(ref: TensorRef, m: int) -> int:
     return ref.nbytes // m
 
 
-def rows_per_block(n: int, base_row: int, tuned_row: int, elems: int = BLOCK_ELEMS) -> int:
+def rows_per_block(n: int, base_row: int, tuned_row: int, elems: int | None = None) -> int:
+    """Rows per block: at most BLOCK_BYTES of either side and `elems` elements (default: the block_elems knob,
+    what the float64 arithmetic holds a few arrays of)."""
+    elems = elems if elems is not None else tuning.current().block_elems
     widest = max(base_row, tuned_row, 1)
     return max(1, min(BLOCK_BYTES // widest, elems // max(n, 1)))
 
@@ -79,7 +81,7 @@ def block_rows(pair: Pair) -> int:
         and base.dtype.name == tuned.dtype.name
         and base.dtype.name in FINITE_LIMIT16
     )
-    rows = rows_per_block(n, row_bytes(base, m), row_bytes(tuned, m), COUNTED_BLOCK_ELEMS if counted else BLOCK_ELEMS)
+    rows = rows_per_block(n, row_bytes(base, m), row_bytes(tuned, m), COUNTED_BLOCK_ELEMS if counted else None)
     unit = math.lcm(*(_unit_rows(ref, m) for ref in (base, tuned)))
     return max(unit, rows - rows % unit)
 

@@ -24,7 +24,7 @@ class DiffOptions:
     device: str = "auto"
     include: Sequence[str] = ()  # only tensors (base names) matching one of these globs
     exclude: Sequence[str] = ()
-    sketch: int = SKETCH_CAP  # k of the randomized range sketch (matrices wider than spectrum.GRAM_COLS)
+    sketch: int = SKETCH_CAP  # k of the randomized range sketch (matrices wider than the gram_cols knob)
     seed: int = 0  # of the sketch's random test matrices
     spectrum: bool = True  # False: skip singular values and rank90 (the exact figures only)
     connections: int = 8  # ranged requests in flight per Hub side

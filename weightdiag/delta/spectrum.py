@@ -2,7 +2,7 @@
 
 Every path takes ΔW as row blocks (rows [r0, r1) of an m x n matrix, in order) and never holds ΔW whole:
 
-- `Gram` (n <= GRAM_COLS): G = ΔW^T ΔW accumulated in float64; its eigenvalues are the σ_i^2 exactly
+- `Gram` (n <= the gram_cols knob, 1024): G = ΔW^T ΔW accumulated in float64; its eigenvalues are the σ_i^2
   (up to float64 rounding: σ_i^2 below ~1e-13 σ_1^2 are noise, far below any 90% energy cut).
 - `Sketch` (wider matrices): the single-pass low-rank approximation of Tropp, Yurtsever, Udell and
   Cevher, "Practical sketching algorithms for low-rank matrix approximation" (SIAM J. Matrix Anal. Appl.
@@ -36,10 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import tuning
+
 if TYPE_CHECKING:
     import torch
 
-GRAM_COLS = 1024  # up to this many columns the spectrum is exact (Gram matrix, 8 MB at most)
 SKETCH_CAP = 128  # k: largest range sketch; l = 2k + 1 (Tropp et al.'s advice for a decaying spectrum)
 ERROR_ROWS = 16  # s: rows of the error sketch Θ
 ERROR_SAFETY = 1.5  # the error estimate is a 16-sample mean: widen it before bounding rank90 with it
@@ -112,7 +113,7 @@ class Accumulator:
 
 
 class Gram(Accumulator):
-    """ΔW^T ΔW in float64: exact singular values for matrices up to GRAM_COLS wide."""
+    """ΔW^T ΔW in float64: exact singular values for matrices up to gram_cols wide."""
 
     def __init__(self, m: int, n: int) -> None:
         self.gram = np.zeros((n, n), dtype=np.float64)
@@ -244,10 +245,11 @@ class Sketch(Accumulator):
 
 
 def accumulator(m: int, n: int, single_block: bool, *, seed: int = 0, cap: int = SKETCH_CAP, device: str = "cpu"):
-    """Exact (Gram) for matrices up to GRAM_COLS wide or read in one block (SVD), else the sketch."""
-    if n <= GRAM_COLS:
+    """Exact (Gram) for matrices up to gram_cols wide or read in one block (SVD), else the sketch."""
+    gram_cols = tuning.current().gram_cols
+    if n <= gram_cols:
         return Gram(m, n)
-    if single_block and min(m, n) <= GRAM_COLS:
+    if single_block and min(m, n) <= gram_cols:
         return _Whole(m, n)
     return Sketch(m, n, seed=seed, cap=cap, device=device)
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import settings
+from .. import settings, tuning
 
 FORCED = "WEIGHTDIAG_KERNELS=numpy"
 
@@ -75,8 +75,6 @@ def fallback_note() -> str | None:
     return f"note: {WHY_NUMPY}: the pure-numpy kernels are used (the same results, several times slower)"
 
 
-PARALLEL_MIN = 1 << 22  # elements; smaller tensors are not worth a thread hand-off
-NUMPY_CHUNK = 1 << 20  # elements per numpy step: keeps temporaries in cache
 F32_INF = 0x7F800000
 
 
@@ -112,7 +110,7 @@ def _split(view: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """Split a 2-D view into per-thread pieces (by rows, or by columns of a single row), each with the flat
     index in `view` of its first element."""
     rows, cols = view.shape
-    parts = min(threads(), max(1, view.size // (PARALLEL_MIN // 2)))
+    parts = min(threads(), max(1, view.size // (tuning.current().parallel_min // 2)))
     if parts > 1 and rows >= parts:
         bounds = np.linspace(0, rows, parts + 1).astype(int)
         return [(int(a) * cols, view[a:b]) for a, b in itertools.pairwise(bounds) if b > a]
@@ -134,9 +132,10 @@ def _map(fn: Callable[[np.ndarray], Any], view: np.ndarray) -> list[Any]:
 def _chunks(view: np.ndarray):
     """(flat offset, 1-D chunk) over a 2-D view, for the numpy kernels."""
     _ran_numpy()
+    step = tuning.current().numpy_chunk
     for r, row in enumerate(view):
-        for lo in range(0, row.size, NUMPY_CHUNK):
-            yield r * view.shape[1] + lo, row[lo : lo + NUMPY_CHUNK]
+        for lo in range(0, row.size, step):
+            yield r * view.shape[1] + lo, row[lo : lo + step]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from .. import tuning
 from ..codes import FINITE_LIMIT16, code_values, f32_bin_tables
 from ..segments import Segments
 from .reduction import Reduction, f32_shift, finite_mask, reduce_array
 
-CHUNK = 1 << 24  # elements per step: bounds the int64 temporaries on the device
 # Each count array replicated this many times, element i counted in copy i % REPLICAS: on a GPU, bincount's
 # atomics serialise on the few hot bins trained weights fill (issue 19, one H100: 15 G elements/s plain,
 # 46 G with 16 copies); the copies are summed once per chunk.
@@ -77,10 +77,10 @@ def _bincount(codes, size: int, offsets):
     return torch.bincount(spread, minlength=size * REPLICAS).view(REPLICAS, size).sum(0)
 
 
-def _replica_offsets(n: int, size: int, device):
+def _replica_offsets(n: int, size: int, device, step: int):
     import torch
 
-    return (torch.arange(min(n, CHUNK), device=device, dtype=torch.int64) % REPLICAS) * size
+    return (torch.arange(min(n, step), device=device, dtype=torch.int64) % REPLICAS) * size
 
 
 def _chunk_top(mags):
@@ -110,11 +110,12 @@ def _first_top(tops: list, starts: list[int]) -> tuple[int, int]:
 def _reduce16(bits, dtype: str, segments: Segments) -> Reduction:
     import torch
 
+    step = tuning.current().torch_chunk  # elements per step: bounds the int64 temporaries on the device
     counts = torch.zeros(65536, dtype=torch.int64, device=bits.device)
-    offsets = _replica_offsets(bits.numel(), 65536, bits.device)
+    offsets = _replica_offsets(bits.numel(), 65536, bits.device, step)
     tops, starts = [], []
-    for start in range(0, bits.numel(), CHUNK):
-        codes = bits[start : start + CHUNK].to(torch.int64) & 0xFFFF
+    for start in range(0, bits.numel(), step):
+        codes = bits[start : start + step].to(torch.int64) & 0xFFFF
         counts += _bincount(codes, 65536, offsets)
         mags = codes & 0x7FFF
         tops.append(_chunk_top(torch.where(mags < FINITE_LIMIT16[dtype], mags, torch.full_like(mags, -1))))
@@ -137,10 +138,11 @@ def _reduce_f32(bits, segments: Segments) -> Reduction:
     counts = torch.zeros(65536, dtype=torch.int64, device=device)
     above = torch.zeros(32768, dtype=torch.int64, device=device)
     irregular_hist = torch.zeros(n_irr * 65536, dtype=torch.int64, device=device)
-    offsets = _replica_offsets(bits.numel(), 65536, device)
+    step = tuning.current().torch_chunk  # elements per step: bounds the int64 temporaries on the device
+    offsets = _replica_offsets(bits.numel(), 65536, device, step)
     tops, starts = [], []
-    for start in range(0, bits.numel(), CHUNK):
-        chunk = bits[start : start + CHUNK].to(torch.int64) & 0xFFFFFFFF
+    for start in range(0, bits.numel(), step):
+        chunk = bits[start : start + step].to(torch.int64) & 0xFFFFFFFF
         counts += _bincount(chunk >> 16, 65536, offsets)
         mags = chunk & 0x7FFFFFFF
         keys = mags >> 16
@@ -162,8 +164,8 @@ def _reduce_f32(bits, segments: Segments) -> Reduction:
     sums = torch.zeros(5, dtype=torch.float64, device=device)  # as kernels.power_sums
     n_inf = 0
     values = bits.view(torch.float32)
-    for start in range(0, values.numel(), CHUNK):
-        x = values[start : start + CHUNK]
+    for start in range(0, values.numel(), step):
+        x = values[start : start + step]
         ok = torch.isfinite(x)
         if n_finite != segments.numel:
             n_inf += int(torch.isinf(x).sum())

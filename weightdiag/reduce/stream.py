@@ -23,12 +23,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .. import kernels, settings
+from .. import kernels, settings, tuning
 from ..decode.loader import LOOKAHEAD, CompanionLoader, LazyDecoder
 from ..execution import Execution
 from ..executor import LOCAL, TASK_BASE_MEMORY, PassRun, Verified, check_verified
 from ..segments import Segments
-from ..source.chunks import SPLIT_BYTES, Chunk, Span, plan_chunks
+from ..source.chunks import Chunk, Span, plan_chunks
 from ..source.plan import STORAGE_NUMPY, ModelPlan, Quantized, TensorRef
 from ..source.reader import Reader, Verification
 from ..source.reopen import reopen
@@ -126,12 +126,13 @@ class ReadPlan:
 
 
 def plan_reads(targets: Sequence[Target], reader: Reader, verify: bool) -> ReadPlan:
-    """Chunks of about reader.chunk_bytes covering every target (large tensors cut at SPLIT_BYTES
+    """Chunks of about reader.chunk_bytes covering every target (large tensors cut at split_bytes
     multiples of their own start, whatever the reader: the same pieces, the same merged sums); with
     `verify` and a reader that hashes, every byte of the shards' data regions."""
     spans = [Span(t.ref.shard, t.ref.start, t.ref.end, t.ref.quant.unit_bytes if t.ref.quant else 1) for t in targets]
     regions = reader.regions() if verify else None
-    return ReadPlan(plan_chunks(spans, reader.chunk_bytes, cover=regions, split_bytes=SPLIT_BYTES), regions is not None)
+    split = tuning.current().split_bytes
+    return ReadPlan(plan_chunks(spans, reader.chunk_bytes, cover=regions, split_bytes=split), regions is not None)
 
 
 def reduce_chunk(

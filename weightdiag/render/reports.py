@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from .. import tuning
 from ..diagnose.results import CheckResult, CompareReport, FlatRecord, TrajectoryResult
 from .tables import FirstFit, FitWidth, counted, fmt
 
@@ -90,13 +91,11 @@ def check_view(result: CheckResult, show_passing: bool = False) -> FitWidth:
     return FitWidth(table, optional=("baseline k", "baseline λ", "λ", "k"))
 
 
-PLAIN_LIST_ROWS = 500  # beyond this many rows, a plain text table: rich measures every cell (12 s for 5,000)
-
-
 def db_list_view(rows: list[FlatRecord], width: int | None = None) -> FitWidth | Text:
     """The listing: a table, or plain aligned text when there are many rows or when even the narrowest table
     could not show every id and revision whole on `width` columns (the table would fold them across lines)."""
-    if len(rows) > PLAIN_LIST_ROWS or (width is not None and rows and _narrowest_list_table(rows) > width):
+    many = len(rows) > tuning.current().plain_list_rows
+    if many or (width is not None and rows and _narrowest_list_table(rows) > width):
         return _plain_list(rows)
     table = Table(title=counted(len(rows), "row"))
     for col in ("id", "revision", "source", "protocol", "matrices", "FFN median k", "attention", "created"):

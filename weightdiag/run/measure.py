@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__, kernels
+from .. import __version__, kernels, tuning
 from ..codes import BIN_EDGES, HIST_BINS
 from ..decode.group import describe, group_quantized
 from ..dtypes import skip_reason
@@ -419,9 +419,6 @@ def _view_records(
         )
 
 
-# Vectors up to this size are gathered whole and summarised at once (exactly numpy's mean, std and dot);
-# longer ones are summarised chunk by chunk, so that no vector is ever held as float64 whole.
-VECTOR_GATHER_BYTES = 4 << 20
 
 
 @dataclass
@@ -461,12 +458,13 @@ def _reduce_all(
     """
     parts = [_parts(item, arch, options) for item in work]
     reader.set_connections(execution.connections)
+    gather = tuning.current().vector_gather_bytes  # longer vectors are summarised piece by piece
     targets = [
         Target(
             item.ref,
             () if item.vector else _selections(item, segs),
             # a vector cut into records (experts' biases) is gathered whole: small, [experts, width]
-            summarize=item.vector and not item.views and item.ref.nbytes > VECTOR_GATHER_BYTES,
+            summarize=item.vector and not item.views and item.ref.nbytes > gather,
             offset=vector_offset(item.role, arch.norm_offset),
         )
         for item, (segs, _) in zip(work, parts, strict=True)

@@ -1,9 +1,9 @@
 """Split the bytes to read into chunks of about one size: the unit of every read and reduction.
 
 Pure planning, no I/O. A tensor larger than a chunk is cut at fixed offsets from its own start
-(multiples of the split size, rounded down to whole code units for a GGUF weight: `cut_step`),
-whatever else is read around it, so its partial reductions, and therefore the merged result, are
-the same bit for bit whether the file is read locally, from the Hub, whole or in part. Small
+(multiples of the split size, weightdiag.tuning's split_bytes, rounded down to whole code units for a
+GGUF weight: `cut_step`), whatever else is read around it, so its partial reductions, and therefore the
+merged result, are the same bit for bit whether the file is read locally, from the Hub, whole or in part. Small
 neighbouring tensors are coalesced into one chunk (one ranged GET for hundreds of norm vectors).
 In `cover` mode the chunks tile each shard's data region without a hole (the bytes between and
 after selected tensors are read too), so that every byte of the file passes through the reader
@@ -17,8 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 CHUNK_ALIGN = 8  # tensor cut points stay on whole elements of every dtype (at most 8 bytes)
-# Where large tensors are cut, for every source and chunk size: the same pieces, the same merged sums.
-SPLIT_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)

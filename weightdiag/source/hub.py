@@ -33,7 +33,7 @@ from urllib.parse import quote, urlsplit
 
 import numpy as np
 
-from .. import settings
+from .. import settings, tuning
 from ..errors import (
     GatedRepoError,
     HubError,
@@ -852,12 +852,9 @@ def _stream(
     return plan, HubReader(streamed, policy)
 
 
-HEAD_GUESS = 256 << 10  # most safetensors headers fit: one request instead of two per shard
-
-
 def _read_head(shard: RangedFile, policy: RetryPolicy):
     """The shard's length prefix + JSON header, every byte read so far, and the parsed header."""
-    first = np.empty(min(shard.size, HEAD_GUESS), dtype=np.uint8)
+    first = np.empty(min(shard.size, tuning.current().head_guess), dtype=np.uint8)
     shard.read(0, first, policy)
     n = header_length(first[:PREFIX_BYTES].tobytes(), shard.size, shard.where)
     if PREFIX_BYTES + n > first.size:

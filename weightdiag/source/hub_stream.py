@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import tuning
 from ..errors import VerificationError
 from .chunks import Chunk
 from .plan import ModelPlan, TensorRef
@@ -30,7 +31,6 @@ from .reader import Reader, Verification
 
 CHUNK_BYTES = 16 << 20  # a 20 MB/s CDN connection moves one in ~0.8 s: request latency is a few per cent
 EXTRA_BUFFERS = 4  # chunks that may wait for their turn to be hashed while the connections go on
-TAIL_PART_BYTES = 2 << 20  # the last round of chunks is read in parts of at least this size
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class HubReader(Reader):
 
     def _fetch(self, remote: RangedFile, start: int, out: np.ndarray, tail: bool) -> None:
         """One ranged GET; in the last round of chunks, several, so that no connection idles at the end."""
-        parts = min(self.workers, out.size // TAIL_PART_BYTES) if tail else 1
+        parts = min(self.workers, out.size // tuning.current().tail_part_bytes) if tail else 1
         if parts <= 1:
             remote.read(start, out, self._policy, self._concurrency)
             return
