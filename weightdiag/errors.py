@@ -53,7 +53,7 @@ class WeightdiagError(Exception):
 
     Each subclass names one cause and carries what it is about as attributes (`repo`, `revision`, `file`,
     `status`, ...; None where the raise site does not know it), listed in `field_names` and returned by
-    `fields`. The message is written at the raise site, one line; weightdiag.cli._error_line prints it.
+    `fields`. The message is written at the raise site, one line; weightdiag.cli.errors._error_line prints it.
     """
 
     exit_code: ClassVar[ExitCode] = ExitCode.INTERNAL
