@@ -38,7 +38,6 @@ from .options import (
     TopOption,
     TotalOption,
     TrainStepsOption,
-    TrajectoryPlotOption,
     TrajectoryProtocolOption,
     WarmupOption,
     WeightDecayOption,
@@ -178,7 +177,7 @@ def trajectory(
     total: TotalOption = None,
     warmup: WarmupOption = 0.0,
     min_lr_ratio: MinLrRatioOption = 0.1,
-    plot: TrajectoryPlotOption = None,
+    plot: PlotOption = None,
     protocol: TrajectoryProtocolOption = None,
     as_json: JsonOption = False,
     quiet: QuietOption = False,  # accepted for uniformity: trajectory prints no notes

@@ -81,7 +81,6 @@ TokenOption = Annotated[
 DownloadOption = Annotated[
     bool, typer.Option("--download", help="Fetch whole shards into the HF cache instead of streaming.")
 ]
-SweepDownloadOption = Annotated[bool, typer.Option("--download", help="Fetch whole shards into the HF cache.")]
 # compare, check, report, sweep fit a model only when its row is not in the database already.
 DeviceOption = Annotated[
     str,
@@ -207,8 +206,8 @@ ReportSaveOption = Annotated[bool, typer.Option("--save/--no-save", help="Save a
 
 # --- what is drawn: plots and pages ------------------------------------------------------------------------
 
-PlotOption = Annotated[Path | None, typer.Option("--plot", metavar="DIR", help="Write PNG plots into this folder.")]
-TrajectoryPlotOption = Annotated[
+# diff, report and trajectory draw with matplotlib, the [plot] extra.
+PlotOption = Annotated[
     Path | None,
     typer.Option("--plot", metavar="DIR", help="Write PNG plots into this folder (needs the [plot] extra)."),
 ]
