@@ -73,9 +73,12 @@ def diff(
     base, tuned = (first, second) if second is not None else (None, first)
     chosen_blocks = parse_blocks(blocks)
     if blocks is not None and fail_above is None:
-        from ..errors import OptionError
+        from ..errors import OptionError, param
 
-        raise OptionError("--blocks selects what --fail-above gates; give --fail-above too", option="--blocks")
+        raise OptionError(
+            f"{param('blocks')} selects what {param('fail_above')} gates; give {param('fail_above')} too",
+            param="blocks",
+        )
     options = DiffOptions(
         device=device,
         include=include or (),

@@ -4,6 +4,7 @@ are missing, and that it was fitted on the way."""
 
 from typing import TYPE_CHECKING
 
+from .errors import flag
 from .output import _say
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ def _say_fallbacks(row: "Row", quiet: bool) -> None:
         if line:  # a quantized checkpoint, or floats that hold dequantized values: say what the numbers are of
             _say(f"note: {row['model']['id']}: {line}", quiet)
     hp = row.get("hyperparameters") or {}
-    missing = [flag for key, flag in _TAU_INPUTS if hp.get(key) is None]
+    missing = [flag(key) for key in _TAU_INPUTS if hp.get(key) is None]
     if missing and len(missing) < len(_TAU_INPUTS) and hp.get("t_over_tau") is None:  # some given, not all
         _say(
             f"note: T/τ (the lambda axis) needs the learning rate, weight decay and steps: give {', '.join(missing)} "
@@ -34,7 +35,7 @@ def _say_fallbacks(row: "Row", quiet: bool) -> None:
         )
 
 
-_TAU_INPUTS = (("lr", "--lr"), ("weight_decay", "--weight-decay"), ("steps", "--train-steps"))
+_TAU_INPUTS = ("lr", "weight_decay", "steps")  # the row's hyperparameters, named as FitOptions names them
 
 
 def _row_note(quiet: bool, save: bool = True) -> "RowNote":

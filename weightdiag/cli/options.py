@@ -32,11 +32,12 @@ VersionOption = Annotated[
 def _db_path(value: str) -> Path:
     # Path("") is Path("."): without this, `--db ""` would quietly write to ./rows.
     if not value.strip():
-        from ..errors import OptionError
+        from ..errors import OptionError, param
 
         raise OptionError(
-            "--db '': give a database folder (or leave --db out for the default that `weightdiag env` shows)",
-            option="--db",
+            f"{param('db_dir')} '': give a database folder (or leave {param('db_dir')} out for the default that "
+            "`weightdiag env` shows)",
+            param="db_dir",
         )
     return Path(value)
 

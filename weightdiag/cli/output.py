@@ -99,11 +99,12 @@ def _node_progress(progress: "FitProgress", wanted: bool, executor: str, quiet: 
     if not wanted:
         return progress
     if executor != "ray":
-        from ..errors import OptionError
+        from ..errors import OptionError, param
 
         progress.close()
         raise OptionError(
-            "--node-progress shows the nodes of a cluster: give --executor ray too", option="--node-progress"
+            f"{param('node_progress')} shows the nodes of a cluster: give {param('executor')} ray too",
+            param="node_progress",
         )
     if quiet:
         return progress
