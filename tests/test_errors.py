@@ -230,6 +230,19 @@ def test_every_parameter_an_error_names_has_a_flag() -> None:
     assert not missing, missing
 
 
+def test_the_command_line_writes_the_flags_the_library_names_as_parameters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.delenv("WEIGHTDIAG_DEBUG", raising=False)
+    with pytest.raises(OptionError) as library:
+        api.export_rows("xml", db_dir=tmp_path)
+    assert library.value.message == "fmt 'xml': choose csv or jsonl"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["db", "export", "--format", "xml", "--db", str(tmp_path)])
+    assert exit_info.value.code == ExitCode.BAD_INPUT
+    assert capsys.readouterr().err == "error: --format 'xml': choose csv or jsonl\n"
+
+
 # --- real situations on the loopback Hub ---------------------------------------------------------------------
 
 
@@ -347,7 +360,8 @@ def test_truncated_safetensors_header_names_the_file(tmp_path: Path) -> None:
 def test_revision_on_a_local_path_is_an_option_error(tmp_path: Path) -> None:
     with pytest.raises(OptionError) as err:
         api.fit_model(str(tmp_path), FitOptions(device="cpu"), revision="main")
-    assert err.value.option == "--revision"
+    assert err.value.param == "revision"
+    assert err.value.message == f"revision applies to Hub repos; {tmp_path} is a local path"
 
 
 def test_options_and_environment_variables_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -378,19 +392,19 @@ def test_sweep_options_are_named(tmp_path: Path) -> None:
 
     with pytest.raises(OptionError) as jobs:
         api.sweep(str(tmp_path), db_dir=tmp_path / "db", jobs=0)
-    assert jobs.value.option == "--jobs"
-    assert jobs.value.message == "--jobs must be at least 1"
+    assert jobs.value.param == "jobs"
+    assert jobs.value.message == "jobs must be at least 1"  # the parameter's name: the CLI writes --jobs
     with pytest.raises(OptionError) as executor:
         api.sweep(str(tmp_path), db_dir=tmp_path / "db", executor="slurm")
-    assert executor.value.option == "--executor"
+    assert executor.value.param == "executor"
     revisions = [sw.Revision(f"step{n}", n, f"acme/run@step{n}") for n in (0, 10, 100)]
     for steps in ("log:x", "1,x", "log:1", "7"):
         with pytest.raises(OptionError) as bad_steps:
             sw.select(revisions, steps=steps)
-        assert bad_steps.value.option == "--steps"
+        assert bad_steps.value.param == "steps"
     with pytest.raises(OptionError) as missing:
         sw.select(revisions, names=["step5"])
-    assert missing.value.option == "--revisions"
+    assert missing.value.param == "revisions"
     with pytest.raises(ModelPathError) as not_a_run:
         api.sweep(str(tmp_path), db_dir=tmp_path / "db")  # a folder without checkpoint folders
     assert not_a_run.value.path == str(tmp_path)
@@ -434,10 +448,10 @@ def test_outputs_that_cannot_be_written_name_the_path(tmp_path: Path) -> None:
     assert junit.value.path == str(tmp_path)
     with pytest.raises(OptionError) as tol:
         api.check("any-model", tmp_path / "base.json", tol_k=-1.0)
-    assert tol.value.option == "--tol-k"
+    assert tol.value.param == "tol_k"
     with pytest.raises(OptionError) as fmt:
         api.export_rows("xml", db_dir=tmp_path / "db")
-    assert fmt.value.option == "--format"
+    assert fmt.value.param == "fmt"
 
 
 def test_a_missing_matplotlib_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -475,4 +489,4 @@ def test_two_different_revisions_for_one_model_are_refused():
 
     with pytest.raises(OptionError, match="name two revisions") as caught:
         open_model("acme/tiny@feature--x", revision="main")
-    assert caught.value.option == "--revision"
+    assert caught.value.param == "revision"
