@@ -7,7 +7,7 @@ Errors print one line on stderr, never a traceback (set WEIGHTDIAG_DEBUG=1 to se
 The package: app (the Typer app and its commands' registration), one module per command group (fit; models:
 compare, check, report, trajectory; diff; sweep; db; env: version and env), options (every option declared
 once), output (consoles, broken pipes, the JSON/view sink), notes (what a command says besides its result) and
-errors (the error line, the exit codes, signals).
+errors (the error line with flags for the parameters it names, the exit codes, signals).
 """
 
 from .app import app, db_app

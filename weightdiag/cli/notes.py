@@ -30,7 +30,7 @@ def _say_fallbacks(row: "Row", quiet: bool) -> None:
     if missing and len(missing) < len(_TAU_INPUTS) and hp.get("t_over_tau") is None:  # some given, not all
         _say(
             f"note: T/τ (the lambda axis) needs the learning rate, weight decay and steps: give {', '.join(missing)} "
-            "too (or --preset NAME)",
+            f"too (or {flag('preset')} NAME)",
             quiet,
         )
 

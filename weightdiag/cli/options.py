@@ -195,15 +195,17 @@ NodeProgressOption = Annotated[
     ),
 ]
 
-# --- what is saved: each command's row (and whether by default) ----------------------------------------------
+# --- what is saved, by command: fit's row; the rows compare fitted on the way; the row check fitted (it fits its
+# model every time, never reading one from the database); the row report fitted when it had none to read;
+# diff's row (a diff, in diffs/). Whether by default is the command's (check: not) -------------------------------
 
 FitSaveOption = Annotated[bool, typer.Option("--save/--no-save", help="Write the row into the database folder.")]
 CompareSaveOption = Annotated[
     bool, typer.Option("--save/--no-save", help="Save the rows of models fitted on the way in the database.")
 ]
 CheckSaveOption = Annotated[bool, typer.Option("--save/--no-save", help="Save the fitted row in the database.")]
-DiffSaveOption = Annotated[bool, typer.Option("--save/--no-save", help="Write the diff row into the database folder.")]
 ReportSaveOption = Annotated[bool, typer.Option("--save/--no-save", help="Save a freshly fitted row in the database.")]
+DiffSaveOption = Annotated[bool, typer.Option("--save/--no-save", help="Write the diff row into the database folder.")]
 
 # --- what is drawn: plots and pages ------------------------------------------------------------------------
 
