@@ -23,7 +23,8 @@ The stages, lowest first (a module may import its own stage and the ones before 
             (sweep), matrices re-read for plots (histograms), a diff (diff)
   render    tables, plots, HTML (of fits, comparisons and diffs)
   api       the Python API: one function per command
-  cli       the command line
+  cli       the command line: a package of small modules (app, one per command group, options, output,
+            errors), none over CLI_MODULE_LINES lines
 
 weightdiag/testing (synthetic checkpoints for tests, benchmarks and the demo) is imported by no stage.
 """
@@ -182,6 +183,20 @@ def test_only_settings_reads_the_environment():
                 if "setdefault" not in line:  # sweep hands a thread count to its worker processes
                     readers.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert not readers, readers
+
+
+CLI_MODULE_LINES = 400
+
+
+def test_no_cli_module_is_long():
+    """The command line is a package of modules of one topic each (issue 37: cli.py had grown to 1,459 lines
+    of eight topics): none over CLI_MODULE_LINES lines."""
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in sorted((PACKAGE / "cli").rglob("*.py"))
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > CLI_MODULE_LINES
+    }
+    assert not long, long
 
 
 @pytest.mark.parametrize("module", ["weightdiag.cli", "weightdiag.api", "weightdiag.reduce.stream"])

@@ -603,13 +603,13 @@ def test_every_option_names_its_flags():
 
     import weightdiag.cli
 
-    tree = ast.parse(Path(weightdiag.cli.__file__).read_text(encoding="utf-8"))
     unnamed = [
-        node.lineno
-        for node in ast.walk(tree)
+        f"{path.name}:{node.lineno}"
+        for path in sorted(Path(weightdiag.cli.__file__).parent.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr == "Option"
         and not (node.args and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith("-"))
     ]
-    assert not unnamed, f"typer.Option without flag names at cli.py lines {unnamed}"
+    assert not unnamed, f"typer.Option without flag names at weightdiag/cli/ {unnamed}"

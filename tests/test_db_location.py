@@ -113,7 +113,7 @@ def test_db_list_says_where_it_looked_when_no_fitted_row_is_there(away, tmp_path
 def test_no_text_users_read_claims_the_old_default():
     """The default is no longer ./DATABASE of the current folder: the README, the docs and --help say the rules."""
     root = Path(__file__).resolve().parent.parent
-    texts = [root / "README.md", *(root / "docs").glob("*.md"), root / "weightdiag" / "cli.py"]
+    texts = [root / "README.md", *(root / "docs").glob("*.md"), *(root / "weightdiag" / "cli").glob("*.py")]
     stale = [str(p.relative_to(root)) for p in texts if re.search(r"else `?\./DATABASE`?", p.read_text())]
     assert not stale, stale
     readme = (root / "README.md").read_text()

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from weightdiag import api, cli
+from weightdiag.cli.errors import FLAGS, flag
 from weightdiag.database.store import AmbiguousRowError, RowNotFoundError
 from weightdiag.errors import (
     BadInputError,
@@ -33,6 +34,7 @@ from weightdiag.errors import (
     TransferError,
     VerificationError,
     WeightdiagError,
+    param,
 )
 from weightdiag.record.schema import RowError
 from weightdiag.run.measure import FitOptions
@@ -45,7 +47,7 @@ HUB_FIELDS = {"repo": None, "revision": None, "file": None, "status": None}
 EXAMPLES: list[tuple[WeightdiagError, ExitCode, dict[str, object]]] = [
     (WeightdiagError("boom"), ExitCode.INTERNAL, {}),
     (BadInputError("bad"), ExitCode.BAD_INPUT, {}),
-    (OptionError("--trim 'x': choose one of mid80", option="--trim"), ExitCode.BAD_INPUT, {"option": "--trim"}),
+    (OptionError(f"{param('trim')} 'x': choose one of mid80", param="trim"), ExitCode.BAD_INPUT, {"param": "trim"}),
     (ModelPathError("/nope: no such file or folder", path=Path("/nope")), ExitCode.BAD_INPUT, {"path": "/nope"}),
     (
         CheckpointFormatError("/m/a.safetensors: bad", file=Path("/m/a.safetensors")),
@@ -182,8 +184,65 @@ def test_every_error_is_one_line_with_its_code_through_the_cli(
         cli.main(["fit", "whatever"])
     assert exit_info.value.code == code
     err = capsys.readouterr().err
-    assert err == f"error: {error.message}\n"
+    assert err == f"error: {error.render(flag)}\n"  # the parameters a message names, as flags
     assert "Traceback" not in err
+
+
+# --- parameters: their names for the library, their flags on the command line -----------------------------------
+
+
+def test_a_message_names_parameters_for_the_library_and_flags_for_the_command_line() -> None:
+    error = OptionError(f"{param('schedule')} cosine needs {param('total')}\n (the run's total steps)", param="total")
+    assert str(error) == error.message == "schedule cosine needs total (the run's total steps)"
+    assert error.render(flag) == "--schedule cosine needs --total (the run's total steps)"
+    assert error.param == error.option == "total"  # `option`: its name before parameters were named
+    assert pickle.loads(pickle.dumps(error)).render(flag) == error.render(flag)  # sweep's workers hand errors back
+    steps = OptionError(f"{param('sweep.steps')} 'log:x': expected log:N", param="steps")
+    assert steps.message == "steps 'log:x': expected log:N"  # sweep's `steps`, beside FitOptions' (--train-steps)
+    assert steps.render(flag) == "--steps 'log:x': expected log:N"
+    assert flag("steps") == "--train-steps" and flag("model_id") == "--name"
+    odd = OptionError(f"{param('revision')} 'a\x00b': give a branch", param="revision")
+    assert odd.message == "revision 'a\x00b': give a branch"  # a NUL in a value is no parameter
+    with pytest.raises(ValueError):
+        param("--trim")  # a parameter's name, never a flag
+    # The form of modules not converted yet: a flag in a message that writes flags; `param` is that flag.
+    old = OptionError("--trim 'x': choose one of mid80", option="--trim")
+    assert old.message == old.render(flag) == "--trim 'x': choose one of mid80"
+    assert old.param == old.option == "--trim"
+
+
+def test_every_parameter_an_error_names_has_a_flag() -> None:
+    """FLAGS (weightdiag/cli/errors.py) has every name that weightdiag's messages mark with param()."""
+    import ast
+
+    named: dict[str, str] = {}
+    package = Path(api.__file__).parent
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "param"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                named[str(node.args[0].value)] = f"{path.relative_to(package)}:{node.lineno}"
+    assert named, "no param() call found: the scan no longer sees them"
+    missing = {name: where for name, where in named.items() if name not in FLAGS}
+    assert not missing, missing
+
+
+def test_the_command_line_writes_the_flags_the_library_names_as_parameters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.delenv("WEIGHTDIAG_DEBUG", raising=False)
+    with pytest.raises(OptionError) as library:
+        api.export_rows("xml", db_dir=tmp_path)
+    assert library.value.message == "fmt 'xml': choose csv or jsonl"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["db", "export", "--format", "xml", "--db", str(tmp_path)])
+    assert exit_info.value.code == ExitCode.BAD_INPUT
+    assert capsys.readouterr().err == "error: --format 'xml': choose csv or jsonl\n"
 
 
 # --- real situations on the loopback Hub ---------------------------------------------------------------------
@@ -305,7 +364,8 @@ def test_truncated_safetensors_header_names_the_file(tmp_path: Path) -> None:
 def test_revision_on_a_local_path_is_an_option_error(tmp_path: Path) -> None:
     with pytest.raises(OptionError) as err:
         api.fit_model(str(tmp_path), FitOptions(device="cpu"), revision="main")
-    assert err.value.option == "--revision"
+    assert err.value.param == "revision"
+    assert err.value.message == f"revision applies to Hub repos; {tmp_path} is a local path"
 
 
 def test_options_and_environment_variables_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -320,12 +380,12 @@ def test_options_and_environment_variables_are_named(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("WEIGHTDIAG_THREADS", "many")
     with pytest.raises(OptionError) as threads:
         settings.threads()
-    assert threads.value.option == "WEIGHTDIAG_THREADS"
+    assert threads.value.param == "WEIGHTDIAG_THREADS"
     assert threads.value.exit_code == ExitCode.BAD_INPUT
     monkeypatch.setenv("WEIGHTDIAG_HTTP_BACKOFF", "soon")
     with pytest.raises(OptionError) as backoff:
         settings.http_retries()
-    assert backoff.value.option == "WEIGHTDIAG_HTTP_BACKOFF"
+    assert backoff.value.param == "WEIGHTDIAG_HTTP_BACKOFF"
 
 
 # --- the user's options, outputs, database and rows ------------------------------------------------------------
@@ -336,19 +396,19 @@ def test_sweep_options_are_named(tmp_path: Path) -> None:
 
     with pytest.raises(OptionError) as jobs:
         api.sweep(str(tmp_path), db_dir=tmp_path / "db", jobs=0)
-    assert jobs.value.option == "--jobs"
-    assert jobs.value.message == "--jobs must be at least 1"
+    assert jobs.value.param == "jobs"
+    assert jobs.value.message == "jobs must be at least 1"  # the parameter's name: the CLI writes --jobs
     with pytest.raises(OptionError) as executor:
         api.sweep(str(tmp_path), db_dir=tmp_path / "db", executor="slurm")
-    assert executor.value.option == "--executor"
+    assert executor.value.param == "executor"
     revisions = [sw.Revision(f"step{n}", n, f"acme/run@step{n}") for n in (0, 10, 100)]
     for steps in ("log:x", "1,x", "log:1", "7"):
         with pytest.raises(OptionError) as bad_steps:
             sw.select(revisions, steps=steps)
-        assert bad_steps.value.option == "--steps"
+        assert bad_steps.value.param == "steps"
     with pytest.raises(OptionError) as missing:
         sw.select(revisions, names=["step5"])
-    assert missing.value.option == "--revisions"
+    assert missing.value.param == "revisions"
     with pytest.raises(ModelPathError) as not_a_run:
         api.sweep(str(tmp_path), db_dir=tmp_path / "db")  # a folder without checkpoint folders
     assert not_a_run.value.path == str(tmp_path)
@@ -366,7 +426,7 @@ def test_an_unwritable_db_is_a_database_error(tmp_path: Path) -> None:
     assert "is not a folder" in err.value.message
     with pytest.raises(OptionError) as empty:
         cli._db_path(" ")
-    assert empty.value.option == "--db"
+    assert empty.value.param == "db_dir"
 
 
 def test_an_empty_db_and_a_model_without_rows(tmp_path: Path) -> None:
@@ -392,10 +452,10 @@ def test_outputs_that_cannot_be_written_name_the_path(tmp_path: Path) -> None:
     assert junit.value.path == str(tmp_path)
     with pytest.raises(OptionError) as tol:
         api.check("any-model", tmp_path / "base.json", tol_k=-1.0)
-    assert tol.value.option == "--tol-k"
+    assert tol.value.param == "tol_k"
     with pytest.raises(OptionError) as fmt:
         api.export_rows("xml", db_dir=tmp_path / "db")
-    assert fmt.value.option == "--format"
+    assert fmt.value.param == "fmt"
 
 
 def test_a_missing_matplotlib_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -433,4 +493,4 @@ def test_two_different_revisions_for_one_model_are_refused():
 
     with pytest.raises(OptionError, match="name two revisions") as caught:
         open_model("acme/tiny@feature--x", revision="main")
-    assert caught.value.option == "--revision"
+    assert caught.value.param == "revision"

@@ -254,7 +254,7 @@ def test_a_run_of_identical_checkpoints_reads_as_no_movement(tmp_path):
     result = api.trajectory("run", db_dir=db)
     assert result["std_pattern"]["pattern"] == "no movement"
     assert not any("differentiated evolution" in f or "retreated" in f for f in result["findings"])
-    with pytest.raises(OptionError, match="--warmup"):
+    with pytest.raises(OptionError, match=r"^warmup 1000: give a warm-up"):
         api.trajectory("run", db_dir=db, schedule="cosine", total=100, warmup=1000)
     cosine = api.trajectory("run", db_dir=db, schedule="cosine", total=2000, warmup=10)
     assert any("cosine schedule was not used" in f for f in cosine["findings"])  # no lr in these rows

@@ -15,7 +15,7 @@ VERSION_FLAGS = ("--version", "-V")
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    # Same outcome as the eager --version option on the Typer app (cli.py): an eager option
+    # Same outcome as the eager --version option on the Typer app (cli/options.py): an eager option
     # given first is handled before anything after it is parsed.
     if args and args[0] in VERSION_FLAGS:
         sys.stdout.write(f"weightdiag {__version__}\n")

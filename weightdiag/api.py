@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .database.store import ROWS_DIR, RowNotFoundError, default_db_dir, natural_key
 from .delta.result import DiffOptions, DiffResult
 from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthReport, TrajectoryResult
-from .errors import DatabaseError, OptionError, OutputError, RowUseError
+from .errors import DatabaseError, OptionError, OutputError, RowUseError, param
 from .record.schema import Row, RowError
 from .run.fitting import check_options, fit_and_save_model, fit_model, fit_path, fit_plan, resolve_row, save_row
 from .run.measure import FitOptions
@@ -136,8 +136,8 @@ def compare(
     if revision is not None:
         if len(specs) != 1:
             raise OptionError(
-                "--revision names the revision of one model; for several, give each as ORG/NAME@REV",
-                option="--revision",
+                f"{param('revision')} names the revision of one model; for several, give each as ORG/NAME@REV",
+                param="revision",
             )
         specs = [with_revision(specs[0], revision)]
     if not specs:
@@ -222,9 +222,9 @@ def check(
     from .diagnose.check import check as check_rows
     from .diagnose.check import junit_xml
 
-    for flag, tol in (("--tol-k", tol_k), ("--tol-lambda", tol_lambda)):
+    for name, tol in (("tol_k", tol_k), ("tol_lambda", tol_lambda)):
         if not (math.isfinite(tol) and tol >= 0):
-            raise OptionError(f"{flag} {tol}: give a finite tolerance >= 0", option=flag)
+            raise OptionError(f"{param(name)} {tol}: give a finite tolerance >= 0", param=name)
     check_options(FitOptions(connections=connections))  # before reading anything, even a row file
     spec = with_revision(spec, revision)  # --revision REV: spec@REV, as fit takes it
     junit_path = Path(junit) if junit is not None else None
@@ -285,7 +285,9 @@ def report(
 
         require_matplotlib()  # fail before a long fit, not after it
     if hist and not (plot_dir or html_file):
-        raise OptionError("--hist draws into --plot DIR or --html FILE; add one of them", option="--hist")
+        raise OptionError(
+            f"{param('hist')} draws into {param('plot')} DIR or {param('html')} FILE; add one of them", param="hist"
+        )
     _check_outputs(plot_dir, html_file)  # before a long fit, not after it
     spec = with_revision(spec, revision)  # --revision REV: spec@REV, as fit takes it
     options = options or FitOptions()
@@ -385,9 +387,9 @@ def sweep(
     options = options or FitOptions()
     check_options(options)
     if jobs < 1:
-        raise OptionError("--jobs must be at least 1", option="--jobs")
+        raise OptionError(f"{param('jobs')} must be at least 1", param="jobs")
     if executor not in ("local", "ray"):
-        raise OptionError(f"--executor {executor!r}: choose local or ray", option="--executor")
+        raise OptionError(f"{param('executor')} {executor!r}: choose local or ray", param="executor")
     plan = sw.plan_sweep(
         target,
         model_id=model_id,
@@ -451,7 +453,9 @@ def trajectory(
     rows = [r for r in rows if r["protocol"]["name"] == chosen]
     if not rows:
         found = ", ".join(sorted(fitted))
-        raise OptionError(f"{model}: no rows fitted with --protocol {chosen} (found: {found})", option="--protocol")
+        raise OptionError(
+            f"{model}: no rows fitted with {param('protocol')} {chosen} (found: {found})", param="protocol"
+        )
     if not tr.ordered([_plain(r) for r in rows]):  # an empty trajectory with exit 0, before issue 33
         revisions = sorted(
             {str(r["model"].get("revision") or r["model"].get("fingerprint")) for r in rows}, key=natural_key
@@ -463,18 +467,23 @@ def trajectory(
             model_id=model,
         )
     if schedule not in SCHEDULES:
-        raise OptionError(f"--schedule {schedule!r}: choose constant or cosine", option="--schedule")
+        raise OptionError(f"{param('schedule')} {schedule!r}: choose constant or cosine", param="schedule")
     spec = None
     if schedule == "cosine":
         if not total:
-            raise OptionError("--schedule cosine needs --total (the run's total steps)", option="--total")
+            raise OptionError(
+                f"{param('schedule')} cosine needs {param('total')} (the run's total steps)", param="total"
+            )
         if not (0 <= warmup < total):
             raise OptionError(
-                f"--warmup {warmup:g}: give a warm-up from 0 to below --total {total:g} (the run's total steps)",
-                option="--warmup",
+                f"{param('warmup')} {warmup:g}: give a warm-up from 0 to below {param('total')} {total:g} (the "
+                "run's total steps)",
+                param="warmup",
             )
         if not 0 <= min_lr_ratio <= 1:
-            raise OptionError(f"--min-lr-ratio {min_lr_ratio:g}: give a ratio from 0 to 1", option="--min-lr-ratio")
+            raise OptionError(
+                f"{param('min_lr_ratio')} {min_lr_ratio:g}: give a ratio from 0 to 1", param="min_lr_ratio"
+            )
         spec = {"kind": "cosine", "total": total, "warmup": warmup, "min_ratio": min_lr_ratio}
     result = tr.trajectory([_plain(r) for r in rows], spec)
     result["protocol"] = chosen
@@ -562,7 +571,7 @@ def export_rows(
     from .database.store import write_text_atomic
 
     if fmt not in EXPORT_FORMATS:
-        raise OptionError(f"--format {fmt!r}: choose csv or jsonl", option="--format")
+        raise OptionError(f"{param('fmt')} {fmt!r}: choose csv or jsonl", param="fmt")
     out_path = Path(output) if output is not None else None
     if out_path is not None and out_path.is_dir():
         raise OutputError(

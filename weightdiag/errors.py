@@ -8,20 +8,32 @@ The classes name the cause and carry its fields (exit code in brackets):
 
     WeightdiagError [5]
       BadInputError [2]
-        OptionError(option)  ModelPathError(path)  CheckpointFormatError(file)  OutputError(path)
+        OptionError(param)  ModelPathError(path)  CheckpointFormatError(file)  OutputError(path)
         DatabaseError(folder)  MissingDependencyError(package)  RowUseError(model_id)
         records.RowError(file, field)  db.RowNotFoundError(spec)  db.AmbiguousRowError(spec, candidates)
       HubError(repo, revision, file, status) [3]
         RepoNotFoundError  RevisionNotFoundError  GatedRepoError  HubUnreachableError(+endpoint)
         NotCachedError  HubResponseError  TransferError  VerificationError(+expected, got)
+
+Parameters in messages. A library caller reads the name of the parameter it passed (`protocol`), a user of
+the command line the flag they typed (`--protocol`); one message serves both. The raise site names each
+parameter with param(): `OptionError(f"{param('protocol')} {x!r}: choose one of ...", param="protocol")`.
+param() marks the name with NUL characters (never in a path, a Hub id, a command-line argument or an
+environment variable); `str(exc)` and `exc.message` show the parameter's name (`protocol 'x': choose ...`),
+and weightdiag.cli.errors renders the same message with `exc.render(flag)`, each name looked up in its one
+table of flags (`--protocol 'x': choose ...`). A name is a parameter of the library (an api function's, a
+FitOptions field); where two parameters share one, the key names its owner as well (`sweep.steps`, sweep's
+checkpoint picker, beside FitOptions' `steps`), and the library shows the part after the dot. Environment
+variables (`WEIGHTDIAG_THREADS=...`) are written as they are: both readers set them by that name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from enum import IntEnum
 from os import PathLike
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 
 class ExitCode(IntEnum):
@@ -53,7 +65,7 @@ class WeightdiagError(Exception):
 
     Each subclass names one cause and carries what it is about as attributes (`repo`, `revision`, `file`,
     `status`, ...; None where the raise site does not know it), listed in `field_names` and returned by
-    `fields`. The message is written at the raise site, one line; weightdiag.cli._error_line prints it.
+    `fields`. The message is written at the raise site, one line; weightdiag.cli.errors._error_line prints it.
     """
 
     exit_code: ClassVar[ExitCode] = ExitCode.INTERNAL
@@ -62,6 +74,14 @@ class WeightdiagError(Exception):
     def __init__(self, message: str) -> None:
         # Keep messages to one line so the CLI can print them without a traceback.
         super().__init__(" ".join(message.split()))
+
+    def __str__(self) -> str:
+        return self.render(_library_name)
+
+    def render(self, name: Callable[[str], str]) -> str:
+        """The message with each parameter marked by param() written as name(key) gives it (str(exc): the
+        parameter's name; weightdiag.cli.errors: its flag)."""
+        return _PARAM.sub(lambda found: name(found[1]), super().__str__())
 
     @property
     def message(self) -> str:
@@ -85,6 +105,22 @@ def _rebuild(cls: type[WeightdiagError], args: tuple[Any, ...], state: dict[str,
     return error
 
 
+_MARK = "\0"  # C strings end there: no path, Hub id, argument or environment variable holds one
+_PARAM = re.compile(f"{_MARK}([A-Za-z_][A-Za-z0-9_.]*){_MARK}")
+
+
+def param(name: str) -> str:
+    """Parameter `name` inside an error message: its name in str(exc), its flag on the command line (above)."""
+    if not _PARAM.fullmatch(f"{_MARK}{name}{_MARK}"):
+        raise ValueError(f"not a parameter name: {name!r}")
+    return f"{_MARK}{name}{_MARK}"
+
+
+def _library_name(key: str) -> str:
+    """How a library caller reads a parameter: `sweep.steps` is sweep's `steps`."""
+    return key.rsplit(".", 1)[-1]
+
+
 # --- the user's input: exit 2 ---------------------------------------------------------------------------
 
 
@@ -95,13 +131,32 @@ class BadInputError(WeightdiagError):
 
 
 class OptionError(BadInputError):
-    """An option or environment variable has an unusable value; `option` names it (`--trim`, `HF_ENDPOINT`)."""
+    """A parameter or environment variable has an unusable value; `param` names it (`trim`, `HF_ENDPOINT`), and
+    the message names it (and any other parameter it mentions) with param().
 
-    field_names = ("option",)
+    `option=` is the form before parameters were named: a flag (`--trim`) in a message that writes flags, until
+    every module raises with param= (run/measure.py, run/fitting.py, run/histograms.py, diff/, execution.py,
+    reduce/, source/reopen.py did not yet); `param` is then that flag. `exc.option` is `exc.param`.
+    """
 
-    def __init__(self, message: str, *, option: str) -> None:
+    field_names = ("param",)
+
+    @overload
+    def __init__(self, message: str, *, param: str) -> None: ...
+
+    @overload
+    def __init__(self, message: str, *, option: str) -> None: ...
+
+    def __init__(self, message: str, *, param: str | None = None, option: str | None = None) -> None:
+        named = param if param is not None else option
+        if named is None:
+            raise TypeError("OptionError() needs param=: the parameter or environment variable it is about")
         super().__init__(message)
-        self.option = option
+        self.param = named
+
+    @property
+    def option(self) -> str:
+        return self.param
 
 
 class ModelPathError(BadInputError):

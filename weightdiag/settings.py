@@ -21,7 +21,7 @@ def _positive_float(name: str, default: float) -> float:
     except ValueError:
         value = math.nan
     if not (value > 0 and math.isfinite(value)):
-        raise OptionError(f"{name}={raw!r}: expected a positive number of seconds", option=name)
+        raise OptionError(f"{name}={raw!r}: expected a positive number of seconds", param=name)
     return value
 
 
@@ -35,7 +35,7 @@ def _whole_number(name: str, default: int, low: int, high: int | None, expected:
     except ValueError:
         value = low - 1
     if value < low or (high is not None and value > high):
-        raise OptionError(f"{name}={raw[:40]!r}: expected {expected}", option=name)
+        raise OptionError(f"{name}={raw[:40]!r}: expected {expected}", param=name)
     return value
 
 
@@ -183,7 +183,7 @@ def http_retries() -> tuple[int, float]:
         raise OptionError(
             f"WEIGHTDIAG_HTTP_ATTEMPTS={attempts_raw[:20]!r} / WEIGHTDIAG_HTTP_BACKOFF={backoff_raw[:20]!r}: "
             "expected a whole number of attempts and a number of seconds",
-            option="WEIGHTDIAG_HTTP_BACKOFF"
+            param="WEIGHTDIAG_HTTP_BACKOFF"
             if not attempts_raw or _is_int(attempts_raw)
             else "WEIGHTDIAG_HTTP_ATTEMPTS",
         ) from None

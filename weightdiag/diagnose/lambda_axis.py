@@ -97,9 +97,9 @@ class Hyperparameters:
 def check_preset(preset: str | None) -> None:
     """An unknown --preset is the user's input (exit 2)."""
     if preset and preset not in PRESETS:
-        from ..errors import OptionError
+        from ..errors import OptionError, param
 
-        raise OptionError(f"--preset {preset!r}: unknown; choose one of {', '.join(PRESETS)}", option="--preset")
+        raise OptionError(f"{param('preset')} {preset!r}: unknown; choose one of {', '.join(PRESETS)}", param="preset")
 
 
 def resolve(

@@ -487,7 +487,7 @@ def weighted_power_sums(values: np.ndarray, weights: np.ndarray, shift: float) -
 
 
 # ---------------------------------------------------------------------------------------------
-# A diff's block pair in one pass (weightdiag.diff.measures): C only; without the extension the diff takes
+# A diff's block pair in one pass (weightdiag.delta.measures): C only; without the extension the diff takes
 # its numpy path (whose figures are this kernel's test oracle).
 
 

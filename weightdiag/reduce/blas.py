@@ -6,7 +6,7 @@ starts as many threads as the machine has cores unless told otherwise, which is 
 machine and wrong for a sweep worker given a share of the cores (Execution.threads). `blas_threads(n)` sets
 every OpenBLAS loaded in the process to n threads inside the block and restores each one after; where no
 OpenBLAS is found (another BLAS) it changes nothing. The libraries are found among the loaded ones, as
-threadpoolctl does; diff's one-thread-per-worker blocks use the same (weightdiag/diff/blas.py).
+threadpoolctl does; diff's one-thread-per-worker blocks use the same (weightdiag/delta/paired.py).
 """
 
 from __future__ import annotations

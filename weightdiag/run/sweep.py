@@ -43,6 +43,7 @@ from ..errors import (
     NotCachedError,
     OptionError,
     WeightdiagError,
+    param,
 )
 
 LOCAL_PATTERNS = ("step*", "checkpoint-*", "checkpoint_*", "global_step*", "iter_*", "epoch*")
@@ -126,6 +127,10 @@ def local_revisions(folder: Path, glob: str | None = None) -> list[Revision]:
 # --- choosing ----------------------------------------------------------------------------------------
 
 
+# sweep's `steps` picks checkpoints; FitOptions' `steps` are the training steps done: two flags (errors.param).
+_STEPS = param("sweep.steps")
+
+
 def select(
     revisions: list[Revision], *, names: Iterable[str] | None = None, steps: str | None = None, everything: bool = False
 ) -> list[Revision]:
@@ -138,30 +143,33 @@ def select(
         missing = [n for n in wanted if n not in by_name]
         if missing:
             raise OptionError(
-                f"revision {missing[0]!r} does not exist; available: {_preview(revisions)}", option="--revisions"
+                f"revision {missing[0]!r} does not exist; available: {_preview(revisions)}", param="revisions"
             )
         return _order([by_name[n] for n in wanted])
     stepped = [r for r in revisions if r.step is not None]
     if not stepped:
-        raise OptionError("no step-numbered revisions to choose from; use --revisions or --all", option="--steps")
+        raise OptionError(
+            f"no step-numbered revisions to choose from; use {param('revisions')} or {param('everything')}",
+            param="steps",
+        )
     spec = steps or "log:14"
     if spec.startswith("log:"):
         try:
             count = int(spec[4:])
         except ValueError:
-            raise OptionError(f"--steps {spec!r}: expected log:N (N log-spaced steps)", option="--steps") from None
+            raise OptionError(f"{_STEPS} {spec!r}: expected log:N (N log-spaced steps)", param="steps") from None
         return _order(_log_spaced(stepped, count))
     try:
         targets = [int(s) for s in spec.split(",")]
     except ValueError:
         raise OptionError(
-            f"--steps {spec!r}: expected log:N or a comma-separated list of steps", option="--steps"
+            f"{_STEPS} {spec!r}: expected log:N or a comma-separated list of steps", param="steps"
         ) from None
     chosen = []
     for t in targets:
         match = [r for r in stepped if r.step == t]
         if not match:
-            raise OptionError(f"--steps: step {t} does not exist; available: {_preview(stepped)}", option="--steps")
+            raise OptionError(f"{_STEPS}: step {t} does not exist; available: {_preview(stepped)}", param="steps")
         chosen.append(match[0])
     return _order(chosen)
 
@@ -169,7 +177,7 @@ def select(
 def _log_spaced(stepped: list[Revision], count: int) -> list[Revision]:
     """`count` revisions spread evenly in log(step): step 0 (if any), the last, and log-spaced between."""
     if count < 2:
-        raise OptionError("--steps log:N needs N >= 2", option="--steps")
+        raise OptionError(f"{_STEPS} log:N needs N >= 2", param="steps")
     positive = [(r.step, r) for r in stepped if r.step and r.step > 0]
     chosen: dict[str, Revision] = {}
     zero = [r for r in stepped if r.step == 0]
@@ -443,8 +451,9 @@ def ray_runner(address: str | None) -> Runner:
         target = address or settings.ray_address()
         if not target:
             raise OptionError(
-                "--executor ray: give --ray-address HOST:PORT or set RAY_ADDRESS (an existing cluster)",
-                option="--ray-address",
+                f"{param('executor')} ray: give {param('ray_address')} HOST:PORT or set RAY_ADDRESS (an existing "
+                "cluster)",
+                param="ray_address",
             )
         ray.init(address=target, ignore_reinit_error=True, log_to_driver=False)
         try:

@@ -345,7 +345,7 @@ def _network_error(repo: str, exc: BaseException, revision: str | None = None) -
     if names & {"UnsupportedProtocol", "InvalidURL"} or bad_location or (type(exc) is ValueError and "URL" in str(exc)):
         if urlsplit(settings.hf_endpoint()).scheme not in ("http", "https"):
             return OptionError(
-                f"HF_ENDPOINT={settings.hf_endpoint()!r} is not an http(s) URL; fix or unset it", option="HF_ENDPOINT"
+                f"HF_ENDPOINT={settings.hf_endpoint()!r} is not an http(s) URL; fix or unset it", param="HF_ENDPOINT"
             )
         return _malformed(repo, f"it redirects to an unusable location ({str(exc)[:120]})", revision)
     if names & {"ConnectTimeout", "ConnectError"}:

@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import HubUnreachableError, ModelPathError, NotCachedError, OptionError
+from ..errors import HubUnreachableError, ModelPathError, NotCachedError, OptionError, param
 from .plan import ModelPlan
 from .reader import Reader
 
@@ -38,14 +38,16 @@ def with_revision(spec: str, revision: str | None) -> str:
     if revision is None:
         return spec
     if not revision.strip() or "@" in revision:
-        raise OptionError(f"--revision {revision!r}: give a branch, tag or commit", option="--revision")
+        raise OptionError(f"{param('revision')} {revision!r}: give a branch, tag or commit", param="revision")
     if Path(spec).expanduser().exists():
         raise OptionError(
-            f"--revision applies to a Hub id or a fitted model's id; {spec} is a local path", option="--revision"
+            f"{param('revision')} applies to a Hub id or a fitted model's id; {spec} is a local path", param="revision"
         )
     name, rev = split_revision(spec)
     if rev and rev != revision:
-        raise OptionError(f"--revision {revision} and {spec} name two revisions; give one of them", option="--revision")
+        raise OptionError(
+            f"{param('revision')} {revision} and {spec} name two revisions; give one of them", param="revision"
+        )
     return f"{name}@{revision}"
 
 
@@ -67,7 +69,7 @@ def open_model(
         from .local import open_local
 
         if revision:
-            raise OptionError(f"--revision applies to Hub repos; {spec} is a local path", option="--revision")
+            raise OptionError(f"{param('revision')} applies to Hub repos; {spec} is a local path", param="revision")
         return open_local(path, model_id)
     if is_hub_id(spec):
         from .hub import open_hub
@@ -75,7 +77,7 @@ def open_model(
         repo, rev = split_revision(spec)
         if revision and rev and revision != rev:
             raise OptionError(
-                f"--revision {revision} and {spec} name two revisions; give one of them", option="--revision"
+                f"{param('revision')} {revision} and {spec} name two revisions; give one of them", param="revision"
             )
         try:
             return open_hub(repo, revision or rev, token=token, download=download, model_id=model_id)

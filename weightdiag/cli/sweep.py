@@ -1,0 +1,149 @@
+"""`weightdiag sweep`: fit every selected checkpoint of a training run into the database."""
+
+from typing import Annotated, Any
+
+import typer
+
+from ..errors import ExitCode
+from .fit import _fit_options
+from .options import (
+    CenterOption,
+    ConnectionsOption,
+    DbOption,
+    DeviceOption,
+    DownloadOption,
+    EveryRevisionOption,
+    ExcludeOption,
+    FarmsOption,
+    GlobOption,
+    IncludeOption,
+    JobsOption,
+    JsonOption,
+    LrOption,
+    PresetOption,
+    ProtocolOption,
+    QuietOption,
+    RayAddressOption,
+    RevisionsOption,
+    SpectrumOption,
+    StepsOption,
+    SweepExecutorOption,
+    SweepNameOption,
+    TokenOption,
+    WeightDecayOption,
+)
+from .output import _emit, _progress, _say
+
+
+def sweep(
+    target: Annotated[
+        str,
+        typer.Argument(metavar="MODEL", help="A Hub repo id (ORG/NAME) or a folder of checkpoint folders."),
+    ],
+    revisions: RevisionsOption = None,
+    steps: StepsOption = None,
+    every: EveryRevisionOption = False,
+    glob: GlobOption = None,
+    db: DbOption = None,
+    jobs: JobsOption = 1,
+    executor: SweepExecutorOption = "local",
+    ray_address: RayAddressOption = None,
+    protocol: ProtocolOption = "hist1024",
+    device: DeviceOption = "auto",
+    center: CenterOption = False,
+    include: IncludeOption = None,
+    exclude: ExcludeOption = None,
+    lr: LrOption = None,
+    weight_decay: WeightDecayOption = None,
+    preset: PresetOption = None,
+    name: SweepNameOption = None,
+    token: TokenOption = None,
+    download: DownloadOption = False,
+    connections: ConnectionsOption = 8,
+    spectrum: SpectrumOption = False,
+    farms: FarmsOption = False,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Fit every selected checkpoint of a training run into the database (resumable, parallel)."""
+    from dataclasses import asdict
+
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ..api import sweep as sweep_api
+    from ..render.tables import FitWidth, counted
+
+    # No --train-steps: each revision's own step number gives it. --name is the sweep's, not a fit option.
+    # --center and --include/--exclude make every revision's row that variant (its own file, never counted as the
+    # revision's full fit: run/sweep.py row_path), as on `fit`.
+    options = _fit_options(
+        protocol=protocol,
+        device=device,
+        connections=connections,
+        center=center,
+        include=include,
+        exclude=exclude,
+        lr=lr,
+        weight_decay=weight_decay,
+        preset=preset,
+        spectrum=spectrum,
+        farms=farms,
+    )
+
+    def planned(model_id: str, names: list[str]) -> None:
+        _say(f"{model_id}: {counted(len(names), 'revision')}: {', '.join(names)}", quiet)
+
+    progress = _progress(quiet)  # a bar per revision while it is fitted (serial sweeps: --jobs 1, local)
+
+    def show(outcome: Any) -> None:
+        progress.close()  # the revision's bar gives way to its outcome line
+        if not as_json:
+            _say(f"  {outcome.revision}: {outcome.status} {outcome.detail}".rstrip(), quiet)
+
+    try:
+        run = sweep_api(
+            target,
+            db_dir=db,
+            options=options,
+            revisions=revisions.split(",") if revisions else None,
+            steps=steps,
+            everything=every,
+            glob=glob,
+            jobs=jobs,
+            executor=executor,
+            ray_address=ray_address,
+            model_id=name,
+            token=token,
+            download=download,
+            on_plan=planned,
+            on_outcome=show,
+            progress=progress,
+        )
+    finally:
+        progress.close()
+    outcomes = run.outcomes
+
+    def view() -> Any:
+        statuses = ("fitted", "reused", "existing", "claimed", "failed")
+        counts = {
+            s: sum(o.status == s for o in outcomes)
+            for s in statuses
+            if s != "claimed" or any(o.status == s for o in outcomes)
+        }
+        table = Table(title=f"sweep {escape(run.model_id)}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        for col in ("revision", "status", "seconds", "FFN median k", "detail"):
+            table.add_column(col, no_wrap=col != "detail")  # revisions whole, to copy; the detail folds
+        for o in outcomes:
+            table.add_row(
+                escape(o.revision),
+                o.status,
+                f"{o.seconds:.1f}" if o.seconds else "-",
+                f"{o.ffn_median_k:.4f}" if o.ffn_median_k else "-",
+                escape(o.detail),
+            )
+        return FitWidth(table, optional=("seconds", "FFN median k"))
+
+    _emit([asdict(o) for o in outcomes], view, as_json=as_json, quiet=quiet)
+    if run.failed:  # the other checkpoints' rows are written: exit 4, not 5
+        raise typer.Exit(ExitCode.PARTIAL)
