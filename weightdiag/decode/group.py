@@ -341,6 +341,21 @@ def _ct_scheme(module: str, qc: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def _fp4_spec(fmt: str, method: str, group: int, scaling: str, global_scale: str | None = None) -> QuantSpec:
+    """MXFP4 or NVFP4 (`fmt`) as `method` stores it: E2M1 codes, one scale per `group` of them, applied as
+    `scaling` says; NVFP4's tensor-wide scale divides ("divide") or multiplies ("multiply") the group scales."""
+    return QuantSpec(
+        fmt,
+        method,
+        4,
+        f"{fmt.upper()}, group {group}",
+        f"float32: e2m1(code) * {scaling}",
+        SOURCES[method],
+        group=group,
+        params={} if global_scale is None else {"global": global_scale},
+    )
+
+
 def _group_ct(ref, by_name, qc, read_small):
     group: int | None  # the codes' group size; None: one scale per output channel
     name = ref.name
@@ -353,30 +368,12 @@ def _group_ct(ref, by_name, qc, read_small):
             comps = _companions(base, by_name, roles)
             shape = (*ref.shape[:-1], ref.shape[-1] * 2)
             if "scale" in comps and "global_scale" not in comps and comps["scale"].dtype.name in ("U8", "F8_E8M0"):
-                group = int(args.get("group_size") or 32)
-                spec = QuantSpec(
-                    "mxfp4",
-                    "compressed-tensors",
-                    4,
-                    f"MXFP4, group {group}",
-                    "float32: e2m1(code) * 2^(scale - 127)",
-                    SOURCES["compressed-tensors"],
-                    group=group,
-                )
+                spec = _fp4_spec("mxfp4", "compressed-tensors", int(args.get("group_size") or 32), "2^(scale - 127)")
                 return Quantized(spec, ref, {"scale": comps["scale"], **_inputs(base, by_name)}, shape)
             if set(comps) != set(roles):
                 raise _refuse(f"{name}: NVFP4 codes without weight_scale and weight_global_scale", "compressed-tensors")
             group = int(args.get("group_size") or 16)
-            spec = QuantSpec(
-                "nvfp4",
-                "compressed-tensors",
-                4,
-                f"NVFP4, group {group}",
-                "float32: e2m1(code) * (fp8(scale) / global_scale)",
-                SOURCES["compressed-tensors"],
-                group=group,
-                params={"global": "divide"},
-            )
+            spec = _fp4_spec("nvfp4", "compressed-tensors", group, "(fp8(scale) / global_scale)", global_scale="divide")
             return Quantized(spec, ref, {**comps, **_inputs(base, by_name)}, shape)
         if ref.dtype.name != "I32":
             raise _refuse(
@@ -452,16 +449,7 @@ def _group_modelopt(ref, by_name, qc, read_small):
         return Quantized(spec, ref, {"scale": scale, **_inputs(name, by_name)}, ref.shape)
     if ref.dtype.name == "U8" and name + "_scale" in by_name and name + "_scale_2" in by_name:
         group = int(qc.get("group_size") or 16)
-        spec = QuantSpec(
-            "nvfp4",
-            "modelopt",
-            4,
-            f"NVFP4, group {group}",
-            "float32: e2m1(code) * fp8(scale) * weight_scale_2",
-            SOURCES["modelopt"],
-            group=group,
-            params={"global": "multiply"},
-        )
+        spec = _fp4_spec("nvfp4", "modelopt", group, "fp8(scale) * weight_scale_2", global_scale="multiply")
         comps = {"scale": by_name[name + "_scale"], "global_scale": by_name[name + "_scale_2"]}
         return Quantized(spec, ref, {**comps, **_inputs(name, by_name)}, (*ref.shape[:-1], ref.shape[-1] * 2))
     return None
@@ -476,9 +464,7 @@ def _group_mxfp4(ref, by_name, qc, read_small):
         raise _refuse(
             f"{ref.name} ({ref.dtype.name}{list(ref.shape)}) is not an MXFP4 block tensor with its _scales", "mxfp4"
         )
-    spec = QuantSpec(
-        "mxfp4", "mxfp4", 4, "MXFP4, group 32", "float32: e2m1(code) * 2^(scale - 127)", SOURCES["mxfp4"], group=32
-    )
+    spec = _fp4_spec("mxfp4", "mxfp4", 32, "2^(scale - 127)")
     shape = (*ref.shape[:-2], ref.shape[-2] * 32)
     return Quantized(spec, ref, {"scale": scale}, shape)
 

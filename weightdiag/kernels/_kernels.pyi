@@ -54,8 +54,7 @@ def f32_pass(
     bits: np.ndarray, thresholds: np.ndarray, counts: np.ndarray, above: np.ndarray, sums: np.ndarray, /
 ) -> tuple[int, int, int, int, float]: ...
 
-# (unchanged, flips, nonfinite, then (top, at) for base, tuned, delta and ratio, the five sums, the five
-# packed lengths, shift)
+# one flat tuple, in the groups below (kernels.pair16 unpacks it into PairCounts)
 def pair16(
     base: np.ndarray,
     tuned: np.ndarray,
@@ -70,26 +69,9 @@ def pair16(
     tables: np.ndarray,
     /,
 ) -> tuple[
-    int,
-    int,
-    int,
-    int,
-    int,
-    int,
-    int,
-    int,
-    int,
-    int,
-    int,
-    float,
-    float,
-    float,
-    float,
-    float,
-    int,
-    int,
-    int,
-    int,
-    int,
-    float,
-]: ...
+    int, int, int,  # unchanged, flips, nonfinite
+    int, int, int, int, int, int, int, int,  # (top, at) for base, tuned, delta and ratio
+    float, float, float, float, float,  # the five sums
+    int, int, int, int, int,  # the five packed lengths
+    float,  # shift
+]: ...  # fmt: skip

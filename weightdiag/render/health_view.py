@@ -4,6 +4,7 @@ audio tower of a `health_report` result."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
@@ -160,14 +161,37 @@ def moe_outlier_cell(layer: dict[str, Any], outliers: list[dict[str, Any]]) -> s
     return ", ".join(seen)
 
 
+def moe_layout(moe: dict[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    """The MoE table's routed kinds, the kinds with a shared expert, and its columns (terminal and HTML)."""
+    kinds = moe_kinds(moe)
+    shared = [k for k in KIND_ORDER if any(k in layer["shared"] for layer in moe["layers"])]
+    columns = ["block", "experts", *(f"k {k}" for k in kinds), *(f"λ {k}" for k in kinds)]
+    columns += [*(f"shared k {k}" for k in shared), "router k", "outliers"]
+    return kinds, shared, columns
+
+
+def moe_cells(layer: dict[str, Any], moe: dict[str, Any], kinds: list[str], shared: list[str]) -> list[str]:
+    """One MoE layer's row under moe_layout's columns, as plain text (the HTML report escapes it)."""
+    ks = [layer["kinds"].get(k, {}) for k in kinds]
+    router = next((r["k"] for r in layer["routers"] if r["k"] is not None), None)
+    return [
+        str(layer["block"]),
+        str(layer["experts"] or "-"),
+        *(spread_text(e.get("k_median"), e.get("k_spread"), 4, False) for e in ks),
+        *(spread_text(e.get("lambda_median"), e.get("lambda_spread"), 3, True) for e in ks),
+        *(fmt(layer["shared"][k]["k"]) if k in layer["shared"] else "" for k in shared),
+        fmt(router),
+        moe_outlier_cell(layer, moe["outliers"]),
+    ]
+
+
 def moe_table(result: HealthReport) -> FitWidth | None:
     """Per MoE layer: the routed experts' median k and λ per kind with their spread (MAD as sigma; λ as a
     relative spread), the shared expert's k, the router's k and the outlier experts."""
     moe = result.get("moe")
     if not moe:
         return None
-    kinds = moe_kinds(moe)
-    shared = [k for k in KIND_ORDER if any(k in layer["shared"] for layer in moe["layers"])]
+    kinds, shared, columns = moe_layout(moe)
     table = Table(
         title="MoE layers: routed experts per kind, median ± spread across the layer's experts "
         "(shared experts and routers apart)",
@@ -175,24 +199,10 @@ def moe_table(result: HealthReport) -> FitWidth | None:
         caption=f"outliers: |robust z| >= {moe['rule']['robust_z']} across a layer's experts and a practical effect "
         f"(docs/report.md); none singled out below {moe['rule']['min_experts']} experts",
     )
-    columns = ["block", "experts", *(f"k {k}" for k in kinds), *(f"λ {k}" for k in kinds)]
-    columns += [*(f"shared k {k}" for k in shared), "router k", "outliers"]
     for col in columns:
         table.add_column(col, justify="left" if col == "outliers" else "right", no_wrap=col != "outliers")
     for layer in moe["layers"]:
-        ks = [layer["kinds"].get(k, {}) for k in kinds]
-        router = next((r["k"] for r in layer["routers"] if r["k"] is not None), None)
-        table.add_row(
-            *_plain(
-                str(layer["block"]),
-                str(layer["experts"] or "-"),
-                *(spread_text(e.get("k_median"), e.get("k_spread"), 4, False) for e in ks),
-                *(spread_text(e.get("lambda_median"), e.get("lambda_spread"), 3, True) for e in ks),
-                *(fmt(layer["shared"][k]["k"]) if k in layer["shared"] else "" for k in shared),
-                fmt(router),
-                moe_outlier_cell(layer, moe["outliers"]),
-            )
-        )
+        table.add_row(*_plain(*moe_cells(layer, moe, kinds, shared)))
     optional = ("router k", *(f"shared k {k}" for k in reversed(shared)), *(f"λ {k}" for k in reversed(kinds)))
     return FitWidth(table, optional=optional)
 
@@ -203,6 +213,28 @@ def tower_name(layer: dict[str, Any]) -> str:
     return "-" if not name else (short_name(name) if layer["layer"] is not None else name)
 
 
+TOWER_COLUMNS = ("layer", "matrices", "params", "median k", "lowest k", "median λ", "max max/q99", "lowest-k matrix")
+
+
+def tower_rows(t: dict[str, Any]) -> list[dict[str, Any]]:
+    """A tower's rows: its layers, then its matrices outside any layer (if it has some)."""
+    return [*t["layers"], *([t["outside_layers"]] if t["outside_layers"] else [])]
+
+
+def tower_cells(x: dict[str, Any], number: Callable[[Any, int], str]) -> list[str]:
+    """A tower row's cells under TOWER_COLUMNS but the last (its lowest-k matrix, which each view writes its
+    own way); `number(value, digits)` writes the numbers."""
+    return [
+        "-" if x["layer"] is None else str(x["layer"]),
+        str(x["matrices"]),
+        f"{x['params']:,}",
+        number(x["k_median"], 4),
+        number(x["k_min"], 4),
+        number(x["lambda_median"], 3),
+        number(x["max_over_q99"], 3),
+    ]
+
+
 def tower_tables(result: HealthReport) -> list[FitWidth]:
     """One table per vision/audio tower, per layer: never mixed into the language model's blocks."""
     out = []
@@ -211,23 +243,10 @@ def tower_tables(result: HealthReport) -> list[FitWidth]:
             title=f"{t['tower']} (not the language model): {tower_size(t)}",
             title_justify="left",
         )
-        columns = ("layer", "matrices", "params", "median k", "lowest k", "median λ", "max max/q99", "lowest-k matrix")
-        for col in columns:
+        for col in TOWER_COLUMNS:
             table.add_column(col, justify="left" if col == "lowest-k matrix" else "right", no_wrap=True)
-        rows = [*t["layers"], *([t["outside_layers"]] if t["outside_layers"] else [])]
-        for x in rows:
-            table.add_row(
-                *_plain(
-                    "-" if x["layer"] is None else str(x["layer"]),
-                    str(x["matrices"]),
-                    f"{x['params']:,}",
-                    fmt(x["k_median"]),
-                    fmt(x["k_min"]),
-                    fmt(x["lambda_median"], 3),
-                    fmt(x["max_over_q99"], 3),
-                    elide(tower_name(x)),
-                )
-            )
+        for x in tower_rows(t):
+            table.add_row(*_plain(*tower_cells(x, fmt), elide(tower_name(x))))
         out.append(FitWidth(table, optional=("lowest-k matrix", "params", "median λ")))
     return out
 

@@ -15,7 +15,7 @@ from ..diagnose.classes import SELECTION_DEEP_BELOW_K, TRANSMISSION_MIN_K
 from ..diagnose.health.towers import tower_size
 from ..diagnose.results import HealthReport
 from ..vocabulary import KIND_ORDER
-from .health_view import moe_kinds, moe_outlier_cell, spread_text, tower_name
+from .health_view import TOWER_COLUMNS, moe_cells, moe_layout, tower_cells, tower_name, tower_rows
 from .plots import PlotFile
 from .spectrum_view import spectrum_html
 
@@ -108,25 +108,8 @@ def _moe(result: HealthReport) -> str:
     moe = result.get("moe")
     if not moe:
         return ""
-    kinds = moe_kinds(moe)
-    shared = [k for k in KIND_ORDER if any(k in layer["shared"] for layer in moe["layers"])]
-    headers = ["block", "experts", *(f"k {k}" for k in kinds), *(f"λ {k}" for k in kinds)]
-    headers += [*(f"shared k {k}" for k in shared), "router k", "outliers"]
-    rows = []
-    for layer in moe["layers"]:
-        ks = [layer["kinds"].get(k, {}) for k in kinds]
-        router = next((r["k"] for r in layer["routers"] if r["k"] is not None), None)
-        rows.append(
-            [
-                str(layer["block"]),
-                str(layer["experts"] or "-"),
-                *(escape(spread_text(e.get("k_median"), e.get("k_spread"), 4, False)) for e in ks),
-                *(escape(spread_text(e.get("lambda_median"), e.get("lambda_spread"), 3, True)) for e in ks),
-                *(_fmt(layer["shared"][k]["k"]) if k in layer["shared"] else "" for k in shared),
-                _fmt(router),
-                escape(moe_outlier_cell(layer, moe["outliers"])),
-            ]
-        )
+    kinds, shared, headers = moe_layout(moe)
+    rows = [[escape(cell) for cell in moe_cells(layer, moe, kinds, shared)] for layer in moe["layers"]]
     head = (
         "<p>Routed experts per kind: median ± spread across the layer's experts (k: MAD as a sigma; λ: relative). "
         "Shared experts and routers are read apart from the routed ones.</p>"
@@ -137,23 +120,10 @@ def _moe(result: HealthReport) -> str:
 def _towers(result: HealthReport) -> str:
     parts = []
     for t in result.get("towers", []):
-        rows = [
-            [
-                "-" if x["layer"] is None else str(x["layer"]),
-                str(x["matrices"]),
-                f"{x['params']:,}",
-                _fmt(x["k_median"]),
-                _fmt(x["k_min"]),
-                _fmt(x["lambda_median"], 3),
-                _fmt(x["max_over_q99"], 3),
-                escape(tower_name(x)),
-            ]
-            for x in [*t["layers"], *([t["outside_layers"]] if t["outside_layers"] else [])]
-        ]
-        headers = ["layer", "matrices", "params", "median k", "lowest k", "median λ", "max max/q99", "lowest-k matrix"]
+        rows = [[*tower_cells(x, _fmt), escape(tower_name(x))] for x in tower_rows(t)]
         parts.append(
             f"<h2>{escape(t['tower'])} (not the language model)</h2><p>{escape(tower_size(t))}; kept out of the "
-            "blocks, depth profile and super weights.</p>" + _table(headers, rows)
+            "blocks, depth profile and super weights.</p>" + _table(list(TOWER_COLUMNS), rows)
         )
     return "".join(parts)
 

@@ -98,24 +98,34 @@ def db_list_view(rows: list[FlatRecord], width: int | None = None) -> FitWidth |
     if many or (width is not None and rows and _narrowest_list_table(rows) > width):
         return _plain_list(rows)
     table = Table(title=counted(len(rows), "row"))
-    for col in ("id", "revision", "source", "protocol", "matrices", "FFN median k", "attention", "created"):
+    for col in _LIST_COLUMNS:
         # Ids and revisions whole, never cut: `db show ID@REVISION` takes them as printed. The attention
         # layout folds at spaces; a narrow terminal loses the source, creation time and protocol first (and
         # with ids as long as "an-organisation/a-rather-long-model-name-v2", the attention and matrix count).
         justify: JustifyMethod = "right" if col in ("matrices", "FFN median k") else "left"
         table.add_column(col, justify=justify, no_wrap=col != "attention")
     for r in rows:
-        table.add_row(
-            escape(r["id"]),
-            escape(r["revision"] or "-"),
-            r["source"],
-            r["protocol"],
-            _matrices(r),
-            fmt(r["ffn_median_k"]),
-            r["attention"] or "-",
-            r["created"] or "-",
-        )
+        row_id, revision, *rest = _list_cells(r)
+        table.add_row(escape(row_id), escape(revision), *rest)
     return FitWidth(table, optional=("source", "created", "protocol", "attention", "matrices"))
+
+
+# db list's columns, in the table and in the plain listing alike.
+_LIST_COLUMNS = ("id", "revision", "source", "protocol", "matrices", "FFN median k", "attention", "created")
+
+
+def _list_cells(r: FlatRecord) -> tuple[str, ...]:
+    """One record's cells under _LIST_COLUMNS, as plain text."""
+    return (
+        r["id"],
+        r["revision"] or "-",
+        r["source"],
+        r["protocol"],
+        _matrices(r),
+        fmt(r["ffn_median_k"]),
+        r["attention"] or "-",
+        r["created"] or "-",
+    )
 
 
 def _matrices(record: FlatRecord) -> str:
@@ -134,20 +144,8 @@ def _narrowest_list_table(rows: list[FlatRecord]) -> int:
 
 def _plain_list(rows: list[FlatRecord]) -> Text:
     """The same columns as db_list_view's table, aligned with spaces, every cell whole."""
-    header = ("id", "revision", "source", "protocol", "matrices", "FFN median k", "attention", "created")
-    cells = [
-        (
-            r["id"],
-            r["revision"] or "-",
-            r["source"],
-            r["protocol"],
-            _matrices(r),
-            fmt(r["ffn_median_k"]),
-            r["attention"] or "-",
-            r["created"] or "-",
-        )
-        for r in rows
-    ]
+    header = _LIST_COLUMNS
+    cells = [_list_cells(r) for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
     right = {4, 5}  # the numbers
 

@@ -16,25 +16,33 @@ def _band(section: Mapping[str, Any]) -> str:
     return f"{lo:g}-{hi:g}"
 
 
+# The columns of a kind's spectrum, in the terminal report and in the HTML report alike.
+_KIND_COLUMNS = ("kind", "matrices", "alpha median", "alpha min", "alpha max", "< band", "> band", "MP spikes")
+
+
+def _kind_cells(s: Mapping[str, Any]) -> list[str]:
+    """One kind's cells under _KIND_COLUMNS after the kind: matrices, alpha summary, band counts, MP spikes."""
+    return [
+        str(s["count"]),
+        fmt(s["alpha_median"], ".2f"),
+        fmt(s["alpha_min"], ".2f"),
+        fmt(s["alpha_max"], ".2f"),
+        str(s["below_band"]),
+        str(s["above_band"]),
+        fmt(s["num_spikes_median"], ".1f"),
+    ]
+
+
 def report_spectrum_table(section: Mapping[str, Any]) -> FitWidth:
     """`report`: per kind, alpha over its matrices and how many leave WeightWatcher's band."""
     table = Table(title=f"Spectrum: alpha per kind (WeightWatcher's band {_band(section)})")
-    for col in ("kind", "matrices", "alpha median", "alpha min", "alpha max", "< band", "> band", "MP spikes"):
+    for col in _KIND_COLUMNS:
         table.add_column(col, justify="left" if col == "kind" else "right", no_wrap=True)
     farms = any(s.get("alpha_farms_median") is not None for s in section["kinds"].values())
     if farms:
         table.add_column("FARMS alpha", justify="right", no_wrap=True)
     for kind, s in section["kinds"].items():
-        cells = [
-            kind,
-            str(s["count"]),
-            fmt(s["alpha_median"], ".2f"),
-            fmt(s["alpha_min"], ".2f"),
-            fmt(s["alpha_max"], ".2f"),
-            str(s["below_band"]),
-            str(s["above_band"]),
-            fmt(s["num_spikes_median"], ".1f"),
-        ]
+        cells = [kind, *_kind_cells(s)]
         if farms:
             cells.append(fmt(s.get("alpha_farms_median"), ".2f"))
         table.add_row(*cells)
@@ -66,26 +74,14 @@ def spectrum_html(section: Mapping[str, Any] | None) -> str:
     """The HTML report's spectrum section ('' for a row without spectra)."""
     if not section:
         return ""
-    head = ["kind", "matrices", "alpha median", "alpha min", "alpha max", "&lt; band", "&gt; band", "MP spikes"]
     rows = "".join(
         "<tr>"
         + f"<td class='l'>{escape(kind)}</td>"
-        + "".join(
-            f"<td>{escape(v)}</td>"
-            for v in (
-                str(s["count"]),
-                fmt(s["alpha_median"], ".2f"),
-                fmt(s["alpha_min"], ".2f"),
-                fmt(s["alpha_max"], ".2f"),
-                str(s["below_band"]),
-                str(s["above_band"]),
-                fmt(s["num_spikes_median"], ".1f"),
-            )
-        )
+        + "".join(f"<td>{escape(v)}</td>" for v in _kind_cells(s))
         + "</tr>"
         for kind, s in section["kinds"].items()
     )
-    header = "".join(f"<th{' class=l' if i == 0 else ''}>{h}</th>" for i, h in enumerate(head))
+    header = "".join(f"<th{' class=l' if i == 0 else ''}>{escape(h)}</th>" for i, h in enumerate(_KIND_COLUMNS))
     return (
         f"<h2>Spectrum</h2><p>alpha: the power-law exponent of each matrix's ESD tail (WeightWatcher 0.7.7's fit; "
         f"its band {_band(section)}); docs/spectrum.md.</p><table><tr>{header}</tr>{rows}</table>"

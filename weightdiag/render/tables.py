@@ -255,30 +255,20 @@ def kinds_table(row: Row, title: str | None = None) -> FitWidth:
     for col, justify in columns:
         # Numbers and the kind never wrap; the class names and flags fold when space is short.
         table.add_column(col, justify=justify, no_wrap=col not in ("class", "k class", "flags"))
-    for kind, s in row["kinds"].items():
-        table.add_row(
-            kind,
-            s["class"],
-            str(s["count"]),
-            fmt(s["k_median"]),
-            fmt(s["lambda_median"], ".5g"),
-            fmt(s["r2_median"]),
-            _below(s),
-            k_class_label(s, kind_records(row, kind)),
-            ", ".join(s["flags"]),
-        )
-    for kind, s in row.get("part_kinds", {}).items():
-        table.add_row(
-            f"{kind} (part)",
-            s["class"],
-            str(s["count"]),
-            fmt(s["k_median"]),
-            fmt(s["lambda_median"], ".5g"),
-            fmt(s["r2_median"]),
-            _below(s),
-            k_class_label(s, kind_records(row, kind, parts=True)),
-            ", ".join(s["flags"]),
-        )
+    # The kinds of whole matrices, then those of fused matrices' parts.
+    for parts, summaries in ((False, row["kinds"]), (True, row.get("part_kinds", {}))):
+        for kind, s in summaries.items():
+            table.add_row(
+                f"{kind} (part)" if parts else kind,
+                s["class"],
+                str(s["count"]),
+                fmt(s["k_median"]),
+                fmt(s["lambda_median"], ".5g"),
+                fmt(s["r2_median"]),
+                _below(s),
+                k_class_label(s, kind_records(row, kind, parts=parts)),
+                ", ".join(s["flags"]),
+            )
     # Narrow terminals (80 columns) lose the least needed columns first rather than show "0.0712…".
     return FitWidth(table, optional=("median R²", "R²<0.95", "flags"))
 

@@ -152,37 +152,39 @@ def _restricted_load(torch: Any, path: Path) -> Any:
         return _legacy_load(torch, path)
 
 
-def _load(path: Path) -> dict[str, Any]:
+def _unreadable(exc: Exception) -> str:
+    """Why torch could not load a file, as the error says it after the path: a refusal of the restricted
+    unpickler, a tensor past its storage, else the kind of failure."""
     import pickle
 
+    if isinstance(exc, pickle.UnpicklingError):
+        if "unsupported global" in str(exc).lower() or "not an allowed global" in str(exc).lower():
+            return (
+                "refused by the restricted unpickler (it would build objects other than tensors); "
+                "only plain tensor checkpoints are read: convert it to safetensors"
+            )
+        return "not a readable torch checkpoint (corrupt pickle)"
+    if isinstance(exc, RuntimeError):
+        if "not resizable" in str(exc) or "out of bounds for storage" in str(exc):
+            return (
+                "a tensor reaches past the end of its storage (shape x stride larger than the data); "
+                "the file is corrupt"
+            )
+        return "not a readable torch checkpoint (RuntimeError)"
+    return f"not a readable torch checkpoint ({exc.__class__.__name__})"
+
+
+def _load(path: Path) -> dict[str, Any]:
     import torch
 
     try:
         state = _restricted_load(torch, path)
     except (CheckpointFormatError, ImportError):
         raise  # ours already, or a broken torch install (a bug to see, not the file's fault)
-    except pickle.UnpicklingError as exc:
-        if "unsupported global" in str(exc).lower() or "not an allowed global" in str(exc).lower():
-            raise CheckpointFormatError(
-                f"{path}: refused by the restricted unpickler (it would build objects other than tensors); "
-                "only plain tensor checkpoints are read: convert it to safetensors",
-                file=path,
-            ) from None
-        raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (corrupt pickle)", file=path) from None
-    except RuntimeError as exc:
-        if "not resizable" in str(exc) or "out of bounds for storage" in str(exc):
-            raise CheckpointFormatError(
-                f"{path}: a tensor reaches past the end of its storage (shape x stride larger than the data); "
-                "the file is corrupt",
-                file=path,
-            ) from None
-        raise CheckpointFormatError(f"{path}: not a readable torch checkpoint (RuntimeError)", file=path) from None
     except Exception as exc:
         # The unpickler and torch's rebuild functions run on untrusted bytes: a malformed file surfaces as
         # any exception (IndexError, KeyError, struct.error, AssertionError, MemoryError...), never as code run.
-        raise CheckpointFormatError(
-            f"{path}: not a readable torch checkpoint ({exc.__class__.__name__})", file=path
-        ) from None
+        raise CheckpointFormatError(f"{path}: {_unreadable(exc)}", file=path) from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict):
