@@ -52,6 +52,7 @@ STAGES = {
         "executor",
         "execution",
         "tuning",
+        "progress",
         "testing",
     ],
     "source": ["source"],

@@ -31,6 +31,7 @@ from .database.store import ROWS_DIR, RowNotFoundError, default_db_dir, natural_
 from .delta.result import DiffOptions, DiffResult
 from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthReport, TrajectoryResult
 from .errors import DatabaseError, OptionError, OutputError, RowUseError
+from .progress import Progress
 from .record.schema import Row, RowError
 from .run.fitting import check_options, fit_and_save_model, fit_model, fit_path, fit_plan, resolve_row, save_row
 from .run.measure import FitOptions
@@ -78,7 +79,6 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 # One function per command.
 
-Progress = Callable[[str, Any], None]
 RowNote = Callable[[str, Row, str], None]  # (spec, row, how) after each row is resolved
 
 

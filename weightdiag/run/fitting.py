@@ -6,9 +6,7 @@ The building blocks of `api` (fit, compare, check, report) and of `sweep` (one r
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ..database.store import default_db_dir, iter_summaries, write_row
 from ..diagnose import lambda_axis
@@ -16,6 +14,7 @@ from ..diagnose.kinds import interpret
 from ..diagnose.spectrum import holds_spectra_asked
 from ..errors import DatabaseError, HubUnreachableError, NotCachedError, RepoNotFoundError
 from ..execution import Execution
+from ..progress import Progress
 from ..record.journal import Journal, resume_options
 from ..record.schema import Row
 from ..source.open import open_model
@@ -35,7 +34,7 @@ def fit_plan(
     plan: ModelPlan,
     reader: Reader,
     options: FitOptions,
-    progress: Callable[[str, Any], None] | None = None,
+    progress: Progress | None = None,
     journal: Journal | None = None,
     *,
     execution: Execution | None = None,
@@ -47,7 +46,7 @@ def fit_plan(
     return interpret(row, lr=options.lr, weight_decay=options.weight_decay, steps=options.steps, preset=options.preset)
 
 
-def fit_path(spec: str, options: FitOptions, progress: Callable[[str, Any], None] | None = None) -> Row:
+def fit_path(spec: str, options: FitOptions, progress: Progress | None = None) -> Row:
     """Fit a model given as a local path (fit_model also takes Hub ids)."""
     from ..source.local import open_local
 
@@ -59,7 +58,7 @@ def fit_path(spec: str, options: FitOptions, progress: Callable[[str, Any], None
 def fit_model(
     spec: str,
     options: FitOptions | None = None,
-    progress: Callable[[str, Any], None] | None = None,
+    progress: Progress | None = None,
     *,
     revision: str | None = None,
     token: str | None = None,
@@ -75,7 +74,7 @@ def fit_model(
 def fit_and_save_model(
     spec: str,
     options: FitOptions,
-    progress: Callable[[str, Any], None] | None,
+    progress: Progress | None,
     db: Path | None,
     *,
     revision: str | None = None,
@@ -111,7 +110,7 @@ def fit_and_save(
     plan: ModelPlan,
     reader: Reader,
     options: FitOptions,
-    progress: Callable[[str, Any], None] | None,
+    progress: Progress | None,
     db: Path | None,
     fresh: bool = False,
     *,
@@ -235,7 +234,7 @@ def resolve_row(
     spec: str,
     db_dir: str | Path | None = None,
     options: FitOptions | None = None,
-    progress: Callable[[str, Any], None] | None = None,
+    progress: Progress | None = None,
     *,
     token: str | None = None,
     download: bool = False,

@@ -37,6 +37,7 @@ from ..layout import (
     tied_head,
 )
 from ..layout.views import View, views_of, whole_rows
+from ..progress import SILENT, Progress
 from ..record.journal import Expected, Journal, Resumed
 from ..record.row import SCHEMA, matrix_record, vector_offset, vector_record
 from ..reduce.reduction import Reduction
@@ -188,7 +189,7 @@ def measure(
     plan: ModelPlan,
     reader: Reader,
     options: FitOptions,
-    progress: Callable[[str, Any], None] | None = None,
+    progress: Progress | None = None,
     journal: Journal | None = None,
     *,
     execution: Execution | None = None,
@@ -214,7 +215,7 @@ def _measure(
     reader: Reader,
     options: FitOptions,
     execution: Execution,
-    progress: Callable[[str, Any], None] | None,
+    progress: Progress | None,
     journal: Journal | None,
 ) -> dict[str, Any]:
     device = execution.device
@@ -234,9 +235,8 @@ def _measure(
     total_bytes = sum(w.ref.file_nbytes for w in work)  # read from the files (GGUF: quantized, not dequantized)
     kept = _resume(journal, work, reader, options)
     todo = [w for w in work if w.ref.name not in kept.records]
-    if progress:
-        todo_bytes = sum(w.ref.file_nbytes for w in todo)
-        progress("start", {"tensors": len(todo), "bytes": todo_bytes, "model": plan.model_id})
+    progress = progress or SILENT
+    progress.started(plan.model_id, len(todo), sum(w.ref.file_nbytes for w in todo))
     entries: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
         name: (e.matrices, e.vectors) for name, e in kept.records.items()
     }
@@ -291,8 +291,7 @@ def _measure(
                     now = report.verified_shards()
                     journal.verified(now - journaled_shards)
                     journaled_shards.update(now)
-            if progress:
-                progress("advance", ref)
+            progress.measured(ref.name)
         # The reduction raised when a streamed shard's bytes did not match its hash; a download was checked at open.
         verification = report.verification or plan.verification
         if options.spectra:  # a second pass, after the shards were verified (run/spectrum.py)
@@ -334,7 +333,7 @@ def _spectra(
     arch: ArchInfo,
     options: FitOptions,
     execution: Execution,
-    progress: Callable[[str, Any], None] | None,
+    progress: Progress | None,
 ) -> dict[str, Any]:
     """Every matrix record's spectrum (and its fused parts'), put into the records; the row's `run.spectrum`."""
     from . import spectrum
@@ -346,12 +345,7 @@ def _spectra(
         if not item.vector
     ]
     planned = plan_spectra(inputs, lambda i: record_names(i.views, i.ref.name))
-    on_node = None
-    if progress:
-        on_node = lambda node, n: progress("node", {"node": node, "bytes": n, "pass": "spectrum"})  # noqa: E731
-    result = spectrum.take_spectra(
-        planned, reader, execution, farms=options.farms, progress=progress, model=plan, on_node=on_node
-    )
+    result = spectrum.take_spectra(planned, reader, execution, farms=options.farms, progress=progress, model=plan)
     attached = attach(result, (m for w in work for m in entries[w.ref.name][0]))
     return run_info(result, attached, options.farms)
 
@@ -447,7 +441,7 @@ def _reduce_all(
     execution: Execution,
     arch: ArchInfo,
     options: FitOptions,
-    progress: Callable[[str, Any], None] | None,
+    progress: Progress | None,
     report: ChunkReport,
 ) -> Generator[tuple[_Work, _Reduced], None, None]:
     """Reduce every selected tensor, yielding results in file order.
@@ -470,12 +464,13 @@ def _reduce_all(
         for item, (segs, _) in zip(work, parts, strict=True)
     ]
     verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
-    on_bytes = on_node = None
-    if progress:
-        on_bytes = lambda n: progress("bytes", n)  # noqa: E731
-        on_node = lambda node, n: progress("node", {"node": node, "bytes": n})  # noqa: E731
+    progress = progress or SILENT
+
+    def on_node(node: str, nbytes: int) -> None:
+        progress.node_done(node, nbytes, False)
+
     results = reduce_chunked(
-        targets, (plan, reader), execution, verify=verify, on_bytes=on_bytes, on_node=on_node, report=report
+        targets, (plan, reader), execution, verify=verify, on_bytes=progress.read, on_node=on_node, report=report
     )
     for index, result in results:
         reduced = _as_reduced(work[index], result, *parts[index], arch.norm_offset)

@@ -44,6 +44,7 @@ from ..errors import (
     OptionError,
     WeightdiagError,
 )
+from ..progress import Progress, Relay
 
 LOCAL_PATTERNS = ("step*", "checkpoint-*", "checkpoint_*", "global_step*", "iter_*", "epoch*")
 
@@ -349,17 +350,21 @@ def watch_parent(parent: int) -> None:
     threading.Thread(target=watch, name="weightdiag-parent-watch", daemon=True).start()
 
 
-def _named_progress(task: dict[str, Any]) -> Callable[[str, Any], None] | None:
-    """The task's progress callback (serial sweeps only), its bar named by the revision being fitted."""
+class _Named(Relay):
+    """The sweep's Progress (serial sweeps only), each fit's bar named by the revision being fitted."""
+
+    def __init__(self, inner: Progress, name: str) -> None:
+        super().__init__(inner)
+        self.name = name
+
+    def started(self, model: str, tensors: int, nbytes: int) -> None:
+        self.inner.started(self.name, tensors, nbytes)
+
+
+def _named_progress(task: dict[str, Any]) -> Progress | None:
+    """The task's progress (serial sweeps only), its bar named by the revision being fitted."""
     inner = task.get("progress")
-    if inner is None:
-        return None
-    name = f"{task['model_id']}@{task['revision']}"
-
-    def progress(event: str, payload: Any) -> None:
-        inner(event, {**payload, "model": name} if event == "start" else payload)
-
-    return progress
+    return _Named(inner, f"{task['model_id']}@{task['revision']}") if inner is not None else None
 
 
 def serial_runner(tasks: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
@@ -542,7 +547,7 @@ def run_sweep(
     token: str | None = None,
     download: bool = False,
     on_outcome: Callable[[Outcome], None] | None = None,
-    progress: Callable[[str, Any], None] | None = None,
+    progress: Progress | None = None,
 ) -> list[Outcome]:
     """Fit what is missing; reuse rows across identical revisions; return one outcome per revision. `progress`
     hears each fit's events (fit_plan's, the model named <id>@<revision>) when the revisions run one by one
