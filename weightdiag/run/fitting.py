@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..database.store import default_db_dir, iter_summaries, write_row
-from ..diagnose import lambda_axis
 from ..diagnose.kinds import interpret
 from ..diagnose.spectrum import holds_spectra_asked
 from ..errors import DatabaseError, HubUnreachableError, NotCachedError, RepoNotFoundError
@@ -26,8 +25,7 @@ from .measure import FitOptions, execution_for, measure
 def check_options(options: FitOptions) -> None:
     """Refuse unusable options (BadInputError, exit 2) before anything is read."""
     options.validate()
-    lambda_axis.check_preset(options.preset)
-    execution_for(options)  # the device, the executor and the connections, checked where they are chosen
+    options.running.execution()  # the device, the executor and the connections, checked where they are chosen
 
 
 def fit_plan(

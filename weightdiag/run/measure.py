@@ -9,7 +9,6 @@ api.fit_plan does both.
 from __future__ import annotations
 
 import fnmatch
-import math
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from ..dtypes import skip_reason
 from ..errors import BadInputError, ModelPathError, OptionError, QuantizationError, VerificationError
 from ..execution import Execution
 from ..fit.matrix import fit_matrix
-from ..fit.weibull import PROTOCOLS, TRIMS
+from ..fit.weibull import TRIMS
 from ..layout import (
     ArchInfo,
     TensorRole,
@@ -46,69 +45,14 @@ from ..reduce.vectors import VectorSummary, values_of
 from ..segments import Segments
 from ..source.plan import ModelPlan, TensorRef
 from ..source.reader import Reader, closing_on_error
-from ..vocabulary import COHORT_TRIM
+from .options import FitOptions, Measurement
 
 ProgressFn = Callable[[TensorRef, int], None]
 
 
-@dataclass
-class FitOptions:
-    protocol: str = "hist1024"
-    trim: str = COHORT_TRIM  # the trim used for per-kind medians and classes; all three are stored
-    # Fit |w - mean| as the Weibull paper's App. A.1 text says, instead of |w| as its library and the
-    # cohort do (--center).
-    center: bool = False
-    device: str = "auto"
-    include: Sequence[str] = ()
-    exclude: Sequence[str] = ()
-    split_fused: bool = True
-    model_id: str | None = None
-    # Training hyperparameters for the lambda axis (T/tau); a preset or a step* revision fills gaps.
-    lr: float | None = None
-    weight_decay: float | None = None
-    steps: float | None = None
-    preset: str | None = None
-    # Ranged requests kept in flight when streaming from the Hub (--connections); on a cluster, per task.
-    connections: int = 8
-    # Where the chunks are reduced: "local" (this machine's threads) or "ray" (tasks on the nodes of the Ray
-    # cluster at ray_address, else RAY_ADDRESS: reduce/cluster.py). The row is the same.
-    executor: str = "local"
-    ray_address: str | None = None
-    # Each matrix's spectrum too (--spectrum): WeightWatcher's metrics from the eigenvalues of its Gram, in a
-    # second pass over the matrices (run/spectrum.py); the row is then weightdiag.row/2.
-    spectrum: bool = False
-    # FARMS' aspect-ratio-corrected alpha as well (--farms, implies --spectrum): 225 windows of 2000 x 2000 per
-    # large matrix, about 100 s for 4096 x 14336 on 2 cores.
-    farms: bool = False
-
-    @property
-    def spectra(self) -> bool:
-        """Whether the fit takes the matrices' spectra (--spectrum or --farms)."""
-        return self.spectrum or self.farms
-
-    def validate(self) -> None:
-        if self.protocol not in PROTOCOLS:
-            raise OptionError(
-                f"--protocol {self.protocol!r}: choose one of {', '.join(PROTOCOLS)}", option="--protocol"
-            )
-        if self.trim not in TRIMS:
-            raise OptionError(f"--trim {self.trim!r}: choose one of {', '.join(TRIMS)}", option="--trim")
-        for name in ("lr", "weight_decay", "steps"):
-            value = getattr(self, name)
-            if value is not None and not (value > 0 and math.isfinite(value)):
-                option = "--train-steps" if name == "steps" else f"--{name.replace('_', '-')}"  # CLI's names
-                raise OptionError(f"{option} must be a positive finite number, not {value}", option=option)
-
-
 def execution_for(options: FitOptions, threads: int | None = None) -> Execution:
     """How a fit with these options runs (execution.py: the one place it is chosen and checked)."""
-    return Execution.build(
-        options.device,
-        executor=options.executor,
-        ray_address=options.ray_address,
-        connections=options.connections,
-        threads=threads,
-    )
+    return options.running.execution(threads)
 
 
 def selected(name: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
@@ -135,7 +79,9 @@ class _Work:
         return len(self.ref.shape) == 1 or self.role.kind == "ssm_param" or any(v.vector for v in self.views)
 
 
-def plan_work(plan: ModelPlan, arch: ArchInfo, options: FitOptions) -> tuple[list[_Work], list[dict[str, Any]]]:
+def plan_work(
+    plan: ModelPlan, arch: ArchInfo, options: Measurement
+) -> tuple[list[_Work], list[dict[str, Any]]]:
     """Decide per tensor: read it (matrix or vector, whole or cut into records) or skip it with a reason."""
     work: list[_Work] = []
     skipped: list[dict[str, Any]] = []
@@ -225,7 +171,7 @@ def _measure(
     config_notes: list[str] = []  # config fields ignored as unusable (1e308, Infinity, negative)
     arch = complete_arch(arch_from_config(plan.config, config_notes), [(t.name, t.shape) for t in plan.tensors])
     plan.notes.extend(n for n in config_notes if n not in plan.notes)  # the row's notes say what was ignored
-    work, skipped = plan_work(plan, arch, options)
+    work, skipped = plan_work(plan, arch, options.measurement)
     if not work:
         message = f"{plan.location}: no fittable tensors selected"
         if options.include or options.exclude:  # the filters left nothing: name the ones given
