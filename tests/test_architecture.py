@@ -53,6 +53,7 @@ STAGES = {
         "executor",
         "execution",
         "tuning",
+        "progress",
         "testing",
     ],
     "source": ["source"],

@@ -583,9 +583,9 @@ def test_the_progress_bar_is_one_line_at_any_width(width):
     for model, total, tensors in cases:
         buf = io.StringIO()
         progress = FitProgress(Console(file=buf, width=width, force_terminal=True, color_system=None), enabled=True)
-        progress("start", {"model": model, "bytes": total, "tensors": tensors})
-        progress("bytes", total // 3)
-        progress("advance", None)
+        progress.started(model, tensors, total)
+        progress.read(total // 3)
+        progress.measured("t")
         assert progress._progress is not None
         progress._progress.refresh()
         progress.close()

@@ -316,12 +316,14 @@ def test_tensors_named_differently_pair_by_their_layout_role(tmp_path):
 
 
 def test_progress_counts_every_byte_and_tensor(planted):
-    events: list[tuple[str, object]] = []
-    diff(str(planted[0]), str(planted[1]), DiffOptions(device="cpu"), lambda e, p: events.append((e, p)))
-    (start,) = [p for e, p in events if e == "start"]
-    assert events[0][0] == "start" and start["tensors"] == 35
-    assert sum(p for e, p in events if e == "bytes") == start["bytes"]
-    assert len([e for e, _ in events if e == "advance"]) == 35
+    from weightdiag.progress import Events
+
+    events = Events()
+    diff(str(planted[0]), str(planted[1]), DiffOptions(device="cpu"), events)
+    ((_, tensors, nbytes),) = events.of("started")
+    assert events.calls[0][0] == "started" and tensors == 35
+    assert sum(n for (n,) in events.of("read")) == nbytes
+    assert len(events.of("measured")) == 35
 
 
 def test_a_quiet_gate_prints_its_verdict_alone(planted):

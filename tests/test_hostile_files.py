@@ -265,7 +265,7 @@ def test_progress_bar_prints_the_model_id_literally() -> None:
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=120, emoji=True)  # even where emoji are on
     progress = FitProgress(console)
-    progress("start", {"model": "org/a:fire:[red]b", "bytes": 10, "tensors": 1})
+    progress.started("org/a:fire:[red]b", 1, 10)
     progress.close()
     text = buffer.getvalue()
     assert "a:fire:[red]b" in text

@@ -316,13 +316,14 @@ def test_an_interrupted_cluster_fit_resumes(cluster, models, local_rows, tmp_pat
 import sys
 from weightdiag import api
 from weightdiag.run.measure import FitOptions
-done = 0
-def stop(event, payload):
-    global done
-    if event == "advance":
-        done += 1
-        if done == 10:
+from weightdiag.progress import Silent
+class Stop(Silent):
+    done = 0
+    def measured(self, tensor):
+        self.done += 1
+        if self.done == 10:
             raise KeyboardInterrupt
+stop = Stop()
 options = FitOptions(executor="ray", ray_address={cluster.address!r})
 try:
     api.fit({str(models["bf16"])!r}, options, stop, db_dir={str(db)!r})
@@ -467,28 +468,26 @@ def test_node_progress_needs_a_cluster_and_counts_per_node():
 
     out = run_cli("fit", "acme/tiny", "--node-progress", "--no-save")
     assert out.returncode == 2 and "--executor ray" in out.stderr
-    seen = []
+    from weightdiag.progress import Events
 
-    class Bar:
-        def __call__(self, event, payload):
-            seen.append(event)
-
+    class Bar(Events):
         def close(self):
-            seen.append("closed")
+            self.calls.append(("closed", ()))
 
+    bar = Bar()
     text = io.StringIO()
-    progress = NodeProgress(Bar(), Console(file=text, width=200))
-    progress("node", {"node": "node 10.0.0.1 (0123abcd)", "bytes": 3_000_000})
-    progress("node", {"node": "node 10.0.0.2 (4567ef01)", "bytes": 1_000_000})
-    progress("node", {"node": "node 10.0.0.1 (0123abcd)", "bytes": 2_000_000, "pass": "spectrum"})
-    progress("bytes", 10)
+    progress = NodeProgress(bar, Console(file=text, width=200))
+    progress.node_done("node 10.0.0.1 (0123abcd)", 3_000_000, False)
+    progress.node_done("node 10.0.0.2 (4567ef01)", 1_000_000, False)
+    progress.node_done("node 10.0.0.1 (0123abcd)", 2_000_000, True)
+    progress.read(10)
     progress.close()
     assert text.getvalue().splitlines() == [
         "node 10.0.0.1 (0123abcd): 1 task done, 3.0 MB read",
         "node 10.0.0.2 (4567ef01): 1 task done, 1.0 MB read",
         "node 10.0.0.1 (0123abcd): 2 tasks done, 5.0 MB read (the last one a spectrum task)",
     ]
-    assert seen == ["node", "node", "node", "bytes", "closed"]  # the bar gets every event
+    assert [name for name, _ in bar.calls] == ["node_done"] * 3 + ["read", "closed"]  # the bar gets every call
 
 
 @pytest.mark.e2e

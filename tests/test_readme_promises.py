@@ -41,6 +41,7 @@ import pytest
 
 from weightdiag import api, tuning
 from weightdiag.database.store import load_row
+from weightdiag.progress import Silent
 from weightdiag.record.journal import PARTIAL_DIR
 from weightdiag.run.measure import FitOptions
 from weightdiag.testing import synthetic
@@ -196,17 +197,16 @@ def test_a_fit_killed_with_9_resumes(model, reference, tmp_path):
     assert _journals(db) == []
 
 
-class _StopAfter:
-    """A progress callback that interrupts the fit (as Ctrl-C does) after `n` tensors."""
+class _StopAfter(Silent):
+    """A Progress that interrupts the fit (as Ctrl-C does) after `n` tensors."""
 
     def __init__(self, n: int) -> None:
         self.n, self.done = n, 0
 
-    def __call__(self, event: str, payload) -> None:
-        if event == "advance":
-            self.done += 1
-            if self.done == self.n:
-                raise KeyboardInterrupt
+    def measured(self, tensor: str) -> None:
+        self.done += 1
+        if self.done == self.n:
+            raise KeyboardInterrupt
 
 
 def test_a_no_save_fit_keeps_no_journal(model, tmp_path):

@@ -12,6 +12,7 @@ import pytest
 
 from weightdiag import api
 from weightdiag.errors import HubError, VerificationError
+from weightdiag.progress import Silent
 from weightdiag.record.journal import PARTIAL_DIR
 from weightdiag.run.measure import FitOptions
 
@@ -26,21 +27,21 @@ def _science(row: dict) -> dict:
     return {k: v for k, v in row.items() if k not in _CONTEXT}
 
 
-class _StopAfter:
-    """A progress callback that interrupts the fit (as Ctrl-C does) after `n` tensors."""
+class _StopAfter(Silent):
+    """A Progress that interrupts the fit (as Ctrl-C does) after `n` tensors."""
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self.started: dict | None = None
+        self.begun: dict | None = None
         self.done = 0
 
-    def __call__(self, event: str, payload) -> None:
-        if event == "start":
-            self.started = payload
-        if event == "advance":
-            self.done += 1
-            if self.done == self.n:
-                raise KeyboardInterrupt
+    def started(self, model: str, tensors: int, nbytes: int) -> None:
+        self.begun = {"model": model, "tensors": tensors, "bytes": nbytes}
+
+    def measured(self, tensor: str) -> None:
+        self.done += 1
+        if self.done == self.n:
+            raise KeyboardInterrupt
 
 
 def _journal(db: Path) -> list[Path]:
@@ -68,10 +69,10 @@ def test_a_fit_interrupted_half_way_resumes_and_equals_the_uninterrupted_row(mod
     assert len(_journal(db)) == 1
     again = _StopAfter(10**9)
     row = _fit(str(model), db, again)
-    assert again.started["tensors"] < stop.started["tensors"]  # only the rest was read
+    assert again.begun["tensors"] < stop.begun["tensors"]  # only the rest was read
     assert _science(row) == _science(whole)
     resumed = row["run"]["resumed"]
-    assert resumed["tensors"] == stop.started["tensors"] - again.started["tensors"] >= n // 4
+    assert resumed["tensors"] == stop.begun["tensors"] - again.begun["tensors"] >= n // 4
     assert resumed["bytes"] > 0 and resumed["since"]
     assert not _journal(db)  # the row holds it all: the journal is gone
     # and the row on disk is the row returned, read back through the strict reader

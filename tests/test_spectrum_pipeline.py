@@ -393,15 +393,17 @@ def test_planted_rank_r_spikes_are_counted(rank, tmp_path):
 
 
 def test_progress_reports_the_spectrum_pass(neox):
-    events: list[tuple[str, Any]] = []
-    api.fit_model(str(neox), FitOptions(device="cpu", spectrum=True), lambda e, p: events.append((e, p)))
-    names = [e for e, _ in events]
-    start = names.index("spectrum-start")
-    assert start > names.index("start") and names[-1] == "spectrum-advance"
-    payload = events[start][1]
-    advances = [p for e, p in events if e == "spectrum-advance"]
-    assert payload["matrices"] == len(advances) == 2 * 7 + 2
-    assert math.isclose(sum(advances), payload["flops"])
+    from weightdiag.progress import Events
+
+    events = Events()
+    api.fit_model(str(neox), FitOptions(device="cpu", spectrum=True), events)
+    names = [e for e, _ in events.calls]
+    start = names.index("spectra_started")
+    assert start > names.index("started") and names[-1] == "spectrum_taken"
+    ((matrices, work),) = events.of("spectra_started")
+    advances = [flops for (flops,) in events.of("spectrum_taken")]
+    assert matrices == len(advances) == 2 * 7 + 2
+    assert math.isclose(sum(advances), work)
 
 
 def test_the_progress_bar_draws_the_spectrum_pass():
@@ -414,9 +416,9 @@ def test_the_progress_bar_draws_the_spectrum_pass():
     console = Console(file=io.StringIO(), force_terminal=True, width=100)
     bar = FitProgress(console)
     bar.enabled = True  # even where HF_HUB_DISABLE_PROGRESS_BARS is set
-    bar("spectrum-start", {"matrices": 2, "flops": 10.0})
-    bar("spectrum-advance", 4.0)
-    bar("spectrum-advance", 6.0)
+    bar.spectra_started(2, 10.0)
+    bar.spectrum_taken(4.0)
+    bar.spectrum_taken(6.0)
     assert bar._progress is not None and bar._progress.tasks[0].completed == 10.0
     bar.close()
     assert "spectra" in console.file.getvalue()

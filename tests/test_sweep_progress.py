@@ -11,6 +11,7 @@ import time
 import pytest
 
 from weightdiag import api
+from weightdiag.progress import Events
 from weightdiag.run.measure import FitOptions
 from weightdiag.testing import synthetic
 
@@ -27,40 +28,38 @@ def run_folder(tmp_path_factory):
 
 
 def test_a_serial_sweep_reports_each_revisions_fit(run_folder, tmp_path):
-    events: list[tuple[str, object]] = []
+    progress = Events()
+    events = progress.calls
     outcomes: list[str] = []
-
-    def progress(event, payload):
-        events.append((event, payload))
 
     def done(outcome):
         outcomes.append(outcome.revision)
-        events.append(("outcome", outcome.revision))
+        events.append(("outcome", (outcome.revision,)))
 
     run = api.sweep(
         str(run_folder), db_dir=tmp_path / "db", options=FitOptions(device="cpu"), everything=True,
         progress=progress, on_outcome=done,
     )  # fmt: skip
     assert [o.status for o in run.outcomes] == ["fitted"] * 3
-    starts = [payload for event, payload in events if event == "start"]
-    assert [s["model"] for s in starts] == [f"tiny-run@step_{step}" for step in RUN.steps]
-    assert all(s["tensors"] > 0 and s["bytes"] > 0 for s in starts)
+    starts = progress.of("started")
+    assert [model for model, _, _ in starts] == [f"tiny-run@step_{step}" for step in RUN.steps]
+    assert all(tensors > 0 and nbytes > 0 for _, tensors, nbytes in starts)
     # each revision's tensors are counted before its outcome is reported
     for revision in outcomes:
-        at = events.index(("outcome", revision))
-        start = max(i for i, (e, p) in enumerate(events[:at]) if e == "start")
-        assert events[start][1]["model"].endswith("@" + revision)
-        assert any(e == "advance" for e, _ in events[start:at])
+        at = events.index(("outcome", (revision,)))
+        start = max(i for i, (e, _) in enumerate(events[:at]) if e == "started")
+        assert events[start][1][0].endswith("@" + revision)
+        assert any(e == "measured" for e, _ in events[start:at])
 
 
 def test_parallel_sweeps_take_no_callback_into_their_workers(run_folder, tmp_path):
-    calls = []
+    progress = Events()
     run = api.sweep(
         str(run_folder), db_dir=tmp_path / "db", options=FitOptions(device="cpu"), everything=True, jobs=2,
-        progress=lambda e, p: calls.append(e),
+        progress=progress,
     )  # fmt: skip
-    assert [o.status for o in run.outcomes] == ["fitted"] * 3  # a callback is not pickled into a worker
-    assert calls == []
+    assert [o.status for o in run.outcomes] == ["fitted"] * 3  # a watcher is not pickled into a worker
+    assert progress.calls == []
 
 
 @pytest.mark.e2e

@@ -31,6 +31,8 @@ from .database.store import ROWS_DIR, RowNotFoundError, default_db_dir, natural_
 from .delta.result import DiffOptions, DiffResult
 from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthReport, TrajectoryResult
 from .errors import DatabaseError, OptionError, OutputError, RowUseError, param
+from .execution import choose_executor
+from .progress import Progress
 from .record.schema import Row, RowError
 from .run.fitting import check_options, fit_and_save_model, fit_model, fit_path, fit_plan, resolve_row, save_row
 from .run.measure import FitOptions
@@ -78,7 +80,6 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 # One function per command.
 
-Progress = Callable[[str, Any], None]
 RowNote = Callable[[str, Row, str], None]  # (spec, row, how) after each row is resolved
 
 
@@ -388,8 +389,7 @@ def sweep(
     check_options(options)
     if jobs < 1:
         raise OptionError(f"{param('jobs')} must be at least 1", param="jobs")
-    if executor not in ("local", "ray"):
-        raise OptionError(f"{param('executor')} {executor!r}: choose local or ray", param="executor")
+    chosen = choose_executor(executor, ray_address)  # the revisions' fits: here, or as tasks on a Ray cluster
     plan = sw.plan_sweep(
         target,
         model_id=model_id,
@@ -399,8 +399,8 @@ def sweep(
         glob=glob,
         token=token,
     )
-    if executor == "ray":
-        runner = sw.ray_runner(ray_address)
+    if not chosen.local:
+        runner = sw.cluster_runner(chosen)
     else:
         runner = sw.process_runner(jobs) if jobs > 1 else sw.serial_runner
     names = [r.name for r in plan.revisions]

@@ -24,7 +24,7 @@ import shutil
 from dataclasses import dataclass, replace
 
 from . import settings
-from .errors import MissingDependencyError, OptionError
+from .errors import MissingDependencyError, OptionError, param
 from .executor import LOCAL, Executor, RayExecutor
 
 EXECUTORS = ("local", "ray")
@@ -65,21 +65,18 @@ class Execution:
     ) -> Execution:
         """The one place a job's way of running is chosen and checked: the settings, the device, the executor
         (`local` or `ray`, joined on first use) and the connections."""
-        if executor not in EXECUTORS:
-            raise OptionError(f"--executor {executor!r}: choose local or ray", option="--executor")
+        chosen = choose_executor(executor, ray_address)
         if not (isinstance(connections, int) and 1 <= connections <= MAX_CONNECTIONS):
             raise OptionError(
-                f"--connections {connections}: choose a whole number from 1 to {MAX_CONNECTIONS}",
-                option="--connections",
+                f"{param('connections')} {connections}: choose a whole number from 1 to {MAX_CONNECTIONS}",
+                param="connections",
             )
-        chosen: Executor = LOCAL
-        if executor == "ray":
-            if (device or "auto").lower() not in ("auto", "cpu"):
-                raise OptionError(
-                    f"--device {device} with --executor ray: the nodes run on their CPUs; leave --device out",
-                    option="--device",
-                )
-            chosen = RayExecutor(ray_address)
+        if not chosen.local and (device or "auto").lower() not in ("auto", "cpu"):
+            raise OptionError(
+                f"{param('device')} {device} with {param('executor')} {executor}: the nodes run on their CPUs; "
+                f"leave {param('device')} out",
+                param="device",
+            )
         return replace(cls.from_settings(device, threads=threads), executor=chosen, connections=connections)
 
     def on(self, device: str) -> Execution:
@@ -95,6 +92,16 @@ class Execution:
     def close(self) -> None:
         """Let go of the executor's connection (a Ray cluster joined for this job)."""
         self.executor.close()
+
+
+def choose_executor(name: str, ray_address: str | None = None) -> Executor:
+    """The executor an --executor names: `local` (this process) or `ray` (the Ray cluster at `ray_address`, else
+    RAY_ADDRESS, joined on first use)."""
+    if name == "local":
+        return LOCAL
+    if name == "ray":
+        return RayExecutor(ray_address)
+    raise OptionError(f"{param('executor')} {name!r}: choose {' or '.join(EXECUTORS)}", param="executor")
 
 
 def nvidia_present() -> bool:
@@ -117,7 +124,8 @@ def resolve_device(spec: str) -> str:
             ) from None
         if not torch.cuda.is_available():
             raise OptionError(
-                f"--device {spec}: torch sees no CUDA GPU here; use --device cpu or auto", option="--device"
+                f"{param('device')} {spec}: torch sees no CUDA GPU here; use {param('device')} cpu or auto",
+                param="device",
             )
         return spec
-    raise OptionError(f"--device {spec!r}: choose auto, cpu, cuda or cuda:N", option="--device")
+    raise OptionError(f"{param('device')} {spec!r}: choose auto, cpu, cuda or cuda:N", param="device")

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from . import settings
-from .errors import HubError, MissingDependencyError, OptionError, VerificationError, WeightdiagError
+from .errors import HubError, MissingDependencyError, OptionError, VerificationError, WeightdiagError, param
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -165,6 +165,11 @@ class LocalExecutor:
         run = PassRun[R](sides=len(job.readers), live=list(job.readers))
         run.results = run.collect(job.run(range(len(job.weights())), job.readers, execution))
         return run
+
+    def map_unordered(self, fn: Callable[[Any], Any], payloads: Sequence[Any]) -> Iterator[Any]:
+        """fn(payload) for each, one after the other, here."""
+        for payload in payloads:
+            yield fn(payload)
 
     def summary(self) -> dict[str, Any] | None:
         return None  # nothing to say in the row's run metadata
@@ -361,8 +366,8 @@ def run_task(job: Job) -> TaskOutcome:
     try:
         results = job.fn(job.payload, node)
     except WeightdiagError as exc:  # one line naming this node, raised on the driver as it is
-        if not str(exc).startswith(node):
-            exc.args = (f"{node}: {exc}",)
+        if not str(exc).startswith(node):  # args[0]: the message with its parameters still marked (errors.param)
+            exc.args = (f"{node}: {exc.args[0]}",)
         return TaskOutcome(job.index, node, error=exc)
     return TaskOutcome(job.index, node, results, seconds=time.perf_counter() - started)
 
@@ -399,7 +404,8 @@ def import_ray() -> Any:
         import ray
     except ImportError:
         raise MissingDependencyError(
-            "--executor ray needs Ray: pip install ray (or, in the weightdiag repository, pip install '.[ray]')",
+            f"{param('executor')} ray needs Ray: pip install ray (or, in the weightdiag repository, pip install "
+            "'.[ray]')",
             package="ray",
         ) from None
     return ray
@@ -413,7 +419,7 @@ class RayExecutor:
     name = "ray"
     local = False  # the passes read on the cluster's nodes
 
-    def __init__(self, address: str | None, ray: Any = None) -> None:
+    def __init__(self, address: str | None = None, ray: Any = None) -> None:
         self.address = address
         self._ray = ray
         self.owns = False  # whether close() disconnects (join() connected)
@@ -431,8 +437,9 @@ class RayExecutor:
         target = self.address or settings.ray_address()
         if not target:
             raise OptionError(
-                "--executor ray: give --ray-address HOST:PORT or set RAY_ADDRESS (an existing cluster)",
-                option="--ray-address",
+                f"{param('executor')} ray: give {param('ray_address')} HOST:PORT or set RAY_ADDRESS (an existing "
+                "cluster)",
+                param="ray_address",
             )
         _check_reachable(target)
         self.owns = not ray.is_initialized()  # a caller's own connection is left as it was found
@@ -440,7 +447,7 @@ class RayExecutor:
             # Quiet: the command's own lines are what the terminal shows (Ray's INFO lines say it connected).
             ray.init(address=target, ignore_reinit_error=True, log_to_driver=False, logging_level=logging.WARNING)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise HubError(f"--executor ray: no Ray cluster answers at {target} ({exc})") from None
+            raise HubError(f"{param('executor')} ray: no Ray cluster answers at {target} ({exc})") from None
         _notices_to_stderr()
         self._ray = ray
 
@@ -499,6 +506,16 @@ class RayExecutor:
                 on_node(outcome.node, nbytes[index])
             yield outcome
 
+    def map_unordered(self, fn: Callable[[Any], Any], payloads: Sequence[Any]) -> Iterator[Any]:
+        """fn(payload) as a task each (Ray's default resources), results as the tasks end: whole jobs whose
+        order does not matter (a sweep's revisions; each writes its own row)."""
+        ray = self.ray
+        remote = ray.remote(fn)
+        pending = [remote.remote(payload) for payload in payloads]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+
     def run_pass(self, job: Pass[R], execution: Any, on_node: NodeProgress | None = None) -> PassRun[R]:
         """The pass's parts in runs of about equal weight, each a task on some node (see the module docstring)."""
         shipped = job.shipped()  # refuses what the nodes cannot read, before connecting
@@ -545,7 +562,7 @@ class RayExecutor:
         except ray.exceptions.RayError as exc:  # lost more times than retried (node gone, worker killed)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise HubError(
-                f"--executor ray: a task was lost {MAX_RETRIES + 1} times ({type(exc).__name__}: {first}); "
+                f"{param('executor')} ray: a task was lost {MAX_RETRIES + 1} times ({type(exc).__name__}: {first}); "
                 "check the cluster's nodes (ray status) and run the command again: it resumes"
             ) from None
         if outcome.error is not None:
@@ -579,6 +596,10 @@ class Executor(Protocol):
 
     def run_pass(self, job: Pass[R], execution: Any, on_node: NodeProgress | None = None) -> PassRun[R]: ...
 
+    def map_unordered(self, fn: Callable[[Any], Any], payloads: Sequence[Any]) -> Iterator[Any]:
+        """fn(payload) for each, results as they end: whole jobs whose order does not matter."""
+        ...
+
     def summary(self) -> dict[str, Any] | None:
         """The row's run.cluster (None: ran here)."""
         ...
@@ -597,8 +618,8 @@ def _check_reachable(address: str) -> None:
             return
     except OSError as exc:
         raise HubError(
-            f"--executor ray: no Ray cluster answers at {address} ({exc.strerror or exc}); start one (ray start "
-            "--head) or give its head's address with --ray-address or RAY_ADDRESS"
+            f"{param('executor')} ray: no Ray cluster answers at {address} ({exc.strerror or exc}); start one (ray "
+            f"start --head) or give its head's address with {param('ray_address')} or RAY_ADDRESS"
         ) from None
 
 

@@ -59,7 +59,6 @@ def _fit_options(
 ) -> "FitOptions":
     """The one place where the commands' option values become FitOptions (--name is its model_id,
     --train-steps its steps). A command without an option passes nothing for it: FitOptions' default."""
-    from dataclasses import replace
 
     from ..run.measure import FitOptions
 
@@ -78,9 +77,9 @@ def _fit_options(
         farms=farms,
     )
     if trim is not None:
-        options = replace(options, trim=trim)
+        options = options.changed(trim=trim)
     if center is not None:
-        options = replace(options, center=center)
+        options = options.changed(center=center)
     return options
 
 
@@ -117,7 +116,6 @@ def fit(
     quiet: QuietOption = False,
 ) -> None:
     """Fit a Weibull to |w| of every weight matrix and write one row to the database."""
-    from dataclasses import replace
 
     from ..api import fit as fit_api
     from ..render.tables import counted, kinds_table
@@ -138,7 +136,7 @@ def fit(
         spectrum=spectrum,
         farms=farms,
     )
-    options = replace(options, executor=executor, ray_address=ray_address)
+    options = options.changed(executor=executor, ray_address=ray_address)
     progress = _node_progress(_progress(quiet), node_progress, executor, quiet)
     try:
         fitted = fit_api(

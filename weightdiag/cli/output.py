@@ -98,7 +98,9 @@ def _node_progress(progress: "FitProgress", wanted: bool, executor: str, quiet: 
     """The progress callback, with --node-progress a line per task handed back by a cluster node (not with -q)."""
     if not wanted:
         return progress
-    if executor != "ray":
+    from ..execution import choose_executor
+
+    if choose_executor(executor).local:  # nothing runs on a cluster's nodes
         from ..errors import OptionError, param
 
         progress.close()

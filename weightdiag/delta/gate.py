@@ -9,7 +9,7 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import OptionError
+from ..errors import OptionError, param
 from .result import DiffResult, TensorDiff
 
 
@@ -42,20 +42,24 @@ def parse_blocks(text: str | None) -> set[int] | None:
             lo, _, hi = part.strip().partition("-")
             out.update(range(int(lo), int(hi or lo) + 1))
     except ValueError:
-        raise OptionError(f"--blocks {text!r}: give block numbers and ranges, e.g. 0-3,7", option="--blocks") from None
+        raise OptionError(
+            f"{param('blocks')} {text!r}: give block numbers and ranges, e.g. 0-3,7", param="blocks"
+        ) from None
     return out
 
 
 def gate(result: DiffResult, threshold: float, globs: Sequence[str] = (), blocks: set[int] | None = None) -> GateResult:
     """Matrices and vectors matching a glob (any when none) and in `blocks` (any when None), over `threshold`."""
     if not threshold >= 0:
-        raise OptionError(f"--fail-above {threshold}: give a relative change >= 0", option="--fail-above")
+        raise OptionError(f"{param('fail_above')} {threshold}: give a relative change >= 0", param="fail_above")
     chosen = [
         t
         for t in [*result.matrices, *result.vectors]
         if (not globs or any(fnmatch.fnmatchcase(t.name, g) for g in globs)) and (blocks is None or t.block in blocks)
     ]
     if not chosen:
-        raise OptionError("--fail-above: no compared tensor is in the --blocks selection", option="--blocks")
+        raise OptionError(
+            f"{param('fail_above')}: no compared tensor is in the {param('blocks')} selection", param="blocks"
+        )
     failed = [t for t in chosen if not t.relative_change <= threshold]  # NaN/inf fail too
     return GateResult(threshold, len(chosen), failed)

@@ -11,6 +11,7 @@ from rich.measure import Measurement
 from rich.table import Column, Table
 
 from ..diagnose.classes import k_class_label, kind_records
+from ..progress import Relay, Silent
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, JustifyMethod, RenderResult
@@ -273,8 +274,8 @@ def kinds_table(row: Row, title: str | None = None) -> FitWidth:
     return FitWidth(table, optional=("median R²", "R²<0.95", "flags"))
 
 
-class FitProgress:
-    """A progress callback for pipeline.fit_plan drawing tensors, bytes, rate and ETA on stderr."""
+class FitProgress(Silent):
+    """The Progress (weightdiag/progress.py) the command line draws on stderr: tensors, bytes, rate and ETA."""
 
     def __init__(self, console: Console, enabled: bool = True) -> None:
         from ..settings import progress_bars
@@ -283,60 +284,59 @@ class FitProgress:
         self.enabled = enabled and progress_bars()  # HF_HUB_DISABLE_PROGRESS_BARS=1 hides it, as huggingface_hub's
         self._progress: Progress | None = None
         self._task: TaskID | None = None
+        self._done = 0
 
-    def __call__(self, event: str, payload: Any) -> None:
+    def started(self, model: str, tensors: int, nbytes: int) -> None:
         if not self.enabled:
             return
-        if event == "start":
-            self.close()  # a sweep fits one revision after another: one bar each
-            # Imported here: rich.progress costs ~10 ms and quiet or piped runs never draw a bar.
-            from rich.progress import (
-                BarColumn,
-                DownloadColumn,
-                Progress,
-                TextColumn,
-                TimeRemainingColumn,
-                TransferSpeedColumn,
-            )
-            from rich.table import Column
+        self.close()  # a sweep fits one revision after another: one bar each
+        # Imported here: rich.progress costs ~10 ms and quiet or piped runs never draw a bar.
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+        from rich.table import Column
 
-            # One line at any width: the counters (~45 columns) keep theirs, the model id and the bar share
-            # the rest, and the rate goes first below 100 columns (the ETA says the same).
-            narrow = self.console.width < 100
-            room = max(self.console.width - (47 if narrow else 59), 13)
-            bar = max(min(40, room // 3), 5)
-            columns = [
-                TextColumn(
-                    "{task.description}",
-                    style="bold",
-                    markup=False,  # the model id, as given
-                    table_column=Column(max_width=max(room - bar - 1, 8), no_wrap=True, overflow="ellipsis"),
-                ),
-                BarColumn(bar_width=bar),
-                TextColumn("{task.fields[done]}/{task.fields[tensors]} tensors"),
-                DownloadColumn(),
-                *([] if narrow else [TransferSpeedColumn()]),
-                TimeRemainingColumn(),
-            ]
-            self._progress = Progress(*columns, console=self.console, transient=True)
-            self._progress.start()
-            self._task = self._progress.add_task(
-                payload["model"], total=payload["bytes"], done=0, tensors=payload["tensors"]
-            )
-            self._done = 0
-        elif event == "bytes" and self._progress is not None and self._task is not None:
-            # as chunks land: a smooth rate and ETA
-            self._progress.update(self._task, advance=payload)
-        elif event == "advance" and self._progress is not None and self._task is not None:
+        # One line at any width: the counters (~45 columns) keep theirs, the model id and the bar share
+        # the rest, and the rate goes first below 100 columns (the ETA says the same).
+        narrow = self.console.width < 100
+        room = max(self.console.width - (47 if narrow else 59), 13)
+        bar = max(min(40, room // 3), 5)
+        columns = [
+            TextColumn(
+                "{task.description}",
+                style="bold",
+                markup=False,  # the model id, as given
+                table_column=Column(max_width=max(room - bar - 1, 8), no_wrap=True, overflow="ellipsis"),
+            ),
+            BarColumn(bar_width=bar),
+            TextColumn("{task.fields[done]}/{task.fields[tensors]} tensors"),
+            DownloadColumn(),
+            *([] if narrow else [TransferSpeedColumn()]),
+            TimeRemainingColumn(),
+        ]
+        self._progress = Progress(*columns, console=self.console, transient=True)
+        self._progress.start()
+        self._task = self._progress.add_task(model, total=nbytes, done=0, tensors=tensors)
+        self._done = 0
+
+    def read(self, nbytes: int) -> None:
+        if self.enabled and self._progress is not None and self._task is not None:
+            self._progress.update(self._task, advance=nbytes)  # as chunks land: a smooth rate and ETA
+
+    def measured(self, tensor: str) -> None:
+        if self.enabled and self._progress is not None and self._task is not None:
             self._done += 1
             self._progress.update(self._task, done=self._done)
-        elif event == "spectrum-start":  # fit --spectrum's second pass: its own bar, advanced by flops
-            self._spectrum_bar(payload)
-        elif event == "spectrum-advance" and self._progress is not None and self._task is not None:
-            self._done += 1
-            self._progress.update(self._task, advance=payload, done=self._done)
 
-    def _spectrum_bar(self, payload: Any) -> None:
+    def spectra_started(self, matrices: int, flops: float) -> None:
+        """fit --spectrum's second pass: its own bar, advanced by flops."""
+        if not self.enabled:
+            return
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         self.close()
@@ -350,8 +350,13 @@ class FitProgress:
             transient=True,
         )
         self._progress.start()
-        self._task = self._progress.add_task("spectra", total=payload["flops"], done=0, matrices=payload["matrices"])
+        self._task = self._progress.add_task("spectra", total=flops, done=0, matrices=matrices)
         self._done = 0
+
+    def spectrum_taken(self, flops: float) -> None:
+        if self.enabled and self._progress is not None and self._task is not None:
+            self._done += 1
+            self._progress.update(self._task, advance=flops, done=self._done)
 
     def close(self) -> None:
         if self._progress is not None:
@@ -363,25 +368,25 @@ def _amount(size: int) -> str:
     return f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
 
 
-class NodeProgress:
+class NodeProgress(Relay):
     """`--node-progress` (with --executor ray): each time a task is handed back, one line on stderr with its node's
-    tasks and bytes so far (above the progress bar on a terminal; in a log too), then the events go on to
-    `inner` (the bar). The counts are the run's `run.cluster` as they grow: both passes of a fit --spectrum."""
+    tasks and bytes so far (above the progress bar on a terminal; in a log too), every call going on to `inner`
+    (the bar). The counts are the run's `run.cluster` as they grow: both passes of a fit --spectrum."""
 
-    def __init__(self, inner: Any, console: Console) -> None:
-        self.inner = inner
+    def __init__(self, inner: FitProgress, console: Console) -> None:
+        super().__init__(inner)
+        self.bar = inner
         self.console = console
         self.nodes: dict[str, list[int]] = {}  # node: [tasks, bytes]
 
-    def __call__(self, event: str, payload: Any) -> None:
-        if event == "node":
-            counts = self.nodes.setdefault(payload["node"], [0, 0])
-            counts[0] += 1
-            counts[1] += payload["bytes"]
-            done = f"{counts[0]} task{'s' if counts[0] != 1 else ''} done, {_amount(counts[1])} read"
-            what = " (the last one a spectrum task)" if payload.get("pass") == "spectrum" else ""
-            self.console.print(f"{payload['node']}: {done}{what}", markup=False, highlight=False, soft_wrap=True)
-        self.inner(event, payload)
+    def node_done(self, node: str, nbytes: int, spectrum: bool) -> None:
+        counts = self.nodes.setdefault(node, [0, 0])
+        counts[0] += 1
+        counts[1] += nbytes
+        done = f"{counts[0]} task{'s' if counts[0] != 1 else ''} done, {_amount(counts[1])} read"
+        what = " (the last one a spectrum task)" if spectrum else ""
+        self.console.print(f"{node}: {done}{what}", markup=False, highlight=False, soft_wrap=True)
+        self.inner.node_done(node, nbytes, spectrum)
 
     def close(self) -> None:
-        self.inner.close()
+        self.bar.close()

@@ -8,7 +8,6 @@ The numerics live in weightdiag/delta (pairing, measures, spectrum, findings), t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from contextlib import closing
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -19,22 +18,21 @@ from ..delta.compare import PairsPass, hashing
 from ..delta.findings import block_key, find, summarize
 from ..delta.pairing import pair_tensors
 from ..delta.result import DiffOptions, DiffResult, TensorDiff
-from ..errors import OptionError
+from ..errors import OptionError, param
 from ..execution import Execution
 from ..executor import PassRun, check_verified
 from ..layout import arch_from_config, complete_arch
+from ..progress import SILENT, Progress
 from ..source.open import open_model
 from ..source.plan import ModelPlan
 from ..source.reader import Reader, closing_on_error
 from .measure import selected
 
-Progress = Callable[[str, Any], None]  # the fit's progress events: start, bytes, advance (render.tables.FitProgress)
-
 
 def check_options(options: DiffOptions) -> Execution:
     """Refuse unusable options (exit 2) before anything is read; how the diff runs (execution.py)."""
     if not (isinstance(options.sketch, int) and 2 <= options.sketch <= 4096):
-        raise OptionError(f"--sketch {options.sketch}: choose a whole number from 2 to 4096", option="--sketch")
+        raise OptionError(f"{param('sketch')} {options.sketch}: choose a whole number from 2 to 4096", param="sketch")
     return Execution.build(
         options.device, executor=options.executor, ray_address=options.ray_address, connections=options.connections
     )
@@ -58,7 +56,7 @@ def base_of(tuned: str, options: DiffOptions) -> str:
     base = plan.base_model or (_hub_card_base(tuned, plan, options) if plan.source == "hub" else None)
     if not base:
         raise OptionError(
-            f"{tuned}: its model card names no base_model; give both: weightdiag diff BASE {tuned}", option="BASE"
+            f"{tuned}: its model card names no base_model; give both: weightdiag diff BASE {tuned}", param="base"
         )
     return base
 
@@ -119,14 +117,13 @@ def diff(
         if not pairing.pairs:
             raise OptionError(
                 f"{base_spec} and {tuned_spec} have no tensor in common to compare"
-                + (" (check --include/--exclude)" if options.include or options.exclude else ""),
-                option="--include" if options.include else "BASE",
+                + (f" (check {param('include')}/{param('exclude')})" if options.include or options.exclude else ""),
+                param="include" if options.include else "base",
             )
         verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
-        if progress is not None:
-            total = sum(p.base.nbytes + p.tuned.nbytes for p in pairing.pairs)
-            label = f"{base_plan.model_id} -> {tuned_plan.model_id}"
-            progress("start", {"tensors": len(pairing.pairs), "bytes": total, "model": label})
+        progress = progress or SILENT
+        total = sum(p.base.nbytes + p.tuned.nbytes for p in pairing.pairs)
+        progress.started(f"{base_plan.model_id} -> {tuned_plan.model_id}", len(pairing.pairs), total)
         arch = complete_arch(arch_from_config(base_plan.config, []), [(t.name, t.shape) for t in base_plan.tensors])
         readers = (base_reader, tuned_reader)
         plans = (base_plan, tuned_plan)
@@ -139,18 +136,18 @@ def diff(
             (len(base_plan.shards), len(tuned_plan.shards)),
             ((base_plan, base_reader), (tuned_plan, tuned_reader)),
         )
-        on_node = None
-        if progress is not None:
-            on_node = lambda node, n: progress("node", {"node": node, "bytes": n})  # noqa: E731
+
+        def on_node(node: str, nbytes: int) -> None:
+            progress.node_done(node, nbytes, False)
+
         run: PassRun[TensorDiff] = execution.executor.run_pass(job, execution, on_node)
         matrices: list[TensorDiff] = []
         vectors: list[TensorDiff] = []
         with closing(run.results) as results:  # ended now if a callback raises, before the executor closes
             for pair, item in zip(pairing.pairs, results, strict=True):
                 (matrices if len(pair.base.shape) >= 2 else vectors).append(item)
-                if progress is not None:
-                    progress("bytes", pair.base.nbytes + pair.tuned.nbytes)
-                    progress("advance", pair.base)
+                progress.read(pair.base.nbytes + pair.tuned.nbytes)
+                progress.measured(pair.name)
         shards = [(plan.model_id, [s.name for s in plan.shards], [s.sha256 for s in plan.shards]) for plan in plans]
         check_verified(hashed, run.verified, shards)
         verification = {

@@ -6,16 +6,14 @@ The building blocks of `api` (fit, compare, check, report) and of `sweep` (one r
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ..database.store import default_db_dir, iter_summaries, write_row
-from ..diagnose import lambda_axis
 from ..diagnose.kinds import interpret
 from ..diagnose.spectrum import holds_spectra_asked
 from ..errors import DatabaseError, HubUnreachableError, NotCachedError, RepoNotFoundError
 from ..execution import Execution
+from ..progress import Progress
 from ..record.journal import Journal, resume_options
 from ..record.schema import Row
 from ..source.open import open_model
@@ -27,15 +25,14 @@ from .measure import FitOptions, execution_for, measure
 def check_options(options: FitOptions) -> None:
     """Refuse unusable options (BadInputError, exit 2) before anything is read."""
     options.validate()
-    lambda_axis.check_preset(options.preset)
-    execution_for(options)  # the device, the executor and the connections, checked where they are chosen
+    options.running.execution()  # the device, the executor and the connections, checked where they are chosen
 
 
 def fit_plan(
     plan: ModelPlan,
     reader: Reader,
     options: FitOptions,
-    progress: Callable[[str, Any], None] | None = None,
+    progress: Progress | None = None,
     journal: Journal | None = None,
     *,
     execution: Execution | None = None,
@@ -47,7 +44,7 @@ def fit_plan(
     return interpret(row, lr=options.lr, weight_decay=options.weight_decay, steps=options.steps, preset=options.preset)
 
 
-def fit_path(spec: str, options: FitOptions, progress: Callable[[str, Any], None] | None = None) -> Row:
+def fit_path(spec: str, options: FitOptions, progress: Progress | None = None) -> Row:
     """Fit a model given as a local path (fit_model also takes Hub ids)."""
     from ..source.local import open_local
 
@@ -59,7 +56,7 @@ def fit_path(spec: str, options: FitOptions, progress: Callable[[str, Any], None
 def fit_model(
     spec: str,
     options: FitOptions | None = None,
-    progress: Callable[[str, Any], None] | None = None,
+    progress: Progress | None = None,
     *,
     revision: str | None = None,
     token: str | None = None,
@@ -75,7 +72,7 @@ def fit_model(
 def fit_and_save_model(
     spec: str,
     options: FitOptions,
-    progress: Callable[[str, Any], None] | None,
+    progress: Progress | None,
     db: Path | None,
     *,
     revision: str | None = None,
@@ -89,12 +86,12 @@ def fit_and_save_model(
 
     check_options(options)
     if download and not execution_for(options).executor.local:
-        from ..errors import OptionError
+        from ..errors import OptionError, param
 
         raise OptionError(
-            "--download fetches the shards onto this machine, --executor ray reads them on the cluster's nodes "
-            "(each from the Hub): give one of them",
-            option="--download",
+            f"{param('download')} fetches the shards onto this machine, {param('executor')} ray reads them on the "
+            "cluster's nodes (each from the Hub): give one of them",
+            param="download",
         )
     if db is not None:
         check_writable(db)
@@ -111,7 +108,7 @@ def fit_and_save(
     plan: ModelPlan,
     reader: Reader,
     options: FitOptions,
-    progress: Callable[[str, Any], None] | None,
+    progress: Progress | None,
     db: Path | None,
     fresh: bool = False,
     *,
@@ -235,7 +232,7 @@ def resolve_row(
     spec: str,
     db_dir: str | Path | None = None,
     options: FitOptions | None = None,
-    progress: Callable[[str, Any], None] | None = None,
+    progress: Progress | None = None,
     *,
     token: str | None = None,
     download: bool = False,

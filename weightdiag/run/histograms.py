@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import OptionError, WeightdiagError
+from ..errors import OptionError, WeightdiagError, param
 from ..execution import Execution
 from ..segments import Segments
 from ..source.plan import ModelPlan
@@ -32,8 +32,9 @@ def histogram_choice(result: Mapping[str, Any], row: Mapping[str, Any], asked: l
             hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
             if not hits:
                 raise OptionError(
-                    f"--hist {pattern!r} matches no fitted matrix; names look like {names[len(names) // 2]!r}",
-                    option="--hist",
+                    f"{param('hist')} {pattern!r} matches no fitted matrix; names look like "
+                    f"{names[len(names) // 2]!r}",
+                    param="hist",
                 )
             chosen += [h for h in hits if h not in chosen]
         return dict.fromkeys(chosen, "asked for with --hist")

@@ -9,7 +9,6 @@ api.fit_plan does both.
 from __future__ import annotations
 
 import fnmatch
-import math
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
@@ -22,10 +21,10 @@ from .. import __version__, kernels, tuning
 from ..codes import BIN_EDGES, HIST_BINS
 from ..decode.group import describe, group_quantized
 from ..dtypes import skip_reason
-from ..errors import BadInputError, ModelPathError, OptionError, QuantizationError, VerificationError
+from ..errors import BadInputError, ModelPathError, OptionError, QuantizationError, VerificationError, param
 from ..execution import Execution
 from ..fit.matrix import fit_matrix
-from ..fit.weibull import PROTOCOLS, TRIMS
+from ..fit.weibull import TRIMS
 from ..layout import (
     ArchInfo,
     TensorRole,
@@ -37,6 +36,7 @@ from ..layout import (
     tied_head,
 )
 from ..layout.views import View, views_of, whole_rows
+from ..progress import SILENT, Progress
 from ..record.journal import Expected, Journal, Resumed
 from ..record.row import SCHEMA, matrix_record, vector_offset, vector_record
 from ..reduce.reduction import Reduction
@@ -45,69 +45,14 @@ from ..reduce.vectors import VectorSummary, values_of
 from ..segments import Segments
 from ..source.plan import ModelPlan, TensorRef
 from ..source.reader import Reader, closing_on_error
-from ..vocabulary import COHORT_TRIM
+from .options import FitOptions, Measurement
 
 ProgressFn = Callable[[TensorRef, int], None]
 
 
-@dataclass
-class FitOptions:
-    protocol: str = "hist1024"
-    trim: str = COHORT_TRIM  # the trim used for per-kind medians and classes; all three are stored
-    # Fit |w - mean| as the Weibull paper's App. A.1 text says, instead of |w| as its library and the
-    # cohort do (--center).
-    center: bool = False
-    device: str = "auto"
-    include: Sequence[str] = ()
-    exclude: Sequence[str] = ()
-    split_fused: bool = True
-    model_id: str | None = None
-    # Training hyperparameters for the lambda axis (T/tau); a preset or a step* revision fills gaps.
-    lr: float | None = None
-    weight_decay: float | None = None
-    steps: float | None = None
-    preset: str | None = None
-    # Ranged requests kept in flight when streaming from the Hub (--connections); on a cluster, per task.
-    connections: int = 8
-    # Where the chunks are reduced: "local" (this machine's threads) or "ray" (tasks on the nodes of the Ray
-    # cluster at ray_address, else RAY_ADDRESS: reduce/cluster.py). The row is the same.
-    executor: str = "local"
-    ray_address: str | None = None
-    # Each matrix's spectrum too (--spectrum): WeightWatcher's metrics from the eigenvalues of its Gram, in a
-    # second pass over the matrices (run/spectrum.py); the row is then weightdiag.row/2.
-    spectrum: bool = False
-    # FARMS' aspect-ratio-corrected alpha as well (--farms, implies --spectrum): 225 windows of 2000 x 2000 per
-    # large matrix, about 100 s for 4096 x 14336 on 2 cores.
-    farms: bool = False
-
-    @property
-    def spectra(self) -> bool:
-        """Whether the fit takes the matrices' spectra (--spectrum or --farms)."""
-        return self.spectrum or self.farms
-
-    def validate(self) -> None:
-        if self.protocol not in PROTOCOLS:
-            raise OptionError(
-                f"--protocol {self.protocol!r}: choose one of {', '.join(PROTOCOLS)}", option="--protocol"
-            )
-        if self.trim not in TRIMS:
-            raise OptionError(f"--trim {self.trim!r}: choose one of {', '.join(TRIMS)}", option="--trim")
-        for name in ("lr", "weight_decay", "steps"):
-            value = getattr(self, name)
-            if value is not None and not (value > 0 and math.isfinite(value)):
-                option = "--train-steps" if name == "steps" else f"--{name.replace('_', '-')}"  # CLI's names
-                raise OptionError(f"{option} must be a positive finite number, not {value}", option=option)
-
-
 def execution_for(options: FitOptions, threads: int | None = None) -> Execution:
     """How a fit with these options runs (execution.py: the one place it is chosen and checked)."""
-    return Execution.build(
-        options.device,
-        executor=options.executor,
-        ray_address=options.ray_address,
-        connections=options.connections,
-        threads=threads,
-    )
+    return options.running.execution(threads)
 
 
 def selected(name: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
@@ -134,7 +79,7 @@ class _Work:
         return len(self.ref.shape) == 1 or self.role.kind == "ssm_param" or any(v.vector for v in self.views)
 
 
-def plan_work(plan: ModelPlan, arch: ArchInfo, options: FitOptions) -> tuple[list[_Work], list[dict[str, Any]]]:
+def plan_work(plan: ModelPlan, arch: ArchInfo, options: Measurement) -> tuple[list[_Work], list[dict[str, Any]]]:
     """Decide per tensor: read it (matrix or vector, whole or cut into records) or skip it with a reason."""
     work: list[_Work] = []
     skipped: list[dict[str, Any]] = []
@@ -188,7 +133,7 @@ def measure(
     plan: ModelPlan,
     reader: Reader,
     options: FitOptions,
-    progress: Callable[[str, Any], None] | None = None,
+    progress: Progress | None = None,
     journal: Journal | None = None,
     *,
     execution: Execution | None = None,
@@ -214,7 +159,7 @@ def _measure(
     reader: Reader,
     options: FitOptions,
     execution: Execution,
-    progress: Callable[[str, Any], None] | None,
+    progress: Progress | None,
     journal: Journal | None,
 ) -> dict[str, Any]:
     device = execution.device
@@ -224,19 +169,21 @@ def _measure(
     config_notes: list[str] = []  # config fields ignored as unusable (1e308, Infinity, negative)
     arch = complete_arch(arch_from_config(plan.config, config_notes), [(t.name, t.shape) for t in plan.tensors])
     plan.notes.extend(n for n in config_notes if n not in plan.notes)  # the row's notes say what was ignored
-    work, skipped = plan_work(plan, arch, options)
+    work, skipped = plan_work(plan, arch, options.measurement)
     if not work:
         message = f"{plan.location}: no fittable tensors selected"
         if options.include or options.exclude:  # the filters left nothing: name the ones given
-            given = [flag for flag, value in (("--include", options.include), ("--exclude", options.exclude)) if value]
-            raise OptionError(message + " (check --include/--exclude)", option="/".join(given))
+            given = [name for name, value in (("include", options.include), ("exclude", options.exclude)) if value]
+            raise OptionError(
+                f"{message} (check {param('include')}/{param('exclude')})",
+                param=given[0] if len(given) == 1 else "include",
+            )
         raise ModelPathError(message, path=plan.location)
     total_bytes = sum(w.ref.file_nbytes for w in work)  # read from the files (GGUF: quantized, not dequantized)
     kept = _resume(journal, work, reader, options)
     todo = [w for w in work if w.ref.name not in kept.records]
-    if progress:
-        todo_bytes = sum(w.ref.file_nbytes for w in todo)
-        progress("start", {"tensors": len(todo), "bytes": todo_bytes, "model": plan.model_id})
+    progress = progress or SILENT
+    progress.started(plan.model_id, len(todo), sum(w.ref.file_nbytes for w in todo))
     entries: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
         name: (e.matrices, e.vectors) for name, e in kept.records.items()
     }
@@ -291,8 +238,7 @@ def _measure(
                     now = report.verified_shards()
                     journal.verified(now - journaled_shards)
                     journaled_shards.update(now)
-            if progress:
-                progress("advance", ref)
+            progress.measured(ref.name)
         # The reduction raised when a streamed shard's bytes did not match its hash; a download was checked at open.
         verification = report.verification or plan.verification
         if options.spectra:  # a second pass, after the shards were verified (run/spectrum.py)
@@ -334,7 +280,7 @@ def _spectra(
     arch: ArchInfo,
     options: FitOptions,
     execution: Execution,
-    progress: Callable[[str, Any], None] | None,
+    progress: Progress | None,
 ) -> dict[str, Any]:
     """Every matrix record's spectrum (and its fused parts'), put into the records; the row's `run.spectrum`."""
     from . import spectrum
@@ -346,12 +292,7 @@ def _spectra(
         if not item.vector
     ]
     planned = plan_spectra(inputs, lambda i: record_names(i.views, i.ref.name))
-    on_node = None
-    if progress:
-        on_node = lambda node, n: progress("node", {"node": node, "bytes": n, "pass": "spectrum"})  # noqa: E731
-    result = spectrum.take_spectra(
-        planned, reader, execution, farms=options.farms, progress=progress, model=plan, on_node=on_node
-    )
+    result = spectrum.take_spectra(planned, reader, execution, farms=options.farms, progress=progress, model=plan)
     attached = attach(result, (m for w in work for m in entries[w.ref.name][0]))
     return run_info(result, attached, options.farms)
 
@@ -419,8 +360,6 @@ def _view_records(
         )
 
 
-
-
 @dataclass
 class _Reduced:
     """What the workers hand back for one tensor: a reduction (and parts), or a vector's summary."""
@@ -447,7 +386,7 @@ def _reduce_all(
     execution: Execution,
     arch: ArchInfo,
     options: FitOptions,
-    progress: Callable[[str, Any], None] | None,
+    progress: Progress | None,
     report: ChunkReport,
 ) -> Generator[tuple[_Work, _Reduced], None, None]:
     """Reduce every selected tensor, yielding results in file order.
@@ -470,12 +409,13 @@ def _reduce_all(
         for item, (segs, _) in zip(work, parts, strict=True)
     ]
     verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
-    on_bytes = on_node = None
-    if progress:
-        on_bytes = lambda n: progress("bytes", n)  # noqa: E731
-        on_node = lambda node, n: progress("node", {"node": node, "bytes": n})  # noqa: E731
+    progress = progress or SILENT
+
+    def on_node(node: str, nbytes: int) -> None:
+        progress.node_done(node, nbytes, False)
+
     results = reduce_chunked(
-        targets, (plan, reader), execution, verify=verify, on_bytes=on_bytes, on_node=on_node, report=report
+        targets, (plan, reader), execution, verify=verify, on_bytes=progress.read, on_node=on_node, report=report
     )
     for index, result in results:
         reduced = _as_reduced(work[index], result, *parts[index], arch.norm_offset)

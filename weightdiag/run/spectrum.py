@@ -45,6 +45,7 @@ from ..execution import Execution
 from ..executor import PassRun, Verified
 from ..fit.esd import fit_spectrum
 from ..layout.views import View
+from ..progress import SILENT, Progress
 from ..record.spectrum import spectrum_record
 from ..reduce.blas import blas_threads
 from ..reduce.farms import FarmsWindows
@@ -252,7 +253,6 @@ class SpectrumResult:
     device: str
 
 
-ProgressFn = Callable[[str, Any], None]
 TensorSpectra = tuple[dict[Key, dict[str, Any]], dict[Key, str]]  # one tensor's records: spectra, skipped (why)
 
 
@@ -339,19 +339,18 @@ def take_spectra(
     execution: Execution,
     *,
     farms: bool = False,
-    progress: ProgressFn | None = None,
+    progress: Progress | None = None,
     factory: GramFactory | None = None,
     model: Any = None,
-    on_node: Callable[[str, int], None] | None = None,
 ) -> SpectrumResult:
     """Read every planned tensor again in row blocks and take its targets' spectra (see the module docstring),
     on the execution's executor (SpectrumPass). `factory`: the Gram accumulator (default: BLAS on the CPU,
     torch on execution.device otherwise); `model`: the ModelPlan `reader` reads (what a cluster node opens)."""
     started = time.perf_counter()
     packed = [_packed(ref) for ref in plan.refs]
-    if progress:
-        work = sum(flops(t, p, r) for r, p, ts in zip(plan.refs, packed, plan.targets, strict=True) for t in ts)
-        progress("spectrum-start", {"matrices": plan.count, "flops": work})
+    progress = progress or SILENT
+    work = sum(flops(t, p, r) for r, p, ts in zip(plan.refs, packed, plan.targets, strict=True) for t in ts)
+    progress.spectra_started(plan.count, work)
     job = SpectrumPass(
         tuple(plan.refs),
         tuple(tuple(ts) for ts in plan.targets),
@@ -362,14 +361,16 @@ def take_spectra(
     )
     spectra: dict[Key, dict[str, Any]] = {}
     skipped = dict(plan.skipped)
+    def on_node(node: str, nbytes: int) -> None:
+        progress.node_done(node, nbytes, True)
+
     run: PassRun[TensorSpectra] = execution.executor.run_pass(job, execution, on_node)
     with closing(run.results) as results:  # ended now if a callback raises, before the executor closes
         for i, (found, why) in enumerate(results):
             spectra.update(found)
             skipped.update(why)
-            if progress:
-                for target in plan.targets[i]:
-                    progress("spectrum-advance", flops(target, packed[i], plan.refs[i]))
+            for target in plan.targets[i]:
+                progress.spectrum_taken(flops(target, packed[i], plan.refs[i]))
     return SpectrumResult(spectra, skipped, time.perf_counter() - started, execution.device)
 
 

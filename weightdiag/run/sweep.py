@@ -38,13 +38,14 @@ from ..errors import (
     BadInputError,
     DatabaseError,
     HubUnreachableError,
-    MissingDependencyError,
     ModelPathError,
     NotCachedError,
     OptionError,
     WeightdiagError,
     param,
 )
+from ..executor import Executor
+from ..progress import Progress, Relay
 
 LOCAL_PATTERNS = ("step*", "checkpoint-*", "checkpoint_*", "global_step*", "iter_*", "epoch*")
 
@@ -357,17 +358,21 @@ def watch_parent(parent: int) -> None:
     threading.Thread(target=watch, name="weightdiag-parent-watch", daemon=True).start()
 
 
-def _named_progress(task: dict[str, Any]) -> Callable[[str, Any], None] | None:
-    """The task's progress callback (serial sweeps only), its bar named by the revision being fitted."""
+class _Named(Relay):
+    """The sweep's Progress (serial sweeps only), each fit's bar named by the revision being fitted."""
+
+    def __init__(self, inner: Progress, name: str) -> None:
+        super().__init__(inner)
+        self.name = name
+
+    def started(self, model: str, tensors: int, nbytes: int) -> None:
+        self.inner.started(self.name, tensors, nbytes)
+
+
+def _named_progress(task: dict[str, Any]) -> Progress | None:
+    """The task's progress (serial sweeps only), its bar named by the revision being fitted."""
     inner = task.get("progress")
-    if inner is None:
-        return None
-    name = f"{task['model_id']}@{task['revision']}"
-
-    def progress(event: str, payload: Any) -> None:
-        inner(event, {**payload, "model": name} if event == "start" else payload)
-
-    return progress
+    return _Named(inner, f"{task['model_id']}@{task['revision']}") if inner is not None else None
 
 
 def serial_runner(tasks: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
@@ -439,33 +444,18 @@ def process_runner(jobs: int) -> Runner:
     return run
 
 
-def ray_runner(address: str | None) -> Runner:
+def cluster_runner(executor: Executor) -> Runner:
+    """Each revision's fit a task on the cluster (in whatever order they end: each writes its own row)."""
+
     def run(tasks: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
         try:
-            import ray
-        except ImportError:
-            raise MissingDependencyError(
-                "--executor ray needs Ray: pip install ray (or, in the weightdiag repository, pip install '.[ray]')",
-                package="ray",
-            ) from None
-        target = address or settings.ray_address()
-        if not target:
-            raise OptionError(
-                f"{param('executor')} ray: give {param('ray_address')} HOST:PORT or set RAY_ADDRESS (an existing "
-                "cluster)",
-                param="ray_address",
-            )
-        ray.init(address=target, ignore_reinit_error=True, log_to_driver=False)
-        try:
-            remote = ray.remote(fit_revision)
             # Task arguments live in the cluster's object store and dashboard: never ship a token there;
             # workers authenticate with their own HF_TOKEN or `hf auth login`.
-            pending = [remote.remote({k: v for k, v in t.items() if k != "token"}) for t in tasks]
-            while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                yield ray.get(done[0])
+            yield from executor.map_unordered(
+                fit_revision, [{k: v for k, v in t.items() if k != "token"} for t in tasks]
+            )
         finally:
-            ray.shutdown()
+            executor.close()
 
     return run
 
@@ -551,7 +541,7 @@ def run_sweep(
     token: str | None = None,
     download: bool = False,
     on_outcome: Callable[[Outcome], None] | None = None,
-    progress: Callable[[str, Any], None] | None = None,
+    progress: Progress | None = None,
 ) -> list[Outcome]:
     """Fit what is missing; reuse rows across identical revisions; return one outcome per revision. `progress`
     hears each fit's events (fit_plan's, the model named <id>@<revision>) when the revisions run one by one

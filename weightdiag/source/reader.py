@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import OptionError
+from ..errors import OptionError, param
 from .chunks import Chunk
 from .plan import ModelPlan, TensorRef
 
@@ -107,9 +107,9 @@ class Reader(ABC):
         """A `source.reopen.SourceSpec` of this model (a few plain fields) from which another machine opens a
         reader over the same shards; refused for formats a cluster node cannot read."""
         raise OptionError(
-            f"{plan.location}: --executor ray reads safetensors checkpoints (local or from the Hub); this one is "
-            f"{plan.file_format}: fit it without --executor ray",
-            option="--executor",
+            f"{plan.location}: {param('executor')} ray reads safetensors checkpoints (local or from the Hub); this "
+            f"one is {plan.file_format}: fit it without {param('executor')} ray",
+            param="executor",
         )
 
     def cancel(self) -> None:
