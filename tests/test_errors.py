@@ -195,7 +195,7 @@ def test_a_message_names_parameters_for_the_library_and_flags_for_the_command_li
     error = OptionError(f"{param('schedule')} cosine needs {param('total')}\n (the run's total steps)", param="total")
     assert str(error) == error.message == "schedule cosine needs total (the run's total steps)"
     assert error.render(flag) == "--schedule cosine needs --total (the run's total steps)"
-    assert error.param == error.option == "total"  # `option`: its name before parameters were named
+    assert error.param == "total"
     assert pickle.loads(pickle.dumps(error)).render(flag) == error.render(flag)  # sweep's workers hand errors back
     steps = OptionError(f"{param('sweep.steps')} 'log:x': expected log:N", param="steps")
     assert steps.message == "steps 'log:x': expected log:N"  # sweep's `steps`, beside FitOptions' (--train-steps)
@@ -205,10 +205,6 @@ def test_a_message_names_parameters_for_the_library_and_flags_for_the_command_li
     assert odd.message == "revision 'a\x00b': give a branch"  # a NUL in a value is no parameter
     with pytest.raises(ValueError):
         param("--trim")  # a parameter's name, never a flag
-    # The form of modules not converted yet: a flag in a message that writes flags; `param` is that flag.
-    old = OptionError("--trim 'x': choose one of mid80", option="--trim")
-    assert old.message == old.render(flag) == "--trim 'x': choose one of mid80"
-    assert old.param == old.option == "--trim"
 
 
 def test_every_parameter_an_error_names_has_a_flag() -> None:
@@ -373,10 +369,10 @@ def test_options_and_environment_variables_are_named(monkeypatch: pytest.MonkeyP
 
     with pytest.raises(OptionError) as trim:
         FitOptions(trim="mid99").validate()
-    assert trim.value.option == "--trim"
+    assert trim.value.param == "trim" and trim.value.message.startswith("trim 'mid99': choose one of")
     with pytest.raises(OptionError) as lr:
         FitOptions(lr=-1.0).validate()
-    assert lr.value.option == "--lr"
+    assert lr.value.param == "lr" and lr.value.message == "lr must be a positive finite number, not -1.0"
     monkeypatch.setenv("WEIGHTDIAG_THREADS", "many")
     with pytest.raises(OptionError) as threads:
         settings.threads()

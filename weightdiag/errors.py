@@ -33,7 +33,7 @@ import re
 from collections.abc import Callable, Mapping
 from enum import IntEnum
 from os import PathLike
-from typing import Any, ClassVar, overload
+from typing import Any, ClassVar
 
 
 class ExitCode(IntEnum):
@@ -132,31 +132,13 @@ class BadInputError(WeightdiagError):
 
 class OptionError(BadInputError):
     """A parameter or environment variable has an unusable value; `param` names it (`trim`, `HF_ENDPOINT`), and
-    the message names it (and any other parameter it mentions) with param().
-
-    `option=` is the form before parameters were named: a flag (`--trim`) in a message that writes flags, until
-    every module raises with param= (run/measure.py, run/fitting.py, run/histograms.py, diff/, execution.py,
-    reduce/, source/reopen.py did not yet); `param` is then that flag. `exc.option` is `exc.param`.
-    """
+    the message names it (and any other parameter it mentions) with param()."""
 
     field_names = ("param",)
 
-    @overload
-    def __init__(self, message: str, *, param: str) -> None: ...
-
-    @overload
-    def __init__(self, message: str, *, option: str) -> None: ...
-
-    def __init__(self, message: str, *, param: str | None = None, option: str | None = None) -> None:
-        named = param if param is not None else option
-        if named is None:
-            raise TypeError("OptionError() needs param=: the parameter or environment variable it is about")
+    def __init__(self, message: str, *, param: str) -> None:
         super().__init__(message)
-        self.param = named
-
-    @property
-    def option(self) -> str:
-        return self.param
+        self.param = param
 
 
 class ModelPathError(BadInputError):
