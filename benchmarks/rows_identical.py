@@ -37,9 +37,6 @@ def science(document: dict) -> str:
 
 def fixtures(root: Path) -> dict[str, list[str]]:
     """Case name -> the command's arguments after `weightdiag`."""
-    import numpy as np
-    from safetensors.numpy import load_file
-
     from benchmarks.bench_quant import write as write_quant
     from weightdiag.testing import synthetic
 
@@ -85,12 +82,13 @@ def fixtures(root: Path) -> dict[str, list[str]]:
         print(f"(no GGUF case: {exc})")
     try:
         import torch
+        from safetensors.torch import load_file
 
         folder = root / "bin"
         folder.mkdir(exist_ok=True)
         weights = {}
         for shard in sorted(bf16.glob("*.safetensors")):
-            weights |= {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in load_file(shard).items()}
+            weights |= load_file(shard)
         torch.save(weights, folder / "pytorch_model.bin")
         (folder / "config.json").write_text((bf16 / "config.json").read_text())
         cases[".bin"] = ["fit", str(folder)]

@@ -1152,10 +1152,8 @@ def small_model_in_small_chunks(
     """write_small_model's 3 shards as acme/tiny on the loopback Hub, read in 16 KiB chunks (so that a fault or
     an interruption lands inside a shard) and retried without back-off (`attempts` times when given). `knobs`:
     the test's fixture of that name (conftest.py), which keeps the small pieces until the test ends."""
-    from weightdiag.source import hub_stream
-
-    monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", 16 << 10)
-    knobs(split_bytes=16 << 10, head_guess=4096)  # head_guess: else planning reads small shards whole
+    # head_guess: else planning reads small shards whole
+    knobs(split_bytes=16 << 10, hub_chunk_bytes=16 << 10, head_guess=4096)
     monkeypatch.setenv("WEIGHTDIAG_HTTP_BACKOFF", "0")
     if attempts is not None:
         monkeypatch.setenv("WEIGHTDIAG_HTTP_ATTEMPTS", str(attempts))

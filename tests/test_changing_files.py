@@ -32,7 +32,6 @@ DRIVER = textwrap.dedent(
     from weightdiag.source import local
 
     mode, args = sys.argv[1], sys.argv[2:]
-    local.LocalReader.chunk_bytes = 64 << 10
     original = local.LocalReader.chunk
     seen = []
 
@@ -71,7 +70,7 @@ DRIVER = textwrap.dedent(
 
     local.LocalReader.chunk = chunk
     from weightdiag.cli import main
-    with tuning.override(split_bytes=64 << 10):
+    with tuning.override(split_bytes=64 << 10, local_chunk_bytes=64 << 10):
         main(args)
     """
 )

@@ -141,8 +141,7 @@ def test_partial_reductions_merge_to_the_whole(dtype):
 
 
 def _fit_with(folder, monkeypatch, split: int, local_chunk: int) -> dict:
-    monkeypatch.setattr("weightdiag.source.local.LocalReader.chunk_bytes", local_chunk)
-    with tuning.override(split_bytes=split):
+    with tuning.override(split_bytes=split, local_chunk_bytes=local_chunk):
         return fit_path(str(folder), FitOptions(device="cpu"))
 
 
@@ -168,11 +167,9 @@ def test_a_fit_does_not_depend_on_the_chunk_size(tmp_path, monkeypatch, family):
 
 
 def test_chunk_size_constants_are_consistent():
-    from weightdiag.source.hub_stream import CHUNK_BYTES
-    from weightdiag.source.local import LocalReader
-
-    for size in (CHUNK_BYTES, LocalReader.chunk_bytes):
-        assert size % tuning.Tuning().split_bytes == 0  # whole pieces per chunk: the same cuts everywhere
+    knobs = tuning.Tuning()
+    for size in (knobs.hub_chunk_bytes, knobs.local_chunk_bytes):
+        assert size % knobs.split_bytes == 0  # whole pieces per chunk: the same cuts everywhere
 
 
 @pytest.mark.parametrize("dtype", ["BF16", "F16", "F32"])

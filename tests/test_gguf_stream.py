@@ -170,8 +170,7 @@ def model(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
 
 
 def _fit(path: Path, monkeypatch, split: int) -> dict:
-    monkeypatch.setattr("weightdiag.source.local.LocalReader.chunk_bytes", max(split, 3 * split // 2 // 8 * 8))
-    with tuning.override(split_bytes=split):
+    with tuning.override(split_bytes=split, local_chunk_bytes=max(split, 3 * split // 2 // 8 * 8)):
         return fit_path(str(path), FitOptions(device="cpu"))
 
 

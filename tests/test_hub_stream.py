@@ -36,10 +36,9 @@ def _science(row: dict) -> dict:
 @pytest.fixture
 def small_chunks(monkeypatch):
     """16 KiB chunks: the small test model becomes dozens of ranged GETs, several in flight."""
-    monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", CHUNK)
-    monkeypatch.setattr("weightdiag.source.local.LocalReader.chunk_bytes", CHUNK)
     monkeypatch.setenv("WEIGHTDIAG_HTTP_BACKOFF", "0")
-    with tuning.override(split_bytes=CHUNK, head_guess=4096):  # head_guess: else the first read takes whole shards
+    # head_guess: else the first read takes whole shards
+    with tuning.override(split_bytes=CHUNK, local_chunk_bytes=CHUNK, hub_chunk_bytes=CHUNK, head_guess=4096):
         yield
 
 
@@ -186,8 +185,7 @@ def test_gated_file_reads_give_the_gated_message_while_metadata_is_public(fake_h
 
 def test_memory_stays_at_a_few_chunks_whatever_the_largest_tensor(fake_hub, tmp_path, monkeypatch, knobs):
     """A 49 MB embedding streamed in 1 MiB chunks: Python's peak allocation stays far below the tensor."""
-    knobs(split_bytes=1 << 20)
-    monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", 1 << 20)
+    knobs(split_bytes=1 << 20, hub_chunk_bytes=1 << 20)
     spec = synthetic.ModelSpec(n_layers=1, d_model=1024, n_heads=8, n_kv_heads=8, ffn_size=1024, vocab=24_000)
     folder = synthetic.write_model(tmp_path / "big-embed", spec)
     fake_hub.add_folder("acme/big-embed", folder)

@@ -15,7 +15,6 @@ from safetensors.torch import save_file
 
 from weightdiag.reduce.reduction import merge, reduce_array
 from weightdiag.reduce.vectors import VectorSummary, values_of
-from weightdiag.source.local import LocalReader
 
 from .quant_checkpoints import fit_row
 
@@ -76,8 +75,7 @@ def _write(folder: Path, tensors: dict[str, torch.Tensor], config: dict | None =
 def test_a_long_vector_is_read_in_chunks_with_the_numbers_of_the_whole(tmp_path, monkeypatch, knobs):
     """A 6 MB BF16 norm weight (over the 4 MiB that are gathered whole), read in 64 KiB pieces, Gemma's
     offset applied: the record matches numpy on the whole vector."""
-    knobs(split_bytes=64 << 10)
-    monkeypatch.setattr(LocalReader, "chunk_bytes", 64 << 10)
+    knobs(split_bytes=64 << 10, local_chunk_bytes=64 << 10)
     gen = torch.Generator().manual_seed(0)
     big = (0.1 * torch.randn(3 << 20, generator=gen)).to(torch.bfloat16)
     big[12345] = float("nan")

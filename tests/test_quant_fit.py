@@ -18,7 +18,6 @@ import torch
 from safetensors.torch import save_file
 
 from weightdiag import tuning
-from weightdiag.source import hub_stream
 
 from .conftest import run_cli
 from .quant_checkpoints import FP8_BLOCK_CONFIG, fit_row, fp8_block, same_fits, write_pair
@@ -31,10 +30,8 @@ CHUNK = 16 << 10
 @pytest.fixture
 def small_chunks(monkeypatch):
     """16 KiB pieces: every matrix is cut inside rows and inside scale blocks."""
-    monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", CHUNK)
-    monkeypatch.setattr("weightdiag.source.local.LocalReader.chunk_bytes", CHUNK)
     monkeypatch.setenv("WEIGHTDIAG_HTTP_BACKOFF", "0")
-    with tuning.override(split_bytes=CHUNK, head_guess=4096):
+    with tuning.override(split_bytes=CHUNK, local_chunk_bytes=CHUNK, hub_chunk_bytes=CHUNK, head_guess=4096):
         yield
 
 

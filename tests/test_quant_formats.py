@@ -156,10 +156,7 @@ def test_the_report_names_the_quantization(pair, tmp_path):
 def test_from_the_hub_with_companions_in_another_shard(
     name, fake_hub, tmp_path_factory, minilm_dir, monkeypatch, knobs
 ):
-    from weightdiag.source import hub_stream
-
-    monkeypatch.setattr(hub_stream.HubReader, "chunk_bytes", 64 << 10)
-    knobs(split_bytes=64 << 10, head_guess=4096)
+    knobs(split_bytes=64 << 10, hub_chunk_bytes=64 << 10, head_guess=4096)
     qdir, tdir = _pair(tmp_path_factory, minilm_dir, name, layers=1)
     fake_hub.add_folder(f"acme/{name}", qdir)
     row = qc.fit_row(f"acme/{name}")

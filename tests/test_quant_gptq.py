@@ -442,12 +442,9 @@ E2E = {
 def test_end_to_end_in_small_pieces(name, tmp_path, minilm_dir, monkeypatch, knobs):
     """Two encoder layers read in pieces of 8008 bytes (cut inside stored rows): same fits, statistics and
     argmax as the float32 twin, every linear weight dequantized."""
-    from weightdiag.source.local import LocalReader
-
     from . import quant_checkpoints as qc
 
-    knobs(split_bytes=8008)
-    monkeypatch.setattr(LocalReader, "chunk_bytes", 8008)
+    knobs(split_bytes=8008, local_chunk_bytes=8008)
     factory, config, label = E2E[name]
     qdir, tdir = qc.write_pair(tmp_path, minilm_dir, factory(), config, layers=2)
     row = qc.fit_row(qdir)

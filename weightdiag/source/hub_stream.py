@@ -29,7 +29,6 @@ from .plan import ModelPlan, TensorRef
 from .ranged import Cancelled, Concurrency, RangedFile, RetryPolicy
 from .reader import Reader, Verification
 
-CHUNK_BYTES = 16 << 20  # a 20 MB/s CDN connection moves one in ~0.8 s: request latency is a few per cent
 EXTRA_BUFFERS = 4  # chunks that may wait for their turn to be hashed while the connections go on
 
 
@@ -45,12 +44,12 @@ class StreamedShard:
 class HubReader(Reader):
     """Chunks of Hub shards through ranged reads (see the module docstring)."""
 
-    chunk_bytes = CHUNK_BYTES
     fetches = True
 
     def __init__(self, shards: list[StreamedShard], policy: RetryPolicy, connections: int = 8) -> None:
         self._shards = shards
         self._policy = policy
+        self.chunk_bytes = tuning.current().hub_chunk_bytes
         self.set_connections(connections)
         self._free: list[np.ndarray] = []
         self._allocated = 0
