@@ -225,13 +225,15 @@ def test_the_decoding_path_gives_what_the_counting_path_gives(fp8_small, monkeyp
 def test_report_plots_read_quantized_matrices_through_their_decoder(fp8_small, tmp_path):
     """`report --plot` re-reads a few matrices for their histograms: dequantized, like the fit."""
     from weightdiag import api
+    from weightdiag.execution import Execution
     from weightdiag.run.histograms import read_histograms
 
     qdir, tdir = fp8_small
     row = fit_row(qdir)
     names = [m["name"] for m in row["matrices"] if m.get("dequantized")][:2]
-    got, note = read_histograms(row, names, str(qdir), None)
-    want, _ = read_histograms(fit_row(tdir), names, str(tdir), None)
+    here = Execution.build("cpu")
+    got, note = read_histograms(row, names, str(qdir), None, here)
+    want, _ = read_histograms(fit_row(tdir), names, str(tdir), None, here)
     assert note is None and set(got) == set(names)
     for name in names:
         assert (got[name]["hist1024"] == want[name]["hist1024"]).all()

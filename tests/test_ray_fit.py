@@ -440,6 +440,32 @@ def test_diff_on_the_cluster_is_the_local_diff(cluster, diff_pair, local_diff):
 
 @pytest.mark.e2e
 @pytest.mark.slow
+@ONE_AND_THREE
+def test_report_histograms_are_the_chunk_pass_on_the_nodes_and_the_local_ones(cluster, models, local_rows):
+    """`report --plot`'s matrices re-read for their |w| histograms: the fit's chunk pass, on whichever executor the
+    report's options name (a quantized model: decoded on the nodes), the same histograms as a local re-read."""
+    from weightdiag.execution import Execution
+    from weightdiag.run.histograms import read_histograms
+
+    for name in ("bf16", "int4"):
+        row = local_rows[name]
+        names = [m["name"] for m in row["matrices"]][:3]
+        here = Execution.build("cpu")
+        there = Execution.build("cpu", executor="ray", ray_address=cluster.address)
+        try:
+            got, note = read_histograms(row, names, str(models[name]), None, there)
+        finally:
+            there.close()
+        want, _ = read_histograms(row, names, str(models[name]), None, here)
+        assert note is None and set(got) == set(want) == set(names)
+        for matrix in names:
+            assert (got[matrix]["hist1024"] == want[matrix]["hist1024"]).all()
+            assert got[matrix]["n"] == want[matrix]["n"] and (got[matrix]["counts"] == want[matrix]["counts"]).all()
+        assert there.executor.summary()["tasks"] >= 1  # it ran on the cluster
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
 @THREE
 def test_a_hub_diff_is_verified_on_the_nodes_and_is_the_local_one(cluster, fake_hub, tmp_path):
     """Two Hub checkpoints of several shards: each task hashes whole shards of both sides (tasks cut where

@@ -304,7 +304,11 @@ def report(
         from .run.histograms import histogram_choice, read_histograms
 
         names = histogram_choice(_plain(result), _plain(row), list(hist))
-        data, why = read_histograms(_plain(row), list(names), spec if how == "fitted" else None, token)
+        execution = options.running.execution()  # the matrices re-read as the fit read them: here or on a cluster
+        try:
+            data, why = read_histograms(_plain(row), list(names), spec if how == "fitted" else None, token, execution)
+        finally:
+            execution.close()
         for name, drawn in data.items():
             drawn["why"] = names[name]  # said under the plot: why this matrix is drawn
         if why:

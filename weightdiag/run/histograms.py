@@ -64,14 +64,14 @@ def histogram_choice(result: Mapping[str, Any], row: Mapping[str, Any], asked: l
 
 
 def read_histograms(
-    row: Mapping[str, Any], names: list[str], spec: str | None, token: str | None, execution: Execution | None = None
+    row: Mapping[str, Any], names: list[str], spec: str | None, token: str | None, execution: Execution
 ) -> tuple[dict[str, dict[str, Any]], str | None]:
     """Re-read the named matrices and reduce them to their |w| distributions.
 
     Rows do not store distributions, so the model is opened again: the spec just fitted, else the
     row's local location (checked against its fingerprint), else the Hub repo at the row's commit.
-    Returns ({name: data}, a note when histograms are skipped or may differ). `execution`: the report's (default:
-    this machine, from the settings).
+    Returns ({name: data}, a note when histograms are skipped or may differ). `execution`: the report's (the
+    matrices are reduced by the fit's chunk pass on its executor: this machine, or a Ray cluster's nodes).
     """
 
     from ..decode.group import group_quantized
@@ -105,7 +105,6 @@ def read_histograms(
     except WeightdiagError as exc:
         reader.close()
         return {}, f"histograms skipped: cannot read {target} ({exc.message})"
-    execution = execution or Execution.build("cpu")
     refs = {t.name: t for t in plan.tensors}
     by_name = {m["name"]: m for m in row["matrices"]}
     # Each chosen record's tensor and selection: a whole tensor, or the cut of a fused one (`slice_of`).
