@@ -46,15 +46,9 @@ def diff(
             param="blocks",
         )
     options = DiffOptions(
-        device=given.device,
         include=given.include or (),
         exclude=given.exclude or (),
-        sketch=given.sketch,
-        spectrum=given.spectrum,
-        connections=given.connections,
-        token=given.token,
-        executor=given.executor,
-        ray_address=given.ray_address,
+        **given.named("device", "sketch", "spectrum", "connections", "token", "executor", "ray_address"),
     )
     progress = _node_progress(_progress(given.quiet), given.node_progress, given.executor, given.quiet)
     try:

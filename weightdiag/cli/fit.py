@@ -36,14 +36,7 @@ def fit(
     progress = _node_progress(_progress(given.quiet), given.node_progress, given.executor, given.quiet)
     try:
         fitted = fit_api(
-            model,
-            options,
-            progress,
-            db_dir=given.db,
-            save=given.save,
-            revision=given.revision,
-            token=given.token,
-            download=given.download,
+            model, options, progress, db_dir=given.db, **given.named("save", "revision", "token", "download")
         )
     except DatabaseError as exc:  # the row could not be written (a full disk): it is not lost for --json
         unsaved = exc.unsaved_row

@@ -44,10 +44,8 @@ def compare(
             db_dir=given.db,
             options=options,
             progress=progress,
-            token=given.token,
-            save=given.save,
             on_row=_row_note(given.quiet, given.save),
-            revision=given.revision,
+            **given.named("token", "save", "revision"),
         )
     finally:
         progress.close()
@@ -76,17 +74,10 @@ def check(
         result = check_api(
             model,
             given.baseline,
-            tol_k=given.tol_k,
-            tol_lambda=given.tol_lambda,
-            junit=given.junit,
             db_dir=given.db,
-            device=given.device,
-            connections=given.connections,
             progress=progress,
-            token=given.token,
-            save=given.save,
             on_row=lambda spec, row, how: _say_fallbacks(row, given.quiet),
-            revision=given.revision,
+            **given.named("tol_k", "tol_lambda", "junit", "device", "connections", "token", "save", "revision"),
         )
     finally:
         progress.close()
@@ -121,14 +112,7 @@ def trajectory(
     from ..render.reports import trajectory_view
 
     result = trajectory_api(
-        model,
-        db_dir=given.db,
-        schedule=given.schedule,
-        total=given.total,
-        warmup=given.warmup,
-        min_lr_ratio=given.min_lr_ratio,
-        protocol=given.protocol,
-        plot=given.plot,
+        model, db_dir=given.db, **given.named("schedule", "total", "warmup", "min_lr_ratio", "protocol", "plot")
     )
     _emit(result, lambda: trajectory_view(result), as_json=given.as_json, quiet=given.quiet)
 
@@ -156,13 +140,8 @@ def report(
             db_dir=given.db,
             options=options,
             progress=progress,
-            top=given.top,
-            plot=given.plot,
-            html=given.html,
             hist=given.hist or (),
-            token=given.token,
-            save=given.save,
-            revision=given.revision,
+            **given.named("top", "plot", "html", "token", "save", "revision"),
         )
     finally:
         progress.close()

@@ -51,18 +51,12 @@ def sweep(
             db_dir=given.db,
             options=options,
             revisions=given.revisions.split(",") if given.revisions else None,
-            steps=given.steps,
             everything=given.every,
-            glob=given.glob,
-            jobs=given.jobs,
-            executor=given.executor,
-            ray_address=given.ray_address,
             model_id=given.name,
-            token=given.token,
-            download=given.download,
             on_plan=planned,
             on_outcome=show,
             progress=progress,
+            **given.named("steps", "glob", "jobs", "executor", "ray_address", "token", "download"),
         )
     finally:
         progress.close()

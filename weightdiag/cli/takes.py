@@ -37,6 +37,10 @@ class Given:
         except KeyError:
             raise AttributeError(f"this command takes no option {name!r}") from None
 
+    def named(self, *names: str) -> dict[str, Any]:
+        """These options' values by name, to pass on as keyword arguments of the same names."""
+        return {name: getattr(self, name) for name in names}
+
     def fit_options(self) -> FitOptions:
         """The one place where option values become FitOptions: each option of the command that is a FitOptions
         field (OPTIONS' field: --name is model_id, --train-steps steps); the others keep FitOptions' defaults."""
