@@ -10,11 +10,18 @@ from .. import settings
 from .output import _emit, _say, _skipped_row, _stderr, _stdout, _Verbatim
 from .takes import Given, takes
 
+# The commands' arguments (their options: the names in @takes, options.OPTIONS).
+RowId = Annotated[
+    str,
+    typer.Argument(
+        metavar="ID",
+        help="A cohort entry or fitted model id as `db list` prints it (ID[@REVISION]), or a row file.",
+    ),
+]
+
 
 @takes("db", "fitted_only", "as_json", "quiet")  # -q: warnings about skipped files still print
-def db_list(
-    given: Given,
-) -> None:
+def db_list(given: Given) -> None:
     """List cohort entries and fitted rows (a file in rows/ that is not a readable row is skipped, with a warning)."""
     from rich.text import Text
 
@@ -43,16 +50,7 @@ def db_list(
 
 
 @takes("db", "as_json", "quiet")  # -q: accepted for uniformity, db show prints no notes
-def db_show(
-    row_id: Annotated[
-        str,
-        typer.Argument(
-            metavar="ID",
-            help="A cohort entry or fitted model id as `db list` prints it (ID[@REVISION]), or a row file.",
-        ),
-    ],
-    given: Given,
-) -> None:
+def db_show(row_id: RowId, given: Given) -> None:
     """Show one row: the per-kind table (or the whole row with --json).
 
     An exact id wins; otherwise an id that differs only in case, when it names one entry (`db show QWEN3-8B`
@@ -101,9 +99,7 @@ def db_journals(given: Given) -> None:
 
 
 @takes("db", "every@gc", "dry_run", "as_json", "quiet")
-def db_gc(
-    given: Given,
-) -> None:
+def db_gc(given: Given) -> None:
     """Remove stale journals (rows/.partial), and with --all every one not being fitted; never one whose fit is
     running (a live sweep claim, a live process of this host, or another host's journal written within a day)."""
     from ..api import collect_journals
@@ -134,9 +130,7 @@ def _age(seconds: float) -> str:
 
 
 @takes("fmt", "output", "db", "fitted_only", "quiet")
-def db_export(
-    given: Given,
-) -> None:
+def db_export(given: Given) -> None:
     """Export one flat record per row (identity, T/tau, per-kind median k and λ) as CSV or JSONL."""
     from ..api import export_rows
 

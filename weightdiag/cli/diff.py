@@ -8,28 +8,27 @@ from ..errors import ExitCode
 from .output import _emit, _node_progress, _progress, _say, _Verbatim
 from .takes import Given, takes
 
+# The commands' arguments (their options: the names in @takes, options.OPTIONS).
+DiffBase = Annotated[
+    str,
+    typer.Argument(
+        metavar="BASE",
+        help="The base model (file, folder or Hub id ORG/NAME[@REV]); given alone: the tuned model, diffed "
+        "against the base_model its model card names.",
+    ),
+]
+DiffTuned = Annotated[
+    str | None,
+    typer.Argument(metavar="TUNED", help="The tuned model (file, folder or Hub id).", show_default=False),
+]
+
 
 @takes(
     "include", "exclude", "fail_above", "blocks", "sketch", "spectrum@diff", "db", "device@diff", "token",
     "connections", "executor@diff", "ray_address", "node_progress", "save@diff", "all_matrices",
     "all_matrices_alias", "plot", "html@diff", "as_json", "quiet",
 )  # fmt: skip
-def diff(
-    first: Annotated[
-        str,
-        typer.Argument(
-            metavar="BASE",
-            help="The base model (file, folder or Hub id ORG/NAME[@REV]); given alone: the tuned model, diffed "
-            "against the base_model its model card names.",
-        ),
-    ],
-    second: Annotated[
-        str | None,
-        typer.Argument(metavar="TUNED", help="The tuned model (file, folder or Hub id).", show_default=False),
-    ] = None,
-    *,
-    given: Given,
-) -> None:
+def diff(first: DiffBase, second: DiffTuned = None, *, given: Given) -> None:
     """What changed from BASE to TUNED, matrix by matrix: exact figures, rank90, findings; a CI gate."""
     from ..api import diff as diff_api
     from ..delta.gate import gate, parse_blocks

@@ -13,20 +13,19 @@ if TYPE_CHECKING:
     from ..record.schema import RunInfo
 
 
+# The commands' arguments (their options: the names in @takes, options.OPTIONS).
+FitModel = Annotated[
+    str,
+    typer.Argument(metavar="MODEL", help="A .safetensors/.gguf/.bin file, a model folder, or a Hub id ORG/NAME[@REV]."),
+]
+
+
 @takes(
     "db", "device@fit", "protocol@fit", "trim", "center", "include", "exclude", "revision", "token", "download",
     "connections", "executor@fit", "ray_address@fit", "node_progress", "name@fit", "lr", "weight_decay",
     "train_steps", "preset", "spectrum", "farms", "as_json", "save@fit", "quiet",
 )  # fmt: skip
-def fit(
-    model: Annotated[
-        str,
-        typer.Argument(
-            metavar="MODEL", help="A .safetensors/.gguf/.bin file, a model folder, or a Hub id ORG/NAME[@REV]."
-        ),
-    ],
-    given: Given,
-) -> None:
+def fit(model: FitModel, given: Given) -> None:
     """Fit a Weibull to |w| of every weight matrix and write one row to the database."""
 
     from ..api import fit as fit_api

@@ -11,23 +11,32 @@ from .notes import _row_note, _say_fallbacks
 from .output import _emit, _emit_each, _progress, _say, _stderr, _stdout_gone
 from .takes import Given, takes
 
+# The commands' arguments (their options: the names in @takes, options.OPTIONS).
+CompareModels = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="[MODEL]...",
+        help="Models, row files or cohort entries (default: every fitted row in the database).",
+        show_default=False,
+    ),
+]
+CheckModel = Annotated[
+    str, typer.Argument(metavar="MODEL", help="Model to check: a path, a Hub id, or a row file (.json).")
+]
+TrajectoryModel = Annotated[
+    str, typer.Argument(metavar="MODEL", help="Model id of the swept rows (repo id or run folder name).")
+]
+ReportModel = Annotated[
+    str,
+    typer.Argument(metavar="MODEL", help="A model folder or file, a Hub id ORG/NAME[@REV], or a row file (.json)."),
+]
+
 
 @takes(
     "db", "protocol", "device", "lr", "weight_decay", "train_steps", "preset", "revision", "token", "connections",
     "spectrum", "farms", "save@compare", "as_json", "quiet",
 )  # fmt: skip
-def compare(
-    models: Annotated[
-        list[str] | None,
-        typer.Argument(
-            metavar="[MODEL]...",
-            help="Models, row files or cohort entries (default: every fitted row in the database).",
-            show_default=False,
-        ),
-    ] = None,
-    *,
-    given: Given,
-) -> None:
+def compare(models: CompareModels = None, *, given: Given) -> None:
     """Compare models with the paper's 12-entry cohort: kinds, band, Selection severity, neighbours."""
     from ..api import compare as compare_api
     from ..api import compare_database
@@ -58,12 +67,7 @@ def compare(
     "baseline", "tol_k", "tol_lambda", "junit", "db", "device", "revision", "token", "connections", "save@check",
     "show_passing", "as_json", "quiet",
 )  # fmt: skip
-def check(
-    model: Annotated[
-        str, typer.Argument(metavar="MODEL", help="Model to check: a path, a Hub id, or a row file (.json).")
-    ],
-    given: Given,
-) -> None:
+def check(model: CheckModel, given: Given) -> None:
     """Regression check: exit 0 if every matrix stays within tolerance of the baseline, 1 if any moved."""
     from ..api import check as check_api
     from ..render.reports import check_view
@@ -101,12 +105,7 @@ def check(
 
 # -q: accepted for uniformity, trajectory prints no notes
 @takes("db", "schedule", "total", "warmup", "min_lr_ratio", "plot", "protocol@trajectory", "as_json", "quiet")
-def trajectory(
-    model: Annotated[
-        str, typer.Argument(metavar="MODEL", help="Model id of the swept rows (repo id or run folder name).")
-    ],
-    given: Given,
-) -> None:
+def trajectory(model: TrajectoryModel, given: Given) -> None:
     """Read a swept run from its rows: k and λ over steps, drift, λ peak, step-0 checks, std patterns."""
     from ..api import trajectory as trajectory_api
     from ..render.reports import trajectory_view
@@ -121,13 +120,7 @@ def trajectory(
     "db", "device", "protocol", "top", "plot", "html@report", "hist", "revision", "token", "connections",
     "spectrum", "farms", "save@report", "as_json", "quiet",
 )  # fmt: skip
-def report(
-    model: Annotated[
-        str,
-        typer.Argument(metavar="MODEL", help="A model folder or file, a Hub id ORG/NAME[@REV], or a row file (.json)."),
-    ],
-    given: Given,
-) -> None:
+def report(model: ReportModel, given: Given) -> None:
     """Health report: per-block table and findings (why a block is unusual), norms, super weights, depth."""
     from ..api import report as report_api
     from ..render.health_view import report_view

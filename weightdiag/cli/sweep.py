@@ -8,19 +8,19 @@ from ..errors import ExitCode
 from .output import _emit, _progress, _say
 from .takes import Given, takes
 
+# The commands' arguments (their options: the names in @takes, options.OPTIONS).
+SweepTarget = Annotated[
+    str,
+    typer.Argument(metavar="MODEL", help="A Hub repo id (ORG/NAME) or a folder of checkpoint folders."),
+]
+
 
 @takes(
     "revisions", "steps", "every@sweep", "glob", "db", "jobs", "executor@sweep", "ray_address", "protocol",
     "device", "center", "include", "exclude", "lr", "weight_decay", "preset", "name@sweep", "token", "download",
     "connections", "spectrum", "farms", "as_json", "quiet",
 )  # fmt: skip
-def sweep(
-    target: Annotated[
-        str,
-        typer.Argument(metavar="MODEL", help="A Hub repo id (ORG/NAME) or a folder of checkpoint folders."),
-    ],
-    given: Given,
-) -> None:
+def sweep(target: SweepTarget, given: Given) -> None:
     """Fit every selected checkpoint of a training run into the database (resumable, parallel)."""
     from dataclasses import asdict
 
