@@ -140,6 +140,38 @@ def test_one_name_per_option_across_commands():
     assert "--steps" not in {o for p in fit.params for o in getattr(p, "opts", [])}
 
 
+def test_every_command_reads_only_the_options_it_takes():
+    """A command reads its options as given.NAME (or passes them on with given.named("NAME", ...)), Any to mypy:
+    each NAME must be one its @takes lists, so a typo or an option the command does not take fails here, not
+    only on the path that reads it."""
+    import ast
+
+    from weightdiag.cli.takes import takes
+
+    checked = 0
+    for path in sorted(Path(cli.__file__).parent.glob("*.py")):
+        for fn in ast.parse(path.read_text(encoding="utf-8")).body:
+            decorators = [d for d in getattr(fn, "decorator_list", ()) if getattr(d, "func", None)]
+            keys = [a.value for d in decorators if getattr(d.func, "id", "") == "takes" for a in d.args]
+            if not keys:
+                continue
+            taken = {key.partition("@")[0] for key in keys}
+            read = set()
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Attribute) and getattr(node.value, "id", "") == "given":
+                    read.add(node.attr)
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "named":
+                    read.update(a.value for a in node.args)
+            unknown = read - taken - {"named", "fit_options"}
+            assert not unknown, f"{path.name} {fn.name} reads options it does not take: {sorted(unknown)}"
+            checked += 1
+    assert checked == 13  # every command but `version` (no options)
+    with pytest.raises(ValueError, match="unknown"):
+        takes("db", "devise")
+    with pytest.raises(ValueError, match="twice"):
+        takes("device", "device@fit")
+
+
 def test_json_and_quiet_are_declared_once_for_every_command():
     """--json and -q/--quiet: one declaration (cli.JsonOption, cli.QuietOption), so one help text everywhere."""
     helps: dict[str, set[str]] = {"--json": set(), "--quiet": set()}
