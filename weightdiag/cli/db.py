@@ -10,7 +10,7 @@ from .. import settings
 from .output import _emit, _say, _skipped_row, _stderr, _stdout, _Verbatim
 from .takes import Given, takes
 
-# The commands' arguments (their options: the names in @takes, options.OPTIONS).
+# Positional arguments (the options are the names in @takes: options.OPTIONS).
 RowId = Annotated[
     str,
     typer.Argument(

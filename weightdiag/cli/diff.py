@@ -8,7 +8,7 @@ from ..errors import ExitCode
 from .output import _emit, _node_progress, _progress, _say, _Verbatim
 from .takes import Given, takes
 
-# The commands' arguments (their options: the names in @takes, options.OPTIONS).
+# Positional arguments (the options are the names in @takes: options.OPTIONS).
 DiffBase = Annotated[
     str,
     typer.Argument(

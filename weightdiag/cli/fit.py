@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ..record.schema import RunInfo
 
 
-# The commands' arguments (their options: the names in @takes, options.OPTIONS).
+# Positional arguments (the options are the names in @takes: options.OPTIONS).
 FitModel = Annotated[
     str,
     typer.Argument(metavar="MODEL", help="A .safetensors/.gguf/.bin file, a model folder, or a Hub id ORG/NAME[@REV]."),

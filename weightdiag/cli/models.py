@@ -11,7 +11,7 @@ from .notes import _row_note, _say_fallbacks
 from .output import _emit, _emit_each, _progress, _say, _stderr, _stdout_gone
 from .takes import Given, takes
 
-# The commands' arguments (their options: the names in @takes, options.OPTIONS).
+# Positional arguments (the options are the names in @takes: options.OPTIONS).
 CompareModels = Annotated[
     list[str] | None,
     typer.Argument(

@@ -8,7 +8,7 @@ from ..errors import ExitCode
 from .output import _emit, _progress, _say
 from .takes import Given, takes
 
-# The commands' arguments (their options: the names in @takes, options.OPTIONS).
+# Positional arguments (the options are the names in @takes: options.OPTIONS).
 SweepTarget = Annotated[
     str,
     typer.Argument(metavar="MODEL", help="A Hub repo id (ORG/NAME) or a folder of checkpoint folders."),
@@ -30,7 +30,8 @@ def sweep(target: SweepTarget, given: Given) -> None:
     from ..api import sweep as sweep_api
     from ..render.tables import FitWidth, counted
 
-    # No --train-steps: each revision's own step number gives it. --name is the sweep's, not a fit option.
+    # No --train-steps: each revision's own step number gives it. --name, --executor and --ray-address are the
+    # sweep's, not its fits' options (options.OPTIONS).
     # --center and --include/--exclude make every revision's row that variant (its own file, never counted as the
     # revision's full fit: run/sweep.py row_path), as on `fit`.
     options = given.fit_options()

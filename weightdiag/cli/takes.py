@@ -50,9 +50,11 @@ class Given:
 def takes(*keys: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """The command's options, by their OPTIONS keys, in the order of its --help (see the module docstring)."""
     unknown = [key for key in keys if key not in OPTIONS]
+    if unknown:
+        raise ValueError(f"@takes: unknown options {unknown} (options.OPTIONS)")
     names = [_name(key) for key in keys]
-    if unknown or len(set(names)) < len(names):
-        raise ValueError(f"@takes{keys}: unknown {unknown} or a parameter name twice")
+    if len(set(names)) < len(names):
+        raise ValueError(f"@takes: a parameter name twice in {keys}")
 
     def build(command: Callable[..., None]) -> Callable[..., None]:
         *arguments, last = inspect.signature(command, eval_str=True).parameters.values()
