@@ -140,6 +140,38 @@ def test_one_name_per_option_across_commands():
     assert "--steps" not in {o for p in fit.params for o in getattr(p, "opts", [])}
 
 
+def test_every_command_reads_only_the_options_it_takes():
+    """A command reads its options as given.NAME (or passes them on with given.named("NAME", ...)), Any to mypy:
+    each NAME must be one its @takes lists, so a typo or an option the command does not take fails here, not
+    only on the path that reads it."""
+    import ast
+
+    from weightdiag.cli.takes import takes
+
+    checked = 0
+    for path in sorted(Path(cli.__file__).parent.glob("*.py")):
+        for fn in ast.parse(path.read_text(encoding="utf-8")).body:
+            decorators = [d for d in getattr(fn, "decorator_list", ()) if getattr(d, "func", None)]
+            keys = [a.value for d in decorators if getattr(d.func, "id", "") == "takes" for a in d.args]
+            if not keys:
+                continue
+            taken = {key.partition("@")[0] for key in keys}
+            read = set()
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Attribute) and getattr(node.value, "id", "") == "given":
+                    read.add(node.attr)
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "named":
+                    read.update(a.value for a in node.args)
+            unknown = read - taken - {"named", "fit_options"}
+            assert not unknown, f"{path.name} {fn.name} reads options it does not take: {sorted(unknown)}"
+            checked += 1
+    assert checked == 13  # every command but `version` (no options)
+    with pytest.raises(ValueError, match="unknown"):
+        takes("db", "devise")
+    with pytest.raises(ValueError, match="twice"):
+        takes("device", "device@fit")
+
+
 def test_json_and_quiet_are_declared_once_for_every_command():
     """--json and -q/--quiet: one declaration (cli.JsonOption, cli.QuietOption), so one help text everywhere."""
     helps: dict[str, set[str]] = {"--json": set(), "--quiet": set()}
@@ -154,19 +186,23 @@ def test_json_and_quiet_are_declared_once_for_every_command():
 
 
 def test_the_commands_options_become_fit_options_in_one_place(tmp_path, capsys):
-    """cli._fit_options maps the option values (--name -> model_id, --train-steps -> steps); a command without an
-    option gets FitOptions' own default."""
+    """Given.fit_options maps the option values a command takes (--name -> model_id, --train-steps -> steps); an
+    option the command does not take keeps FitOptions' default, as does one that is not a fit's (sweep's --name)."""
     from weightdiag.run.measure import FitOptions
 
-    assert cli._fit_options(protocol="hist1024", device="auto", connections=8) == FitOptions()
-    options = cli._fit_options(
-        protocol="exact", device="cpu", connections=3, trim="full", center=True, include=["a*"], exclude=None,
-        name="m", lr=1e-3, weight_decay=0.1, train_steps=500.0, preset=None,
-    )  # fmt: skip
+    assert cli.Given({"protocol": "hist1024", "device": "auto", "connections": 8}).fit_options() == FitOptions()
+    options = cli.Given({
+        "protocol@fit": "exact", "device@fit": "cpu", "connections": 3, "trim": "full", "center": True,
+        "include": ["a*"], "exclude": None, "name@fit": "m", "lr": 1e-3, "weight_decay": 0.1, "train_steps": 500.0,
+        "preset": None, "quiet": True, "as_json": False,
+    }).fit_options()  # fmt: skip
     assert options == FitOptions(
         protocol="exact", device="cpu", connections=3, trim="full", center=True, include=("a*",), model_id="m",
         lr=1e-3, weight_decay=0.1, steps=500.0,
     )  # fmt: skip
+    assert cli.Given({"name@sweep": "run", "executor@sweep": "ray", "ray_address": "h:1"}).fit_options() == FitOptions()
+    with pytest.raises(AttributeError, match="takes no option 'lr'"):  # never a quiet default
+        _ = cli.Given({"quiet": True}).lr
     # A bad value is named by the option the user typed (it said --steps, sweep's checkpoint picker, before).
     code, _, err = run(capsys, "fit", str(_model(tmp_path / "m")), "--no-save", "--train-steps", "-3")
     assert code == ExitCode.BAD_INPUT and err.startswith("error: --train-steps must be"), err
@@ -603,13 +639,21 @@ def test_every_option_names_its_flags():
 
     import weightdiag.cli
 
+    def named(node: ast.Call) -> bool:  # typer.Option("--flag", ...) and options._option(TYPE, "--flag", ...)
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "Option":
+            flags = node.args
+        elif isinstance(node.func, ast.Name) and node.func.id == "_option":
+            flags = node.args[1:]
+        else:
+            return True
+        if flags and isinstance(flags[0], ast.Starred):  # _option's own typer.Option(*flags): checked at its calls
+            return True
+        return bool(flags) and isinstance(flags[0], ast.Constant) and str(flags[0].value).startswith("-")
+
     unnamed = [
         f"{path.name}:{node.lineno}"
         for path in sorted(Path(weightdiag.cli.__file__).parent.glob("*.py"))
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "Option"
-        and not (node.args and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith("-"))
+        if isinstance(node, ast.Call) and not named(node)
     ]
     assert not unnamed, f"typer.Option without flag names at weightdiag/cli/ {unnamed}"

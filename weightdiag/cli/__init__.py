@@ -6,17 +6,18 @@ Errors print one line on stderr, never a traceback (set WEIGHTDIAG_DEBUG=1 to se
 
 The package: app (the Typer app and its commands' registration), one module per command group (fit; models:
 compare, check, report, trajectory; diff; sweep; db; env: version and env), options (every option declared
-once), output (consoles, broken pipes, the JSON/view sink), notes (what a command says besides its result) and
-errors (the error line with flags for the parameters it names, the exit codes, signals).
+once), takes (the options each command takes, by name: its signature built from them), output (consoles, broken
+pipes, the JSON/view sink), notes (what a command says besides its result) and errors (the error line with flags
+for the parameters it names, the exit codes, signals).
 """
 
 from .app import app, db_app
 from .errors import run
-from .fit import _fit_options
 from .options import JsonOption, QuietOption, _db_path
 from .output import _console
+from .takes import Given
 
-__all__ = ["JsonOption", "QuietOption", "_console", "_db_path", "_fit_options", "app", "db_app", "main"]
+__all__ = ["Given", "JsonOption", "QuietOption", "_console", "_db_path", "app", "db_app", "main"]
 
 
 def main(argv: list[str] | None = None) -> None:

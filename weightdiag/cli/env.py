@@ -4,8 +4,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__, settings
-from .options import JsonOption, QuietOption
 from .output import _emit, _stdout, _Verbatim
+from .takes import Given, takes
 
 
 def version() -> None:
@@ -13,10 +13,8 @@ def version() -> None:
     _stdout().print(f"weightdiag {__version__}")
 
 
-def env(
-    as_json: JsonOption = False,
-    quiet: QuietOption = False,  # accepted for uniformity: env prints no notes
-) -> None:
+@takes("as_json", "quiet")  # -q: accepted for uniformity, env prints no notes
+def env(given: Given) -> None:
     """Print the environment weightdiag runs in, to paste into a bug report (never the Hub token)."""
     document = _environment()
 
@@ -28,7 +26,7 @@ def env(
             lines.append(f"- {ENV_LABELS[key]}: {value}")
         return _Verbatim("\n".join(lines) + "\n")
 
-    _emit(document, view, as_json=as_json, quiet=quiet)
+    _emit(document, view, as_json=given.as_json, quiet=given.quiet)
 
 
 def _environment() -> dict[str, Any]:

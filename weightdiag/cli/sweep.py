@@ -5,66 +5,22 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import ExitCode
-from .fit import _fit_options
-from .options import (
-    CenterOption,
-    ConnectionsOption,
-    DbOption,
-    DeviceOption,
-    DownloadOption,
-    EveryRevisionOption,
-    ExcludeOption,
-    FarmsOption,
-    GlobOption,
-    IncludeOption,
-    JobsOption,
-    JsonOption,
-    LrOption,
-    PresetOption,
-    ProtocolOption,
-    QuietOption,
-    RayAddressOption,
-    RevisionsOption,
-    SpectrumOption,
-    StepsOption,
-    SweepExecutorOption,
-    SweepNameOption,
-    TokenOption,
-    WeightDecayOption,
-)
 from .output import _emit, _progress, _say
+from .takes import Given, takes
+
+# Positional arguments (the options are the names in @takes: options.OPTIONS).
+SweepTarget = Annotated[
+    str,
+    typer.Argument(metavar="MODEL", help="A Hub repo id (ORG/NAME) or a folder of checkpoint folders."),
+]
 
 
-def sweep(
-    target: Annotated[
-        str,
-        typer.Argument(metavar="MODEL", help="A Hub repo id (ORG/NAME) or a folder of checkpoint folders."),
-    ],
-    revisions: RevisionsOption = None,
-    steps: StepsOption = None,
-    every: EveryRevisionOption = False,
-    glob: GlobOption = None,
-    db: DbOption = None,
-    jobs: JobsOption = 1,
-    executor: SweepExecutorOption = "local",
-    ray_address: RayAddressOption = None,
-    protocol: ProtocolOption = "hist1024",
-    device: DeviceOption = "auto",
-    center: CenterOption = False,
-    include: IncludeOption = None,
-    exclude: ExcludeOption = None,
-    lr: LrOption = None,
-    weight_decay: WeightDecayOption = None,
-    preset: PresetOption = None,
-    name: SweepNameOption = None,
-    token: TokenOption = None,
-    download: DownloadOption = False,
-    connections: ConnectionsOption = 8,
-    spectrum: SpectrumOption = False,
-    farms: FarmsOption = False,
-    as_json: JsonOption = False,
-    quiet: QuietOption = False,
-) -> None:
+@takes(
+    "revisions", "steps", "every@sweep", "glob", "db", "jobs", "executor@sweep", "ray_address", "protocol",
+    "device", "center", "include", "exclude", "lr", "weight_decay", "preset", "name@sweep", "token", "download",
+    "connections", "spectrum", "farms", "as_json", "quiet",
+)  # fmt: skip
+def sweep(target: SweepTarget, given: Given) -> None:
     """Fit every selected checkpoint of a training run into the database (resumable, parallel)."""
     from dataclasses import asdict
 
@@ -74,51 +30,34 @@ def sweep(
     from ..api import sweep as sweep_api
     from ..render.tables import FitWidth, counted
 
-    # No --train-steps: each revision's own step number gives it. --name is the sweep's, not a fit option.
+    # No --train-steps: each revision's own step number gives it. --name, --executor and --ray-address are the
+    # sweep's, not its fits' options (options.OPTIONS).
     # --center and --include/--exclude make every revision's row that variant (its own file, never counted as the
     # revision's full fit: run/sweep.py row_path), as on `fit`.
-    options = _fit_options(
-        protocol=protocol,
-        device=device,
-        connections=connections,
-        center=center,
-        include=include,
-        exclude=exclude,
-        lr=lr,
-        weight_decay=weight_decay,
-        preset=preset,
-        spectrum=spectrum,
-        farms=farms,
-    )
+    options = given.fit_options()
 
     def planned(model_id: str, names: list[str]) -> None:
-        _say(f"{model_id}: {counted(len(names), 'revision')}: {', '.join(names)}", quiet)
+        _say(f"{model_id}: {counted(len(names), 'revision')}: {', '.join(names)}", given.quiet)
 
-    progress = _progress(quiet)  # a bar per revision while it is fitted (serial sweeps: --jobs 1, local)
+    progress = _progress(given.quiet)  # a bar per revision while it is fitted (serial sweeps: --jobs 1, local)
 
     def show(outcome: Any) -> None:
         progress.close()  # the revision's bar gives way to its outcome line
-        if not as_json:
-            _say(f"  {outcome.revision}: {outcome.status} {outcome.detail}".rstrip(), quiet)
+        if not given.as_json:
+            _say(f"  {outcome.revision}: {outcome.status} {outcome.detail}".rstrip(), given.quiet)
 
     try:
         run = sweep_api(
             target,
-            db_dir=db,
+            db_dir=given.db,
             options=options,
-            revisions=revisions.split(",") if revisions else None,
-            steps=steps,
-            everything=every,
-            glob=glob,
-            jobs=jobs,
-            executor=executor,
-            ray_address=ray_address,
-            model_id=name,
-            token=token,
-            download=download,
+            revisions=given.revisions.split(",") if given.revisions else None,
+            everything=given.every,
+            model_id=given.name,
             on_plan=planned,
             on_outcome=show,
             progress=progress,
+            **given.named("steps", "glob", "jobs", "executor", "ray_address", "token", "download"),
         )
     finally:
         progress.close()
@@ -144,6 +83,6 @@ def sweep(
             )
         return FitWidth(table, optional=("seconds", "FFN median k"))
 
-    _emit([asdict(o) for o in outcomes], view, as_json=as_json, quiet=quiet)
+    _emit([asdict(o) for o in outcomes], view, as_json=given.as_json, quiet=given.quiet)
     if run.failed:  # the other checkpoints' rows are written: exit 4, not 5
         raise typer.Exit(ExitCode.PARTIAL)

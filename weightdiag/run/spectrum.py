@@ -488,22 +488,23 @@ def record_names(views: Sequence[View], tensor: str) -> list[str]:
 def attach(result: SpectrumResult, records: Iterator[dict[str, Any]]) -> int:
     """Put each record's `spectrum` (or `spectrum_skipped`) into the matrix records (and their parts) the pass
     planned; returns how many spectra were attached."""
+
+    def put(into: dict[str, Any], key: Key) -> int:
+        """Its spectrum (1) or why it has none (0) into a record or part."""
+        found = result.spectra.get(key)
+        if found is not None:
+            into["spectrum"] = found
+            return 1
+        if key in result.skipped:
+            into["spectrum_skipped"] = result.skipped[key]
+        return 0
+
     attached = 0
     for record in records:
         name = record["name"]
-        found = result.spectra.get((name, None))
-        if found is not None:
-            record["spectrum"] = found
-            attached += 1
-        elif (name, None) in result.skipped:
-            record["spectrum_skipped"] = result.skipped[(name, None)]
+        attached += put(record, (name, None))
         for i, part in enumerate(record.get("parts", ())):
-            found = result.spectra.get((name, i))
-            if found is not None:
-                part["spectrum"] = found
-                attached += 1
-            elif (name, i) in result.skipped:
-                part["spectrum_skipped"] = result.skipped[(name, i)]
+            attached += put(part, (name, i))
     return attached
 
 
