@@ -19,9 +19,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from weightdiag.fit.stats import Summary
-from weightdiag.fit.weibull import TRIMS, fit_exact
+from weightdiag.fit.weibull import fit_exact
 from weightdiag.reduce.reduction import reduce_array
 from weightdiag.source.local import open_local
+from weightdiag.vocabulary import TRIMS
 
 
 def matrices():

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from weightdiag.database import store as db
 from weightdiag.errors import BadInputError
-from weightdiag.fit.weibull import PROTOCOLS
 from weightdiag.run.sweep import row_path
 from weightdiag.testing import synthetic
+from weightdiag.vocabulary import PROTOCOLS
 
 from .conftest import row_files, run_cli
 

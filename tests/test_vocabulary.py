@@ -7,7 +7,6 @@ import ast
 from pathlib import Path
 
 from weightdiag import vocabulary
-from weightdiag.fit.weibull import TRIMS
 from weightdiag.vocabulary import (
     BLOCK_KEYS,
     COHORT_TRIM,
@@ -19,6 +18,7 @@ from weightdiag.vocabulary import (
     SELECTION_KEYS,
     SELECTION_KINDS,
     TRANSMISSION_KINDS,
+    TRIMS,
     WEIGHT_KINDS,
     kind_class,
     kind_order,

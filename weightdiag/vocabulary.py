@@ -100,6 +100,10 @@ SWIGLU_LAMBDA_KINDS = ("o", "gate", "up", "down")
 # The trim of the cohort database (DATABASE_v9_1) and of every comparison with it: the middle 80%
 # of the probability plot (the paper's protocol, App. A.1).
 COHORT_TRIM = "mid80"
+# The trims a fit stores (the middle fraction of the probability plot fitted), and the fitting protocols: plain
+# words of the options, here so that reading them (the command line's defaults) imports no numerics.
+TRIMS: dict[str, float] = {"mid80": 0.80, "mid90": 0.90, "full": 1.00}
+PROTOCOLS = ("hist1024", "exact")
 
 
 def kind_order(kind: str) -> int:

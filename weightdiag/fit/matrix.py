@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..reduce.reduction import Reduction
-from ..vocabulary import COHORT_TRIM
+from ..vocabulary import COHORT_TRIM, TRIMS
 from .stats import MagnitudeDistribution, MatrixStats, Summary
-from .weibull import TRIMS, WeibullFit, gamma_closure
+from .weibull import WeibullFit, gamma_closure
 
 NAN = float("nan")
 

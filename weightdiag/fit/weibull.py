@@ -30,10 +30,8 @@ from functools import cache
 import numpy as np
 
 from ..codes import BIN_EDGES
-from ..vocabulary import COHORT_TRIM
+from ..vocabulary import COHORT_TRIM, TRIMS
 
-TRIMS: dict[str, float] = {"mid80": 0.80, "mid90": 0.90, "full": 1.00}
-PROTOCOLS = ("hist1024", "exact")
 MIN_VALUES = 100  # fewer finite nonzero values than this: not fittable (as the paper's library)
 MIN_POINTS = 5  # fewer plot points after the trim: not fittable
 

@@ -24,7 +24,6 @@ from ..dtypes import skip_reason
 from ..errors import BadInputError, ModelPathError, OptionError, QuantizationError, VerificationError, param
 from ..execution import Execution
 from ..fit.matrix import fit_matrix
-from ..fit.weibull import TRIMS
 from ..layout import (
     ArchInfo,
     TensorRole,
@@ -45,6 +44,7 @@ from ..reduce.vectors import VectorSummary, values_of
 from ..segments import Segments
 from ..source.plan import ModelPlan, TensorRef
 from ..source.reader import Reader, closing_on_error
+from ..vocabulary import TRIMS
 from .options import FitOptions, Measurement
 
 ProgressFn = Callable[[TensorRef, int], None]

@@ -22,8 +22,7 @@ from typing import Any
 
 from ..errors import OptionError, param
 from ..execution import Execution
-from ..fit.weibull import PROTOCOLS, TRIMS
-from ..vocabulary import COHORT_TRIM
+from ..vocabulary import COHORT_TRIM, PROTOCOLS, TRIMS
 
 
 @dataclass(frozen=True)
