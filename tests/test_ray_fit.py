@@ -99,6 +99,7 @@ def test_spectrum_and_diff_tasks_take_whole_items_balanced_and_cut_only_where_al
     pairs = [
         Pair(f"t{i}", ref(f"t{i}", b), ref(f"t{i}", t)) for i, (b, t) in enumerate([(0, 0), (0, 0), (1, 0), (2, 1)])
     ]
+
     def diff_pass(base: set[int] | None, tuned: set[int] | None) -> PairsPass:
         return PairsPass(tuple(pairs), None, DiffOptions(), (base, tuned), (3, 3))  # type: ignore[arg-type]
 

@@ -32,8 +32,7 @@ def histogram_choice(result: Mapping[str, Any], row: Mapping[str, Any], asked: l
             hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
             if not hits:
                 raise OptionError(
-                    f"{param('hist')} {pattern!r} matches no fitted matrix; names look like "
-                    f"{names[len(names) // 2]!r}",
+                    f"{param('hist')} {pattern!r} matches no fitted matrix; names look like {names[len(names) // 2]!r}",
                     param="hist",
                 )
             chosen += [h for h in hits if h not in chosen]

@@ -361,6 +361,7 @@ def take_spectra(
     )
     spectra: dict[Key, dict[str, Any]] = {}
     skipped = dict(plan.skipped)
+
     def on_node(node: str, nbytes: int) -> None:
         progress.node_done(node, nbytes, True)
 

@@ -32,5 +32,3 @@ def _repo_of(plan: ModelPlan) -> str:
     location = plan.location.split("/tree/", 1)[0]
     parts = location.rstrip("/").split("/")
     return "/".join(parts[-2:])
-
-
