@@ -4,6 +4,7 @@ downward, with no cycles, and only weightdiag/settings.py reads the environment.
 The stages, lowest first (a module may import its own stage and the ones before it):
 
   base      errors, settings, vocabulary, citations, dtypes, segments, codes (code -> value tables),
+            build (this process's weightdiag build and kernels),
             executor (how passes run: the ordered window, this process or a Ray cluster),
             execution (threads, workers, device, kernels and executor of a job, decided once),
             tuning (the knobs that trade speed against memory: one registry tests override),
@@ -50,6 +51,7 @@ STAGES = {
         "segments",
         "codes",
         "kernels",
+        "build",
         "executor",
         "execution",
         "tuning",

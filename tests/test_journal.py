@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import weightdiag
 from weightdiag import api, kernels
 from weightdiag.database import store as db
 from weightdiag.record import journal as journal_module
@@ -117,7 +118,7 @@ def test_hf_quant_config_is_part_of_the_identity(model, tmp_path):
 
 def test_a_journal_of_an_older_build_is_not_reused(model, tmp_path, monkeypatch, capsys):
     """Same __version__, other sources: the build identity (a hash of the package's .py and .c) differs."""
-    monkeypatch.setattr(journal_module, "build_identity", lambda: f"{journal_module.__version__}+older")
+    monkeypatch.setattr(journal_module, "build_identity", lambda: f"{weightdiag.__version__}+older")
     _interrupted(model, tmp_path / "db")
     monkeypatch.undo()
     capsys.readouterr()
@@ -129,7 +130,7 @@ def test_a_journal_of_an_older_build_is_not_reused(model, tmp_path, monkeypatch,
 
 def test_the_build_identity_hashes_the_sources(tmp_path, monkeypatch):
     identity = journal_module.build_identity()
-    assert identity.startswith(journal_module.__version__ + "+") and len(identity) > len(journal_module.__version__) + 8
+    assert identity.startswith(weightdiag.__version__ + "+") and len(identity) > len(weightdiag.__version__) + 8
     assert journal_module.build_identity() is identity  # computed once per process
     # Another copy of the package with one source line changed: another identity.
     package = Path(journal_module.__file__).resolve().parent.parent

@@ -113,6 +113,23 @@ def test_spectrum_and_diff_tasks_take_whole_items_balanced_and_cut_only_where_al
     assert diff_pass(hashed, None).owned(range(0, 3), 1) is None  # an unverified side hashes nothing
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_node_with_other_kernels_is_refused_before_any_task(tmp_path, models):
+    """Issue 42 item 9: the nodes are checked for the driver's weightdiag build and kernels before any task: a node
+    on the numpy kernels (its F32 sums differ in the last digits) fails the fit in one line naming it, exit 2."""
+    pytest.importorskip("ray")
+    with LocalCluster(tmp_path / "ray", nodes=1, env={"WEIGHTDIAG_KERNELS": "numpy"}) as other:
+        out = run_cli(
+            "fit", str(models["bf16"]), "--no-save", "-q", "--executor", "ray", "--ray-address", other.address,
+            real=True, timeout=300,
+        )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --executor ray: node "), out.stderr
+    assert "with the numpy kernels, this machine" in lines[0] and "with the c kernels" in lines[0]
+
+
 @pytest.mark.parametrize("command", ["fit", "diff"])
 def test_ray_missing_says_how_to_install_it(command, tmp_path, small_llama):
     """No Ray: the [ray] extra's hint, exit 2, before anything is read (fit and diff)."""

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from . import settings
+from .build import build_identity, kernels_in_use
 from .errors import HubError, MissingDependencyError, OptionError, VerificationError, WeightdiagError, param
 
 T = TypeVar("T")
@@ -295,6 +296,7 @@ DRAIN_SECONDS = 10.0  # after an error, how long the tasks already running may t
 # What a task holds besides its buffers: the interpreter, numpy, weightdiag, Ray's worker.
 TASK_BASE_MEMORY = 384 << 20
 PROBE_SECONDS = 10.0
+NODE_CHECK_SECONDS = 120.0  # each node starts a worker for the check: seconds on a loaded node
 
 NodeProgress = Callable[[str, int], None]  # on_node(node, bytes): a task's bytes handed back, and the node
 
@@ -399,6 +401,11 @@ def run_on_node(task: PassTask, node: str) -> tuple[list[Any], Verified]:
     return results, verified
 
 
+def node_build() -> tuple[str, str, str]:
+    """Runs on a node: (the node, its weightdiag build, its kernels)."""
+    return node_name(), build_identity(), kernels_in_use()
+
+
 def import_ray() -> Any:
     try:
         import ray
@@ -424,6 +431,7 @@ class RayExecutor:
         self._ray = ray
         self.owns = False  # whether close() disconnects (join() connected)
         self.nodes: dict[str, dict[str, float]] = {}  # per node: tasks, bytes, seconds
+        self._checked = False  # whether every node was found to run this machine's build and kernels
 
     @property
     def ray(self) -> Any:
@@ -450,6 +458,39 @@ class RayExecutor:
             raise HubError(f"{param('executor')} ray: no Ray cluster answers at {target} ({exc})") from None
         _notices_to_stderr()
         self._ray = ray
+
+    def check_nodes(self) -> None:
+        """Every live node runs this machine's weightdiag build and kernels, checked once before any task: a node
+        with another build (other code may make other rows) or the numpy kernels (F32 sums differ in their last
+        digits) would otherwise go unnoticed in a row that mixes both."""
+        if self._checked:
+            return
+        ray = self.ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        probe = ray.remote(node_build)
+        alive = [node["NodeID"] for node in ray.nodes() if node.get("Alive")]
+        refs = [
+            probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+            for node in alive
+        ]
+        try:
+            found = ray.get(refs, timeout=NODE_CHECK_SECONDS)
+        except ray.exceptions.GetTimeoutError:
+            raise HubError(
+                f"{param('executor')} ray: not every node of the cluster answered within {NODE_CHECK_SECONDS:.0f} s "
+                "(ray status shows them); run the command again once they do"
+            ) from None
+        mine = (build_identity(), kernels_in_use())
+        for node, build, kernels in found:
+            if (build, kernels) != mine:
+                raise OptionError(
+                    f"{param('executor')} ray: {node} runs weightdiag {build} with the {kernels} kernels, this machine "
+                    f"{mine[0]} with the {mine[1]} kernels; install this checkout on every node (pip install -e . "
+                    "there, with a C compiler): the same build and kernels make the same rows",
+                    param="executor",
+                )
+        self._checked = True
 
     def slots(self, cpus: int) -> int:
         """How many tasks of `cpus` CPUs the cluster runs at once."""
@@ -509,6 +550,7 @@ class RayExecutor:
     def map_unordered(self, fn: Callable[[Any], Any], payloads: Sequence[Any]) -> Iterator[Any]:
         """fn(payload) as a task each (Ray's default resources), results as the tasks end: whole jobs whose
         order does not matter (a sweep's revisions; each writes its own row)."""
+        self.check_nodes()
         ray = self.ray
         remote = ray.remote(fn)
         pending = [remote.remote(payload) for payload in payloads]
@@ -519,6 +561,7 @@ class RayExecutor:
     def run_pass(self, job: Pass[R], execution: Any, on_node: NodeProgress | None = None) -> PassRun[R]:
         """The pass's parts in runs of about equal weight, each a task on some node (see the module docstring)."""
         shipped = job.shipped()  # refuses what the nodes cannot read, before connecting
+        self.check_nodes()
         run = PassRun[R](sides=len(job.readers))
         run.results = self._results(shipped, execution, run, on_node)
         return run

@@ -30,7 +30,6 @@ What may be reused, and why it is exact:
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import os
@@ -42,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, kernels
+from ..build import build_identity, kernels_in_use
 from ..source.plan import ModelPlan
 from .schema import MatrixRecord, VectorRecord, problem_of
 
@@ -80,24 +79,6 @@ class Resumed:
     records: dict[str, Entry] = field(default_factory=dict)
     skip_shards: set[int] = field(default_factory=set)  # whole shards done and verified: not read at all
     started: str | None = None  # when the interrupted fit began (UTC, ISO 8601)
-
-
-@functools.cache
-def build_identity() -> str:
-    """The version and a hash of the package's own sources (.py and .c): it changes whenever the code does,
-    where `__version__` stays 0.1.0 across commits. Read once per process (~1 MB, a few ms)."""
-    root = Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".c") and "__pycache__" not in p.parts):
-        with contextlib.suppress(OSError):
-            digest.update(path.relative_to(root).as_posix().encode("utf-8", "surrogateescape") + b"\0")
-            digest.update(path.read_bytes() + b"\0")
-    return f"{__version__}+{digest.hexdigest()[:16]}"
-
-
-def kernels_in_use() -> str:
-    """The kernels this process reduces with now: "c" or "numpy" (their F32 sums differ in the last digits)."""
-    return "c" if kernels.HAVE_C else "numpy"
 
 
 def _canonical(document: Any) -> bytes:
