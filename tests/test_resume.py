@@ -159,6 +159,23 @@ def test_a_hub_fit_resumes_from_its_verified_shards_only(fake_hub, tmp_path, mon
     assert fake_hub.file_bytes_sent < sum(sizes) - min(sizes) // 2
 
 
+def test_a_hub_fit_whose_journal_holds_every_shard_reads_nothing_and_stays_verified(
+    fake_hub, tmp_path, monkeypatch, knobs
+):
+    """Stopped at its last tensor, every shard already hashed and journaled: the resumed fit reads no tensor byte,
+    and its row is the uninterrupted one's, every file verified (the interrupted fit hashed them)."""
+    small_model_in_small_chunks(fake_hub, tmp_path / "model", monkeypatch, knobs)
+    whole = api.fit_model("acme/tiny", FitOptions(device="cpu"))
+    db = tmp_path / "db"
+    n = len(whole["matrices"]) + len(whole["vectors"])
+    with pytest.raises(KeyboardInterrupt):
+        api.fit("acme/tiny", FitOptions(device="cpu"), _StopAfter(n), db_dir=db)
+    row = api.fit("acme/tiny", FitOptions(device="cpu"), db_dir=db).row
+    assert row["run"]["resumed"]["tensors"] == n
+    assert _science(row) == _science(whole)
+    assert all(f["verified"] for f in row["files"])
+
+
 @pytest.mark.e2e
 def test_a_network_failure_keeps_the_journal_and_a_corrupt_shard_discards_it(fake_hub, tmp_path, monkeypatch, knobs):
     """A connection that keeps dropping (exit 3 once the retries are spent) is an interruption: the verified

@@ -325,10 +325,12 @@ class ChunkPass:
         finally:
             if loader is not None:
                 loader.close()
+        if not self.verify:
+            return (None,)
         if hashed:
             reader.finish()  # raises VerificationError where the bytes were read: the file names it
-            return (frozenset(reader.verified_shards() & hashed),)
-        return (None,)
+        # (no chunks: every shard was verified by the fit a journal resumes; nothing left to hash, nothing failed)
+        return (frozenset(reader.verified_shards() & hashed),)
 
     def task_memory(self, parts: range) -> int:
         """Bytes a task may hold at once: chunk buffers, a few weights' companions and decoders, its results."""
@@ -413,7 +415,9 @@ def reduce_chunked(
     expected = set(reader.regions() or {}) if read.verify else None
     shards = [(plan.model_id, [s.name for s in plan.shards], [s.sha256 for s in plan.shards])]
     check_verified([expected], run.verified, shards)
-    report.verification = reader.confirmed(run.verified[0] if read.verify else None)
+    # A verified plan with nothing left to read (a resumed fit whose journal holds every shard) hashed nothing here
+    # and failed nothing: its shards stand verified, by the fit it resumes.
+    report.verification = reader.confirmed((run.verified[0] or set()) if read.verify else None)
 
 
 def reduce_chunks(
