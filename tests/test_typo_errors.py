@@ -49,3 +49,44 @@ def test_one_row_is_one_row(tmp_path):
     assert run_cli("fit", str(model), "--db", str(tmp_path / "db"), "-q", "--device", "cpu").returncode == 0
     out = run_cli("db", "list", "--fitted", "--db", str(tmp_path / "db"))
     assert "1 row" in out.stdout and "1 rows" not in out.stdout
+
+
+# --- issue 42, item 12: ids checked against the cohort and the database before the Hub is asked ---------------
+
+
+def test_a_mistyped_cohort_id_is_answered_before_the_hub(fake_hub, tmp_path):
+    (tmp_path / "db").mkdir()
+    for command in (["compare", "pythia-70n"], ["report", "pythia-70n"], ["fit", "pythia-70n", "--no-save"]):
+        out = run_cli(*command, "--db", str(tmp_path / "db"))
+        assert out.returncode == 2, (command, out.stderr)
+        (line,) = out.stderr.splitlines()
+        assert line.startswith("error: pythia-70n: no local file or folder, cohort entry or fitted row of that name")
+        assert "(did you mean pythia-70m?)" in line and "a Hub id as ORG/NAME" in line
+    assert not fake_hub.requests_to("/api/models")  # the Hub was never asked
+    offline = run_cli("compare", "pythia-70n", "--db", str(tmp_path / "db"), env=UNREACHABLE)
+    assert offline.returncode == 2 and "(did you mean pythia-70m?)" in offline.stderr
+
+
+def test_db_show_of_a_mistyped_id_suggests_the_nearest(tmp_path):
+    (tmp_path / "db").mkdir()
+    out = run_cli("db", "show", "pythia-160", "--db", str(tmp_path / "db"))
+    assert out.returncode == 2
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("error: pythia-160: no such row in ") and "(did you mean pythia-160m?)" in line
+
+
+def test_an_id_without_its_org_names_the_hub_repo_and_a_404_is_no_outage(fake_hub, tmp_path):
+    from .hub_server import write_small_model
+
+    fake_hub.add_folder("acme/tiny", write_small_model(tmp_path / "m"))
+    db = str(tmp_path / "db")
+    assert run_cli("fit", "acme/tiny", "--db", db, "-q").returncode == 0
+    out = run_cli("fit", "tiny", "--no-save", "--db", db)
+    assert out.returncode == 3
+    (line,) = out.stderr.splitlines()
+    assert "tiny: no such model repository on " in line and "(did you mean acme/tiny?)" in line
+    # A 404 without the Hub's error code (the Hub answers so for some bare names): not "try again later".
+    fake_hub.fail("404", "/api/models/acme/tinny", times=None)
+    out = run_cli("compare", "acme/tinny", "--db", db)
+    assert out.returncode == 3 and "try again later" not in out.stderr
+    assert "acme/tinny: no such model repository on " in out.stderr and "(did you mean acme/tiny?)" in out.stderr

@@ -112,7 +112,7 @@ def fit(
     db = Path(db_dir) if db_dir else default_db_dir()
     # fitting.fit_model without save: the database is checked first of all, even before the model is looked for
     row, path = fit_and_save_model(
-        spec, options, progress, db if save else None, revision=revision, token=token, download=download
+        spec, options, progress, db if save else None, revision=revision, token=token, download=download, names_db=db
     )
     return Fitted(row, path)
 
@@ -551,9 +551,22 @@ def collect_journals(db_dir: str | Path | None = None, *, everything: bool = Fal
 def show_row(row_id: str, db_dir: str | Path | None = None, *, summary: bool = False) -> Row:
     """`weightdiag db show`: one row by the id `db list` prints, a row file's name, or its path; with
     summary=True a database row may come without its per-matrix records (`counts` says how many)."""
+    from .database.names import did_you_mean
     from .database.store import row_by_id
 
-    return row_by_id(row_id, Path(db_dir) if db_dir else None, summary=summary)
+    db = Path(db_dir) if db_dir else None
+    try:
+        return row_by_id(row_id, db, summary=summary)
+    except RowNotFoundError:
+        hint = did_you_mean(row_id, db)
+        if not hint:
+            raise
+        folder = (db or default_db_dir()).resolve()
+        raise RowNotFoundError(
+            row_id,
+            f"{row_id}: no such row in {folder}{hint}; see `weightdiag db list`, or pass the database that holds it "
+            "with --db (or WEIGHTDIAG_DB)",
+        ) from None
 
 
 EXPORT_FORMATS = ("csv", "jsonl")

@@ -391,13 +391,14 @@ def hub_errors(repo: str, revision: str | None, token: str | None) -> Iterator[N
             revision=revision,
         ) from None
     except hf.RepositoryNotFoundError:
-        raise RepoNotFoundError(
-            f"{repo}: no such model repository on {settings.hf_endpoint()} "
-            "(or it is private: set HF_TOKEN or pass --token)",
-            repo=repo,
-        ) from None
+        raise repo_not_found(repo) from None
     except hf.HfHubHTTPError as exc:
         status = _status_of(exc)
+        names = {cls.__name__ for cls in type(exc).__mro__}
+        if status == 404 and not names & {"EntryNotFoundError", "RemoteEntryNotFoundError"}:
+            # A 404 without the Hub's error code (a bare NAME with no ORG/ on some Hub versions): the repo is not
+            # there, which waiting will not change (it read "HTTP 404; try again later": issue 42).
+            raise repo_not_found(repo) from None
         raise HubResponseError(
             f"{repo}: the Hub answered HTTP {status if status is not None else '?'}; try again later",
             repo=repo,
@@ -415,6 +416,17 @@ def hub_errors(repo: str, revision: str | None, token: str | None) -> Iterator[N
         if (error := _network_error(repo, exc, revision)) is None:
             raise
         raise error from None
+
+
+def repo_not_found(repo: str, hint: str = "") -> RepoNotFoundError:
+    """No repository `repo` on the Hub; `hint`: " (did you mean X?)" from what the caller knows (the cohort and
+    the database: run.fitting), said right after the name."""
+    check = "check the id (a Hub id is ORG/NAME)" if "/" not in repo else "check the id"
+    return RepoNotFoundError(
+        f"{repo}: no such model repository on {settings.hf_endpoint()}{hint}; {check}, or for a private repo set "
+        "HF_TOKEN or pass --token",
+        repo=repo,
+    )
 
 
 def _status_of(exc: BaseException) -> int | None:
