@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .database.store import ROWS_DIR, RowNotFoundError, default_db_dir, natural_key
 from .delta.result import DiffOptions, DiffResult
 from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthReport, TrajectoryResult
-from .errors import DatabaseError, OptionError, OutputError, RowUseError, param
+from .errors import DatabaseError, OptionError, OutputError, RowUseError, note_kept, param
 from .execution import choose_executor
 from .progress import Progress
 from .record.schema import Row, RowError
@@ -417,9 +417,13 @@ def sweep(
     option_dict: dict[str, Any] = {f: getattr(options, f) for f in taken}
     option_dict["include"], option_dict["exclude"] = list(options.include), list(options.exclude)
     db = Path(db_dir) if db_dir else default_db_dir()
-    outcomes = sw.run_sweep(
-        plan, db, option_dict, runner, token=token, download=download, on_outcome=on_outcome, progress=progress
-    )
+    try:
+        outcomes = sw.run_sweep(
+            plan, db, option_dict, runner, token=token, download=download, on_outcome=on_outcome, progress=progress
+        )
+    except KeyboardInterrupt as stop:  # what a rerun picks up: the rows written, and each revision's journal
+        note_kept(stop, "run the command again to resume: the rows written so far are kept")
+        raise
     return SweepRun(plan.model_id, names, outcomes)
 
 

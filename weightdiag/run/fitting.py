@@ -11,7 +11,7 @@ from pathlib import Path
 from ..database.store import default_db_dir, iter_summaries, write_row
 from ..diagnose.kinds import interpret
 from ..diagnose.spectrum import holds_spectra_asked
-from ..errors import DatabaseError, HubUnreachableError, NotCachedError, RepoNotFoundError
+from ..errors import DatabaseError, HubUnreachableError, NotCachedError, RepoNotFoundError, note_kept
 from ..execution import Execution
 from ..progress import Progress
 from ..record.journal import Journal, resume_options
@@ -183,6 +183,10 @@ def fit_and_save(
         exc = _naming_journals(exc, db)
         exc.unsaved_row = row
         raise exc from None
+    except KeyboardInterrupt as stop:  # measured, not yet written: the journal holds every tensor
+        if journal is not None and journal.folder.exists():
+            note_kept(stop, "run the command again to resume: every tensor measured is kept")
+        raise
     if journal is not None:
         journal.discard()  # the row holds it all now
         if journal.folder.exists():  # something in it could not be removed: said, never left unseen
