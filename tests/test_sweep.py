@@ -412,3 +412,25 @@ def test_trajectory_of_rows_with_no_step_is_one_line_and_exit_2(tmp_path):
         r"checkpoints named stepN, step_N or checkpoint-N, as `weightdiag sweep` fits them",
         line,
     ), line
+
+
+def test_a_missing_hub_revision_is_one_exit_code_for_fit_and_sweep(fake_hub, tmp_path):
+    """Issue 42, item 14: `fit ORG/NAME@step5000` exited 3 naming the nearest steps, `sweep --revisions step3` 2
+    listing the first six. Both are a revision the Hub lacks: exit 3 (the README's table), the nearest named."""
+    from .conftest import run_cli
+    from .hub_server import write_small_model
+
+    model = write_small_model(tmp_path / "m")
+    for step in (1000, 2000, 4000):
+        fake_hub.add_folder("acme/run", model, branch=f"step{step}")
+    db = str(tmp_path / "db")
+    runs = {
+        "fit": run_cli("fit", "acme/run@step3000", "--db", db),
+        "sweep --revisions": run_cli("sweep", "acme/run", "--revisions", "step1000,step3000", "--db", db),
+        "sweep --steps": run_cli("sweep", "acme/run", "--steps", "1000,3000", "--db", db),
+    }
+    for how, out in runs.items():
+        assert out.returncode == 3, (how, out.stderr)
+        (line,) = out.stderr.splitlines()
+        assert line == "error: acme/run: revision 'step3000' not found; nearest existing: step1000, step2000, step4000"
+    assert not (tmp_path / "db" / "rows").exists() or not list((tmp_path / "db" / "rows").glob("*.json"))

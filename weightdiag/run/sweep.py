@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import settings
 from ..database.store import (
@@ -41,6 +41,7 @@ from ..errors import (
     ModelPathError,
     NotCachedError,
     OptionError,
+    RevisionNotFoundError,
     WeightdiagError,
     param,
 )
@@ -133,9 +134,15 @@ _STEPS = param("sweep.steps")
 
 
 def select(
-    revisions: list[Revision], *, names: Iterable[str] | None = None, steps: str | None = None, everything: bool = False
+    revisions: list[Revision],
+    *,
+    names: Iterable[str] | None = None,
+    steps: str | None = None,
+    everything: bool = False,
+    repo: str | None = None,
 ) -> list[Revision]:
-    """--revisions a,b,c | --steps log:N | --steps a,b,c | --all."""
+    """--revisions a,b,c | --steps log:N | --steps a,b,c | --all. `repo`: the Hub repo the revisions are of, where a
+    revision it lacks is RevisionNotFoundError (exit 3), as for `fit ORG/NAME@REV`; a local run's, OptionError."""
     if everything:
         return revisions
     by_name = {r.name: r for r in revisions}
@@ -143,9 +150,7 @@ def select(
         wanted = [n.strip() for n in names if n.strip()]
         missing = [n for n in wanted if n not in by_name]
         if missing:
-            raise OptionError(
-                f"revision {missing[0]!r} does not exist; available: {_preview(revisions)}", param="revisions"
-            )
+            _missing(missing[0], revisions, repo, "revisions")
         return _order([by_name[n] for n in wanted])
     stepped = [r for r in revisions if r.step is not None]
     if not stepped:
@@ -170,9 +175,27 @@ def select(
     for t in targets:
         match = [r for r in stepped if r.step == t]
         if not match:
+            if repo is not None:  # the Hub's revision stepN (fit's name for it), as --revisions stepN says
+                _missing(f"step{t}", revisions, repo, "steps")
             raise OptionError(f"{_STEPS}: step {t} does not exist; available: {_preview(stepped)}", param="steps")
         chosen.append(match[0])
     return _order(chosen)
+
+
+def _missing(name: str, revisions: list[Revision], repo: str | None, option: str) -> NoReturn:
+    """A revision asked for that the run lacks: on the Hub the error `fit ORG/NAME@REV` gives (exit 3, the nearest
+    ones named); in a local run folder, an option naming no checkpoint folder (exit 2)."""
+    from ..source.hub import nearest_revisions
+
+    names = [r.name for r in revisions]
+    if repo is not None:
+        raise RevisionNotFoundError(
+            f"{repo}: revision {name!r} not found{nearest_revisions(name, names)}", repo=repo, revision=name
+        )
+    raise OptionError(
+        f"revision {name!r} does not exist (no such checkpoint folder){nearest_revisions(name, names)}",
+        param="revisions" if option == "revisions" else "sweep.steps",
+    )
 
 
 def _log_spaced(stepped: list[Revision], count: int) -> list[Revision]:
@@ -497,7 +520,7 @@ def plan_sweep(
         # revision, when it is not there). Not deduplicated: that needs the Hub's file hashes.
         named = [Revision(n, step_from_revision(n), f"{repo}@{n}") for n in wanted]
         return SweepPlan(model_id or repo, True, _order(named))
-    chosen = select(hub_revisions(repo, token), names=names, steps=steps, everything=everything)
+    chosen = select(hub_revisions(repo, token), names=names, steps=steps, everything=everything, repo=repo)
     for r in chosen:
         r.identity = hub_identity(repo, r, token)
     return SweepPlan(model_id or repo, True, chosen)

@@ -442,19 +442,34 @@ def _invalid_id(repo: str, exc: Exception) -> ModelPathError:
 
 def _nearest_steps(repo: str, revision: str | None, token: str | None) -> str:
     """For Pythia-style `stepN` revisions, name the nearest existing ones."""
-    match = _STEP.match(revision or "")
-    if not match:
+    if not _STEP.match(revision or ""):
         return "; check the branch, tag or commit name"
     try:
         refs = list_refs(repo, token)
     except WeightdiagError:  # only a hint: the error being reported is the revision
         return ""
-    steps = sorted(int(m.group(1)) for name, _ in refs if (m := _STEP.match(name)))
-    if not steps:
-        return "; this repo has no step* branches"
-    want = int(match.group(1))
-    nearest = sorted(steps, key=lambda s: (abs(s - want), s))[:3]
-    return "; nearest existing: " + ", ".join(f"step{s}" for s in sorted(nearest))
+    return nearest_revisions(revision or "", [name for name, _ in refs])
+
+
+def nearest_revisions(revision: str, names: list[str]) -> str:
+    """What to say of the revisions `names` when `revision` is not among them (the same words for `fit ORG/NAME@REV`
+    and `sweep --revisions`): for a `stepN`, the three nearest steps; else the names closest to it; else a few."""
+    import difflib
+
+    match = _STEP.match(revision)
+    if match:
+        steps = sorted(int(m.group(1)) for name in names if (m := _STEP.match(name)))
+        if not steps:
+            return "; this repo has no step* branches"
+        want = int(match.group(1))
+        nearest = sorted(steps, key=lambda s: (abs(s - want), s))[:3]
+        return "; nearest existing: " + ", ".join(f"step{s}" for s in sorted(nearest))
+    close = difflib.get_close_matches(revision, names, n=3, cutoff=0.6)
+    if close:
+        return "; nearest existing: " + ", ".join(close)
+    if names:
+        return "; existing: " + ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+    return "; check the branch, tag or commit name"
 
 
 def _choose_weights(repo: str, revision: str | None, files: dict[str, Any]) -> tuple[list[str], str]:
