@@ -262,6 +262,7 @@ def test_the_readme_diff_section_runs_on_the_lora_pair(minilm_dir, tmp_path):
     section = _section("What fine-tuning changed: `diff`")
     commands = [line.split("  #", 1)[0].strip() for line in _blocks(section, "bash")[1].strip().splitlines()]
     assert commands == [
+        f"pip install '{script.TORCH}'",
         f"pip install '{script.TRANSFORMERS}'",
         "python scripts/make_diff_pair.py OUT",
         "weightdiag diff BASE OUT/minilm-ft",
