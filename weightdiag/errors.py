@@ -213,6 +213,11 @@ class DatabaseError(BadInputError):
         self.unsaved_row: Mapping[str, Any] | None = None  # a fitted Row that could not be written (fit --json)
 
 
+# How to install torch, the [torch] extra: weightdiag is not on PyPI, so `pip install 'weightdiag[torch]'` fails (and
+# would invite a squatted name); the extra is installed from a checkout, or torch itself (issue 42).
+TORCH_INSTALL = "pip install 'torch>=2.6' (or, in the weightdiag checkout, pip install '.[torch]')"
+
+
 class MissingDependencyError(BadInputError):
     """An optional package that the asked-for feature needs is not installed (plots: matplotlib, `sweep
     --executor ray`: ray); `package` is its name, the message says how to install it."""

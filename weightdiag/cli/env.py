@@ -106,7 +106,9 @@ def _cuda_summary() -> str:
     try:
         import torch
     except ImportError:
-        return "no (torch is not installed: pip install 'weightdiag[torch]')"
+        from ..errors import TORCH_INSTALL
+
+        return f"no (torch is not installed: {TORCH_INSTALL})"
 
     if not torch.cuda.is_available():
         return "no (torch sees no GPU)"
