@@ -434,3 +434,23 @@ def test_a_missing_hub_revision_is_one_exit_code_for_fit_and_sweep(fake_hub, tmp
         (line,) = out.stderr.splitlines()
         assert line == "error: acme/run: revision 'step3000' not found; nearest existing: step1000, step2000, step4000"
     assert not (tmp_path / "db" / "rows").exists() or not list((tmp_path / "db" / "rows").glob("*.json"))
+
+
+def test_trajectory_says_which_rows_it_leaves_off_the_step_axis(fake_hub, tmp_path):
+    """Issue 42, item 18: a swept Hub run's `main` row was left out of `trajectory` silently."""
+    from .conftest import run_cli
+    from .hub_server import write_small_model
+
+    for seed, branch in enumerate(("main", "step1000", "step2000", "step4000")):
+        fake_hub.add_folder("acme/run", write_small_model(tmp_path / branch, seed=seed), branch=branch)
+    db = str(tmp_path / "db")
+    assert run_cli("sweep", "acme/run", "--all", "--db", db, "-q").returncode == 0
+    out = run_cli("trajectory", "acme/run", "--db", db)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines() == [
+        "note: acme/run@main left out: no training step in the revision's name (stepN, step_N, checkpoint-N)"
+    ]
+    document = run_cli("trajectory", "acme/run", "--db", db, "--json")
+    result = json.loads(document.stdout)
+    assert result["left_out"] == ["main"] and result["revisions"] == ["step1000", "step2000", "step4000"]
+    assert run_cli("trajectory", "acme/run", "--db", db, "-q").stderr == ""

@@ -495,6 +495,8 @@ def trajectory(
         spec = {"kind": "cosine", "total": total, "warmup": warmup, "min_ratio": min_lr_ratio}
     result = tr.trajectory([_plain(r) for r in rows], spec)
     result["protocol"] = chosen
+    # Rows of no training step (a sweep's `main`): not on a step axis, but never left out silently (issue 42).
+    result["left_out"] = sorted(tr.stepless([_plain(r) for r in rows]), key=natural_key)
     if plot is not None:
         from .render.trajectory_plots import k_lambda_plot, std_heatmap
 

@@ -343,7 +343,7 @@ OPTIONS: dict[str, Entry] = {
     # trajectory
     "schedule": Entry(ScheduleOption, "constant"),
     "total": Entry(TotalOption, None),
-    "warmup": Entry(WarmupOption, 0.0),
+    "warmup": Entry(WarmupOption, 0),  # a step count: `[default: 0]`, not typer's `0.0` for the float (issue 42)
     "min_lr_ratio": Entry(MinLrRatioOption, 0.1),
     # report
     "top": Entry(TopOption, 10),

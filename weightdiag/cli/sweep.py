@@ -72,7 +72,9 @@ def sweep(target: SweepTarget, given: Given) -> None:
         }
         table = Table(title=f"sweep {escape(run.model_id)}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
         for col in ("revision", "status", "seconds", "FFN median k", "detail"):
-            table.add_column(col, no_wrap=col != "detail")  # revisions whole, to copy; the detail folds
+            # revisions whole, to copy; the detail folds; numbers right-aligned, as in every other table
+            numeric = col in ("seconds", "FFN median k")
+            table.add_column(col, no_wrap=col != "detail", justify="right" if numeric else "left")
         for o in outcomes:
             table.add_row(
                 escape(o.revision),
