@@ -90,3 +90,27 @@ def test_an_id_without_its_org_names_the_hub_repo_and_a_404_is_no_outage(fake_hu
     out = run_cli("compare", "acme/tinny", "--db", db)
     assert out.returncode == 3 and "try again later" not in out.stderr
     assert "acme/tinny: no such model repository on " in out.stderr and "(did you mean acme/tiny?)" in out.stderr
+
+
+def test_check_names_the_revision_it_checked(fake_hub, tmp_path):
+    """Issue 42, item 18: `check MODEL --revision REV` named the model without @REV in its errors and verdict,
+    while the baseline had its own."""
+    import json
+
+    from .hub_server import write_small_model
+
+    fake_hub.add_folder("acme/tiny", write_small_model(tmp_path / "m"))
+    fake_hub.add_folder("acme/tiny", write_small_model(tmp_path / "m1", seed=5), branch="v1")
+    db = str(tmp_path / "db")
+    assert run_cli("fit", "acme/tiny", "--db", db, "-q").returncode == 0
+    (baseline,) = (tmp_path / "db" / "rows").glob("*.json")
+    out = run_cli("check", "acme/tiny", "--revision", "v1", "--baseline", str(baseline), "--db", db, "--json")
+    assert json.loads(out.stdout)["model"] == "acme/tiny@v1", out.stderr
+    other = json.loads(baseline.read_text())
+    for m in other["matrices"]:
+        m["name"] = "renamed." + m["name"]
+    renamed = tmp_path / "renamed.json"
+    renamed.write_text(json.dumps(other))
+    out = run_cli("check", "acme/tiny", "--revision", "v1", "--baseline", str(renamed), "--db", db)
+    assert out.returncode == 2
+    assert out.stderr.startswith("error: acme/tiny@v1 and the baseline acme/tiny@main share no matrix name"), out.stderr
