@@ -428,6 +428,26 @@ def test_shell_completion_is_enabled(monkeypatch):
     assert "trajectory" in completed.output.split(), completed.output
 
 
+@pytest.mark.parametrize(
+    ("words", "offered"),
+    [
+        ("weightdiag fit m --device ", {"auto", "cpu", "cuda"}),
+        ("weightdiag fit m --protocol ", {"hist1024", "exact"}),
+        ("weightdiag fit m --trim mid", {"mid80", "mid90"}),
+        ("weightdiag diff a b --executor ", {"local", "ray"}),
+        ("weightdiag trajectory m --schedule c", {"constant", "cosine"}),
+        ("weightdiag db export --format ", {"csv", "jsonl"}),
+        ("weightdiag fit m --preset pythia-7", {"pythia-70m"}),
+    ],
+)
+def test_shell_completion_offers_option_values(monkeypatch, words, offered):
+    """Issue 42, item 18: the shell completed commands and flags, never an option's values."""
+    monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
+    env = {"_WEIGHTDIAG_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split(" ")) - 1)}
+    completed = CliRunner().invoke(cli.app, [], prog_name="weightdiag", env=env)
+    assert set(completed.output.split()) == offered, completed.output
+
+
 # --- tables ---------------------------------------------------------------------------------------------
 
 LONG_ID = "an-organisation/a-rather-long-model-name-v2"

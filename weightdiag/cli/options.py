@@ -46,8 +46,34 @@ def _db_path(value: str) -> Path:
 
 
 def _option(kind: Any, *flags: str, **declared: Any) -> Any:
-    """An option's alias: its type, flags, metavar and help (what typer.Option takes), as Annotated."""
+    """An option's alias: its type, flags, metavar and help (what typer.Option takes), as Annotated; the shell
+    completes the values of the flags in VALUES."""
+    if flags[0] in VALUES:
+        declared.setdefault("autocompletion", _values(*VALUES[flags[0]]))
     return Annotated[kind, typer.Option(*flags, **declared)]
+
+
+# The words the shell completes after a flag (`--device <TAB>`; issue 42): (module, name) where they are declared,
+# imported only when the shell asks.
+VALUES = {
+    "--device": (".options", "DEVICES"),
+    "--protocol": ("..vocabulary", "PROTOCOLS"),
+    "--trim": ("..vocabulary", "TRIMS"),
+    "--executor": ("..execution", "EXECUTORS"),
+    "--preset": ("..diagnose.lambda_axis", "PRESETS"),
+    "--schedule": ("..api", "SCHEDULES"),
+    "--format": ("..api", "EXPORT_FORMATS"),
+}
+DEVICES = ("auto", "cpu", "cuda")  # and cuda:N
+
+
+def _values(where: str, name: str) -> Any:
+    def complete(incomplete: str) -> list[str]:
+        from importlib import import_module
+
+        return [word for word in getattr(import_module(where, __package__), name) if word.startswith(incomplete)]
+
+    return complete
 
 
 # --- every command -----------------------------------------------------------------------------------------
