@@ -454,3 +454,28 @@ def test_trajectory_says_which_rows_it_leaves_off_the_step_axis(fake_hub, tmp_pa
     result = json.loads(document.stdout)
     assert result["left_out"] == ["main"] and result["revisions"] == ["step1000", "step2000", "step4000"]
     assert run_cli("trajectory", "acme/run", "--db", db, "-q").stderr == ""
+
+
+def test_a_revision_with_the_files_of_a_row_in_the_database_is_not_fitted_again(fake_hub, tmp_path):
+    """Issue 42, item 18: sweeps deduplicated revisions only within themselves: a revision whose LFS sha256s are
+    those of a row already in the database (an earlier sweep's) was fitted again."""
+    from .conftest import run_cli
+    from .hub_server import write_small_model
+
+    model = write_small_model(tmp_path / "m")
+    fake_hub.add_folder("acme/run", model, branch="step1000")
+    fake_hub.add_folder("acme/run", write_small_model(tmp_path / "m3", seed=3), branch="step3000")
+    db = str(tmp_path / "db")
+    first = run_cli("sweep", "acme/run", "--revisions", "step1000", "--db", db, "--json")
+    assert [o["status"] for o in json.loads(first.stdout)] == ["fitted"], first.stderr
+    commit = fake_hub.add_folder("acme/run", model, branch="step2000")  # the same weights again, later
+    fake_hub.reset_counters()
+    second = run_cli("sweep", "acme/run", "--revisions", "step2000,step3000", "--db", db, "--json")
+    outcomes = {o["revision"]: o for o in json.loads(second.stdout)}
+    assert outcomes["step2000"]["status"] == "reused", second.stderr
+    assert outcomes["step2000"]["detail"] == "identical files to step1000 (in the database)"
+    assert outcomes["step3000"]["status"] == "fitted"  # other files: fitted
+    read = [r.path for r in fake_hub.requests_to("/resolve/") if "step2000" in r.path or commit in r.path]
+    assert not read and fake_hub.requests_to("/resolve/")  # no file of it asked for (those of step3000 were)
+    row = json.loads(Path(outcomes["step2000"]["row_path"]).read_text())
+    assert row["duplicate_of"] == "step1000" and row["model"]["revision"] == "step2000"

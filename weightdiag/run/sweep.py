@@ -28,6 +28,7 @@ from ..database.store import (
     claim,
     clean_stale_temps,
     identity_stub,
+    iter_summaries,
     load_row,
     row_file,
     write_row,
@@ -336,6 +337,30 @@ def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
         )
 
 
+def _rows_by_files(
+    db: Path, plan: SweepPlan, protocol: str, options: dict[str, Any]
+) -> dict[tuple[str, ...], tuple[Path, str]]:
+    """The database's rows of this run, fitted as this sweep fits (protocol, variant, spectra), by the identity of
+    their weight files (name:sha256, as hub_identity names a revision's): a revision whose files a row already
+    holds is that row again (issue 42: the sweep deduplicated only within itself, and fitted it again)."""
+    found: dict[tuple[str, ...], tuple[Path, str]] = {}
+    for path, summary in iter_summaries(db, on_skip=lambda _: None, model_id=plan.model_id):
+        model, files = summary["model"], summary.get("files") or []
+        revision = model.get("revision")
+        if model["id"] != plan.model_id or not revision:
+            continue
+        shas = [f.get("sha256") for f in files]
+        if not files or not all(isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha) for sha in shas):
+            continue
+        if path.name != row_path(db, plan.model_id, revision, protocol, options).name:  # another protocol or variant
+            continue
+        if not holds_spectra_asked(summary, options.get("spectrum", False), options.get("farms", False)):
+            continue
+        identity = tuple(f"{f['name']}:{f['sha256']}" for f in sorted(files, key=lambda f: f["name"]))
+        found.setdefault(identity, (path, summary.get("duplicate_of") or revision))
+    return found
+
+
 def reuse_row(source: Path, revision: Revision, original: str, db: Path, options: dict[str, Any]) -> Path:
     """Write the row of `original` again for a revision with identical files, flagged as a duplicate."""
     from ..diagnose.lambda_axis import resolve
@@ -597,10 +622,19 @@ def run_sweep(
         else:
             leaders[key] = rev
     tasks = []
+    twins = _rows_by_files(db, plan, protocol, options) if plan.hub else {}
     for rev in leaders.values():
         path = existing(rev)
+        twin = twins.get(rev.identity or ())
         if path is not None:
             report(Outcome(rev.name, "existing", row_path=str(path), detail="row already in the database"))
+        elif twin is not None:  # the same files as a revision fitted before, by an earlier sweep or fit
+            written = reuse_row(twin[0], rev, twin[1], db, options)
+            report(
+                Outcome(
+                    rev.name, "reused", row_path=str(written), detail=f"identical files to {twin[1]} (in the database)"
+                )
+            )
         else:
             tasks.append(
                 {
