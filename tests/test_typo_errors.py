@@ -114,3 +114,19 @@ def test_check_names_the_revision_it_checked(fake_hub, tmp_path):
     out = run_cli("check", "acme/tiny", "--revision", "v1", "--baseline", str(renamed), "--db", db)
     assert out.returncode == 2
     assert out.stderr.startswith("error: acme/tiny@v1 and the baseline acme/tiny@main share no matrix name"), out.stderr
+
+
+def test_diff_takes_the_tuned_models_revision(fake_hub, tmp_path):
+    """Issue 42, item 18: `diff` had no --revision (fit, compare, check and report have one: MODEL@REV)."""
+    import json
+
+    from .hub_server import write_small_model
+
+    fake_hub.add_folder("acme/tiny", write_small_model(tmp_path / "m"))
+    fake_hub.add_folder("acme/tiny", write_small_model(tmp_path / "m1", seed=5), branch="v1")
+    out = run_cli("diff", "acme/tiny", "acme/tiny", "--revision", "v1", "--no-save", "--no-spectrum", "--json")
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    assert document["tuned"]["revision"] == "v1" and document["totals"]["relative_change"] > 0, document["tuned"]
+    same = run_cli("diff", "acme/tiny", "acme/tiny@v1", "--revision", "v2", "--no-save")
+    assert same.returncode == 2 and "--revision v2 and acme/tiny@v1 name two revisions" in same.stderr

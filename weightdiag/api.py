@@ -635,11 +635,15 @@ def diff(
     plot_dir: Path | None = None,
     html_file: Path | None = None,
     progress: Progress | None = None,
+    revision: str | None = None,
 ) -> DiffResult:
     """What changed from `base` to `tuned`, tensor by tensor (weightdiag.run.diff); base None: the base_model its
     model card names. With save=True the diff row is written to DATABASE/diffs/ (result.run["saved"]);
-    plot_dir and html_file: relative change and rank90 per block and kind as PNGs, and a page."""
+    plot_dir and html_file: relative change and rank90 per block and kind as PNGs, and a page. `revision`: the
+    tuned model's, as TUNED@REV (the base's is given as BASE@REV)."""
     from .run.diff import diff as run_diff
+
+    tuned = with_revision(tuned, revision)  # --revision REV: TUNED@REV, as fit takes MODEL@REV
 
     _check_outputs(plot_dir, html_file)
     if plot_dir is not None or html_file is not None:

@@ -104,6 +104,10 @@ ConnectionsOption = _option(
 RevisionOption = _option(
     str | None, "--revision", metavar="REV", help="Hub branch, tag or commit (same as ORG/NAME@REV)."
 )
+# diff: TUNED --revision REV is TUNED@REV (the model diffed; the base's is BASE@REV).
+DiffRevisionOption = _option(
+    str | None, "--revision", metavar="REV", help="The tuned model's Hub branch, tag or commit (same as TUNED@REV)."
+)
 TokenOption = _option(str | None, "--token", metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
 DownloadOption = _option(bool, "--download", help="Fetch whole shards into the HF cache instead of streaming.")
 # compare, check, report, sweep fit a model only when its row is not in the database already.
@@ -310,6 +314,7 @@ OPTIONS: dict[str, Entry] = {
     # how a model is read and fitted
     "connections": _fit(ConnectionsOption, "connections"),
     "revision": Entry(RevisionOption, None),
+    "revision@diff": Entry(DiffRevisionOption, None),
     "token": Entry(TokenOption, None),
     "download": Entry(DownloadOption, False),
     "device": _fit(DeviceOption, "device"),
