@@ -130,3 +130,21 @@ def test_diff_takes_the_tuned_models_revision(fake_hub, tmp_path):
     assert document["tuned"]["revision"] == "v1" and document["totals"]["relative_change"] > 0, document["tuned"]
     same = run_cli("diff", "acme/tiny", "acme/tiny@v1", "--revision", "v2", "--no-save")
     assert same.returncode == 2 and "--revision v2 and acme/tiny@v1 name two revisions" in same.stderr
+
+
+def test_cache_dir_as_hf_takes_it(fake_hub, tmp_path):
+    """Issue 42, item 18: `--cache-dir` (the `hf download` habit) was missing."""
+    from .hub_server import write_small_model
+
+    fake_hub.add_folder("acme/tiny", write_small_model(tmp_path / "m"))
+    cache = tmp_path / "my-cache"
+    fetched = run_cli("fit", "acme/tiny", "--download", "--cache-dir", str(cache), "--no-save", "-q")
+    assert fetched.returncode == 0, fetched.stderr
+    assert list((cache / "models--acme--tiny" / "snapshots").iterdir())  # the shards went there
+    offline = {"HF_HUB_OFFLINE": "1"}
+    again = run_cli("fit", "acme/tiny", "--cache-dir", str(cache), "--no-save", "-q", env=offline)
+    assert again.returncode == 0, again.stderr
+    elsewhere = run_cli("fit", "acme/tiny", "--no-save", "-q", env=offline)  # the default cache has none of it
+    assert elsewhere.returncode == 3, elsewhere.stderr
+    for command in (["compare"], ["check", "--baseline", "x.json"], ["report"], ["sweep"], ["diff"]):
+        assert "--cache-dir" in run_cli(*command, "-h", env={"COLUMNS": "200"}).stdout, command

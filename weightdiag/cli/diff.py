@@ -25,7 +25,7 @@ DiffTuned = Annotated[
 
 @takes(
     "include", "exclude", "fail_above", "blocks", "sketch", "spectrum@diff", "db", "device@diff", "revision@diff",
-    "token", "connections", "executor@diff", "ray_address", "node_progress", "save@diff", "all_matrices",
+    "token", "cache_dir", "connections", "executor@diff", "ray_address", "node_progress", "save@diff", "all_matrices",
     "all_matrices_alias", "plot", "html@diff", "as_json", "quiet",
 )  # fmt: skip
 def diff(first: DiffBase, second: DiffTuned = None, *, given: Given) -> None:

@@ -33,8 +33,8 @@ ReportModel = Annotated[
 
 
 @takes(
-    "db", "protocol", "device", "lr", "weight_decay", "train_steps", "preset", "revision", "token", "connections",
-    "spectrum", "farms", "save@compare", "as_json", "quiet",
+    "db", "protocol", "device", "lr", "weight_decay", "train_steps", "preset", "revision", "token", "cache_dir",
+    "connections", "spectrum", "farms", "save@compare", "as_json", "quiet",
 )  # fmt: skip
 def compare(models: CompareModels = None, *, given: Given) -> None:
     """Compare models with the paper's 12-entry cohort: kinds, band, Selection severity, neighbours."""
@@ -64,8 +64,8 @@ def compare(models: CompareModels = None, *, given: Given) -> None:
 
 
 @takes(
-    "baseline", "tol_k", "tol_lambda", "junit", "db", "device", "revision", "token", "connections", "save@check",
-    "show_passing", "as_json", "quiet",
+    "baseline", "tol_k", "tol_lambda", "junit", "db", "device", "revision", "token", "cache_dir", "connections",
+    "save@check", "show_passing", "as_json", "quiet",
 )  # fmt: skip
 def check(model: CheckModel, given: Given) -> None:
     """Regression check: exit 0 if every matrix stays within tolerance of the baseline, 1 if any moved."""
@@ -124,7 +124,7 @@ def trajectory(model: TrajectoryModel, given: Given) -> None:
 
 
 @takes(
-    "db", "device", "protocol", "top", "plot", "html@report", "hist", "revision", "token", "connections",
+    "db", "device", "protocol", "top", "plot", "html@report", "hist", "revision", "token", "cache_dir", "connections",
     "spectrum", "farms", "save@report", "as_json", "quiet",
 )  # fmt: skip
 def report(model: ReportModel, given: Given) -> None:

@@ -109,6 +109,10 @@ DiffRevisionOption = _option(
     str | None, "--revision", metavar="REV", help="The tuned model's Hub branch, tag or commit (same as TUNED@REV)."
 )
 TokenOption = _option(str | None, "--token", metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
+# As `hf download --cache-dir`: where Hub files are cached (read offline, written by --download).
+CacheDirOption = _option(
+    Path | None, "--cache-dir", metavar="DIR", help="HF cache folder (default: HF_HUB_CACHE, else $HF_HOME/hub)."
+)
 DownloadOption = _option(bool, "--download", help="Fetch whole shards into the HF cache instead of streaming.")
 # compare, check, report, sweep fit a model only when its row is not in the database already.
 DeviceOption = _option(
@@ -317,6 +321,7 @@ OPTIONS: dict[str, Entry] = {
     "revision@diff": Entry(DiffRevisionOption, None),
     "token": Entry(TokenOption, None),
     "download": Entry(DownloadOption, False),
+    "cache_dir": Entry(CacheDirOption, None),  # takes.py: settings.hf_cache_given for the command's run
     "device": _fit(DeviceOption, "device"),
     "device@fit": _fit(FitDeviceOption, "device"),
     "device@diff": Entry(DiffDeviceOption, "auto"),

@@ -17,8 +17,8 @@ SweepTarget = Annotated[
 
 @takes(
     "revisions", "steps", "every@sweep", "glob", "db", "jobs", "executor@sweep", "ray_address", "protocol",
-    "device", "center", "include", "exclude", "lr", "weight_decay", "preset", "name@sweep", "token", "download",
-    "connections", "spectrum", "farms", "as_json", "quiet",
+    "device", "center", "include", "exclude", "lr", "weight_decay", "preset", "name@sweep", "token", "cache_dir",
+    "download", "connections", "spectrum", "farms", "as_json", "quiet",
 )  # fmt: skip
 def sweep(target: SweepTarget, given: Given) -> None:
     """Fit every selected checkpoint of a training run into the database (resumable, parallel)."""

@@ -297,9 +297,10 @@ def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
 
     try:
         options = FitOptions(**task["options"])
-        plan, reader = open_model(
-            task["spec"], model_id=task["model_id"], token=task.get("token"), download=task.get("download", False)
-        )
+        with settings.hf_cache_given(task.get("hf_cache")):  # the sweep's --cache-dir (a worker process too)
+            plan, reader = open_model(
+                task["spec"], model_id=task["model_id"], token=task.get("token"), download=task.get("download", False)
+            )
         plan.model_id = task["model_id"]
         plan.revision = task["revision"]
         # with its journal: a revision cut off resumes next time; with its share of the cores (the task's)
@@ -500,7 +501,7 @@ def cluster_runner(executor: Executor) -> Runner:
             # Task arguments live in the cluster's object store and dashboard: never ship a token there;
             # workers authenticate with their own HF_TOKEN or `hf auth login`.
             yield from executor.map_unordered(
-                fit_revision, [{k: v for k, v in t.items() if k != "token"} for t in tasks]
+                fit_revision, [{k: v for k, v in t.items() if k not in ("token", "hf_cache")} for t in tasks]
             )
         finally:
             executor.close()
@@ -645,6 +646,7 @@ def run_sweep(
                     "options": options,
                     "token": token,
                     "download": download,
+                    "hf_cache": settings.hf_cache_dir(),  # --cache-dir, for worker processes (not cluster nodes)
                     **({"progress": progress} if progress is not None and runner is serial_runner else {}),
                 }
             )
