@@ -48,7 +48,8 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return escape(str(value))
 
 
-_NUMBER = re.compile(r"[-+−]?(\d[\d,]*)?\.?\d+(e[-+]?\d+)?%?|[-+]?inf|nan")
+_FIGURE = r"[-+−]?(\d[\d,]*)?\.?\d+(e[-+]?\d+)?%?"
+_NUMBER = re.compile(rf"{_FIGURE}( ± ?{_FIGURE})?|[-+]?inf|nan")  # 1.18 ±0.004: an MoE layer's median and spread
 
 
 def _is_number(cell: str) -> bool:
