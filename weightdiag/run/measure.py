@@ -288,10 +288,12 @@ def _kept_words(journal: Journal | None, measured: list[str], shard_of: dict[str
     the next fit reuses (from the Hub, only those of shards read whole whose sha256 matched), or why none."""
     if journal is None:
         return "nothing measured is kept (a fit that saves no row keeps no journal); a rerun reads every tensor"
+    if measured and not journal.folder.exists():  # its journal could not be written (a full disk)
+        return "nothing measured is kept (its journal could not be written); a rerun reads every tensor"
     done = set(measured)
     whole = {s for s in verified if all(name in done for name, t in shard_of.items() if t == s)}  # as Journal.load
     reusable = [name for name in measured if not journal.verifies or shard_of.get(name) in whole]
-    if reusable and journal.folder.exists():
+    if reusable:
         n = len(reusable)
         amount = "1 tensor measured is" if n == 1 else f"{n} tensors measured are"
         return f"run the command again to resume: {amount} kept"
