@@ -148,3 +148,15 @@ def test_cache_dir_as_hf_takes_it(fake_hub, tmp_path):
     assert elsewhere.returncode == 3, elsewhere.stderr
     for command in (["compare"], ["check", "--baseline", "x.json"], ["report"], ["sweep"], ["diff"]):
         assert "--cache-dir" in run_cli(*command, "-h", env={"COLUMNS": "200"}).stdout, command
+
+
+def test_a_local_rows_id_given_to_fit_says_it_is_no_hub_repository(fake_hub, tmp_path):
+    """Issue 42, item 12: `fit all-MiniLM-L6-v2` after scripts/demo (its row's id, fitted from a folder) went to the
+    Hub and came back "no such repository" with nothing else."""
+    from .hub_server import write_small_model
+
+    db = str(tmp_path / "db")
+    assert run_cli("fit", str(write_small_model(tmp_path / "all-MiniLM-L6-v2")), "--db", db, "-q").returncode == 0
+    out = run_cli("fit", "all-MiniLM-L6-v2", "--no-save", "--db", db, cwd=tmp_path / "db")
+    assert out.returncode == 3
+    assert "(all-MiniLM-L6-v2 is the id of a row in the database, not of a Hub repository)" in out.stderr
