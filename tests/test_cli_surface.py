@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from weightdiag import __version__, cli
 from weightdiag.errors import ExitCode
 
-from .conftest import write_safetensors
+from .conftest import run_cli, write_safetensors
 
 pytestmark = pytest.mark.e2e  # every test here runs the command line (in process)
 
@@ -322,11 +322,11 @@ def test_quiet_prints_nothing_but_the_result(tmp_path, capsys):
 
 
 # Every command takes -q (issue 12: "-q on every command"); those that print progress or notes on stderr
-# are silenced by it, the others (trajectory, db list, db show, env) print only their result anyway.
-# `version` is left out: it prints one line and nothing else.
+# are silenced by it, the others (trajectory, db list, db show) print only their result anyway. `version` and `env`
+# print their result and nothing else, ever: they offer no -q (issue 42: `env -q` promised what it cannot do).
 QUIET_COMMANDS = [
     ["fit"], ["compare"], ["check"], ["report"], ["sweep"], ["trajectory"],
-    ["db", "list"], ["db", "show"], ["db", "export"], ["env"],
+    ["db", "list"], ["db", "show"], ["db", "export"],
 ]  # fmt: skip
 
 
@@ -338,6 +338,14 @@ def test_every_command_takes_quiet(path):
         command = command.commands[name]  # type: ignore[attr-defined]
     opts = {o for p in command.params for o in getattr(p, "opts", [])}
     assert {"-q", "--quiet"} <= opts
+
+
+@pytest.mark.parametrize("path", [["env"], ["version"]], ids=" ".join)
+def test_commands_with_nothing_to_silence_offer_no_quiet(path):
+    command = typer.main.get_command(cli.app)
+    for name in path:
+        command = command.commands[name]  # type: ignore[attr-defined]
+    assert not {"-q", "--quiet"} & {o for p in command.params for o in getattr(p, "opts", [])}
 
 
 def test_hf_hub_disable_progress_bars_hides_the_bar(monkeypatch):
@@ -418,6 +426,26 @@ def test_shell_completion_is_enabled(monkeypatch):
         env={"_WEIGHTDIAG_COMPLETE": "complete_bash", "COMP_WORDS": "weightdiag tra", "COMP_CWORD": "1"},
     )
     assert "trajectory" in completed.output.split(), completed.output
+
+
+@pytest.mark.parametrize(
+    ("words", "offered"),
+    [
+        ("weightdiag fit m --device ", {"auto", "cpu", "cuda"}),
+        ("weightdiag fit m --protocol ", {"hist1024", "exact"}),
+        ("weightdiag fit m --trim mid", {"mid80", "mid90"}),
+        ("weightdiag diff a b --executor ", {"local", "ray"}),
+        ("weightdiag trajectory m --schedule c", {"constant", "cosine"}),
+        ("weightdiag db export --format ", {"csv", "jsonl"}),
+        ("weightdiag fit m --preset pythia-7", {"pythia-70m"}),
+    ],
+)
+def test_shell_completion_offers_option_values(monkeypatch, words, offered):
+    """Issue 42, item 18: the shell completed commands and flags, never an option's values."""
+    monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
+    env = {"_WEIGHTDIAG_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split(" ")) - 1)}
+    completed = CliRunner().invoke(cli.app, [], prog_name="weightdiag", env=env)
+    assert set(completed.output.split()) == offered, completed.output
 
 
 # --- tables ---------------------------------------------------------------------------------------------
@@ -657,3 +685,20 @@ def test_every_option_names_its_flags():
         if isinstance(node, ast.Call) and not named(node)
     ]
     assert not unnamed, f"typer.Option without flag names at weightdiag/cli/ {unnamed}"
+
+
+def test_small_things_a_new_user_meets(tmp_path):
+    """Issue 42, item 18: `--warmup [default: 0.0]` (a step count); the sweep table's numbers were left-aligned."""
+    helped = run_cli("trajectory", "-h", env={"COLUMNS": "200"})
+    assert "Cosine: warm-up steps.  [default: 0]" in helped.stdout, helped.stdout
+    from weightdiag.testing import synthetic
+
+    synthetic.write_training_run(tmp_path / "run", synthetic.RunSpec(steps=(0, 1000)))
+    out = run_cli("sweep", str(tmp_path / "run"), "--all", "--db", str(tmp_path / "db"), "-q", "--device", "cpu")
+    assert out.returncode == 0, out.stderr
+    header, *rows = [line for line in out.stdout.splitlines() if line.startswith(("┃ revision", "│ step"))]
+    cells = [line.split(line[0])[1:-1] for line in rows]
+    names = [c.strip() for c in header.split("┃")[1:-1]]
+    for column in ("seconds", "FFN median k"):  # numbers right-aligned, as in every other table
+        i = names.index(column)
+        assert all(row[i].endswith(row[i].strip() + " ") and row[i].startswith("  ") for row in cells), rows

@@ -39,9 +39,10 @@ def _pair_script():
 _SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "make_diff_pair.py"
 
 
-def _run_script(*args: str, hide_transformers: bool = False) -> subprocess.CompletedProcess:
-    """The script as the README runs it; hide_transformers: as in an environment that lacks transformers."""
-    hide = "sys.modules['transformers'] = None; " if hide_transformers else ""  # import then raises, as if absent
+def _run_script(*args: str, hide_transformers: bool = False, hide_torch: bool = False) -> subprocess.CompletedProcess:
+    """The script as the README runs it; hide_transformers, hide_torch: as in an environment that lacks them."""
+    hidden = [name for name, hide in (("transformers", hide_transformers), ("torch", hide_torch)) if hide]
+    hide = "".join(f"sys.modules[{name!r}] = None; " for name in hidden)  # import then raises, as if absent
     code = f"import runpy, sys; {hide}sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
     return subprocess.run([sys.executable, "-c", code, str(_SCRIPT), *args], capture_output=True, text=True)
 
@@ -53,6 +54,18 @@ def test_the_pair_script_says_in_one_line_what_to_install_without_transformers(t
     assert done.stderr.splitlines() == [
         "error: the fine-tune needs transformers, which scripts/demo does not install: pip install "
         f"'{_pair_script().TRANSFORMERS}' (into this environment), then run this again"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_pair_script_says_in_one_line_to_install_torch_from_the_checkout(tmp_path):
+    """Issue 42: the script imported torch before its transformers check, and scripts/demo installs no torch: a
+    traceback. Now one line naming both, torch as weightdiag's extra installed from this checkout."""
+    done = _run_script(str(tmp_path / "out"), hide_transformers=True, hide_torch=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "error: the fine-tune needs torch and transformers, which scripts/demo does not install: pip install "
+        f"'.[torch]' '{_pair_script().TRANSFORMERS}' (from this checkout, into this environment), then run this again"
     ]
     assert not (tmp_path / "out").exists()
 

@@ -520,3 +520,28 @@ def test_bytes_read_counts_the_file_not_the_dequantized_values(smollm_gguf):
     size = row["files"][0]["size"]
     assert row["run"]["bytes_read"] <= size
     assert row["run"]["bytes_read"] > 0.9 * size  # nearly the whole file: the tensors' stored bytes
+
+
+@pytest.mark.parametrize(
+    ("name", "blob", "what", "suffix"),
+    [
+        ("model.safetensors", VALID, "a GGUF file", ".gguf"),
+        ("model.safetensors", b"PK\x03\x04" + bytes(60), "a zip archive", ".bin"),
+        (
+            "model.gguf",
+            struct.pack("<Q", 32) + b'{"__metadata__":{"a":"b"}}'.ljust(32),
+            "a safetensors file",
+            ".safetensors",
+        ),
+    ],
+)
+def test_a_file_named_for_another_format_is_named_by_its_first_bytes(tmp_path, name, blob, what, suffix):
+    """Issue 42: a GGUF file named .safetensors was called damaged ("re-download it"); its first bytes say GGUF."""
+    from .conftest import run_cli
+
+    path = write(tmp_path, blob, name)
+    out = run_cli("fit", str(path), "--no-save")
+    assert out.returncode == 2
+    (line,) = out.stderr.splitlines()
+    assert f"by its first bytes it is {what}" in line and f"give it the suffix {suffix}, which weightdiag reads" in line
+    assert "re-download" not in line and "damaged" not in line

@@ -45,7 +45,10 @@ def figures(monkeypatch):
         kept.append(fig)
         return path
 
-    monkeypatch.setattr(plots, "save_figure", keep)
+    from weightdiag.render import spectrum_plots, trajectory_plots
+
+    for module in (plots, spectrum_plots, trajectory_plots):  # each imported save_figure by name
+        monkeypatch.setattr(module, "save_figure", keep)
     yield kept
     import matplotlib.pyplot as plt
 
@@ -239,3 +242,98 @@ def test_the_html_says_what_the_coloured_k_cells_mean(minilm_report):
     legend = page.split('<p class="legend">', 1)[1].split("</p>", 1)[0]
     assert '<span class="mild">mild</span> selection-mild (1.045 &le; k &lt; 1.18)' in legend
     assert '<span class="deep">deep</span> selection-deep (k &lt; 1.045)' in legend and 'class="quant"' in legend
+
+
+# --- issue 42, item 17 ------------------------------------------------------------------------------------
+
+
+def _html_tables(page: str) -> list[list[list[tuple[str, str]]]]:
+    """Each table of a page as rows of (class, text) cells."""
+    import html
+
+    tables = []
+    for table in re.findall(r"<table>(.*?)</table>", page, re.S):
+        rows = []
+        for row in re.findall(r"<tr>(.*?)</tr>", table, re.S):
+            cells = re.findall(r'<t[hd](?: class="(\w+)")?>(.*?)</t[hd]>', row, re.S)
+            rows.append([(css, html.unescape(re.sub(r"<[^>]+>", "", text)).strip()) for css, text in cells])
+        tables.append(rows)
+    return tables
+
+
+def test_html_tables_fit_a_1280_px_page(minilm_report):
+    """The blocks table was about 1,550 px wide for MiniLM (21 columns): now two, each within the page (1280 px
+    less the margins), by an estimate of 7 px per character at the tables' 0.82em and 14 px of padding a cell."""
+    _, folder = minilm_report
+    for table in _html_tables((folder / "report.html").read_text()):
+        columns = zip(*table, strict=False)
+        width = sum(max(len(text) for _, text in column) * 7 + 14 for column in columns)
+        assert width <= 1280 - 64, [text for _, text in table[0]]
+
+
+def test_html_text_columns_are_left_aligned_and_numbers_right(minilm_report):
+    """Text columns (biases, regime, findings, a tower's names) were right-aligned: only the first was not."""
+    _, folder = minilm_report
+    number = re.compile(r"[-+−]?[\d,]*\.?\d+(e[-+]?\d+)?%?")
+    for table in _html_tables((folder / "report.html").read_text()):
+        for i, column in enumerate(zip(*table, strict=False)):
+            head, *cells = column
+            texts = [text for _, text in cells if text not in ("", "-")]
+            numeric = i > 0 and texts and all(number.fullmatch(t) for t in texts)
+            assert all((css == "l") != numeric for css, _ in column), (head, column[:3])
+
+
+def test_html_says_how_to_read_it_in_the_page(minilm_report):
+    """A standalone page named "docs/report.md" as plain text, all it said of how to read it."""
+    _, folder = minilm_report
+    page = (folder / "report.html").read_text()
+    assert "How to read it: docs/report.md." not in page
+    guide = page.split("<h2>How to read this page</h2>", 1)[1].split("</ul>", 1)[0]
+    assert "robust z" in guide and "‖γ‖/√d is 1 at the all-ones init" in guide
+
+
+@pytest.mark.parametrize("n_layers", [2, 3, 30])
+def test_depth_axes_name_block_0_and_the_last_in_whole_numbers(n_layers, figures, tmp_path):
+    """Depth ticks at 0.2, 0.25, ... (2 or 3 blocks), or without the last block (30)."""
+    from weightdiag import api
+    from weightdiag.render import plots, spectrum_plots
+    from weightdiag.run.measure import FitOptions
+    from weightdiag.testing import synthetic
+
+    model = synthetic.write_model(tmp_path / "m", synthetic.ModelSpec(n_layers=n_layers, d_model=32, ffn_size=64))
+    report = api.report(str(model), db_dir=tmp_path / "db", options=FitOptions(device="cpu"), save=False)
+    plots.depth_profile(plots.pyplot(), report.result, tmp_path)
+    section = {"band": [2.0, 6.0], "depth": {"q": {str(b): 3.0 + b % 3 for b in range(n_layers)}}}
+    spectrum_plots.alpha_by_depth(plots.pyplot(), section, tmp_path)
+    for fig, ax in ((figures[0], figures[0].axes[4]), (figures[1], figures[1].axes[0])):
+        fig.canvas.draw()
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert all(float(t).is_integer() for t in ticks), ticks
+        assert 0 in ticks and n_layers - 1 in ticks, ticks
+        assert not _overlaps(fig, ax.get_xticklabels())
+
+
+def test_alpha_by_depth_says_median_over_experts_only_with_experts(figures, tmp_path):
+    from weightdiag.render import plots, spectrum_plots
+
+    section = {"band": [2.0, 6.0], "depth": {"q": {"0": 3.0, "1": 4.0}}}
+    spectrum_plots.alpha_by_depth(plots.pyplot(), section, tmp_path)
+    spectrum_plots.alpha_by_depth(plots.pyplot(), section, tmp_path, experts=True)
+    dense, moe = (fig.axes[0].get_title() for fig in figures)
+    assert "experts" not in dense and moe.endswith("(median over experts)")
+
+
+def test_the_trajectory_lambda_panel_names_its_lines_and_none_hides_another(figures, tmp_path):
+    """The λ panel had no legend, and a kind whose λ equals another's was drawn exactly under it."""
+    from weightdiag.render.trajectory_plots import k_lambda_plot
+
+    steps = [0, 10, 100]
+    same = {"steps": steps, "k": [1.2, 1.19, 1.18], "lambda": [0.03, 0.04, 0.05]}
+    result = {"model": "run", "band": [1.186, 1.204], "kinds": {"q": same, "k": dict(same), "v": dict(same)}}
+    k_lambda_plot(result, tmp_path / "k.png")
+    (fig,) = figures
+    ax_l = fig.axes[1]
+    assert ax_l.get_legend() is not None
+    assert {t.get_text() for t in ax_l.get_legend().get_texts()} == {"q", "k", "v"}
+    styles = {(line.get_marker(), line.get_linestyle()) for line in ax_l.get_lines()}
+    assert len(styles) == 3  # each its own marker and dash: coinciding lines still show

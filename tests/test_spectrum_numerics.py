@@ -547,6 +547,80 @@ def _ww_analyze(ww, state):
     return details, Capture.evals
 
 
+# Each WeightWatcher column's tolerance against WeightWatcher's CPU path, relative (0: equal), as docs/spectrum.md's
+# table states them (issue 42: one figure, "every column within 5e-13", did not hold for sv_min).
+COLUMN_TOLERANCE = {
+    **dict.fromkeys(
+        [
+            "alpha",
+            "xmin",
+            "xmax",
+            "D",
+            "sigma",
+            "lambda_max",
+            "stable_rank",
+            "log_norm",
+            "log_spectral_norm",
+            "alpha_weighted",
+            "log_alpha_norm",
+            "entropy",
+            "mp_softrank",
+            "sigma_mp",
+            "bulk_max",
+            "spectral_norm",
+            "sv_max",
+            "norm",
+            "bulk_min",
+            "W_scale",
+        ],
+        1e-10,
+    ),
+    "sv_min": 5e-7,  # √λ_min: half of its eigenvalue's 1e-6, which may sit just above the refinement floor
+    **dict.fromkeys(
+        ["num_evals", "num_pl_spikes", "num_spikes", "matrix_rank", "rank_loss", "weak_rank_loss", "status", "warning"],
+        0,
+    ),
+}
+
+
+def test_the_docs_state_each_columns_tolerance():
+    """docs/spectrum.md's table gives every WeightWatcher column of SpectrumFit its tolerance, the one the tests
+    use, and the README claims no single figure for them all (issue 42)."""
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    from weightdiag.fit.esd import SpectrumFit
+
+    root = Path(__file__).resolve().parents[1]
+    docs = (root / "docs" / "spectrum.md").read_text()
+    table = docs.split("| columns | tolerance (the test's) | measured |", 1)[1].split("\n\n", 1)[0]
+    stated: dict[str, float] = {}
+    for line in table.strip().splitlines()[1:]:
+        columns, tolerance, _ = (cell.strip() for cell in line.strip("|").split("|"))
+        value = 0.0 if tolerance == "equal" else float(tolerance.split(" relative")[0])
+        for column in re.findall(r"`(\w+)`", columns):
+            assert column not in stated, column
+            stated[column] = value
+    ours = {f.name for f in dataclasses.fields(SpectrumFit)} - {"rows", "cols", "N", "M", "Q"}
+    ours = {name for name in ours if not name.startswith("farms_") and name != "alpha_farms"}
+    assert set(stated) == ours == set(COLUMN_TOLERANCE)
+    assert stated == COLUMN_TOLERANCE
+    readme = (root / "README.md").read_text()
+    assert "every column within 5e-13" not in " ".join(readme.split())
+    # and a diff's |ΔW| quantiles are said to be bucketed, with their bound (tests/test_diff_planted.py checks it)
+    row = next(line for line in (root / "docs" / "diff-schema.md").read_text().splitlines() if "delta_abs_q" in line)
+    assert "bucketed" in row and "within 2^-8 relative of the exact order statistic" in row
+
+
+def _assert_column(ours, theirs, column: str, where: str) -> None:
+    tolerance = COLUMN_TOLERANCE[column]
+    if tolerance:
+        assert ours == pytest.approx(theirs, rel=tolerance), (where, column)
+    else:
+        assert ours == theirs, (where, column)
+
+
 @pytest.mark.slow
 def test_weightwatcher_on_real_weights(ww_on_real_weights):
     """Every matrix WeightWatcher analyses (39 in MiniLM with its 30522 x 384 embedding, 53 in AntiBERTy),
@@ -589,10 +663,8 @@ def test_weightwatcher_on_real_weights(ww_on_real_weights):
         fit = fit_spectrum(ours, *w.shape)
         expected_nm = (int(row["N"]), int(row["M"]))
         assert expected_nm == (fit.N, fit.M)
-        for col in close:
-            assert getattr(fit, col) == pytest.approx(row[col], rel=1e-10), (row["name"], col)
-        for col in equal:
-            assert getattr(fit, col) == row[col], (row["name"], col)
+        for col in [*close, *equal, "sv_min"]:  # each within its own tolerance (COLUMN_TOLERANCE)
+            _assert_column(getattr(fit, col), row[col], col, row["name"])
         exact = fit_spectrum(ref, *w.shape, gram=False)
         for col in close + equal + ["sv_max", "sv_min", "norm", "spectral_norm", "bulk_min", "W_scale"]:
             assert getattr(exact, col) == row[col], (row["name"], col)
@@ -645,7 +717,7 @@ def test_weightwatcher_on_smollm2_from_its_gguf(smollm_gguf):
         worst = max(worst, float(np.max(np.abs(ours - ref) / ref)))
         fit = fit_spectrum(ours, *w.shape)
         for col in ("alpha", "xmin", "D", "stable_rank", "log_spectral_norm", "sv_min", "lambda_max"):
-            assert getattr(fit, col) == pytest.approx(row[col], rel=1e-10), (row["name"], col)
+            _assert_column(getattr(fit, col), row[col], col, row["name"])
         for col in ("num_pl_spikes", "num_spikes", "matrix_rank", "rank_loss", "weak_rank_loss"):
-            assert getattr(fit, col) == row[col], (row["name"], col)
+            _assert_column(getattr(fit, col), row[col], col, row["name"])
     assert worst <= 1e-6

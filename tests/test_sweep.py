@@ -412,3 +412,70 @@ def test_trajectory_of_rows_with_no_step_is_one_line_and_exit_2(tmp_path):
         r"checkpoints named stepN, step_N or checkpoint-N, as `weightdiag sweep` fits them",
         line,
     ), line
+
+
+def test_a_missing_hub_revision_is_one_exit_code_for_fit_and_sweep(fake_hub, tmp_path):
+    """Issue 42, item 14: `fit ORG/NAME@step5000` exited 3 naming the nearest steps, `sweep --revisions step3` 2
+    listing the first six. Both are a revision the Hub lacks: exit 3 (the README's table), the nearest named."""
+    from .conftest import run_cli
+    from .hub_server import write_small_model
+
+    model = write_small_model(tmp_path / "m")
+    for step in (1000, 2000, 4000):
+        fake_hub.add_folder("acme/run", model, branch=f"step{step}")
+    db = str(tmp_path / "db")
+    runs = {
+        "fit": run_cli("fit", "acme/run@step3000", "--db", db),
+        "sweep --revisions": run_cli("sweep", "acme/run", "--revisions", "step1000,step3000", "--db", db),
+        "sweep --steps": run_cli("sweep", "acme/run", "--steps", "1000,3000", "--db", db),
+    }
+    for how, out in runs.items():
+        assert out.returncode == 3, (how, out.stderr)
+        (line,) = out.stderr.splitlines()
+        assert line == "error: acme/run: revision 'step3000' not found; nearest existing: step1000, step2000, step4000"
+    assert not (tmp_path / "db" / "rows").exists() or not list((tmp_path / "db" / "rows").glob("*.json"))
+
+
+def test_trajectory_says_which_rows_it_leaves_off_the_step_axis(fake_hub, tmp_path):
+    """Issue 42, item 18: a swept Hub run's `main` row was left out of `trajectory` silently."""
+    from .conftest import run_cli
+    from .hub_server import write_small_model
+
+    for seed, branch in enumerate(("main", "step1000", "step2000", "step4000")):
+        fake_hub.add_folder("acme/run", write_small_model(tmp_path / branch, seed=seed), branch=branch)
+    db = str(tmp_path / "db")
+    assert run_cli("sweep", "acme/run", "--all", "--db", db, "-q").returncode == 0
+    out = run_cli("trajectory", "acme/run", "--db", db)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines() == [
+        "note: acme/run@main left out: no training step in the revision's name (stepN, step_N, checkpoint-N)"
+    ]
+    document = run_cli("trajectory", "acme/run", "--db", db, "--json")
+    result = json.loads(document.stdout)
+    assert result["left_out"] == ["main"] and result["revisions"] == ["step1000", "step2000", "step4000"]
+    assert run_cli("trajectory", "acme/run", "--db", db, "-q").stderr == ""
+
+
+def test_a_revision_with_the_files_of_a_row_in_the_database_is_not_fitted_again(fake_hub, tmp_path):
+    """Issue 42, item 18: sweeps deduplicated revisions only within themselves: a revision whose LFS sha256s are
+    those of a row already in the database (an earlier sweep's) was fitted again."""
+    from .conftest import run_cli
+    from .hub_server import write_small_model
+
+    model = write_small_model(tmp_path / "m")
+    fake_hub.add_folder("acme/run", model, branch="step1000")
+    fake_hub.add_folder("acme/run", write_small_model(tmp_path / "m3", seed=3), branch="step3000")
+    db = str(tmp_path / "db")
+    first = run_cli("sweep", "acme/run", "--revisions", "step1000", "--db", db, "--json")
+    assert [o["status"] for o in json.loads(first.stdout)] == ["fitted"], first.stderr
+    commit = fake_hub.add_folder("acme/run", model, branch="step2000")  # the same weights again, later
+    fake_hub.reset_counters()
+    second = run_cli("sweep", "acme/run", "--revisions", "step2000,step3000", "--db", db, "--json")
+    outcomes = {o["revision"]: o for o in json.loads(second.stdout)}
+    assert outcomes["step2000"]["status"] == "reused", second.stderr
+    assert outcomes["step2000"]["detail"] == "identical files to step1000 (in the database)"
+    assert outcomes["step3000"]["status"] == "fitted"  # other files: fitted
+    read = [r.path for r in fake_hub.requests_to("/resolve/") if "step2000" in r.path or commit in r.path]
+    assert not read and fake_hub.requests_to("/resolve/")  # no file of it asked for (those of step3000 were)
+    row = json.loads(Path(outcomes["step2000"]["row_path"]).read_text())
+    assert row["duplicate_of"] == "step1000" and row["model"]["revision"] == "step2000"

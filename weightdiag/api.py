@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .database.store import ROWS_DIR, RowNotFoundError, default_db_dir, natural_key
 from .delta.result import DiffOptions, DiffResult
 from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthReport, TrajectoryResult
-from .errors import DatabaseError, OptionError, OutputError, RowUseError, param
+from .errors import DatabaseError, OptionError, OutputError, RowUseError, note_kept, param
 from .execution import choose_executor
 from .progress import Progress
 from .record.schema import Row, RowError
@@ -112,7 +112,7 @@ def fit(
     db = Path(db_dir) if db_dir else default_db_dir()
     # fitting.fit_model without save: the database is checked first of all, even before the model is looked for
     row, path = fit_and_save_model(
-        spec, options, progress, db if save else None, revision=revision, token=token, download=download
+        spec, options, progress, db if save else None, revision=revision, token=token, download=download, names_db=db
     )
     return Fitted(row, path)
 
@@ -417,9 +417,13 @@ def sweep(
     option_dict: dict[str, Any] = {f: getattr(options, f) for f in taken}
     option_dict["include"], option_dict["exclude"] = list(options.include), list(options.exclude)
     db = Path(db_dir) if db_dir else default_db_dir()
-    outcomes = sw.run_sweep(
-        plan, db, option_dict, runner, token=token, download=download, on_outcome=on_outcome, progress=progress
-    )
+    try:
+        outcomes = sw.run_sweep(
+            plan, db, option_dict, runner, token=token, download=download, on_outcome=on_outcome, progress=progress
+        )
+    except KeyboardInterrupt as stop:  # what a rerun picks up: the rows written, and each revision's journal
+        note_kept(stop, "run the command again to resume: the rows written so far are kept")
+        raise
     return SweepRun(plan.model_id, names, outcomes)
 
 
@@ -491,6 +495,8 @@ def trajectory(
         spec = {"kind": "cosine", "total": total, "warmup": warmup, "min_ratio": min_lr_ratio}
     result = tr.trajectory([_plain(r) for r in rows], spec)
     result["protocol"] = chosen
+    # Rows of no training step (a sweep's `main`): not on a step axis, but never left out silently (issue 42).
+    result["left_out"] = sorted(tr.stepless([_plain(r) for r in rows]), key=natural_key)
     if plot is not None:
         from .render.trajectory_plots import k_lambda_plot, std_heatmap
 
@@ -551,9 +557,22 @@ def collect_journals(db_dir: str | Path | None = None, *, everything: bool = Fal
 def show_row(row_id: str, db_dir: str | Path | None = None, *, summary: bool = False) -> Row:
     """`weightdiag db show`: one row by the id `db list` prints, a row file's name, or its path; with
     summary=True a database row may come without its per-matrix records (`counts` says how many)."""
+    from .database.names import did_you_mean
     from .database.store import row_by_id
 
-    return row_by_id(row_id, Path(db_dir) if db_dir else None, summary=summary)
+    db = Path(db_dir) if db_dir else None
+    try:
+        return row_by_id(row_id, db, summary=summary)
+    except RowNotFoundError:
+        hint = did_you_mean(row_id, db)
+        if not hint:
+            raise
+        folder = (db or default_db_dir()).resolve()
+        raise RowNotFoundError(
+            row_id,
+            f"{row_id}: no such row in {folder}{hint}; see `weightdiag db list`, or pass the database that holds it "
+            "with --db (or WEIGHTDIAG_DB)",
+        ) from None
 
 
 EXPORT_FORMATS = ("csv", "jsonl")
@@ -616,11 +635,15 @@ def diff(
     plot_dir: Path | None = None,
     html_file: Path | None = None,
     progress: Progress | None = None,
+    revision: str | None = None,
 ) -> DiffResult:
     """What changed from `base` to `tuned`, tensor by tensor (weightdiag.run.diff); base None: the base_model its
     model card names. With save=True the diff row is written to DATABASE/diffs/ (result.run["saved"]);
-    plot_dir and html_file: relative change and rank90 per block and kind as PNGs, and a page."""
+    plot_dir and html_file: relative change and rank90 per block and kind as PNGs, and a page. `revision`: the
+    tuned model's, as TUNED@REV (the base's is given as BASE@REV)."""
     from .run.diff import diff as run_diff
+
+    tuned = with_revision(tuned, revision)  # --revision REV: TUNED@REV, as fit takes MODEL@REV
 
     _check_outputs(plot_dir, html_file)
     if plot_dir is not None or html_file is not None:

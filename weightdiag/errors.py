@@ -60,6 +60,20 @@ class Stopped(KeyboardInterrupt):
         self.name = name
 
 
+def note_kept(stop: BaseException, what: str) -> None:
+    """Say on an interruption (KeyboardInterrupt, Stopped) what of the job survives it for a rerun, in words the
+    command line prints after "interrupted: " (`run the command again to resume: 12 tensors measured are kept`, or
+    why nothing is). The job that knows sets it where the interruption passes through (the fit, the sweep); the
+    innermost word stands unless an outer job knows more. Without one, nothing is promised (issue 42)."""
+    stop.weightdiag_kept = what  # type: ignore[attr-defined]
+
+
+def kept_after(stop: BaseException) -> str | None:
+    """What note_kept said of this interruption, or None."""
+    what = getattr(stop, "weightdiag_kept", None)
+    return what if isinstance(what, str) else None
+
+
 class WeightdiagError(Exception):
     """Base of every error weightdiag raises deliberately.
 
@@ -197,6 +211,11 @@ class DatabaseError(BadInputError):
         super().__init__(message)
         self.folder = str(folder)
         self.unsaved_row: Mapping[str, Any] | None = None  # a fitted Row that could not be written (fit --json)
+
+
+# How to install torch, the [torch] extra: weightdiag is not on PyPI, so `pip install 'weightdiag[torch]'` fails (and
+# would invite a squatted name); the extra is installed from a checkout, or torch itself (issue 42).
+TORCH_INSTALL = "pip install 'torch>=2.6' (or, in the weightdiag checkout, pip install '.[torch]')"
 
 
 class MissingDependencyError(BadInputError):

@@ -24,7 +24,7 @@ import shutil
 from dataclasses import dataclass, replace
 
 from . import settings
-from .errors import MissingDependencyError, OptionError, param
+from .errors import TORCH_INSTALL, MissingDependencyError, OptionError, param
 from .executor import LOCAL, Executor, RayExecutor
 
 EXECUTORS = ("local", "ray")
@@ -119,7 +119,7 @@ def resolve_device(spec: str) -> str:
             import torch
         except ImportError:
             raise MissingDependencyError(
-                f"--device {spec} needs torch, which is not installed: pip install 'weightdiag[torch]' (a CUDA build)",
+                f"--device {spec} needs torch, which is not installed: {TORCH_INSTALL}, a CUDA build",
                 package="torch",
             ) from None
         if not torch.cuda.is_available():

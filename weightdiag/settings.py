@@ -5,8 +5,10 @@ A value that cannot be used is the user's input: OptionError (exit 2) with one l
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import OptionError
@@ -140,10 +142,30 @@ def hf_endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
+_hf_cache_given: list[str] = []  # --cache-dir of the command running (hf_cache_given), innermost last
+
+
+@contextlib.contextmanager
+def hf_cache_given(folder: str | os.PathLike[str] | None) -> Iterator[None]:
+    """Within it, hf_cache_dir() is `folder` (a command's --cache-dir, as `hf download --cache-dir` takes it);
+    None changes nothing. A plain list, not a ContextVar: the threads that read the Hub see it too."""
+    if folder is None:
+        yield
+        return
+    _hf_cache_given.append(os.fspath(folder))
+    try:
+        yield
+    finally:
+        _hf_cache_given.pop()
+
+
 def hf_cache_dir() -> str:
-    """The HF hub cache folder: HF_HUB_CACHE, else $HF_HOME/hub, else huggingface_hub's default."""
+    """The HF hub cache folder: a command's --cache-dir, else HF_HUB_CACHE, else $HF_HOME/hub, else
+    huggingface_hub's default."""
     from huggingface_hub import constants
 
+    if _hf_cache_given:
+        return _hf_cache_given[-1]
     if os.environ.get("HF_HUB_CACHE"):
         return os.environ["HF_HUB_CACHE"]
     if os.environ.get("HF_HOME"):

@@ -7,7 +7,7 @@ from typing import Any
 import typer
 import typer.core
 
-from ..errors import ExitCode, Stopped
+from ..errors import ExitCode, Stopped, kept_after
 from . import db, diff, env, fit, models, sweep
 from .errors import _interrupt_code
 from .options import VersionOption
@@ -48,7 +48,10 @@ class _Command(typer.core.TyperCommand):
             raise typer.Exit(ExitCode.OK) from None
         except KeyboardInterrupt as stop:  # here, before click turns it into a bare newline
             what = f"stopped by {stop.name}" if isinstance(stop, Stopped) else "interrupted"
-            _stderr().print(f"{what}: nothing is half-written; run the command again to resume", markup=False)
+            # A rerun resumes only what the job says it kept (a one-shard Hub fit cut off keeps nothing: issue 42).
+            kept = kept_after(stop)
+            line = f"{what}: nothing is half-written" + (f"; {kept}" if kept else "")
+            _stderr().print(line, markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(_interrupt_code(stop)) from None
         except typer.Exit:
             _flush_stdout()  # a pipe closed at the end keeps the command's own exit code

@@ -24,8 +24,8 @@ DiffTuned = Annotated[
 
 
 @takes(
-    "include", "exclude", "fail_above", "blocks", "sketch", "spectrum@diff", "db", "device@diff", "token",
-    "connections", "executor@diff", "ray_address", "node_progress", "save@diff", "all_matrices",
+    "include", "exclude", "fail_above", "blocks", "sketch", "spectrum@diff", "db", "device@diff", "revision@diff",
+    "token", "cache_dir", "connections", "executor@diff", "ray_address", "node_progress", "save@diff", "all_matrices",
     "all_matrices_alias", "plot", "html@diff", "as_json", "quiet",
 )  # fmt: skip
 def diff(first: DiffBase, second: DiffTuned = None, *, given: Given) -> None:
@@ -60,6 +60,7 @@ def diff(first: DiffBase, second: DiffTuned = None, *, given: Given) -> None:
             plot_dir=given.plot,
             html_file=given.html,
             progress=progress,
+            revision=given.revision,
         )
     finally:
         progress.close()

@@ -13,7 +13,7 @@ def version() -> None:
     _stdout().print(f"weightdiag {__version__}")
 
 
-@takes("as_json", "quiet")  # -q: accepted for uniformity, env prints no notes
+@takes("as_json")  # no -q: env prints its result and nothing else, so -q would promise what it cannot do (issue 42)
 def env(given: Given) -> None:
     """Print the environment weightdiag runs in, to paste into a bug report (never the Hub token)."""
     document = _environment()
@@ -26,7 +26,7 @@ def env(given: Given) -> None:
             lines.append(f"- {ENV_LABELS[key]}: {value}")
         return _Verbatim("\n".join(lines) + "\n")
 
-    _emit(document, view, as_json=given.as_json, quiet=given.quiet)
+    _emit(document, view, as_json=given.as_json, quiet=False)
 
 
 def _environment() -> dict[str, Any]:
@@ -106,7 +106,9 @@ def _cuda_summary() -> str:
     try:
         import torch
     except ImportError:
-        return "no (torch is not installed: pip install 'weightdiag[torch]')"
+        from ..errors import TORCH_INSTALL
+
+        return f"no (torch is not installed: {TORCH_INSTALL})"
 
     if not torch.cuda.is_available():
         return "no (torch sees no GPU)"

@@ -21,8 +21,8 @@ FitModel = Annotated[
 
 
 @takes(
-    "db", "device@fit", "protocol@fit", "trim", "center", "include", "exclude", "revision", "token", "download",
-    "connections", "executor@fit", "ray_address@fit", "node_progress", "name@fit", "lr", "weight_decay",
+    "db", "device@fit", "protocol@fit", "trim", "center", "include", "exclude", "revision", "token", "cache_dir",
+    "download", "connections", "executor@fit", "ray_address@fit", "node_progress", "name@fit", "lr", "weight_decay",
     "train_steps", "preset", "spectrum", "farms", "as_json", "save@fit", "quiet",
 )  # fmt: skip
 def fit(model: FitModel, given: Given) -> None:

@@ -33,8 +33,8 @@ ReportModel = Annotated[
 
 
 @takes(
-    "db", "protocol", "device", "lr", "weight_decay", "train_steps", "preset", "revision", "token", "connections",
-    "spectrum", "farms", "save@compare", "as_json", "quiet",
+    "db", "protocol", "device", "lr", "weight_decay", "train_steps", "preset", "revision", "token", "cache_dir",
+    "connections", "spectrum", "farms", "save@compare", "as_json", "quiet",
 )  # fmt: skip
 def compare(models: CompareModels = None, *, given: Given) -> None:
     """Compare models with the paper's 12-entry cohort: kinds, band, Selection severity, neighbours."""
@@ -64,8 +64,8 @@ def compare(models: CompareModels = None, *, given: Given) -> None:
 
 
 @takes(
-    "baseline", "tol_k", "tol_lambda", "junit", "db", "device", "revision", "token", "connections", "save@check",
-    "show_passing", "as_json", "quiet",
+    "baseline", "tol_k", "tol_lambda", "junit", "db", "device", "revision", "token", "cache_dir", "connections",
+    "save@check", "show_passing", "as_json", "quiet",
 )  # fmt: skip
 def check(model: CheckModel, given: Given) -> None:
     """Regression check: exit 0 if every matrix stays within tolerance of the baseline, 1 if any moved."""
@@ -103,7 +103,7 @@ def check(model: CheckModel, given: Given) -> None:
     raise typer.Exit(verdict)
 
 
-# -q: accepted for uniformity, trajectory prints no notes
+# -q: silences the note on rows left out (a sweep's main)
 @takes("db", "schedule", "total", "warmup", "min_lr_ratio", "plot", "protocol@trajectory", "as_json", "quiet")
 def trajectory(model: TrajectoryModel, given: Given) -> None:
     """Read a swept run from its rows: k and λ over steps, drift, λ peak, step-0 checks, std patterns."""
@@ -114,10 +114,17 @@ def trajectory(model: TrajectoryModel, given: Given) -> None:
         model, db_dir=given.db, **given.named("schedule", "total", "warmup", "min_lr_ratio", "protocol", "plot")
     )
     _emit(result, lambda: trajectory_view(result), as_json=given.as_json, quiet=given.quiet)
+    left_out = result.get("left_out") or []
+    if left_out:  # rows of no training step (a sweep's main): not on the step axis, said rather than dropped
+        shown = ", ".join(f"{model}@{revision}" for revision in left_out[:5]) + (", ..." if len(left_out) > 5 else "")
+        _say(
+            f"note: {shown} left out: no training step in the revision's name (stepN, step_N, checkpoint-N)",
+            given.quiet,
+        )
 
 
 @takes(
-    "db", "device", "protocol", "top", "plot", "html@report", "hist", "revision", "token", "connections",
+    "db", "device", "protocol", "top", "plot", "html@report", "hist", "revision", "token", "cache_dir", "connections",
     "spectrum", "farms", "save@report", "as_json", "quiet",
 )  # fmt: skip
 def report(model: ReportModel, given: Given) -> None:

@@ -46,8 +46,34 @@ def _db_path(value: str) -> Path:
 
 
 def _option(kind: Any, *flags: str, **declared: Any) -> Any:
-    """An option's alias: its type, flags, metavar and help (what typer.Option takes), as Annotated."""
+    """An option's alias: its type, flags, metavar and help (what typer.Option takes), as Annotated; the shell
+    completes the values of the flags in VALUES."""
+    if flags[0] in VALUES:
+        declared.setdefault("autocompletion", _values(*VALUES[flags[0]]))
     return Annotated[kind, typer.Option(*flags, **declared)]
+
+
+# The words the shell completes after a flag (`--device <TAB>`; issue 42): (module, name) where they are declared,
+# imported only when the shell asks.
+VALUES = {
+    "--device": (".options", "DEVICES"),
+    "--protocol": ("..vocabulary", "PROTOCOLS"),
+    "--trim": ("..vocabulary", "TRIMS"),
+    "--executor": ("..execution", "EXECUTORS"),
+    "--preset": ("..diagnose.lambda_axis", "PRESETS"),
+    "--schedule": ("..api", "SCHEDULES"),
+    "--format": ("..api", "EXPORT_FORMATS"),
+}
+DEVICES = ("auto", "cpu", "cuda")  # and cuda:N
+
+
+def _values(where: str, name: str) -> Any:
+    def complete(incomplete: str) -> list[str]:
+        from importlib import import_module
+
+        return [word for word in getattr(import_module(where, __package__), name) if word.startswith(incomplete)]
+
+    return complete
 
 
 # --- every command -----------------------------------------------------------------------------------------
@@ -78,7 +104,15 @@ ConnectionsOption = _option(
 RevisionOption = _option(
     str | None, "--revision", metavar="REV", help="Hub branch, tag or commit (same as ORG/NAME@REV)."
 )
+# diff: TUNED --revision REV is TUNED@REV (the model diffed; the base's is BASE@REV).
+DiffRevisionOption = _option(
+    str | None, "--revision", metavar="REV", help="The tuned model's Hub branch, tag or commit (same as TUNED@REV)."
+)
 TokenOption = _option(str | None, "--token", metavar="TOKEN", help="Hub token (default: HF_TOKEN or `hf auth login`).")
+# As `hf download --cache-dir`: where Hub files are cached (read offline, written by --download).
+CacheDirOption = _option(
+    Path | None, "--cache-dir", metavar="DIR", help="HF cache folder (default: HF_HUB_CACHE, else $HF_HOME/hub)."
+)
 DownloadOption = _option(bool, "--download", help="Fetch whole shards into the HF cache instead of streaming.")
 # compare, check, report, sweep fit a model only when its row is not in the database already.
 DeviceOption = _option(
@@ -284,8 +318,10 @@ OPTIONS: dict[str, Entry] = {
     # how a model is read and fitted
     "connections": _fit(ConnectionsOption, "connections"),
     "revision": Entry(RevisionOption, None),
+    "revision@diff": Entry(DiffRevisionOption, None),
     "token": Entry(TokenOption, None),
     "download": Entry(DownloadOption, False),
+    "cache_dir": Entry(CacheDirOption, None),  # takes.py: settings.hf_cache_given for the command's run
     "device": _fit(DeviceOption, "device"),
     "device@fit": _fit(FitDeviceOption, "device"),
     "device@diff": Entry(DiffDeviceOption, "auto"),
@@ -343,7 +379,7 @@ OPTIONS: dict[str, Entry] = {
     # trajectory
     "schedule": Entry(ScheduleOption, "constant"),
     "total": Entry(TotalOption, None),
-    "warmup": Entry(WarmupOption, 0.0),
+    "warmup": Entry(WarmupOption, 0),  # a step count: `[default: 0]`, not typer's `0.0` for the float (issue 42)
     "min_lr_ratio": Entry(MinLrRatioOption, 0.1),
     # report
     "top": Entry(TopOption, 10),

@@ -17,8 +17,8 @@ SweepTarget = Annotated[
 
 @takes(
     "revisions", "steps", "every@sweep", "glob", "db", "jobs", "executor@sweep", "ray_address", "protocol",
-    "device", "center", "include", "exclude", "lr", "weight_decay", "preset", "name@sweep", "token", "download",
-    "connections", "spectrum", "farms", "as_json", "quiet",
+    "device", "center", "include", "exclude", "lr", "weight_decay", "preset", "name@sweep", "token", "cache_dir",
+    "download", "connections", "spectrum", "farms", "as_json", "quiet",
 )  # fmt: skip
 def sweep(target: SweepTarget, given: Given) -> None:
     """Fit every selected checkpoint of a training run into the database (resumable, parallel)."""
@@ -72,7 +72,9 @@ def sweep(target: SweepTarget, given: Given) -> None:
         }
         table = Table(title=f"sweep {escape(run.model_id)}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
         for col in ("revision", "status", "seconds", "FFN median k", "detail"):
-            table.add_column(col, no_wrap=col != "detail")  # revisions whole, to copy; the detail folds
+            # revisions whole, to copy; the detail folds; numbers right-aligned, as in every other table
+            numeric = col in ("seconds", "FFN median k")
+            table.add_column(col, no_wrap=col != "detail", justify="right" if numeric else "left")
         for o in outcomes:
             table.add_row(
                 escape(o.revision),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from inspect import Parameter
 from typing import Any
 
+from .. import settings
 from ..run.options import FitOptions
 from .options import OPTIONS
 
@@ -68,7 +69,9 @@ def takes(*keys: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
         @functools.wraps(command)
         def parsed(**values: Any) -> None:
             given = Given({key: values[_name(key)] for key in keys})
-            command(*(values[p.name] for p in arguments), **{last.name: given})
+            # --cache-dir is a setting for the whole run (every Hub read of it), not an argument of the API
+            with settings.hf_cache_given(values.get("cache_dir")):
+                command(*(values[p.name] for p in arguments), **{last.name: given})
 
         # What Typer reads: inspect.signature(parsed) and typing.get_type_hints(parsed).
         signature = inspect.Signature([*arguments, *options], return_annotation=None)

@@ -29,6 +29,13 @@ def _fits(row: Mapping[str, Any], trim: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _named(row: Mapping[str, Any]) -> str:
+    """A row's model as `check --revision` names it: id@revision where it has one (issue 42: the errors and the
+    verdict named the model without the revision checked, the baseline with its own)."""
+    model = row.get("model") or {}
+    return str(model.get("id")) + (f"@{model['revision']}" if model.get("revision") else "")
+
+
 def check(
     row: Mapping[str, Any],
     baseline: Mapping[str, Any],
@@ -38,7 +45,7 @@ def check(
 ) -> CheckResult:
     if row["protocol"]["name"] != baseline["protocol"]["name"]:
         raise RowUseError(
-            f"the baseline was fitted with --protocol {baseline['protocol']['name']} and this model with "
+            f"the baseline was fitted with --protocol {baseline['protocol']['name']} and {_named(row)} with "
             f"{row['protocol']['name']}; refit with the baseline's protocol",
             model_id=row.get("model", {}).get("id"),
         )
@@ -49,14 +56,14 @@ def check(
         )
     if not row.get("matrices"):
         raise RowUseError(
-            "the checked model's row has no per-matrix fits (a cohort summary?); give a model or a fitted row",
+            f"the row of {_named(row)} has no per-matrix fits (a cohort summary?); give a model or a fitted row",
             model_id=row.get("model", {}).get("id"),
         )
     ours, base = _fits(row, trim), _fits(baseline, trim)
     if not set(ours) & set(base):  # nothing to compare is a wrong baseline, not a regression (exit 1)
         theirs, mine = sorted(base)[:1], sorted(ours)[:1]
         raise RowUseError(
-            f"{row['model']['id']} and the baseline {baseline['model']['id']} share no matrix name (e.g. "
+            f"{_named(row)} and the baseline {_named(baseline)} share no matrix name (e.g. "
             f"{mine[0] if mine else '-'} against {theirs[0] if theirs else '-'}); give the baseline of this model",
             model_id=row.get("model", {}).get("id"),
         )
@@ -90,9 +97,8 @@ def check(
         results.append(entry)
     failed = [r for r in results if r["status"] != "ok"]
     result = {
-        "model": row["model"]["id"],
-        "baseline": baseline["model"]["id"]
-        + (f"@{baseline['model'].get('revision')}" if baseline["model"].get("revision") else ""),
+        "model": _named(row),
+        "baseline": _named(baseline),
         "trim": trim,
         "tol_k": tol_k,
         "tol_lambda": tol_lambda,

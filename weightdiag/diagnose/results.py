@@ -330,6 +330,7 @@ class TrajectoryResult(_TrajectoryRequired, total=False):
     std_pattern: StdPattern
     protocol: str  # api.trajectory: the protocol of the rows read
     plots: list[str]  # api.trajectory with plot: the PNG files written
+    left_out: list[str]  # api.trajectory: the revisions of rows of no training step (`main`), not on the axis
 
 
 # --- report (diagnose.health.health_report; api.report adds model.how, plots and html) --------------------

@@ -55,6 +55,12 @@ def ordered(rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, Mapping[str, A
     return sorted(by_step.items())
 
 
+def stepless(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The revisions (else fingerprints) of the rows that have no step number (a sweep's `main`): what a
+    trajectory leaves off its step axis, said rather than dropped (issue 42)."""
+    return sorted({str(r["model"].get("revision") or r["model"].get("fingerprint")) for r in rows if _step(r) is None})
+
+
 # --- learning-rate schedules (for T/tau with decay) -----------------------------------------------
 
 

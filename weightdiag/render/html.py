@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import base64
 import os
-from html import escape
+import re
+from html import escape, unescape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import __version__
 from ..citations import NORM_ARTICLE, NORM_ARTICLE_SHORT
 from ..database.store import write_text_atomic
 from ..diagnose.classes import SELECTION_DEEP_BELOW_K, TRANSMISSION_MIN_K
+from ..diagnose.health import NORM_COLLAPSE, NORM_EXPLOSION
 from ..diagnose.health.towers import tower_size
 from ..diagnose.results import HealthReport
 from ..vocabulary import KIND_ORDER
@@ -45,17 +48,38 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return escape(str(value))
 
 
-def _table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
+_FIGURE = r"[-+−]?(\d[\d,]*)?\.?\d+(e[-+]?\d+)?%?"
+_NUMBER = re.compile(rf"{_FIGURE}( ± ?{_FIGURE})?|[-+]?inf|nan")  # 1.18 ±0.004: an MoE layer's median and spread
+
+
+def _is_number(cell: str) -> bool:
+    """A cell that holds a number (tags and entities aside): right-aligned; any other text is left-aligned."""
+    return bool(_NUMBER.fullmatch(unescape(re.sub(r"<[^>]+>", "", cell)).strip()))
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    # Numbers right-aligned, text left-aligned, decided by what each column holds (issue 42: text columns such as
+    # biases, regime or a tower's matrix names were right-aligned, only the first column was not).
+    numeric = [  # the first column names the row: always text
+        i > 0 and any(_is_number(r[i]) for r in rows) and all(_is_number(r[i]) or _blank(r[i]) for r in rows)
+        for i in range(len(headers))
+    ]
     head = "".join(
-        f'<th class="l">{escape(h)}</th>' if i < left else f"<th>{escape(h)}</th>" for i, h in enumerate(headers)
+        f"<th>{escape(h)}</th>" if numeric[i] else f'<th class="l">{escape(h)}</th>' for i, h in enumerate(headers)
     )
     body = "".join(
-        "<tr>" + "".join(f'<td class="l">{c}</td>' if i < left else f"<td>{c}</td>" for i, c in enumerate(r)) + "</tr>"
+        "<tr>"
+        + "".join(f"<td>{c}</td>" if numeric[i] else f'<td class="l">{c}</td>' for i, c in enumerate(r))
+        + "</tr>"
         for r in rows
     )
     # In a box of its own that scrolls sideways: a wide table (the blocks of a model with many kinds) never
     # pushes the page past the window (issue 21: cut off at the right of a 1280-px window).
     return f'<div class="wide"><table><tr>{head}</tr>{body}</table></div>'
+
+
+def _blank(cell: str) -> bool:
+    return unescape(re.sub(r"<[^>]+>", "", cell)).strip() in ("", "-")
 
 
 def _k_cell(cell: dict[str, Any] | None) -> str:
@@ -68,29 +92,46 @@ def _k_cell(cell: dict[str, Any] | None) -> str:
 
 
 def _blocks(result: HealthReport) -> str:
+    """Two tables, each within a 1280-px page (issue 42: one of 21 columns was about 1,550 px wide for MiniLM):
+    what each block's kinds read as (k, the outliers, the findings), then how they are built (size, norms, std)."""
     blocks = result["blocks"]
     kinds = [k for k in KIND_ORDER if any(k in b["kinds"] for b in blocks)]
     sites = sorted({s for b in blocks for s in b["norms"]})
-    headers = ["block", "params", "QK-norm", "biases"]
-    headers += [f"std {k}" for k in kinds] + [f"k {k}" for k in kinds] + [f"‖γ‖/√d {s}" for s in sites]
-    headers += ["max/q99", "kurtosis", "findings"]
-    rows = []
-    for b in blocks:
-        rows.append(
-            [
-                str(b["block"]) + (" (mtp)" if b["mtp"] else ""),
-                f"{b['params']:,}",
-                "yes" if b["qk_norm"] else "no",
-                escape(" ".join(b["biases"]) or "-"),
-                *[_fmt(b["kinds"][k]["std"], 3) if k in b["kinds"] else "" for k in kinds],
-                *[_k_cell(b["kinds"].get(k)) for k in kinds],
-                *[_fmt(b["norms"].get(s), 3) if s in b["norms"] else "" for s in sites],
-                _fmt(b.get("max_over_q99"), 3),
-                _fmt(b.get("kurtosis"), 3),
-                escape(", ".join(b["findings"])),
-            ]
+
+    def name(b: Any) -> str:
+        return str(b["block"]) + (" (mtp)" if b["mtp"] else "")
+
+    read = [
+        [
+            name(b),
+            *[_k_cell(b["kinds"].get(k)) for k in kinds],
+            _fmt(b.get("max_over_q99"), 3),
+            _fmt(b.get("kurtosis"), 3),
+            escape(", ".join(b["findings"])),
+        ]
+        for b in blocks
+    ]
+    built = [
+        [
+            name(b),
+            f"{b['params']:,}",
+            "yes" if b["qk_norm"] else "no",
+            escape(" ".join(b["biases"]) or "-"),
+            *[_fmt(b["kinds"][k]["std"], 3) if k in b["kinds"] else "" for k in kinds],
+            *[_fmt(b["norms"].get(s), 3) if s in b["norms"] else "" for s in sites],
+        ]
+        for b in blocks
+    ]
+    return (
+        "<h3>Shape and tails</h3>"
+        + _table(["block", *[f"k {k}" for k in kinds], "max/q99", "kurtosis", "findings"], read)
+        + _k_legend()
+        + "<h3>Structure and scale</h3>"
+        + _table(
+            ["block", "params", "QK-norm", "biases", *[f"std {k}" for k in kinds], *[f"‖γ‖/√d {s}" for s in sites]],
+            built,
         )
-    return _table(headers, rows, left=1) + _k_legend()
+    )
 
 
 def _k_legend() -> str:
@@ -160,7 +201,7 @@ def _norms(result: HealthReport) -> str:
         [escape(r["name"]), escape(r["site"]), str(r["d"]), _fmt(r["l2"]), _fmt(r["ratio"], 4), escape(r["regime"])]
         for r in result["norms"]["vectors"]
     ]
-    return _table(["norm weight", "site", "d", "‖γ‖₂", "‖γ‖/√d", f"regime ({NORM_ARTICLE_SHORT})"], rows, left=2)
+    return _table(["norm weight", "site", "d", "‖γ‖₂", "‖γ‖/√d", f"regime ({NORM_ARTICLE_SHORT})"], rows)
 
 
 def _shallow(result: HealthReport) -> str:
@@ -179,7 +220,7 @@ def _shallow(result: HealthReport) -> str:
         for m in sh["matrices"]
     ]
     head = f"<p>Regime {escape(sh['regime'])}: min k {sh['shallow_min_k']:.3f} (A >= 1.0, B <= 0.7).</p>"
-    return head + _table(["block", "kind", "k", "R²", "q90/q10", "second population"], rows, left=2)
+    return head + _table(["block", "kind", "k", "R²", "q90/q10", "second population"], rows)
 
 
 def _figure(plot: PlotFile) -> str:
@@ -188,6 +229,26 @@ def _figure(plot: PlotFile) -> str:
     return (
         f'<figure><img src="data:image/png;base64,{data}" data-file="{name}" alt="{escape(plot.title)}">'
         f"<figcaption><b>{escape(plot.title)}</b> ({name}). {escape(plot.caption)}</figcaption></figure>"
+    )
+
+
+def _how_to_read() -> str:
+    """The page's reading guide, in the page: it is shared on its own, where a path into weightdiag's source
+    (docs/report.md, all it said before: issue 42) leads nowhere."""
+    items = (
+        "<b>Findings</b>, warnings first: a block's statistic against the median of its 4 nearest blocks (robust z: "
+        "the residual in units of 1.4826 × the median absolute deviation over all blocks) or against the depth "
+        "trend of the others, with the reason it stands out.",
+        "<b>k</b> (the Weibull shape of |w|) per block and kind, coloured by class as the legend under its table "
+        "says; max/q99 and kurtosis measure the tails.",
+        f"<b>Norm weights</b>: ‖γ‖/√d is 1 at the all-ones init; below {NORM_COLLAPSE} a collapse, above "
+        f"{NORM_EXPLOSION} an explosion ({escape(NORM_ARTICLE_SHORT)}).",
+        "<b>Super-weight candidates</b>: the largest |w| of the model, one per matrix, with max/q99 and |w|/std.",
+    )
+    return (
+        "<h2>How to read this page</h2><ul>"
+        + "".join(f"<li>{item}</li>" for item in items)
+        + "</ul><p class='legend'>Every cut and its evidence: docs/report.md in weightdiag's source.</p>"
     )
 
 
@@ -200,7 +261,8 @@ def render_html(result: HealthReport, plots: list[PlotFile]) -> str:
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body><h1>{escape(title)}</h1>"
         f"<p>protocol {escape(result['protocol']['name'])}, trim {escape(result['protocol']['trim'])}; "
-        f"{len(result['findings'])} findings. How to read it: docs/report.md.</p>"
+        f"{len(result['findings'])} findings; written by weightdiag {escape(__version__)}.</p>"
+        f"{_how_to_read()}"
         f"<h2>Summary</h2><ul>{observations}</ul>"
         f"<h2>Findings</h2>{_findings(result)}"
         f"<h2>Plots</h2>{figures}"

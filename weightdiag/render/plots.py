@@ -235,6 +235,8 @@ def depth_profile(plt, result: HealthReport, folder: Path) -> PlotFile:
     axes[4].legend(fontsize=7)
     axes[4].set_ylabel("change vs block b-1\n(tolerance units)")
     axes[4].set_xlabel("block")
+    blocks = [b for s in series.values() for b in s["blocks"]] + [b["block"] for b in per_block]
+    axes[4].set_xticks(block_ticks(max(blocks, default=0)))  # shared by the five panels
     placement = {"pre": "Pre-LN", "post": "Post-LN", "peri": "Peri-LN"}.get(
         depth["placement"] or "", "norm placement ?"
     )
@@ -291,13 +293,22 @@ def norms_plot(plt, result: HealthReport, folder: Path) -> PlotFile:
     )
 
 
+def block_ticks(last: int) -> list[int]:
+    """The block numbers a depth axis names: whole numbers only, always block 0 and the last block (issue 42: a
+    model of 2 or 3 blocks got ticks at 0.2, 0.25, ...; one of 30 named neither its last block nor always 0), about
+    a dozen at most; a tick too close to the last one to be read beside it is left out."""
+    from matplotlib.ticker import MaxNLocator
+
+    last = max(last, 0)
+    ticks = sorted({int(t) for t in MaxNLocator(nbins=12, integer=True).tick_values(0, last) if 0 <= t <= last})
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else 1
+    return sorted({t for t in ticks if t == 0 or last - t >= step / 2 or t == last} | {0, last})
+
+
 def _block_ticks(ax: Any, n: int, apart: dict[int, set[str]]) -> None:
     """Block numbers on the x axis, and the norms outside the blocks named where they are drawn ("emb" before block
     0, "final" after the last), set off by a dotted line: the embedding norm read as a block "-1" (issue 33)."""
-    from matplotlib.ticker import MaxNLocator
-
-    last = max(n - 1, 0)
-    ticks = {int(t) for t in MaxNLocator(nbins=12, integer=True).tick_values(0, last) if 0 <= t <= last}
+    ticks = set(block_ticks(n - 1))
     names = {x: "/".join(sorted(sites)) for x, sites in apart.items()}
     for x in names:
         ax.axvline(x + 0.5 if x < 0 else x - 0.5, color="grey", linestyle=":", linewidth=0.8)

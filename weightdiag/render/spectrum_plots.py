@@ -14,7 +14,7 @@ import numpy as np
 from ..diagnose.health import short_name
 from ..diagnose.results import HealthReport
 from ..vocabulary import KIND_ORDER
-from .plots import PlotFile, literal, safe_name, save_figure
+from .plots import PlotFile, block_ticks, literal, safe_name, save_figure
 
 
 def spectrum_plots(plt: Any, result: HealthReport, folder: Path) -> list[PlotFile]:
@@ -24,12 +24,13 @@ def spectrum_plots(plt: Any, result: HealthReport, folder: Path) -> list[PlotFil
         return []
     files = []
     if section["depth"]:
-        files.append(alpha_by_depth(plt, section, folder))
+        files.append(alpha_by_depth(plt, section, folder, experts=bool(result.get("moe"))))
     files += [esd_plot(plt, entry, folder) for entry in section["esd"] if entry["esd"]["counts"]]
     return files
 
 
-def alpha_by_depth(plt: Any, section: Mapping[str, Any], folder: Path) -> PlotFile:
+def alpha_by_depth(plt: Any, section: Mapping[str, Any], folder: Path, experts: bool = False) -> PlotFile:
+    """alpha against depth per kind; `experts`: a model with routed experts, whose per-block alpha is their median."""
     lo, hi = section["band"]
     fig, ax = plt.subplots(figsize=(9, 4.8))
     ax.axhspan(lo, hi, color="#2e7d32", alpha=0.08, label=f"WeightWatcher's band {lo:g}-{hi:g}")
@@ -44,8 +45,10 @@ def alpha_by_depth(plt: Any, section: Mapping[str, Any], folder: Path) -> PlotFi
     ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))  # 6, not 6 x 10^0
     ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
     ax.set_xlabel("block")
+    ax.set_xticks(block_ticks(max((int(b) for d in section["depth"].values() for b in d), default=0)))
     ax.set_ylabel("alpha (log scale)")
-    ax.set_title("alpha of each matrix's ESD tail by depth and kind (median over experts)")
+    # "median over experts" only where there are experts (issue 42: said of dense models too)
+    ax.set_title("alpha of each matrix's ESD tail by depth and kind" + (" (median over experts)" if experts else ""))
     ax.legend(fontsize=7, ncol=2, loc="best")
     ax.grid(alpha=0.3, which="both")
     path = save_figure(plt, fig, folder / "spectrum_alpha_depth.png")

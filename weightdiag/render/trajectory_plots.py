@@ -35,13 +35,20 @@ def _step_axis(ax: Any, last: float) -> None:
     ax.set_xlabel("step (0 to 1 linear, log above)")
 
 
+# Each kind its own marker and dash as well as its colour: kinds whose λ (or k) coincide, as the λ of q, k and v of a
+# fused qkv or of tied matrices do, stay visible one over the other (issue 42: a line hidden under another).
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+_DASHES = ("-", "--", "-.", ":")
+
+
 def k_lambda_plot(t: TrajectoryResult, path: Path) -> Path:
     plt = pyplot()
     fig, (ax_k, ax_l) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for kind, s in t["kinds"].items():
+    for i, (kind, s) in enumerate(t["kinds"].items()):
         x = np.asarray(s["steps"], dtype=float)
-        ax_k.plot(x, s["k"], marker="o", ms=3, label=kind)
-        ax_l.plot(x, s["lambda"], marker="o", ms=3, label=kind)
+        style = {"marker": _MARKERS[i % len(_MARKERS)], "ls": _DASHES[i % len(_DASHES)], "ms": 4, "alpha": 0.85}
+        ax_k.plot(x, s["k"], label=kind, mfc="none", **style)
+        ax_l.plot(x, s["lambda"], label=kind, mfc="none", **style)
     ax_k.axhspan(*t["band"], color="gold", alpha=0.35, label="Transmission band")
     ax_k.axhline(INIT_ANCHOR_K, color="grey", ls="--", lw=1, label=f"init anchor {INIT_ANCHOR_K}")
     last = max((max(s["steps"]) for s in t["kinds"].values() if s["steps"]), default=1)
@@ -50,6 +57,7 @@ def k_lambda_plot(t: TrajectoryResult, path: Path) -> Path:
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     ax_k.legend(fontsize=7, ncol=2)
+    ax_l.legend(fontsize=7, ncol=2)  # the λ panel names its lines too (issue 42)
     fig.suptitle(f"{t['model']}: per-kind median k and λ over training")
     return save_figure(plt, fig, path)
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import __version__
+from .. import __version__, settings
 from ..delta.compare import PairsPass, hashing
 from ..delta.findings import block_key, find, summarize
 from ..delta.pairing import pair_tensors
@@ -71,7 +71,11 @@ def _hub_card_base(spec: str, plan: ModelPlan, options: DiffOptions) -> str | No
 
     try:
         path = hf_hub_download(
-            split_revision(spec)[0], "README.md", revision=plan.commit or plan.revision, token=options.token
+            split_revision(spec)[0],
+            "README.md",
+            revision=plan.commit or plan.revision,
+            token=options.token,
+            cache_dir=settings.hf_cache_dir(),  # a command's --cache-dir too
         )
     except (EntryNotFoundError, HfHubHTTPError):  # no card, or none to be had: the caller says so in one line
         return None

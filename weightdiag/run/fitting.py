@@ -11,7 +11,7 @@ from pathlib import Path
 from ..database.store import default_db_dir, iter_summaries, write_row
 from ..diagnose.kinds import interpret
 from ..diagnose.spectrum import holds_spectra_asked
-from ..errors import DatabaseError, HubUnreachableError, NotCachedError, RepoNotFoundError
+from ..errors import DatabaseError, HubUnreachableError, NotCachedError, RepoNotFoundError, note_kept
 from ..execution import Execution
 from ..progress import Progress
 from ..record.journal import Journal, resume_options
@@ -78,10 +78,11 @@ def fit_and_save_model(
     revision: str | None = None,
     token: str | None = None,
     download: bool = False,
+    names_db: Path | None = None,
 ) -> tuple[Row, Path | None]:
     """Open the model `spec` names (local path or Hub id), fit it and write its row into `db` (None: do not
     save; see fit_and_save): `weightdiag fit`. The options and then the database are checked first of all,
-    before the model is looked for."""
+    before the model is looked for; `names_db`: the database a mistyped name is looked up in (open_named)."""
     from ..database.store import check_writable
 
     check_options(options)
@@ -95,8 +96,51 @@ def fit_and_save_model(
         )
     if db is not None:
         check_writable(db)
-    plan, reader = open_model(spec, model_id=options.model_id, revision=revision, token=token, download=download)
+    plan, reader = open_named(
+        spec, names_db, model_id=options.model_id, revision=revision, token=token, download=download
+    )
     return fit_and_save(plan, reader, options, progress, db)
+
+
+def open_named(
+    spec: str,
+    db_dir: Path | None,
+    *,
+    model_id: str | None = None,
+    revision: str | None = None,
+    token: str | None = None,
+    download: bool = False,
+) -> tuple[ModelPlan, Reader]:
+    """open_model, with the name checked against the cohort and the database `db_dir` (None: the default one)
+    before the Hub is asked: a bare NAME that is no local path, close to an id here but none of them, is a typo
+    (ModelPathError, exit 2, "did you mean"); a Hub id the Hub does not know gets the same hint (issue 42)."""
+    from ..database.names import hint, known_names, nearest
+    from ..source.hub import repo_not_found
+    from ..source.open import is_hub_id, split_revision
+
+    name = split_revision(spec)[0]
+    bare = "/" not in name and is_hub_id(spec)
+    names = known_names(db_dir) if bare else []
+    if bare and spec.casefold() not in {n.casefold() for n in names}:
+        close = [n for n in nearest(spec, names) if "/" not in n.partition("@")[0]]  # ids here, not Hub repos
+        if close:
+            from ..errors import ModelPathError
+
+            raise ModelPathError(
+                f"{spec}: no local file or folder, cohort entry or fitted row of that name{hint(close)}; give "
+                "one of them, or a Hub id as ORG/NAME",
+                path=spec,
+            )
+    try:
+        return open_model(spec, model_id=model_id, revision=revision, token=token, download=download)
+    except RepoNotFoundError as exc:
+        names = names or known_names(db_dir)
+        found = hint(nearest(exc.repo or name, names))
+        if not found and spec.casefold() in {n.casefold() for n in names}:  # `fit all-MiniLM-L6-v2` after the demo
+            found = f" ({spec} is the id of a row in the database, not of a Hub repository)"
+        if not found:
+            raise
+        raise repo_not_found(exc.repo or name, found) from None
 
 
 def save_row(row: Row, db_dir: str | Path | None = None) -> Path:
@@ -139,6 +183,10 @@ def fit_and_save(
         exc = _naming_journals(exc, db)
         exc.unsaved_row = row
         raise exc from None
+    except KeyboardInterrupt as stop:  # measured, not yet written: the journal holds every tensor
+        if journal is not None and journal.folder.exists():
+            note_kept(stop, "run the command again to resume: every tensor measured is kept")
+        raise
     if journal is not None:
         journal.discard()  # the row holds it all now
         if journal.folder.exists():  # something in it could not be removed: said, never left unseen
@@ -278,7 +326,7 @@ def resolve_row(
         if fitted is not None:
             return load_row(next(p for p, row in named if row is fitted)), "database"
     try:
-        plan, reader = open_model(spec, model_id=options.model_id, token=token, download=download)
+        plan, reader = open_named(spec, db, model_id=options.model_id, token=token, download=download)
     except (HubUnreachableError, NotCachedError, RepoNotFoundError) as exc:
         if no_database is not None and not path.exists():  # a name only the database could have answered
             raise no_database from None

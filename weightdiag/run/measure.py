@@ -21,7 +21,15 @@ from .. import __version__, kernels, tuning
 from ..codes import BIN_EDGES, HIST_BINS
 from ..decode.group import describe, group_quantized
 from ..dtypes import skip_reason
-from ..errors import BadInputError, ModelPathError, OptionError, QuantizationError, VerificationError, param
+from ..errors import (
+    BadInputError,
+    ModelPathError,
+    OptionError,
+    QuantizationError,
+    VerificationError,
+    note_kept,
+    param,
+)
 from ..execution import Execution
 from ..fit.matrix import fit_matrix
 from ..layout import (
@@ -250,6 +258,9 @@ def _measure(
                 journal.discard()  # a file that changed or bytes that do not match: nothing here to resume from
             else:
                 journal.suspend()  # interrupted (a signal, the network, a crash): kept for the next run
+        if isinstance(exc, KeyboardInterrupt):
+            shard_of = {w.ref.name: w.ref.shard for w in work}
+            note_kept(exc, _kept_words(journal, list(entries), shard_of, journaled_shards))
         raise
     finally:
         reader.close()
@@ -270,6 +281,28 @@ def _measure(
             "since": kept.started,
         }
     return row
+
+
+def _kept_words(journal: Journal | None, measured: list[str], shard_of: dict[str, int], verified: set[int]) -> str:
+    """What an interrupted fit leaves for a rerun, in words (errors.note_kept): the tensors its journal holds that
+    the next fit reuses (from the Hub, only those of shards read whole whose sha256 matched), or why none."""
+    if journal is None:
+        return "nothing measured is kept (a fit that saves no row keeps no journal); a rerun reads every tensor"
+    if measured and not journal.folder.exists():  # its journal could not be written (a full disk)
+        return "nothing measured is kept (its journal could not be written); a rerun reads every tensor"
+    done = set(measured)
+    whole = {s for s in verified if all(name in done for name, t in shard_of.items() if t == s)}  # as Journal.load
+    reusable = [name for name in measured if not journal.verifies or shard_of.get(name) in whole]
+    if reusable:
+        n = len(reusable)
+        amount = "1 tensor measured is" if n == 1 else f"{n} tensors measured are"
+        return f"run the command again to resume: {amount} kept"
+    if measured and journal.verifies:
+        return (
+            "nothing measured is kept: a shard streamed from the Hub is reused only once it was read whole and its "
+            "sha256 matched, and none was; a rerun reads it again"
+        )
+    return "nothing was measured yet; a rerun starts over"
 
 
 def _spectra(

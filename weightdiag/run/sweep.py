@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import settings
 from ..database.store import (
@@ -28,6 +28,7 @@ from ..database.store import (
     claim,
     clean_stale_temps,
     identity_stub,
+    iter_summaries,
     load_row,
     row_file,
     write_row,
@@ -41,6 +42,7 @@ from ..errors import (
     ModelPathError,
     NotCachedError,
     OptionError,
+    RevisionNotFoundError,
     WeightdiagError,
     param,
 )
@@ -133,9 +135,15 @@ _STEPS = param("sweep.steps")
 
 
 def select(
-    revisions: list[Revision], *, names: Iterable[str] | None = None, steps: str | None = None, everything: bool = False
+    revisions: list[Revision],
+    *,
+    names: Iterable[str] | None = None,
+    steps: str | None = None,
+    everything: bool = False,
+    repo: str | None = None,
 ) -> list[Revision]:
-    """--revisions a,b,c | --steps log:N | --steps a,b,c | --all."""
+    """--revisions a,b,c | --steps log:N | --steps a,b,c | --all. `repo`: the Hub repo the revisions are of, where a
+    revision it lacks is RevisionNotFoundError (exit 3), as for `fit ORG/NAME@REV`; a local run's, OptionError."""
     if everything:
         return revisions
     by_name = {r.name: r for r in revisions}
@@ -143,9 +151,7 @@ def select(
         wanted = [n.strip() for n in names if n.strip()]
         missing = [n for n in wanted if n not in by_name]
         if missing:
-            raise OptionError(
-                f"revision {missing[0]!r} does not exist; available: {_preview(revisions)}", param="revisions"
-            )
+            _missing(missing[0], revisions, repo, "revisions")
         return _order([by_name[n] for n in wanted])
     stepped = [r for r in revisions if r.step is not None]
     if not stepped:
@@ -170,9 +176,27 @@ def select(
     for t in targets:
         match = [r for r in stepped if r.step == t]
         if not match:
+            if repo is not None:  # the Hub's revision stepN (fit's name for it), as --revisions stepN says
+                _missing(f"step{t}", revisions, repo, "steps")
             raise OptionError(f"{_STEPS}: step {t} does not exist; available: {_preview(stepped)}", param="steps")
         chosen.append(match[0])
     return _order(chosen)
+
+
+def _missing(name: str, revisions: list[Revision], repo: str | None, option: str) -> NoReturn:
+    """A revision asked for that the run lacks: on the Hub the error `fit ORG/NAME@REV` gives (exit 3, the nearest
+    ones named); in a local run folder, an option naming no checkpoint folder (exit 2)."""
+    from ..source.hub import nearest_revisions
+
+    names = [r.name for r in revisions]
+    if repo is not None:
+        raise RevisionNotFoundError(
+            f"{repo}: revision {name!r} not found{nearest_revisions(name, names)}", repo=repo, revision=name
+        )
+    raise OptionError(
+        f"revision {name!r} does not exist (no such checkpoint folder){nearest_revisions(name, names)}",
+        param="revisions" if option == "revisions" else "sweep.steps",
+    )
 
 
 def _log_spaced(stepped: list[Revision], count: int) -> list[Revision]:
@@ -273,9 +297,10 @@ def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
 
     try:
         options = FitOptions(**task["options"])
-        plan, reader = open_model(
-            task["spec"], model_id=task["model_id"], token=task.get("token"), download=task.get("download", False)
-        )
+        with settings.hf_cache_given(task.get("hf_cache")):  # the sweep's --cache-dir (a worker process too)
+            plan, reader = open_model(
+                task["spec"], model_id=task["model_id"], token=task.get("token"), download=task.get("download", False)
+            )
         plan.model_id = task["model_id"]
         plan.revision = task["revision"]
         # with its journal: a revision cut off resumes next time; with its share of the cores (the task's)
@@ -311,6 +336,30 @@ def _fit_claimed(task: dict[str, Any], started: float) -> dict[str, Any]:
                 detail=f"internal error: {type(exc).__name__}: {exc}",
             )
         )
+
+
+def _rows_by_files(
+    db: Path, plan: SweepPlan, protocol: str, options: dict[str, Any]
+) -> dict[tuple[str, ...], tuple[Path, str]]:
+    """The database's rows of this run, fitted as this sweep fits (protocol, variant, spectra), by the identity of
+    their weight files (name:sha256, as hub_identity names a revision's): a revision whose files a row already
+    holds is that row again (issue 42: the sweep deduplicated only within itself, and fitted it again)."""
+    found: dict[tuple[str, ...], tuple[Path, str]] = {}
+    for path, summary in iter_summaries(db, on_skip=lambda _: None, model_id=plan.model_id):
+        model, files = summary["model"], summary.get("files") or []
+        revision = model.get("revision")
+        if model["id"] != plan.model_id or not revision:
+            continue
+        shas = [f.get("sha256") for f in files]
+        if not files or not all(isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha) for sha in shas):
+            continue
+        if path.name != row_path(db, plan.model_id, revision, protocol, options).name:  # another protocol or variant
+            continue
+        if not holds_spectra_asked(summary, options.get("spectrum", False), options.get("farms", False)):
+            continue
+        identity = tuple(f"{f['name']}:{f['sha256']}" for f in sorted(files, key=lambda f: f["name"]))
+        found.setdefault(identity, (path, summary.get("duplicate_of") or revision))
+    return found
 
 
 def reuse_row(source: Path, revision: Revision, original: str, db: Path, options: dict[str, Any]) -> Path:
@@ -452,7 +501,7 @@ def cluster_runner(executor: Executor) -> Runner:
             # Task arguments live in the cluster's object store and dashboard: never ship a token there;
             # workers authenticate with their own HF_TOKEN or `hf auth login`.
             yield from executor.map_unordered(
-                fit_revision, [{k: v for k, v in t.items() if k != "token"} for t in tasks]
+                fit_revision, [{k: v for k, v in t.items() if k not in ("token", "hf_cache")} for t in tasks]
             )
         finally:
             executor.close()
@@ -497,7 +546,7 @@ def plan_sweep(
         # revision, when it is not there). Not deduplicated: that needs the Hub's file hashes.
         named = [Revision(n, step_from_revision(n), f"{repo}@{n}") for n in wanted]
         return SweepPlan(model_id or repo, True, _order(named))
-    chosen = select(hub_revisions(repo, token), names=names, steps=steps, everything=everything)
+    chosen = select(hub_revisions(repo, token), names=names, steps=steps, everything=everything, repo=repo)
     for r in chosen:
         r.identity = hub_identity(repo, r, token)
     return SweepPlan(model_id or repo, True, chosen)
@@ -574,10 +623,19 @@ def run_sweep(
         else:
             leaders[key] = rev
     tasks = []
+    twins = _rows_by_files(db, plan, protocol, options) if plan.hub else {}
     for rev in leaders.values():
         path = existing(rev)
+        twin = twins.get(rev.identity or ())
         if path is not None:
             report(Outcome(rev.name, "existing", row_path=str(path), detail="row already in the database"))
+        elif twin is not None:  # the same files as a revision fitted before, by an earlier sweep or fit
+            written = reuse_row(twin[0], rev, twin[1], db, options)
+            report(
+                Outcome(
+                    rev.name, "reused", row_path=str(written), detail=f"identical files to {twin[1]} (in the database)"
+                )
+            )
         else:
             tasks.append(
                 {
@@ -588,6 +646,7 @@ def run_sweep(
                     "options": options,
                     "token": token,
                     "download": download,
+                    "hf_cache": settings.hf_cache_dir(),  # --cache-dir, for worker processes (not cluster nodes)
                     **({"progress": progress} if progress is not None and runner is serial_runner else {}),
                 }
             )

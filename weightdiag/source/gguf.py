@@ -296,7 +296,12 @@ def parse_gguf(read_at: Callable[[int, int], bytes], file_size: int, where: str)
         _fail(where, f"file is {file_size} bytes, too short to hold a GGUF header")
     magic = cur.take(4, "the magic")
     if magic != MAGIC:
-        # Never quote the bytes read: the file may be anything the user pointed at.
+        # Never quote the bytes read: the file may be anything the user pointed at. Only say what format they are.
+        from .sniff import HEAD_BYTES, misnamed
+
+        other = misnamed(read_at(0, min(HEAD_BYTES, file_size)), ".gguf")
+        if other is not None:
+            raise CheckpointFormatError(f"{where}: not a GGUF file: {other}", file=where)
         _fail(where, "bad magic: the file does not start with b'GGUF'", "this is not a GGUF file")
     raw_version = cur.take(4, "the version")
     version = struct.unpack("<I", raw_version)[0]

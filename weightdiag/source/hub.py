@@ -391,13 +391,14 @@ def hub_errors(repo: str, revision: str | None, token: str | None) -> Iterator[N
             revision=revision,
         ) from None
     except hf.RepositoryNotFoundError:
-        raise RepoNotFoundError(
-            f"{repo}: no such model repository on {settings.hf_endpoint()} "
-            "(or it is private: set HF_TOKEN or pass --token)",
-            repo=repo,
-        ) from None
+        raise repo_not_found(repo) from None
     except hf.HfHubHTTPError as exc:
         status = _status_of(exc)
+        names = {cls.__name__ for cls in type(exc).__mro__}
+        if status == 404 and not names & {"EntryNotFoundError", "RemoteEntryNotFoundError"}:
+            # A 404 without the Hub's error code (a bare NAME with no ORG/ on some Hub versions): the repo is not
+            # there, which waiting will not change (it read "HTTP 404; try again later": issue 42).
+            raise repo_not_found(repo) from None
         raise HubResponseError(
             f"{repo}: the Hub answered HTTP {status if status is not None else '?'}; try again later",
             repo=repo,
@@ -417,6 +418,17 @@ def hub_errors(repo: str, revision: str | None, token: str | None) -> Iterator[N
         raise error from None
 
 
+def repo_not_found(repo: str, hint: str = "") -> RepoNotFoundError:
+    """No repository `repo` on the Hub; `hint`: " (did you mean X?)" from what the caller knows (the cohort and
+    the database: run.fitting), said right after the name."""
+    check = "check the id (a Hub id is ORG/NAME)" if "/" not in repo else "check the id"
+    return RepoNotFoundError(
+        f"{repo}: no such model repository on {settings.hf_endpoint()}{hint}; {check}, or for a private repo set "
+        "HF_TOKEN or pass --token",
+        repo=repo,
+    )
+
+
 def _status_of(exc: BaseException) -> int | None:
     """The HTTP status of a huggingface_hub error's response, None without one."""
     status = getattr(getattr(exc, "response", None), "status_code", None)
@@ -430,19 +442,34 @@ def _invalid_id(repo: str, exc: Exception) -> ModelPathError:
 
 def _nearest_steps(repo: str, revision: str | None, token: str | None) -> str:
     """For Pythia-style `stepN` revisions, name the nearest existing ones."""
-    match = _STEP.match(revision or "")
-    if not match:
+    if not _STEP.match(revision or ""):
         return "; check the branch, tag or commit name"
     try:
         refs = list_refs(repo, token)
     except WeightdiagError:  # only a hint: the error being reported is the revision
         return ""
-    steps = sorted(int(m.group(1)) for name, _ in refs if (m := _STEP.match(name)))
-    if not steps:
-        return "; this repo has no step* branches"
-    want = int(match.group(1))
-    nearest = sorted(steps, key=lambda s: (abs(s - want), s))[:3]
-    return "; nearest existing: " + ", ".join(f"step{s}" for s in sorted(nearest))
+    return nearest_revisions(revision or "", [name for name, _ in refs])
+
+
+def nearest_revisions(revision: str, names: list[str]) -> str:
+    """What to say of the revisions `names` when `revision` is not among them (the same words for `fit ORG/NAME@REV`
+    and `sweep --revisions`): for a `stepN`, the three nearest steps; else the names closest to it; else a few."""
+    import difflib
+
+    match = _STEP.match(revision)
+    if match:
+        steps = sorted(int(m.group(1)) for name in names if (m := _STEP.match(name)))
+        if not steps:
+            return "; this repo has no step* branches"
+        want = int(match.group(1))
+        nearest = sorted(steps, key=lambda s: (abs(s - want), s))[:3]
+        return "; nearest existing: " + ", ".join(f"step{s}" for s in sorted(nearest))
+    close = difflib.get_close_matches(revision, names, n=3, cutoff=0.6)
+    if close:
+        return "; nearest existing: " + ", ".join(close)
+    if names:
+        return "; existing: " + ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+    return "; check the branch, tag or commit name"
 
 
 def _choose_weights(repo: str, revision: str | None, files: dict[str, Any]) -> tuple[list[str], str]:

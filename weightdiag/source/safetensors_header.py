@@ -63,25 +63,37 @@ def _fail(
     raise CheckpointFormatError(f"{where}: {what}; {todo}", file=where)
 
 
+def _misnamed(prefix: bytes, where: str, what: str) -> NoReturn:
+    from .sniff import misnamed
+
+    other = misnamed(prefix, ".safetensors")
+    if other is not None:
+        raise CheckpointFormatError(f"{where}: not a safetensors file: {other}", file=where)
+    _fail(where, what)
+
+
 def header_length(prefix: bytes, file_size: int, where: str) -> int:
-    """Validate the 8-byte prefix and return the JSON length N."""
+    """Validate the 8-byte prefix and return the JSON length N (a prefix of another format: that format named)."""
     if file_size < PREFIX_BYTES or len(prefix) < PREFIX_BYTES:
-        _fail(where, f"file is {file_size} bytes, too short to hold a safetensors header")
+        _misnamed(prefix, where, f"file is {file_size} bytes, too short to hold a safetensors header")
     (n,) = struct.unpack("<Q", prefix[:PREFIX_BYTES])
     # N is the file's first 8 bytes: never print it, since any file (a secret linked in as a shard)
     # reaches this check, and the number spells out its first bytes.
     if n > MAX_HEADER_BYTES:
-        _fail(
-            where, f"not a safetensors file: the header length (first 8 bytes) exceeds the {MAX_HEADER_BYTES}-byte cap"
+        _misnamed(
+            prefix,
+            where,
+            f"not a safetensors file: the header length (first 8 bytes) exceeds the {MAX_HEADER_BYTES}-byte cap",
         )
     if PREFIX_BYTES + n > file_size:
-        _fail(
+        _misnamed(
+            prefix,
             where,
             f"not a safetensors file, or truncated: the header length (first 8 bytes) runs past the end "
             f"of the {file_size}-byte file",
         )
     if n < 2:
-        _fail(where, "not a safetensors file: the header length (first 8 bytes) cannot hold a JSON object")
+        _misnamed(prefix, where, "not a safetensors file: the header length (first 8 bytes) cannot hold a JSON object")
     return n
 
 
