@@ -404,10 +404,11 @@ class RowIndex:
             if hashlib.sha256(summary.encode("utf-8", "surrogatepass")).hexdigest() == sealed.summary_sha:
                 yield sealed.entry, sealed.checked_by, summary
 
-    def summary(self, name: str, entry: Entry) -> str | None:
-        """The summary of `name`'s entry, while that is still `entry` (the one whose stat was found to match)."""
+    def summary(self, name: str, entry: Entry | None = None) -> str | None:
+        """The summary of `name`'s sealed entry, while that is still `entry` when given (the one whose stat was
+        found to match the file)."""
         for found, _, summary in self._sealed("name = ?", (_key(name),)):
-            if found == entry:
+            if entry is None or found == entry:
                 return summary
         return None
 
