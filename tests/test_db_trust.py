@@ -341,6 +341,32 @@ def test_a_locked_index_makes_a_command_wait_briefly_and_say_so(database, tmp_pa
     assert "locked" in out.stderr and INDEX_NAME in out.stderr, out.stderr
 
 
+# --- 8. compare of a copied, read-only database: each row's work done once --------------------------------------
+
+
+def test_compare_of_a_read_only_copy_does_each_rows_work_once(database, tmp_path, monkeypatch):
+    """Issue 42 item 8: `compare` of a copied, read-only database of 2,000 rows took 107 s: each row was compared
+    with the cohort by making every cohort entry's comparison keys again (twice per entry and row), half of its
+    time. Now they are made once per process, and each row is only parsed (checked when it was indexed).
+    benchmarks/bench_db.py measures the 2,000 rows (<= 10 s, <= 500 MB)."""
+    from weightdiag.diagnose import compare as compare_module
+    from weightdiag.diagnose.cohort import load_cohort
+
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", str(database), str(copy)], check=True)
+    expected = api.compare(db_dir=database)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, *a, **k: False if m & os.W_OK else real(p, m, *a, **k))
+    made, checked = [], []
+    real_keys, real_load = compare_module._keys, db._load_bytes
+    monkeypatch.setattr(compare_module, "_keys", lambda row: made.append(row["model"]["id"]) or real_keys(row))
+    monkeypatch.setattr(db, "_load_bytes", lambda path, data: checked.append(path) or real_load(path, data))
+    compare_module._cohort_keys.cache_clear()
+    assert api.compare(db_dir=copy) == expected
+    assert len(made) == len(expected) + len(load_cohort("v9_1"))  # each row's keys once, each entry's once
+    assert checked == []  # parsed, not checked again
+
+
 # --- 10. a journal's writer is a process that holds it ----------------------------------------------------------
 
 
