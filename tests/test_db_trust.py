@@ -323,6 +323,17 @@ def test_an_index_that_is_a_fifo_hangs_nothing(database, tmp_path, fifo):
     _held_to_the_row_files(database, tmp_path, damage, real=True)
 
 
+def test_an_index_that_cannot_be_removed_is_passed_over(database, tmp_path):
+    """A folder in the index's place (not ours to remove): every command answers from the row files, and says
+    why in one line."""
+    expected = _answers(_clean_copy(database, tmp_path / "clean"))
+    (database / "rows" / INDEX_NAME).unlink()
+    (database / "rows" / INDEX_NAME / "inside").mkdir(parents=True)
+    assert _answers(database) == expected
+    out = run_cli(*COMMANDS[0], "--db", str(database))
+    assert f"{INDEX_NAME}: not a regular file; left as it is: the row files answer" in out.stderr
+
+
 def test_a_locked_index_makes_a_command_wait_briefly_and_say_so(database, tmp_path):
     """Issue 42 item 5: an exclusive lock held on the index made commands take 20-41 s, silently. Now one short
     wait, said on stderr, then the row files answer."""

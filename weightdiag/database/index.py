@@ -256,28 +256,29 @@ class RowIndex:
             why = _plain_file(name, writable)
             if why is None:
                 continue
-            if not writable:
+            if not writable:  # a read-only user cannot repair it: the row files answer, as they would without it
                 return False
-            warn(f"{name}: {why}; removed (the row index is a cache, made again from the row files)")
-            if name == path:
-                return cls._remove(path)
-            with contextlib.suppress(OSError):
-                os.unlink(name)
-            if os.path.lexists(name):
+            gone = cls._remove(path) if name == path else cls._unlink(name)
+            done = "removed (a cache: made again from the row files)" if gone else "left as it is: the row files answer"
+            warn(f"{name}: {why}; {done}")
+            if not gone:
                 return False
+        return True
+
+    @staticmethod
+    def _unlink(name: Path) -> bool:
+        try:
+            os.unlink(name)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False
         return True
 
     @staticmethod
     def _remove(path: Path) -> bool:
         """Remove the index and its journal (a journal left beside a new index would be played back into it)."""
-        for name in (path, *(path.with_name(path.name + end) for end in SIDECARS)):
-            try:
-                os.unlink(name)
-            except FileNotFoundError:
-                pass
-            except OSError:
-                return False
-        return True
+        return all(RowIndex._unlink(name) for name in (path, *(path.with_name(path.name + end) for end in SIDECARS)))
 
     @classmethod
     def _connect(cls, path: Path, writable: bool, checker: str, wait: bool) -> tuple[RowIndex | None, bool]:
