@@ -338,7 +338,8 @@ def _set_writer(folder: Path, **fields) -> None:
 
 def test_db_journals_lists_and_db_gc_removes_only_the_stale(model, tmp_path):
     database = tmp_path / "db"
-    running = _interrupted(model, database)  # written by this process: its fit counts as running
+    running = _interrupted(model, database)  # written by this process: its fit counts as running while
+    held = (running / "records.jsonl").open("a")  # it holds the records, as a fit does until its row is written
     interrupted = _interrupted(write_small_model(tmp_path / "b", shard_bytes=120_000, seed=3), database)
     _set_writer(interrupted, pid=_dead_pid())
     stale = _interrupted(write_small_model(tmp_path / "c", shard_bytes=120_000, seed=4), database)
@@ -367,6 +368,7 @@ def test_db_journals_lists_and_db_gc_removes_only_the_stale(model, tmp_path):
     assert sorted(_journals(database)) == sorted([running, interrupted])
     assert run_cli("db", "gc", "--db", str(database), "--all").returncode == 0
     assert _journals(database) == [running]  # never one whose fit is running
+    held.close()
 
 
 def test_db_gc_leaves_a_journal_whose_sweep_holds_its_claim(model, tmp_path):

@@ -3,8 +3,12 @@ state, and the stale ones removed (`weightdiag db journals`, `weightdiag db gc`)
 
 A journal is in one of three states:
 - running: its fit is at work now: a sweep holds the claim of its row (store.claim), or the process that
-  wrote it lives on this host, or it was written from another host less than a day ago (that host's
-  processes cannot be seen from here, and its clock may differ from ours). Never removed.
+  wrote it lives on this host and holds its records open (a fit keeps them open until its row is written;
+  where /proc cannot show that, a live process is taken for the writer), or it was written from another
+  host less than a day ago (that host's processes cannot be seen from here, and its clock may differ from
+  ours). Never removed. A pid that names no process, or a process that does not hold the journal (init's
+  pid 1, a pid reused since, a fit interrupted in a process that lives on), is no writer (issue 42: a
+  journal of pid 1 or >= 2^64 was never removed).
 - stale: no fit can reuse it: written by another build of weightdiag (the build identity differs), its
   manifest unreadable, its local checkpoint gone or changed, or its row written after it. `db gc` removes it.
 - interrupted: the next fit of its checkpoint with the same options resumes from it. `db gc --all` removes it
@@ -108,11 +112,42 @@ def _running(folder: Path, written: dict[str, Any], quiet_for: float) -> str | N
         return f"a sweep is fitting it ({holder})"
     pid = written.get("pid")
     if _this_host(written):
-        if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and _pid_alive(pid):
+        if isinstance(pid, int) and not isinstance(pid, bool) and _pid_alive(pid) and _holds(pid, folder / RECORDS):
             return f"pid {pid} is fitting it"
         return None
     if written.get("host") is not None and abs(quiet_for) < OTHER_HOST_QUIET_SECONDS:
         return f"host {written['host']} may be fitting it (written within a day)"
+    return None
+
+
+def _holds(pid: int, records: Path) -> bool:
+    """Whether live process `pid` may be writing `records`: it holds them open, where /proc shows its files;
+    where it does not (no /proc, another user's process), unless the process runs as another user than the
+    one who wrote them."""
+    try:
+        written = os.stat(records)
+    except OSError:
+        return False  # no records: no process holds them (a fit creates them as it writes its manifest)
+    proc = Path("/proc") / str(pid)
+    try:
+        for fd in os.scandir(proc / "fd"):
+            with contextlib.suppress(OSError):  # closed meanwhile
+                opened = os.stat(fd.path)
+                if (opened.st_dev, opened.st_ino) == (written.st_dev, written.st_ino):
+                    return True
+        return False
+    except FileNotFoundError:  # no /proc here, or the process ended since: then nothing holds them
+        return not Path("/proc/self/fd").is_dir()
+    except OSError:  # another user's process: its files are hidden, its user is not
+        return _uid(proc) in (None, written.st_uid)
+
+
+def _uid(proc: Path) -> int | None:
+    """The effective user id of the process whose /proc folder is `proc`, None where it cannot be read."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in (proc / "status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[2])
     return None
 
 
