@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -190,6 +191,19 @@ def _no_checksum(entry: dict) -> dict:
     return entry
 
 
+def _number(text: str, value: object = math.nan) -> Callable[[dict], str]:
+    """Issue 42, item 3: a number no row holds (the row is strict JSON: NaN as null), under a valid checksum,
+    written as `text`: passed every check, then failed the row's write at the end of the fit (exit 5), and the
+    journal, kept, failed every rerun the same way."""
+
+    def damage(entry: dict) -> str:
+        entry.pop("sha256")
+        entry["matrices"][0]["fits"]["mid80"]["k"] = value
+        return json.dumps(_with_checksum(entry)).replace(json.dumps(value), text)
+
+    return damage
+
+
 DAMAGE: dict[str, Callable[[dict], dict | str]] = {
     "wrong type": _wrong_type,
     "missing field": _missing_field,
@@ -197,6 +211,11 @@ DAMAGE: dict[str, Callable[[dict], dict | str]] = {
     "bad checksum": _bad_checksum,
     "no checksum": _no_checksum,
     "truncated": lambda entry: json.dumps(entry)[: len(json.dumps(entry)) // 2],
+    "NaN": _number("NaN"),
+    "Infinity": _number("Infinity", math.inf),
+    "-Infinity": _number("-Infinity", -math.inf),
+    "1e999": _number("1e999", math.inf),  # a finite literal that parses to infinity
+    "an integer of 400 digits": _number(str(10**400), 10**400),
 }
 
 

@@ -20,7 +20,9 @@ What may be reused, and why it is exact:
   change: the journal is discarded, with one line on stderr saying why, and the fit starts over.
 - Each record is checked as the row's reader checks it (record.schema: one schema), against its checksum,
   and against the records its tensor gives in this fit (names, matrix or vector); a record that fails
-  (damaged, cut off, emptied) is dropped with one line on stderr and its tensor read again.
+  (damaged, cut off, emptied) is dropped with one line on stderr and its tensor read again. So is one that
+  holds a number no row can (NaN, an infinity, an integer past 64 bits): the row is written as strict JSON,
+  and a checksum proves only that a line is whole, not who wrote it.
 - Where the reader verifies shards by sha256 (the Hub), the records of a shard are reused only once the
   whole shard was read and its hash matched (the reader reports that shard by shard); a shard cut off
   mid-way is read again whole, since its hash needs every byte anyway. Files read locally are not
@@ -33,6 +35,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -404,6 +407,29 @@ def _problem(line: dict[str, Any], expected: dict[str, Expected]) -> str | None:
     return None
 
 
+class _NotInARow(ValueError):
+    """A number no row can hold: the row is written as strict JSON (NaN and infinities as null), so a record
+    holding one, checksum or not, would pass every check here and fail the row's write at the end of the fit."""
+
+
+def _no_constant(name: str) -> float:
+    raise _NotInARow(f"holds {name}, which no row holds")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: a finite literal that parses to infinity
+        raise _NotInARow(f"holds {text[:40]}, out of a float's range")
+    return value
+
+
+def _bounded(text: str) -> int:
+    value = int(text)
+    if not -(1 << 63) <= value < 1 << 64:  # a count or a size: 64 bits; past that, float() of it overflows
+        raise _NotInARow(f"holds an integer of {len(text)} digits")
+    return value
+
+
 def _lines(path: Path) -> Iterable[tuple[int, dict[str, Any] | str]]:
     """Each line's number and its JSON object; for a line that is none, why (a text)."""
     try:
@@ -413,7 +439,10 @@ def _lines(path: Path) -> Iterable[tuple[int, dict[str, Any] | str]]:
                     yield number, "empty"
                     continue
                 try:
-                    entry = json.loads(text)
+                    entry = json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_bounded)
+                except _NotInARow as exc:
+                    yield number, str(exc)
+                    continue
                 except (ValueError, RecursionError):
                     yield number, "cut off or not JSON"
                     continue
