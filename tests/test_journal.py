@@ -440,3 +440,109 @@ def test_the_manifest_of_every_format_is_the_same_at_each_opening(smollm_gguf, a
 
     for path in (smollm_gguf, antiberty_bin, model):
         assert identity(path) == identity(path)
+
+
+# --- 5. journal files that are not files (issue 42, item 5) ------------------------------------------------
+# A FIFO in place of manifest.json or records.jsonl hung `fit`, `db journals` and `db gc` (open() waits for a
+# writer); a link to /dev/zero was read whole (20 GB, then killed). Each is now discarded by the fit with one
+# line, listed as stale and removed by `db gc`: never opened for a blocking read, never read past a bound.
+
+
+# Each replaces the file `path` with something else.
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _dev_zero(path: Path) -> None:
+    path.unlink()
+    path.symlink_to("/dev/zero")
+
+
+def _folder(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+    (path / "x").write_text("{}")
+
+
+def _link_to_a_copy(path: Path) -> None:
+    """A link to the very bytes weightdiag wrote: still not the journal's own file (weightdiag writes no link)."""
+    copy = path.parents[4] / f"{path.name}.copy"  # beside the database
+    copy.write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(copy)
+
+
+HOSTILE: dict[str, tuple[Callable[[Path], None], str]] = {
+    "fifo": (_fifo, "a FIFO (named pipe)"),
+    "link to /dev/zero": (_dev_zero, "a symbolic link"),
+    "folder": (_folder, "a folder"),
+    "link to a copy": (_link_to_a_copy, "a symbolic link"),
+}
+JOURNAL_FILES = ("manifest.json", "records.jsonl")
+
+
+def _bounded_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The command line in a fresh process that may neither hang (killed after `timeout`: the test fails) nor
+    take the machine's memory (4 GiB of address space: a read without end fails there, not in the OOM killer)."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    return subprocess.run(
+        [sys.executable, "-m", "weightdiag", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=limit,
+        env={**os.environ, "COLUMNS": "160", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+    )
+
+
+def _hostile_journal(model: Path, database: Path, name: str, kind: str) -> Path:
+    """An interrupted fit's journal (its writer gone) whose file `name` is then replaced by HOSTILE[kind]."""
+    folder = _interrupted(model, database)
+    _set_writer(folder, pid=_dead_pid())
+    HOSTILE[kind][0](folder / name)
+    return folder
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="FIFOs, /dev/zero and RLIMIT_AS: Linux")
+@pytest.mark.parametrize("kind", list(HOSTILE))
+@pytest.mark.parametrize("name", JOURNAL_FILES)
+def test_a_journal_file_that_is_no_file_is_discarded_by_the_fit(model, tmp_path, name, kind):
+    database = tmp_path / "db"
+    folder = _hostile_journal(model, database, name, kind)
+    out = _bounded_cli("fit", str(model), "--device", "cpu", "--db", str(database), "--json", "-q")
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    (line,) = [line for line in out.stderr.splitlines() if line.strip()]
+    assert line == (
+        f"warning: {folder}: the journal of an interrupted fit is not reused: its {name} is {HOSTILE[kind][1]}, "
+        "not a regular file; the fit starts over"
+    )
+    row = json.loads(out.stdout)
+    assert "resumed" not in row["run"]
+    assert _science(row) == _science(_fit(model, tmp_path / "fresh"))
+    assert not _journals(database)
+    if kind == "link to a copy":
+        assert (tmp_path / f"{name}.copy").exists()  # the link is removed, never what it points to
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="FIFOs, /dev/zero and RLIMIT_AS: Linux")
+@pytest.mark.parametrize("kind", list(HOSTILE))
+@pytest.mark.parametrize("name", JOURNAL_FILES)
+def test_db_journals_and_gc_take_a_journal_file_that_is_no_file_for_stale(model, tmp_path, name, kind):
+    database = tmp_path / "db"
+    folder = _hostile_journal(model, database, name, kind)
+    listed = _bounded_cli("db", "journals", "--db", str(database), "--json")
+    assert listed.returncode == 0, listed.stderr
+    (j,) = json.loads(listed.stdout)
+    assert j["state"] == "stale", j
+    assert j["why"] == f"its {name} is {HOSTILE[kind][1]}, not a regular file"
+    text = _bounded_cli("db", "journals", "--db", str(database))
+    assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
+    gc = _bounded_cli("db", "gc", "--db", str(database))
+    assert gc.returncode == 0 and "Traceback" not in gc.stderr, gc.stderr
+    assert f"{folder}" in gc.stdout and not _journals(database)
