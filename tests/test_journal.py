@@ -546,3 +546,21 @@ def test_db_journals_and_gc_take_a_journal_file_that_is_no_file_for_stale(model,
     gc = _bounded_cli("db", "gc", "--db", str(database))
     assert gc.returncode == 0 and "Traceback" not in gc.stderr, gc.stderr
     assert f"{folder}" in gc.stdout and not _journals(database)
+
+
+def test_a_journal_folder_that_is_a_link_is_removed_never_followed(model, tmp_path):
+    """A link in place of the journal's folder (to a copy of a valid journal outside the database): neither read
+    nor written through, nor is what it points to removed."""
+    database = tmp_path / "db"
+    folder = _interrupted(model, database)
+    elsewhere = Path(shutil.move(folder, tmp_path / "elsewhere"))
+    folder.symlink_to(elsewhere)
+    out = _bounded_cli("fit", str(model), "--device", "cpu", "--db", str(database), "--json", "-q")
+    assert out.returncode == 0, out.stderr
+    (line,) = [line for line in out.stderr.splitlines() if line.strip()]
+    assert line == (
+        f"warning: {folder}: the journal of an interrupted fit is not reused: it is a symbolic link, not a folder; "
+        "the fit starts over"
+    )
+    assert "resumed" not in json.loads(out.stdout)["run"]
+    assert not _journals(database) and sorted(p.name for p in elsewhere.iterdir()) == ["manifest.json", "records.jsonl"]

@@ -260,6 +260,12 @@ class Journal:
         """What an interrupted fit left that this fit may reuse: `expected` holds, for each tensor this fit
         reads, its shard and the records it gives. A journal that does not match is removed (one line says
         why); a record that is damaged is dropped (one line says how many) and its tensor read again."""
+        try:
+            mode = os.lstat(self.folder).st_mode
+        except OSError:
+            return Resumed()  # no journal
+        if not stat.S_ISDIR(mode):  # weightdiag makes a folder here: a link to one is someone else's
+            return self._not_reused(f"it is {kind_of(mode)}, not a folder")
         old, why = read_manifest(self.folder)
         if old is None and why is None:
             self.discard()  # none, or one cut off before its manifest: nothing to say
