@@ -350,3 +350,84 @@ def test_a_bin_streams_in_chunks_and_fits_as_its_safetensors_twin(tmp_path):
     torch.save(tuned, tmp_path / "bin2" / "pytorch_model.bin")
     r = run_cli("diff", str(tmp_path / "bin"), str(tmp_path / "bin2"), "--no-save", "--json")
     assert r.returncode == 0, r.stderr
+
+
+# --- issue 42, item 6: sizes the file does not back -------------------------------------------------------
+# A 2.1 MB .bin whose data.pkl inflated to 2 GiB of zeros fitted at 4.3 GB: torch inflates a zip record whole,
+# into a buffer of the size the zip declares. Declared sizes are now checked before torch reads anything.
+
+
+def _rezip(path: Path, deflate: str = "", zeros: int = 0, twice: str = "") -> Path:
+    """The zip checkpoint rewritten: the record ending in `deflate` compressed with `zeros` zero bytes after its
+    own (past the pickle's STOP: torch reads them, the unpickler never does), the one ending in `twice` twice."""
+    with zipfile.ZipFile(path) as z:
+        entries = [(info.filename, z.read(info)) for info in z.infolist()]
+    with zipfile.ZipFile(path, "w") as z:
+        for name, content in entries:
+            info = zipfile.ZipInfo(name)
+            if deflate and name.endswith(deflate):
+                info.compress_type = zipfile.ZIP_DEFLATED
+                with z.open(info, "w", force_zip64=True) as w:
+                    w.write(content)
+                    for _ in range(zeros >> 20):
+                        w.write(bytes(1 << 20))
+                continue
+            z.writestr(info, content)
+            if twice and name.endswith(twice):
+                with pytest.warns(UserWarning, match="Duplicate name"):
+                    z.writestr(zipfile.ZipInfo(name), content)
+    return path
+
+
+HOSTILE_ZIPS = {
+    "data.pkl inflating to 64 MiB": (dict(deflate="/data.pkl", zeros=64 << 20), "would inflate to 67109"),
+    "byteorder inflating to 64 MiB": (dict(deflate="/byteorder", zeros=64 << 20), "would inflate to 67108"),
+    "a compressed storage": (dict(deflate="/data/0"), "its tensor data 'pytorch_model/data/0' is compressed"),
+    "a record named twice": (dict(twice="/data.pkl"), "two records are named 'pytorch_model/data.pkl'"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_ZIPS))
+def test_a_zip_record_larger_than_the_file_backs_is_refused_before_torch_reads_it(tmp_path, monkeypatch, case):
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    changes, message = HOSTILE_ZIPS[case]
+    _rezip(_save({"w": torch.randn(16, 16)}, folder / "pytorch_model.bin", legacy=False), **changes)
+    assert (folder / "pytorch_model.bin").stat().st_size < 1 << 20
+    load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load ran") or load(*a, **k))
+    with pytest.raises(CheckpointFormatError, match=message) as refused:
+        open_local(folder)
+    assert "the file is damaged or malicious" in str(refused.value)
+    monkeypatch.undo()
+    out = run_cli("fit", str(folder), "--no-save")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines() == [f"error: {refused.value}"]
+
+
+def test_a_small_zip_with_a_compressed_pickle_is_read(tmp_path):
+    """The bound leaves room for a real checkpoint another zip tool recompressed (a pickle under 16 MiB)."""
+    state = {"model.layers.0.mlp.down_proj.weight": torch.randn(16, 16), "b": torch.arange(5.0)}
+    path = _rezip(_save(state, tmp_path / "pytorch_model.bin", legacy=False), deflate="/data.pkl", zeros=1 << 20)
+    plan, reader = open_local(path)
+    for ref in plan.tensors:
+        raw = np.empty(ref.nbytes, dtype=np.uint8)
+        reader.read_into(ref, raw)
+        assert np.array_equal(raw, state[ref.name].numpy().view(np.uint8).reshape(-1)), ref.name
+    reader.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero"])
+def test_a_bin_that_is_no_file_is_refused_by_name(tmp_path, kind):
+    """Issue 42, item 5 for checkpoints: never opened for a blocking read, never read without end."""
+    path = tmp_path / "pytorch_model.bin"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    out = run_cli("fit", str(tmp_path), "--no-save", real=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    what = "a FIFO (named pipe)" if kind == "fifo" else "a character device"
+    assert out.stderr.strip().splitlines() == [f"error: {path}: is {what}, not a regular file"]
+

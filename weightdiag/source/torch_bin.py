@@ -3,11 +3,19 @@
 `torch.load(weights_only=True)` refuses any pickle that would build arbitrary objects or call
 functions, so a malicious checkpoint cannot run code. With `mmap=True` the tensors stay in the
 file until a tensor is read, so memory stays at a few tensors here too.
+
+Nothing in the file is trusted for a size. A shard must be a regular file (a FIFO would block the load, a link
+to /dev/zero read without end). A zip checkpoint's records are checked against its central directory before
+torch reads any: torch inflates each record other than a storage whole, into a buffer of the size the zip
+declares (and no further), so that declared size is bounded (`_check_zip`: no larger than the file, or 16 MiB
+for a small one, and 1 GiB at most), and the storages, mapped from the file as they lie, must be stored
+uncompressed within it. A legacy (non-zip) checkpoint's storages are bounded by the file size.
 """
 
 from __future__ import annotations
 
 import bisect
+import io
 import math
 import os
 import warnings
@@ -25,6 +33,7 @@ from .filecheck import FileIdentity, check_path
 from .files import default_model_id, file_header_digest, load_config, load_weight_map
 from .plan import ModelPlan, ShardInfo, TensorRef
 from .reader import Reader
+from .regular import IrregularFile, check_regular, open_regular
 
 # torch dtype name -> safetensors dtype name
 _TORCH_DTYPES = {
@@ -55,6 +64,11 @@ NOTE = (
 )
 
 _ZIP_MAGIC = b"PK\x03\x04"
+# What torch inflates whole (data.pkl, version, byteorder, ...) may declare no more than the file's size (a
+# record torch.save writes is stored, so it lies in the file; another zip tool may have compressed a small
+# file's pickle past it, hence the floor) and no more than a state dict's pickle of millions of tensors needs.
+_RECORD_FLOOR = 16 << 20
+MAX_PICKLE_BYTES = 1 << 30
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER
 _LEGACY_PROTOCOL = 1001
 
@@ -64,11 +78,12 @@ def bin_shards(folder: Path) -> tuple[list[str], Path | None]:
     index = folder / "pytorch_model.bin.index.json"
     if index.is_file():
         return sorted(set(load_weight_map(index).values())), index
-    return sorted(p.name for p in folder.glob("pytorch_model*.bin") if p.is_file()), None
+    # Whatever is not a folder: a FIFO or a device named so is refused by name when opened, not passed over.
+    return sorted(p.name for p in folder.glob("pytorch_model*.bin") if not p.is_dir()), None
 
 
-def _legacy_load(torch: Any, path: Path) -> Any:
-    """Read a legacy (non-zip) checkpoint with torch's restricted unpickler.
+def _legacy_load(torch: Any, path: Path, f: io.BufferedReader) -> Any:
+    """Read a legacy (non-zip) checkpoint with torch's restricted unpickler, from `f` (the file, at its start).
 
     torch.load's own legacy path fails (AttributeError) on storages saved untyped (float8, uint16..)
     and allocates whatever size a storage claims; here every claimed storage must fit in the file
@@ -76,7 +91,7 @@ def _legacy_load(torch: Any, path: Path) -> Any:
     """
     from torch import _weights_only_unpickler as restricted
 
-    file_size = path.stat().st_size
+    file_size = os.fstat(f.fileno()).st_size
     storages: dict[str, Any] = {}
     claimed = 0
 
@@ -115,41 +130,82 @@ def _legacy_load(torch: Any, path: Path) -> Any:
             wrap_storage=storage._untyped_storage[start : start + size], dtype=storage.dtype, _internal=True
         )
 
-    with open(path, "rb") as f:
-        if restricted.load(f, encoding="utf-8") != _LEGACY_MAGIC:
-            raise CheckpointFormatError(
-                f"{path}: not a torch checkpoint (no zip archive, no legacy magic number)", file=path
-            )
-        if restricted.load(f, encoding="utf-8") != _LEGACY_PROTOCOL:
-            raise CheckpointFormatError(f"{path}: unknown legacy torch serialization protocol", file=path)
-        restricted.load(f, encoding="utf-8")  # sys info (endianness, type sizes): written by every torch the same
-        unpickler = restricted.Unpickler(f, encoding="utf-8")
-        unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
-        result = unpickler.load()
-        keys = restricted.load(f, encoding="utf-8")
-        if not isinstance(keys, list) or set(keys) != set(storages) or len(keys) != len(storages):
-            raise CheckpointFormatError(
-                f"{path}: its storage list does not match its tensors; the file is corrupt", file=path
-            )
-        for key in keys:
-            storage = storages[key]
-            count = int.from_bytes(f.read(8), "little", signed=True)
-            if count * storage.element_size() != storage.nbytes():
-                raise CheckpointFormatError(f"{path}: a storage has the wrong size; the file is corrupt", file=path)
-            data = torch.empty(0, dtype=torch.uint8).set_(storage._untyped_storage).numpy()
-            if f.readinto(memoryview(data)) != data.nbytes:
-                raise CheckpointFormatError(f"{path}: truncated (a storage ends past the end of the file)", file=path)
+    if restricted.load(f, encoding="utf-8") != _LEGACY_MAGIC:
+        raise CheckpointFormatError(
+            f"{path}: not a torch checkpoint (no zip archive, no legacy magic number)", file=path
+        )
+    if restricted.load(f, encoding="utf-8") != _LEGACY_PROTOCOL:
+        raise CheckpointFormatError(f"{path}: unknown legacy torch serialization protocol", file=path)
+    restricted.load(f, encoding="utf-8")  # sys info (endianness, type sizes): written by every torch the same
+    unpickler = restricted.Unpickler(f, encoding="utf-8")
+    unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
+    result = unpickler.load()
+    keys = restricted.load(f, encoding="utf-8")
+    if not isinstance(keys, list) or set(keys) != set(storages) or len(keys) != len(storages):
+        raise CheckpointFormatError(
+            f"{path}: its storage list does not match its tensors; the file is corrupt", file=path
+        )
+    for key in keys:
+        storage = storages[key]
+        count = int.from_bytes(f.read(8), "little", signed=True)
+        if count * storage.element_size() != storage.nbytes():
+            raise CheckpointFormatError(f"{path}: a storage has the wrong size; the file is corrupt", file=path)
+        data = torch.empty(0, dtype=torch.uint8).set_(storage._untyped_storage).numpy()
+        if f.readinto(memoryview(data)) != data.nbytes:
+            raise CheckpointFormatError(f"{path}: truncated (a storage ends past the end of the file)", file=path)
     return result
 
 
+def _check_zip(path: Path, f: io.BufferedReader) -> None:
+    """Refuse a zip checkpoint before torch reads it where torch would trust it for a size (see the module's
+    docstring): what its central directory declares is all that is read here, nothing is inflated."""
+    import zipfile
+
+    size = os.fstat(f.fileno()).st_size
+    try:
+        records = zipfile.ZipFile(f).infolist()
+    except Exception:  # zipfile's parser on untrusted bytes: BadZipFile, struct.error, ValueError, ...
+        raise CheckpointFormatError(
+            f"{path}: not a readable torch checkpoint (a damaged zip archive)", file=path
+        ) from None
+    bound = min(max(size, _RECORD_FLOOR), MAX_PICKLE_BYTES)
+    names: set[str] = set()
+
+    def refuse(why: str) -> CheckpointFormatError:
+        return CheckpointFormatError(f"{path}: {why}; the file is damaged or malicious", file=path)
+
+    for record in records:
+        name = record.filename
+        if name in names:  # which one torch would read is not which one is checked here
+            raise refuse(f"two records are named {name!r}")
+        names.add(name)
+        if record.header_offset + record.compress_size > size:
+            raise refuse(f"its record {name!r} reaches past the end of the file")
+        parts = name.split("/")
+        if len(parts) == 3 and parts[1] == "data":  # a storage: mapped from the file as it lies
+            if record.compress_type != zipfile.ZIP_STORED or record.file_size != record.compress_size:
+                raise refuse(
+                    f"its tensor data {name!r} is compressed (torch.save stores it as is, and it is read from the "
+                    "file as it lies)"
+                )
+        elif record.file_size > bound:
+            raise refuse(
+                f"its record {name!r} would inflate to {record.file_size} bytes from {record.compress_size} "
+                f"(the file holds {size}; at most {bound} are read)"
+            )
+
+
 def _restricted_load(torch: Any, path: Path) -> Any:
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a FIFO or a device in a shard's place: refused, never waited on
         is_zip = f.read(4) == _ZIP_MAGIC
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # torch's notes on pickle protocols: not the user's concern
-        if is_zip:
+        f.seek(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch's notes on pickle protocols: not the user's concern
+            if not is_zip:
+                return _legacy_load(torch, path, f)
+            _check_zip(path, f)
+            # By its path (mmap needs one): open_torch_bin checks afterwards that it named this very file.
             return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        return _legacy_load(torch, path)
 
 
 def _unreadable(exc: Exception) -> str:
@@ -181,6 +237,8 @@ def _load(path: Path) -> dict[str, Any]:
         state = _restricted_load(torch, path)
     except (CheckpointFormatError, ImportError):
         raise  # ours already, or a broken torch install (a bug to see, not the file's fault)
+    except IrregularFile as exc:
+        raise CheckpointFormatError(f"{path}: {exc}", file=path) from None
     except Exception as exc:
         # The unpickler and torch's rebuild functions run on untrusted bytes: a malformed file surfaces as
         # any exception (IndexError, KeyError, struct.error, AssertionError, MemoryError...), never as code run.
@@ -322,9 +380,12 @@ def open_torch_bin(
     seen: set[str] = set()
     for i, name in enumerate(files):
         path = folder / name
-        if not path.is_file():
-            raise ModelPathError(f"{folder}: shard {name!r} is missing; download the missing file", path=path)
-        identity = FileIdentity.of(os.stat(path))
+        try:
+            identity = FileIdentity.of(check_regular(path))
+        except IrregularFile as exc:
+            raise CheckpointFormatError(f"{path}: {exc}", file=path) from None
+        except OSError:
+            raise ModelPathError(f"{folder}: shard {name!r} is missing; download the missing file", path=path) from None
         state = _load(path)
         check_path(path, identity)  # not rewritten while it was unpickled
         states.append(state)
