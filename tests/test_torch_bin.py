@@ -431,3 +431,33 @@ def test_a_bin_that_is_no_file_is_refused_by_name(tmp_path, kind):
     what = "a FIFO (named pipe)" if kind == "fifo" else "a character device"
     assert out.stderr.strip().splitlines() == [f"error: {path}: is {what}, not a regular file"]
 
+
+def _rss_anon() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("RssAnon:"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="RssAnon: Linux")
+@pytest.mark.parametrize("layout", ["transposed", "permuted 3-D"])
+def test_a_strided_tensor_is_copied_a_chunk_at_a_time(tmp_path, layout):
+    """A transposed 256 MB weight peaked at 1 GB: each chunk of it copied the whole tensor to row-major order.
+    Now a chunk copies its own elements only, and they are the row-major bytes."""
+    from weightdiag.source.chunks import Chunk
+
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(4096, 4096, generator=g)  # 64 MiB
+    t = base.t() if layout == "transposed" else base.view(64, 64, 4096).permute(2, 0, 1)
+    torch.save({"model.layers.0.mlp.down_proj.weight": t}, tmp_path / "pytorch_model.bin")
+    expected = t.contiguous().view(torch.uint8).reshape(-1).numpy()
+    plan, reader = open_local(tmp_path)
+    (ref,) = plan.tensors
+    step = 4 << 20
+    grown = 0
+    for i, lo in enumerate(range(0, ref.nbytes, step)):
+        before = _rss_anon()
+        hi = min(lo + step, ref.nbytes)
+        with reader.chunk(Chunk(i, ref.shard, ref.start + lo, ref.start + hi, ())) as buf:
+            grown = max(grown, _rss_anon() - before)
+            assert np.array_equal(buf, expected[lo:hi]), lo
+    reader.close()
+    assert grown < 3 * step, f"a chunk of {step >> 20} MiB took {grown >> 20} MiB"

@@ -9,7 +9,8 @@ to /dev/zero read without end). A zip checkpoint's records are checked against i
 torch reads any: torch inflates each record other than a storage whole, into a buffer of the size the zip
 declares (and no further), so that declared size is bounded (`_check_zip`: no larger than the file, or 16 MiB
 for a small one, and 1 GiB at most), and the storages, mapped from the file as they lie, must be stored
-uncompressed within it. A legacy (non-zip) checkpoint's storages are bounded by the file size.
+uncompressed within it. A legacy (non-zip) checkpoint's storages are bounded by the file size. A chunk of a
+tensor saved with other strides than row-major (a transposed weight) is copied alone, never the whole tensor.
 """
 
 from __future__ import annotations
@@ -338,29 +339,77 @@ class TorchBinReader(Reader):
             if ref.end > chunk.start:
                 overlapping.append(ref)
         single = len(overlapping) == 1 and overlapping[0].start <= chunk.start and overlapping[0].end >= chunk.end
-        if single:  # one tensor's bytes: a view of the mapping where the tensor is contiguous
+        mapped = self._mapped(overlapping[0]) if single else None
+        if mapped is not None:  # one contiguous tensor's bytes: a view of the mapping
             ref = overlapping[0]
-            yield self._bytes(ref)[chunk.start - ref.start : chunk.end - ref.start]
+            yield mapped[chunk.start - ref.start : chunk.end - ref.start]
         else:
-            buf = np.zeros(chunk.nbytes, dtype=np.uint8)  # alignment padding between tensors reads as zeros
+            # np.zeros: alignment padding between tensors reads as zeros (and its pages are never touched when
+            # a tensor fills them)
+            buf = np.zeros(chunk.nbytes, dtype=np.uint8)
             for ref in overlapping:
                 lo, hi = max(ref.start, chunk.start), min(ref.end, chunk.end)
-                buf[lo - chunk.start : hi - chunk.start] = self._bytes(ref)[lo - ref.start : hi - ref.start]
+                self._copy(ref, lo - ref.start, hi - ref.start, buf[lo - chunk.start : hi - chunk.start])
             yield buf
         if chunk.shard < len(self._identities):  # not rewritten or replaced while it was read
             check_path(self._paths[chunk.shard], self._identities[chunk.shard])
 
-    def _bytes(self, ref: TensorRef) -> np.ndarray:
-        """The tensor's elements in row-major order, as bytes (a copy only where the stored strides differ)."""
+    def _mapped(self, ref: TensorRef) -> np.ndarray | None:
+        """The tensor's bytes as they lie in the mapping, when they are in row-major order (None otherwise)."""
         import torch
 
         t = self._states[ref.shard][ref.name]
-        if not t.is_contiguous():
-            t = t.contiguous()
-        return t.reshape(-1).view(torch.uint8).numpy()
+        return t.reshape(-1).view(torch.uint8).numpy() if t.is_contiguous() else None
+
+    def _copy(self, ref: TensorRef, lo: int, hi: int, out: np.ndarray) -> None:
+        """Bytes [lo, hi) of the tensor in row-major order into `out`: from the mapping's view where it is
+        contiguous, else those elements alone gathered from its strides (never the whole tensor, which
+        `contiguous()` would copy for every chunk of it: 1 GB at the peak for a transposed 256 MB weight)."""
+        mapped = self._mapped(ref)
+        if mapped is not None:
+            out[:] = mapped[lo:hi]
+            return
+        import torch
+
+        t = self._states[ref.shard][ref.name]
+        size = t.element_size()  # chunks cut tensors at multiples of CHUNK_ALIGN, so on whole elements
+        as_int = _same_size_int(size)  # the bits as they are
+        _gather(t.view(as_int), lo // size, hi // size, torch.from_numpy(out).view(as_int))
 
     def close(self) -> None:
         self._states.clear()
+
+
+def _same_size_int(size: int) -> Any:
+    """The integer dtype of `size`-byte elements: a view of a tensor as it is a view of any strides."""
+    import torch
+
+    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size]
+
+
+def _gather(t: Any, lo: int, hi: int, out: Any) -> None:
+    """Elements [lo, hi) of tensor `t` in row-major order into the 1-D contiguous tensor `out`, copying no more
+    than those: the rows of the first dimension wholly inside the range in one strided copy, the partial
+    rows at either end by the same rule one dimension down."""
+    if t.is_contiguous() or t.dim() <= 1:
+        out.copy_(t.reshape(-1)[lo:hi])  # a view here: contiguous, or one dimension of any stride
+        return
+    inner = t.numel() // t.shape[0]
+    first, end = -(-lo // inner), hi // inner  # the whole rows: [first, end)
+    if end < first:  # inside one row
+        row = lo // inner
+        _gather(t[row], lo - row * inner, hi - row * inner, out)
+        return
+    at = 0
+    if lo < first * inner:  # the end of the row before
+        at = first * inner - lo
+        _gather(t[first - 1], inner - at, inner, out[:at])
+    if end > first:
+        rows = t[first:end]
+        out[at : at + rows.numel()].view(rows.shape).copy_(rows)
+        at += rows.numel()
+    if hi > end * inner:  # the start of the row after
+        _gather(t[end], 0, hi - end * inner, out[at:])
 
 
 def open_torch_bin(
