@@ -564,3 +564,22 @@ def test_a_journal_folder_that_is_a_link_is_removed_never_followed(model, tmp_pa
     )
     assert "resumed" not in json.loads(out.stdout)["run"]
     assert not _journals(database) and sorted(p.name for p in elsewhere.iterdir()) == ["manifest.json", "records.jsonl"]
+
+
+def test_rows_partial_as_a_link_out_of_the_database_is_never_written_through(model, tmp_path):
+    database = tmp_path / "db"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (database / "rows").mkdir(parents=True)
+    (database / "rows" / PARTIAL_DIR).symlink_to(outside)
+    with pytest.raises(KeyboardInterrupt):
+        _fit(model, database, _StopAfter(5))
+    assert not list(outside.iterdir())
+    out = run_cli("fit", str(model), "--device", "cpu", "--db", str(database), "-q")
+    assert out.returncode == 0, out.stderr
+    (line,) = [line for line in out.stderr.splitlines() if line.strip()]
+    assert line == (
+        f"warning: {database / 'rows' / PARTIAL_DIR} is a symbolic link, not a folder; this fit keeps no journal "
+        "to resume from"
+    )
+    assert not list(outside.iterdir()) and len(list((database / "rows").glob("*.json"))) == 1

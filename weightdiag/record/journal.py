@@ -260,12 +260,11 @@ class Journal:
         """What an interrupted fit left that this fit may reuse: `expected` holds, for each tensor this fit
         reads, its shard and the records it gives. A journal that does not match is removed (one line says
         why); a record that is damaged is dropped (one line says how many) and its tensor read again."""
-        try:
-            mode = os.lstat(self.folder).st_mode
-        except OSError:
-            return Resumed()  # no journal
-        if not stat.S_ISDIR(mode):  # weightdiag makes a folder here: a link to one is someone else's
-            return self._not_reused(f"it is {kind_of(mode)}, not a folder")
+        if _not_a_folder(self.folder.parent):
+            return Resumed()  # rows/.partial is a link out of the database: start() says no journal is kept
+        what = _not_a_folder(self.folder)
+        if what:  # weightdiag makes a folder here: a link to one is someone else's
+            return self._not_reused(f"it is {what}, not a folder")
         old, why = read_manifest(self.folder)
         if old is None and why is None:
             self.discard()  # none, or one cut off before its manifest: nothing to say
@@ -333,12 +332,13 @@ class Journal:
         """Begin (or continue) the journal: the manifest, then the records reused, then this fit's."""
         self.discard()
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            for folder in (self.folder.parent, self.folder):  # rows/.partial and this journal's own folder
-                mode = os.lstat(folder).st_mode
-                if not stat.S_ISDIR(mode):  # a link: the journal would be written outside the database
-                    warn(f"{folder} is {kind_of(mode)}, not a folder; this fit keeps no journal to resume from")
-                    raise IrregularFile(f"is {kind_of(mode)}")
+            self.folder.parent.mkdir(parents=True, exist_ok=True)
+            for folder in (self.folder.parent, self.folder):  # rows/.partial, then this journal's own folder
+                folder.mkdir(exist_ok=True)
+                what = _not_a_folder(folder)
+                if what:  # a link: the journal would be written outside the database (checked before writing in)
+                    warn(f"{folder} is {what}, not a folder; this fit keeps no journal to resume from")
+                    raise IrregularFile(f"is {what}")
             # Whole or absent (a manifest cut off by a crash is unreadable: the journal is discarded). Not
             # db.write_text_atomic: the measurement stage imports nothing of the database.
             temporary = self.folder / f".manifest.json.{os.getpid()}.tmp"
@@ -401,6 +401,8 @@ class Journal:
         self._close_file()
         # rows/.partial itself stays: removing it when it looks empty races with another fit (a sweep's
         # worker) creating its journal there.
+        if _not_a_folder(self.folder.parent):
+            return  # rows/.partial is a link: nothing is removed through it
         try:
             linked = not stat.S_ISDIR(os.lstat(self.folder).st_mode)
         except OSError:
@@ -410,6 +412,15 @@ class Journal:
                 os.unlink(self.folder)
             return
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _not_a_folder(path: Path) -> str | None:
+    """What `path` is when it is no folder of its own (a link to one, a file...), None when it is one or is none."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISDIR(mode) else kind_of(mode)
 
 
 def _create(path: Path) -> int:
