@@ -78,16 +78,17 @@ def collect(db_dir: Path, *, everything: bool = False, dry_run: bool = False) ->
     return chosen
 
 
-def _irregular(folder: Path, why: str | None) -> str | None:
-    """Why the journal's files cannot be read (a FIFO, a device, a link in place of one: the fit that finds it
-    discards it), None when they can: the manifest's why as read_manifest gave it, else its records'."""
-    if why is not None and why != "its manifest is unreadable":
-        return why
-    try:
-        mode = os.lstat(folder / RECORDS).st_mode  # lstat: never opened here, so a FIFO cannot block
-    except OSError:
-        return None
-    return None if stat.S_ISREG(mode) else f"its {RECORDS} is {kind_of(mode)}, not a regular file"
+def _irregular(folder: Path) -> str | None:
+    """Why the journal's files cannot be read (a FIFO, a device, a folder, a link in place of one: the fit that
+    finds it discards it), None when they can. By lstat alone: nothing here is opened."""
+    for name in (MANIFEST, RECORDS):
+        try:
+            mode = os.lstat(folder / name).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISREG(mode):
+            return f"its {name} is {kind_of(mode)}, not a regular file"
+    return None
 
 
 def _last_write(folder: Path) -> float:
@@ -165,13 +166,13 @@ def _object(document: dict[str, Any] | None, key: str) -> dict[str, Any]:
 
 
 def _info(folder: Path) -> JournalInfo:
-    document, why = read_manifest(folder)
+    document, _ = read_manifest(folder)  # a manifest that is no regular file: None, and _irregular says why
     written = _object(document, WRITER)
     model = _object(document, "model")
     last = _last_write(folder)
     age = time.time() - last
     running = _running(folder, written, age)
-    stale = None if running else _stale(folder, document, last, _irregular(folder, why))
+    stale = None if running else _stale(folder, document, last, _irregular(folder))
     state = "running" if running else "stale" if stale else "interrupted"
     return JournalInfo(
         folder,
