@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import io
 import os
 import pickle
@@ -461,3 +462,142 @@ def test_a_strided_tensor_is_copied_a_chunk_at_a_time(tmp_path, layout):
             assert np.array_equal(buf, expected[lo:hi]), lo
     reader.close()
     assert grown < 3 * step, f"a chunk of {step >> 20} MiB took {grown >> 20} MiB"
+
+
+# --- zip checkpoints of plain tensors, read without torch (weightdiag.source.torch_zip) ------------------------
+
+
+def _plain_states() -> dict[str, object]:
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(12, 10, generator=g)
+    cube = torch.randn(4, 5, 6, generator=g)
+    linear = torch.nn.Linear(6, 4)
+    tensors = {
+        f"m.{name}": (torch.randn(6, 5, generator=g) * 4).to(dtype)
+        for name, dtype in [
+            ("f32", torch.float32),
+            ("bf16", torch.bfloat16),
+            ("f16", torch.float16),
+            ("f64", torch.float64),
+            ("i64", torch.int64),
+            ("i32", torch.int32),
+            ("i8", torch.int8),
+            ("u8", torch.uint8),
+            ("bool", torch.bool),
+            ("fp8", torch.float8_e4m3fn),
+            ("fp8e5", torch.float8_e5m2),
+            ("c64", torch.complex64),
+            ("c128", torch.complex128),
+        ]
+    }
+    tensors |= {
+        "m.u16": torch.arange(30).to(torch.uint16).view(6, 5),
+        "m.scalar": torch.tensor(2.5),
+        "m.empty": torch.zeros(0, 7),
+        "m.transposed": base.t(),
+        "m.permuted": cube.permute(2, 0, 1),
+        "m.stepped": base[::2, 1::3],
+        "m.tied": base,  # shares base's storage with the two views above
+        "m.row": base[3],
+        "m.column": base[:, 4],
+        "m.parameter": torch.nn.Parameter(torch.randn(3, 4, generator=g)),
+        "note": 7,  # not a tensor: left out
+    }
+    state = linear.state_dict()  # an OrderedDict with _metadata (set by BUILD in the pickle)
+    state.update(tensors)
+    return state
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["state dict", "under state_dict"])
+def test_a_plain_zip_is_read_without_torch_exactly_as_torch_reads_it(tmp_path, monkeypatch, wrapped):
+    """Every dtype and layout a state dict holds, read by torch_zip, gives the plan and the bytes torch's loader
+    gives; nothing of torch is loaded for it (no tensor of it is a torch.Tensor)."""
+    from weightdiag.source import torch_bin
+    from weightdiag.source.chunks import Chunk
+    from weightdiag.source.torch_zip import NotPlain
+
+    state = _plain_states()
+    torch.save({"state_dict": state, "epoch": 3} if wrapped else state, tmp_path / "pytorch_model.bin")
+
+    def read_all() -> tuple[list, list[bytes]]:
+        plan, reader = open_local(tmp_path)
+        out = []
+        for ref in plan.tensors:
+            if ref.nbytes and ref.dtype.kind != "other":
+                for lo in range(0, ref.nbytes, 8):  # every 8-byte cut, as chunks cut tensors
+                    with reader.chunk(Chunk(-1, 0, ref.start + lo, min(ref.start + lo + 24, ref.end), ())) as buf:
+                        out.append(bytes(buf))
+        kinds = {type(t).__name__ for t in reader._states[0].values()}
+        reader.close()
+        return [plan.tensors, kinds], out
+
+    (refs, kinds), plain = read_all()
+    assert kinds == {"Laid"}
+    assert {r.name for r in refs} == {k for k in state if k != "note"}
+
+    def refuse(*args):
+        raise NotPlain("forced")
+
+    monkeypatch.setattr(torch_bin, "load_plain", refuse)
+    (torch_refs, torch_kinds), by_torch = read_all()
+    assert torch_kinds == {"Tensor", "Parameter"}
+    assert refs == torch_refs and plain == by_torch
+    monkeypatch.undo()
+    reader = open_local(tmp_path)[1]
+    for ref in refs:  # and the bytes are the tensors' own, in row-major order
+        if ref.dtype.kind != "other" and ref.nbytes:
+            raw = np.empty(ref.nbytes, dtype=np.uint8)
+            reader.read_into(ref, raw)
+            expected = state[ref.name].detach().contiguous().view(-1).view(torch.uint8).numpy()
+            assert raw.tobytes() == expected.tobytes(), ref.name
+    reader.close()
+
+
+def test_a_zip_holding_more_than_plain_tensors_goes_to_torchs_loader(tmp_path):
+    """Sparse and quantized tensors (torch's own rebuild functions), and a pickle of other objects, are not
+    read by torch_zip: torch's loader reads or refuses them, as before."""
+    from weightdiag.source.torch_zip import NotPlain, load_plain
+
+    for name, state in {
+        "sparse": {"w": torch.eye(3).to_sparse()},
+        "object": {"w": torch.zeros(2), "cls": collections.Counter()},
+    }.items():
+        path = tmp_path / f"{name}.bin"
+        torch.save(state, path)
+        with open(path, "rb") as f, zipfile.ZipFile(f) as z, pytest.raises(NotPlain):
+            load_plain(path, f, z.infolist())
+
+
+def test_any_range_of_any_plain_strided_tensor_is_read_exactly(tmp_path):
+    """torch_zip.read_elements against torch's own row-major copy: permuted, sliced and stepped views of 1 to 4
+    dimensions, every range [lo, hi) drawn at random."""
+    import random
+
+    from weightdiag.source.torch_zip import Laid, load_plain, read_elements
+
+    rng = random.Random(0)
+    g = torch.Generator().manual_seed(0)
+    state = {}
+    for i in range(120):
+        shape = [rng.randint(1, 6) for _ in range(rng.randint(1, 4))]
+        steps = [rng.choice([1, 1, 2, 3]) for _ in shape]
+        base = torch.randn(*[n * s + rng.randint(0, 2) for n, s in zip(shape, steps, strict=True)], generator=g)
+        view = base[tuple(slice(0, n * s, s) for n, s in zip(shape, steps, strict=True))]
+        order = list(range(len(shape)))
+        rng.shuffle(order)
+        state[f"t{i}"] = view.permute(*order)
+    path = tmp_path / "pytorch_model.bin"
+    torch.save(state, path)
+    with open(path, "rb") as f, zipfile.ZipFile(f) as z:
+        tensors = load_plain(path, f, z.infolist())
+    with open(path, "rb") as f:
+        for name, t in state.items():
+            laid = tensors[name]
+            assert isinstance(laid, Laid) and laid.shape == tuple(t.shape) and laid.stride == t.stride()
+            expected = t.contiguous().view(-1).numpy()
+            for _ in range(4):
+                lo = rng.randint(0, t.numel())
+                hi = rng.randint(lo, t.numel())
+                out = np.empty((hi - lo) * 4, dtype=np.uint8)
+                read_elements(f.fileno(), laid, lo, hi, out)
+                assert np.array_equal(out.view(np.float32), expected[lo:hi]), (name, lo, hi)
