@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DTYPES, DType
-from ..errors import CheckpointFormatError, MissingDependencyError, ModelPathError
+from ..errors import TORCH_INSTALL, CheckpointFormatError, MissingDependencyError, ModelPathError
 from .chunks import CHUNK_ALIGN, Chunk
 from .filecheck import FileIdentity, changed, check, check_path, open_checked
 from .files import default_model_id, file_header_digest, load_config, load_weight_map
@@ -494,7 +494,7 @@ def open_torch_bin(
     if importlib.util.find_spec("torch") is None:
         raise MissingDependencyError(
             f"{folder}: pytorch_model*.bin checkpoints are read with torch's restricted loader, and torch is not "
-            "installed: pip install 'weightdiag[torch]' (or convert the checkpoint to safetensors)",
+            f"installed: {TORCH_INSTALL} (or convert the checkpoint to safetensors)",
             package="torch",
         ) from None
     if not files:
