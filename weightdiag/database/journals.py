@@ -10,7 +10,9 @@ A journal is in one of three states:
   pid 1, a pid reused since, a fit interrupted in a process that lives on), is no writer (issue 42: a
   journal of pid 1 or >= 2^64 was never removed).
 - stale: no fit can reuse it: written by another build of weightdiag (the build identity differs), its
-  manifest unreadable, its local checkpoint gone or changed, or its row written after it. `db gc` removes it.
+  manifest unreadable, its manifest.json or records.jsonl not a regular file (a FIFO, a device, a folder, a
+  link: read by name only, never opened for a read that could block or not end), its local checkpoint gone
+  or changed, or its row written after it. `db gc` removes it.
 - interrupted: the next fit of its checkpoint with the same options resumes from it. `db gc --all` removes it
   too (that fit then reads every tensor again).
 """
@@ -18,16 +20,17 @@ A journal is in one of three states:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import platform
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..record.journal import MANIFEST, PARTIAL_DIR, RECORDS, SCHEMA, WRITER, build_identity, folder_bytes
+from ..record.journal import MANIFEST, PARTIAL_DIR, RECORDS, SCHEMA, WRITER, build_identity, folder_bytes, read_manifest
+from ..source.regular import kind_of
 from .store import CLAIMS_DIR, ROWS_DIR, _live_claim, _pid_alive
 
 OTHER_HOST_QUIET_SECONDS = 24 * 3600.0  # another host's journal without a write for this long is not running
@@ -79,19 +82,24 @@ def collect(db_dir: Path, *, everything: bool = False, dry_run: bool = False) ->
     return chosen
 
 
-def _read_manifest(folder: Path) -> dict[str, Any] | None:
-    try:
-        document = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    return document if isinstance(document, dict) else None
+def _irregular(folder: Path) -> str | None:
+    """Why the journal's files cannot be read (a FIFO, a device, a folder, a link in place of one: the fit that
+    finds it discards it), None when they can. By lstat alone: nothing here is opened."""
+    for name in (MANIFEST, RECORDS):
+        try:
+            mode = os.lstat(folder / name).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISREG(mode):
+            return f"its {name} is {kind_of(mode)}, not a regular file"
+    return None
 
 
 def _last_write(folder: Path) -> float:
     times = []
     for name in (MANIFEST, RECORDS):
         with contextlib.suppress(OSError):
-            times.append((folder / name).stat().st_mtime)
+            times.append((folder / name).lstat().st_mtime)  # the file's own time, not a linked device's
     if not times:
         with contextlib.suppress(OSError):
             times.append(folder.stat().st_mtime)
@@ -151,8 +159,10 @@ def _uid(proc: Path) -> int | None:
     return None
 
 
-def _stale(folder: Path, document: dict[str, Any] | None, last_write: float) -> str | None:
+def _stale(folder: Path, document: dict[str, Any] | None, last_write: float, irregular: str | None) -> str | None:
     """Why no fit can reuse the journal, None when one may."""
+    if irregular is not None:
+        return irregular
     if document is None or document.get("schema") != SCHEMA:
         return "unreadable, or written by another version of weightdiag"
     if document.get("build") != build_identity():
@@ -191,13 +201,13 @@ def _object(document: dict[str, Any] | None, key: str) -> dict[str, Any]:
 
 
 def _info(folder: Path) -> JournalInfo:
-    document = _read_manifest(folder)
+    document, _ = read_manifest(folder)  # a manifest that is no regular file: None, and _irregular says why
     written = _object(document, WRITER)
     model = _object(document, "model")
     last = _last_write(folder)
     age = time.time() - last
     running = _running(folder, written, age)
-    stale = None if running else _stale(folder, document, last)
+    stale = None if running else _stale(folder, document, last, _irregular(folder))
     state = "running" if running else "stale" if stale else "interrupted"
     return JournalInfo(
         folder,
