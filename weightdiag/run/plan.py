@@ -1,0 +1,215 @@
+"""A fit's dry run (`weightdiag fit MODEL --plan`, `weightdiag.plan(...)`): what the fit would read and record,
+tensor by tensor, and what it would skip and why, from the files' headers and config.json alone.
+
+The fate of each tensor is decided by the fit's own code (run/measure.py `plan_work`, layout/views.py), so the
+plan's records are the row's: the same names in the same order (`matrix` and `vector` entries are the row's
+`matrices[]` and `vectors[]`, `skipped` its `skipped[]`); `not selected` lists what --include/--exclude leave out
+(the row does not name those). From the Hub, only the safetensors headers are read (two ranged reads per shard);
+`bytes_read` says how many bytes of the weight files were fetched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..decode.group import group_quantized
+from ..layout import arch_from_config, complete_arch
+from ..record.table import DataFrame
+from ..source.open import open_model
+from ..source.plan import ModelPlan, TensorRef
+from .measure import _parts, plan_work, selected
+from .options import FitOptions
+
+
+@dataclass(frozen=True)
+class PlannedTensor:
+    """One record the fit would make (fate `matrix` or `vector`), or one stored tensor it would not read (fate
+    `skipped`, `not selected`)."""
+
+    name: str  # the record's name (`<tensor>[<label>]` for one cut from a stored tensor), as the row names it
+    fate: str  # matrix, vector, skipped, not selected
+    tensor: str  # the stored tensor it is read from
+    file: str  # its shard
+    dtype: str  # as stored (a quantized weight's format label)
+    shape: tuple[int, ...]  # the record's shape (a view's, for a record cut from a stored tensor)
+    kind: str | None = None  # q, k, v, o, qkv, gate, up, down, embed, norm, bias, ... (None: not read)
+    cls: str | None = None  # the matrix's class: selection, transmission, embedding, recurrent, other
+    block: int | None = None
+    expert: int | None = None
+    view: str | None = None  # the label of the view it is cut out as (fused experts, MLA), else None
+    parts: tuple[str, ...] = ()  # a fused matrix's parts, fitted apart too (qkv -> q, k, v)
+    nbytes: int = 0  # bytes the fit reads for it (its stored tensor's, counted once per tensor)
+    reason: str | None = None  # why it is skipped or not selected
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["class"] = out.pop("cls")
+        out["shape"] = list(self.shape)
+        out["parts"] = list(self.parts)
+        return out
+
+
+@dataclass
+class Plan:
+    """What `fit` would do with a model: its tensors' fates in the row's order, and what planning read."""
+
+    model_id: str
+    source: str  # local or hub
+    location: str
+    revision: str | None
+    files: list[str]
+    tensors: list[PlannedTensor]
+    bytes_to_read: int  # the weight bytes the fit would read
+    bytes_read: int | None  # bytes of the weight files read to make this plan (headers); None: local files
+    notes: list[str] = field(default_factory=list)
+
+    def of(self, fate: str) -> list[PlannedTensor]:
+        return [t for t in self.tensors if t.fate == fate]
+
+    def __iter__(self) -> Iterator[PlannedTensor]:
+        return iter(self.tensors)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": {"id": self.model_id, "source": self.source, "location": self.location, "revision": self.revision},
+            "files": self.files,
+            "bytes_to_read": self.bytes_to_read,
+            "bytes_read": self.bytes_read,
+            "counts": {fate: len(self.of(fate)) for fate in ("matrix", "vector", "skipped", "not selected")},
+            "tensors": [t.to_json() for t in self.tensors],
+            "notes": self.notes,
+        }
+
+    def frame(self) -> DataFrame:
+        """The plan as a pandas DataFrame, one line per entry (the columns of PlannedTensor.to_json).
+
+        Raises:
+            MissingDependencyError: pandas is not installed (exit code 2).
+        """
+        from ..record.table import frame
+
+        records = [t.to_json() for t in self.tensors]
+        return frame(records, _PLAN_COLUMNS)
+
+
+_PLAN_COLUMNS = ["name", "fate", "tensor", "file", "dtype", "shape", "kind", "class", "block", "expert", "view"]
+_PLAN_COLUMNS += ["parts", "nbytes", "reason"]
+
+
+def plan_fit(
+    spec: str,
+    options: FitOptions | None = None,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+) -> Plan:
+    """The plan of `fit spec` with these options, from headers only (nothing is fitted, nothing written)."""
+    options = options or FitOptions()
+    plan, reader = open_model(spec, model_id=options.model_id, revision=revision, token=token)
+    with reader:
+        group_quantized(plan, reader.tensor_bytes)  # quantized weights as the fit sees them (reads no codes)
+        bytes_read = _header_bytes(plan) if plan.source == "hub" else None
+    return plan_of(plan, options, bytes_read)
+
+
+def _header_bytes(plan: ModelPlan) -> int:
+    """What was fetched of each shard to plan it: its header, up to its first tensor's bytes."""
+    first: dict[int, int] = {}
+    for ref in plan.tensors:
+        first[ref.shard] = min(first.get(ref.shard, ref.start), ref.start)
+    return sum(first.values())
+
+
+def plan_of(plan: ModelPlan, options: FitOptions, bytes_read: int | None = None) -> Plan:
+    """The Plan of an opened model (its quantized weights already grouped)."""
+    notes: list[str] = []
+    arch = complete_arch(arch_from_config(plan.config, notes), [(t.name, t.shape) for t in plan.tensors])
+    work, skipped = plan_work(plan, arch, options.measurement)
+    files = [s.name for s in plan.shards]
+    by_name = {t.name: t for t in plan.tensors}
+
+    def where(ref: TensorRef) -> str:
+        return files[ref.shard] if ref.shard < len(files) else ""
+
+    tensors: list[PlannedTensor] = []
+    for item in work:
+        ref, role = item.ref, item.role
+        dtype = ref.stored_type or ref.dtype.name
+        if ref.quant is not None:
+            dtype = ref.quant.spec.label
+        fate = "vector" if item.vector else "matrix"
+        if item.views:
+            for i, v in enumerate(item.views):
+                tensors.append(
+                    PlannedTensor(
+                        f"{ref.name}[{v.label}]",
+                        fate,  # a tensor read as a vector gives vector records only (measure._as_reduced)
+                        ref.name,
+                        where(ref),
+                        dtype,
+                        tuple(v.shape),
+                        v.role.kind,
+                        v.role.cls,
+                        v.role.block,
+                        v.role.expert,
+                        view=v.label,
+                        nbytes=ref.file_nbytes if i == 0 else 0,
+                    )
+                )
+            continue
+        parts = tuple(kind for kind, _ in _parts(item, arch, options)[0]) if fate == "matrix" else ()
+        tensors.append(
+            PlannedTensor(
+                ref.name,
+                fate,
+                ref.name,
+                where(ref),
+                dtype,
+                tuple(ref.shape),
+                role.kind,
+                role.cls if fate == "matrix" else None,
+                role.block,
+                role.expert,
+                parts=parts,
+                nbytes=ref.file_nbytes,
+            )
+        )
+    for entry in skipped:
+        ref = by_name[entry["name"]]
+        tensors.append(
+            PlannedTensor(
+                entry["name"],
+                "skipped",
+                ref.name,
+                where(ref),
+                entry["dtype"],
+                tuple(entry["shape"]),
+                reason=entry["reason"],
+            )
+        )
+    for ref in plan.tensors:
+        if not selected(ref.name, options.include, options.exclude):
+            tensors.append(
+                PlannedTensor(
+                    ref.name,
+                    "not selected",
+                    ref.name,
+                    where(ref),
+                    ref.dtype.name,
+                    tuple(ref.shape),
+                    reason="left out by include/exclude",
+                )
+            )
+    return Plan(
+        plan.model_id,
+        plan.source,
+        plan.location,
+        plan.revision,
+        files,
+        tensors,
+        sum(item.ref.file_nbytes for item in work),
+        bytes_read,
+        [*plan.notes, *notes],
+    )
