@@ -36,7 +36,7 @@ from .progress import Progress
 from .record.schema import Row, RowError
 from .record.table import DataFrame
 from .run.fitting import check_options, fit_and_save_model, fit_model, fit_path, fit_plan, resolve_row, save_row
-from .run.measure import FitOptions
+from .run.options import FitOptions
 from .source.open import is_hub_id, open_model, split_revision, with_revision
 
 if TYPE_CHECKING:  # the types only: the plan and sweep modules are imported when used
@@ -254,7 +254,7 @@ def spectrum_peers(db: Path) -> list[tuple[str, Any]]:
 
 def _row_id(row: Mapping[str, Any]) -> str:
     model = row["model"]
-    return model["id"] + (f"@{model['revision']}" if model.get("revision") else "")
+    return str(model["id"]) + (f"@{model['revision']}" if model.get("revision") else "")
 
 
 def _same_row(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

@@ -5,7 +5,9 @@ The fate of each tensor is decided by the fit's own code (run/measure.py `plan_w
 plan's records are the row's: the same names in the same order (`matrix` and `vector` entries are the row's
 `matrices[]` and `vectors[]`, `skipped` its `skipped[]`); `not selected` lists what --include/--exclude leave out
 (the row does not name those). From the Hub, only the safetensors headers are read (two ranged reads per shard);
-`bytes_read` says how many bytes of the weight files were fetched.
+`bytes_read` says how many bytes of the weight files were fetched: each shard's first ranged read of
+tuning's head_guess (256 KiB: one request holds most headers, and the fit reuses what it holds), a second
+where the header is longer.
 """
 
 from __future__ import annotations
@@ -110,16 +112,8 @@ def plan_fit(
     plan, reader = open_model(spec, model_id=options.model_id, revision=revision, token=token)
     with reader:
         group_quantized(plan, reader.tensor_bytes)  # quantized weights as the fit sees them (reads no codes)
-        bytes_read = _header_bytes(plan) if plan.source == "hub" else None
+        bytes_read = reader.planning_bytes()
     return plan_of(plan, options, bytes_read)
-
-
-def _header_bytes(plan: ModelPlan) -> int:
-    """What was fetched of each shard to plan it: its header, up to its first tensor's bytes."""
-    first: dict[int, int] = {}
-    for ref in plan.tensors:
-        first[ref.shard] = min(first.get(ref.shard, ref.start), ref.start)
-    return sum(first.values())
 
 
 def plan_of(plan: ModelPlan, options: FitOptions, bytes_read: int | None = None) -> Plan:
