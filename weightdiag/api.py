@@ -693,7 +693,7 @@ def show_row(row_id: str, db_dir: str | Path | None = None, *, summary: bool = F
         ) from None
 
 
-EXPORT_FORMATS = ("csv", "jsonl")
+EXPORT_FORMATS = ("csv", "jsonl", "parquet")
 
 
 def export_rows(
@@ -703,44 +703,76 @@ def export_rows(
     db_dir: str | Path | None = None,
     fitted_only: bool = False,
     on_skip: SkipNote | None = None,
+    per_matrix: bool = False,
 ) -> tuple[str, int]:
-    """`weightdiag db export`: (the CSV or JSONL text, how many rows); with output, also written there atomically."""
-    import csv
-    import io
-    import json
+    """`weightdiag db export`: the database as a table (docs/tables.md): one record per row (identity, T/tau,
+    per-kind median k and lambda), or with per_matrix one per matrix of every fitted row (the row's key columns,
+    then weightdiag.record.table's: WeightWatcher's names for the spectral metrics, the row's for the Weibull ones).
 
-    from .database.store import write_text_atomic
+    Args:
+        fmt: csv, jsonl or parquet (Arrow types; needs pyarrow, the [pandas] extra, and an output file).
+        output: write the table there, atomically; None: return it as text (csv and jsonl).
+        db_dir: the database folder. fitted_only: leave out the cohort's entries (model-level table).
+        on_skip: told of each file in rows/ that is not a readable row (it is passed over).
+        per_matrix: the per-matrix table (of fitted rows: cohort entries have no per-matrix records).
 
-    if fmt not in EXPORT_FORMATS:
-        raise OptionError(f"{param('fmt')} {fmt!r}: choose csv or jsonl", param="fmt")
+    Returns:
+        (the text written, or "" when written to output; how many records).
+
+    Raises:
+        OptionError: (exit code 2) an unknown fmt, or parquet without an output file.
+        OutputError: (exit code 2) output cannot be written. DatabaseError: (exit code 2) no database at db_dir.
+        MissingDependencyError: (exit code 2) parquet without pyarrow.
+    """
+    from .database.export import (
+        PER_MATRIX_COLUMNS,
+        check_format,
+        matrix_table_rows,
+        model_columns,
+        require_pyarrow,
+        text_of,
+        write_parquet,
+        write_text_file,
+    )
+    from .database.store import iter_rows, require_database, write_text_atomic
+
+    check_format(fmt)
     out_path = Path(output) if output is not None else None
+    if fmt == "parquet":
+        if out_path is None:
+            raise OptionError(
+                f"{param('fmt')} parquet writes a binary file: give {param('output')} FILE (such as rows.parquet)",
+                param="output",
+            )
+        require_pyarrow()  # before reading thousands of rows
     if out_path is not None and out_path.is_dir():
         raise OutputError(
             f"--output {out_path}: is a folder; give a file path such as {out_path / ('rows.' + fmt)}", path=out_path
         )
-    records = list_rows(db_dir, fitted_only=fitted_only, on_skip=on_skip)
-    buffer = io.StringIO()
-    if fmt == "jsonl":
-        for record in records:
-            buffer.write(json.dumps(record) + "\n")
+    db = Path(db_dir) if db_dir else None
+    if per_matrix:
+        require_database(db)
+        columns = list(PER_MATRIX_COLUMNS)
+        batches: Any = matrix_table_rows(row for _, row in iter_rows(db, on_skip))
     else:
-        columns: list[str] = []
-        for record in records:
-            columns += [c for c in record if c not in columns]
-        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(records)
-    text = buffer.getvalue()
-    if out_path is not None:
-        try:
+        records = list_rows(db_dir, fitted_only=fitted_only, on_skip=on_skip)
+        columns = model_columns(records)
+        batches = [records]
+    try:
+        if fmt == "parquet":
+            assert out_path is not None
+            return "", write_parquet(out_path, columns, batches)
+        if out_path is not None and per_matrix:  # streamed: thousands of rows' matrices are never held at once
+            return "", write_text_file(out_path, fmt, columns, batches)
+        text, count = text_of(fmt, columns, batches)
+        if out_path is not None:
             write_text_atomic(out_path, text)
-        except OSError as exc:  # a folder, /proc, a read-only place: the user's path (exit 2), not a bug
-            raise OutputError(
-                f"--output {out_path}: cannot write it ({exc.strerror or type(exc).__name__}); "
-                "give a writable file path",
-                path=out_path,
-            ) from None
-    return text, len(records)
+        return text, count
+    except OSError as exc:  # a folder, /proc, a read-only place: the user's path (exit 2), not a bug
+        raise OutputError(
+            f"--output {out_path}: cannot write it ({exc.strerror or type(exc).__name__}); give a writable file path",
+            path=out_path or Path("-"),
+        ) from None
 
 
 def diff(
