@@ -178,6 +178,14 @@ def test_minilm_frame_is_the_row_under_weightwatchers_names(minilm_spectrum):
         assert line["max_abs"] == record["stats"]["max_abs"] and line["gini"] == record["heaviness"]["gini"]
     for column in ("alpha", "D", "xmin", "log_norm", "stable_rank", "mp_softrank", "num_spikes"):
         assert frame[column].notna().all(), column
+    # the README's lines for a row of fit --spectrum run as written
+    readme = (ROOT / "README.md").read_text().split("\n## Python API", 1)[1]
+    block = readme.split("```python\n")[2].split("```")[0]
+    shown = [line for line in block.splitlines() if line.startswith(("frame = ", "details = "))]
+    assert len(shown) == 2
+    space: dict = {"wd": wd, "row": row}
+    exec("\n".join(shown), space)
+    assert list(space["details"].name) == [m["name"] for m in row["matrices"] if m["spectrum"]["alpha"] > 6]
     heavy = frame[frame.alpha > 4]  # WeightWatcher's `details[details.alpha > 6]`, at MiniLM's scale
     assert 0 < len(heavy) < len(frame)
     assert set(heavy.name) == {m["name"] for m in row["matrices"] if m["spectrum"]["alpha"] > 4}
@@ -287,3 +295,20 @@ def test_plan_from_the_hub_reads_headers_only(fake_hub, small_llama, knobs):
     assert plan.bytes_read == fake_hub.file_bytes_sent - config_bytes
     weights = sum(p.stat().st_size for p in small_llama.glob("*.safetensors"))
     assert plan.bytes_read <= len(shards) * 4096 < weights / 50
+
+
+def _column_table(columns) -> str:
+    lines = ["| column | type | what it holds |", "|---|---|---|"]
+    lines += [f"| `{c.name}` | {c.type} | {c.doc} |" for c in columns]
+    return "\n".join(lines)
+
+
+def test_docs_tables_are_the_declared_columns():
+    """docs/tables.md's column tables are generated from the code's declarations (they cannot drift)."""
+    from weightdiag.database.export import MODEL_COLUMNS
+    from weightdiag.record.table import MATRIX_COLUMNS, ROW_KEY_COLUMNS
+    from weightdiag.run.plan import PLAN_COLUMNS
+
+    doc = (ROOT / "docs" / "tables.md").read_text()
+    for columns in (ROW_KEY_COLUMNS, MATRIX_COLUMNS, MODEL_COLUMNS, PLAN_COLUMNS):
+        assert _column_table(columns) in doc, "regenerate docs/tables.md's table:\n" + _column_table(columns)

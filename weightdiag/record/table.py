@@ -35,7 +35,7 @@ class Column:
 
 
 def _columns(kind: str, names: Iterable[str], doc: str) -> list[Column]:
-    return [Column(name, kind, doc) for name in names]
+    return [Column(name, kind, doc.replace("<name>", name)) for name in names]
 
 
 # The spectral columns, WeightWatcher 0.7.7's `details` names in its order (those weightdiag computes: not its
@@ -117,10 +117,14 @@ MATRIX_COLUMNS: tuple[Column, ...] = (
     *_columns("float", HEAVINESS, "`matrices[].heaviness.<name>`: distribution-free tail metric of nonzero |w|"),
     Column("gamma_closure", "float", "`matrices[].gamma_closure`"),
     *[
-        Column(name, "float" if name in SPECTRUM_FLOATS else "int" if name in SPECTRUM_INTS else "str", _SPECTRUM)
+        Column(
+            name,
+            "float" if name in SPECTRUM_FLOATS else "int" if name in SPECTRUM_INTS else "str",
+            _SPECTRUM.replace("<name>", name),
+        )
         for name in WEIGHTWATCHER_COLUMNS
     ],
-    *[Column(name, kind, "`matrices[].spectrum.<name>` (fit --spectrum --farms)") for name, kind in FARMS_COLUMNS],
+    *[Column(name, kind, f"`matrices[].spectrum.{name}` (fit --spectrum --farms)") for name, kind in FARMS_COLUMNS],
     Column("spectrum_skipped", "str", "`matrices[].spectrum_skipped`: why a fit with --spectrum has no spectrum here"),
     Column("quantization", "str", "`matrices[].quantization`: the quantization a weight was stored with"),
     Column("tower", "str", "`matrices[].tower`: the vision/audio tower or projector it belongs to"),

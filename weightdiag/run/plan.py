@@ -18,7 +18,7 @@ from typing import Any
 
 from ..decode.group import group_quantized
 from ..layout import arch_from_config, complete_arch
-from ..record.table import DataFrame
+from ..record.table import Column, DataFrame
 from ..source.open import open_model
 from ..source.plan import ModelPlan, TensorRef
 from .measure import _parts, plan_work, selected
@@ -46,11 +46,12 @@ class PlannedTensor:
     reason: str | None = None  # why it is skipped or not selected
 
     def to_json(self) -> dict[str, Any]:
+        """The entry by PLAN_COLUMNS' names, in their order."""
         out = asdict(self)
         out["class"] = out.pop("cls")
         out["shape"] = list(self.shape)
         out["parts"] = list(self.parts)
-        return out
+        return {c.name: out[c.name] for c in PLAN_COLUMNS}
 
 
 @dataclass
@@ -93,11 +94,26 @@ class Plan:
         from ..record.table import frame
 
         records = [t.to_json() for t in self.tensors]
-        return frame(records, _PLAN_COLUMNS)
+        return frame(records, [c.name for c in PLAN_COLUMNS])
 
 
-_PLAN_COLUMNS = ["name", "fate", "tensor", "file", "dtype", "shape", "kind", "class", "block", "expert", "view"]
-_PLAN_COLUMNS += ["parts", "nbytes", "reason"]
+# `fit --plan --json`'s tensors[] and Plan.frame()'s columns (docs/tables.md).
+PLAN_COLUMNS: tuple[Column, ...] = (
+    Column("name", "str", "the record's name as the row will have it (`<tensor>[<label>]` for one cut from a tensor)"),
+    Column("fate", "str", "matrix, vector (the row's `matrices[]`, `vectors[]`), skipped (`skipped[]`), not selected"),
+    Column("tensor", "str", "the stored tensor it is read from"),
+    Column("file", "str", "the shard holding it"),
+    Column("dtype", "str", "as stored (a quantized weight: its format's label)"),
+    Column("shape", "list<int>", "the record's shape"),
+    Column("kind", "str", "its role: q, k, v, o, qkv, gate, up, down, embed, norm, bias, ... (None: not read)"),
+    Column("class", "str", "a matrix's class: selection, transmission, embedding, recurrent, other"),
+    Column("block", "int", "the transformer block, None outside the blocks"),
+    Column("expert", "int", "the MoE expert, else None"),
+    Column("view", "str", "the label of the view it is cut out as (fused experts, MLA's k and v), else None"),
+    Column("parts", "list<str>", "a fused matrix's parts, fitted apart as well (qkv: q, k, v)"),
+    Column("nbytes", "int", "bytes the fit reads for it (a stored tensor's, on the first of its records)"),
+    Column("reason", "str", "why it is skipped or not selected"),
+)
 
 
 def plan_fit(
