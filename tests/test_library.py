@@ -273,6 +273,7 @@ def test_plan_is_what_the_fit_records_fused_parts_and_filters(cpu_fit, small_neo
     _assert_plan_is_the_row(plan, row)
     left_out = plan.of("not selected")
     assert left_out and all(".mlp." in t.name and t.reason for t in left_out)
+    pytest.importorskip("pandas")
     frame = plan.frame()
     assert list(frame.columns[:4]) == ["name", "fate", "tensor", "file"] and len(frame) == len(plan.tensors)
     assert plan.to_json()["counts"]["not selected"] == len(left_out)
@@ -312,3 +313,19 @@ def test_docs_tables_are_the_declared_columns():
     doc = (ROOT / "docs" / "tables.md").read_text()
     for columns in (ROW_KEY_COLUMNS, MATRIX_COLUMNS, MODEL_COLUMNS, PLAN_COLUMNS):
         assert _column_table(columns) in doc, "regenerate docs/tables.md's table:\n" + _column_table(columns)
+
+
+def test_fit_plan_on_the_command_line(small_neox, tmp_path):
+    """`fit MODEL --plan`: the plan's table (or --json: Plan.to_json()); nothing is fitted or written."""
+    import json
+
+    from .conftest import run_cli
+
+    db = tmp_path / "db"
+    out = run_cli("fit", str(small_neox), "--plan", "--json", "--db", str(db))
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    assert document == wd.plan(str(small_neox)).to_json()
+    assert document["counts"]["matrix"] > 0 and not db.exists()
+    out = run_cli("fit", str(small_neox), "--plan", "--db", str(db), env={"COLUMNS": "300"})
+    assert out.returncode == 0 and "qkv" in out.stdout and "q+k+v" in out.stdout and "to read" in out.stdout
