@@ -263,6 +263,14 @@ def test_minilm_plan_is_what_the_fit_records_and_skips(minilm_dir, minilm_spectr
     assert [t.name for t in plan.of("skipped")] == ["embeddings.position_ids"]
 
 
+@pytest.mark.slow
+def test_a_gguf_plan_is_what_the_fit_records(cpu_fit, smollm_gguf):
+    """Quantized (Q4_1) matrices: the plan's dtype is the stored type, as the row's."""
+    plan = wd.plan(str(smollm_gguf))
+    _assert_plan_is_the_row(plan, cpu_fit(smollm_gguf))
+    assert any(t.dtype.startswith("Q") for t in plan.of("matrix"))
+
+
 def test_plan_is_what_the_fit_records_fused_parts_and_filters(cpu_fit, small_neox, small_llama):
     """A fused qkv's parts, a sharded checkpoint, and --exclude (what is left out is listed as not selected)."""
     _assert_plan_is_the_row(wd.plan(str(small_neox)), cpu_fit(small_neox))

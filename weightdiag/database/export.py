@@ -23,7 +23,7 @@ from ..errors import MissingDependencyError, OptionError, param
 from ..record.table import MATRIX_COLUMNS, ROW_KEY_COLUMNS, Column, matrix_records
 
 FORMATS = ("csv", "jsonl", "parquet")
-BATCH_ROWS = 64  # rows of the database per Parquet row group of the per-matrix table
+BATCH_RECORDS = 10_000  # records per Parquet row group: what is held at once besides the one row being read
 
 # The model-level table's fixed columns (diagnose.results.FlatRecord); then k_median_<kind>, lambda_median_<kind>.
 MODEL_COLUMNS: tuple[Column, ...] = (
@@ -118,7 +118,7 @@ def write_parquet(path: Path, columns: Sequence[Column], batches: Iterable[list[
             pending: list[dict[str, Any]] = []
             for batch in batches:
                 pending += batch
-                if len(pending) >= 50_000:
+                if len(pending) >= BATCH_RECORDS:
                     writer.write_table(_table(pa, schema, names, pending))
                     count += len(pending)
                     pending = []
