@@ -130,13 +130,13 @@ def test_an_export_that_fails_leaves_the_old_file(db, tmp_path, monkeypatch):
     target = tmp_path / "m.parquet"
     target.write_bytes(b"old")
 
-    original = export.matrix_table_rows
+    original = export.matrix_table
 
     def broken(rows):
         yield from original(rows)
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(export, "matrix_table_rows", broken)
+    monkeypatch.setattr(export, "matrix_table", broken)
     with pytest.raises(Exception, match="cannot write it"):
         api.export_rows("parquet", output=target, db_dir=db, per_matrix=True)
     assert target.read_bytes() == b"old"

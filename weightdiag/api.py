@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -726,8 +726,10 @@ def export_rows(
     """
     from .database.export import (
         PER_MATRIX_COLUMNS,
+        by_column,
+        by_record,
         check_format,
-        matrix_table_rows,
+        matrix_table,
         model_columns,
         require_pyarrow,
         text_of,
@@ -753,18 +755,19 @@ def export_rows(
     if per_matrix:
         require_database(db)
         columns = list(PER_MATRIX_COLUMNS)
-        batches: Any = matrix_table_rows(row for _, row in iter_rows(db, on_skip))
+        tables: Iterable[dict[str, list[Any]]] = matrix_table(row for _, row in iter_rows(db, on_skip))
+        records: Iterable[list[dict[str, Any]]] = (by_record(table) for table in tables)
     else:
-        records = list_rows(db_dir, fitted_only=fitted_only, on_skip=on_skip)
-        columns = model_columns(records)
-        batches = [records]
+        listed = list_rows(db_dir, fitted_only=fitted_only, on_skip=on_skip)
+        columns = model_columns(listed)
+        tables, records = [by_column(listed, columns)], [cast("list[dict[str, Any]]", listed)]
     try:
         if fmt == "parquet":
             assert out_path is not None
-            return "", write_parquet(out_path, columns, batches)
+            return "", write_parquet(out_path, columns, tables)
         if out_path is not None and per_matrix:  # streamed: thousands of rows' matrices are never held at once
-            return "", write_text_file(out_path, fmt, columns, batches)
-        text, count = text_of(fmt, columns, batches)
+            return "", write_text_file(out_path, fmt, columns, records)
+        text, count = text_of(fmt, columns, records)
         if out_path is not None:
             write_text_atomic(out_path, text)
         return text, count

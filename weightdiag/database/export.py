@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import MissingDependencyError, OptionError, param
-from ..record.table import MATRIX_COLUMNS, ROW_KEY_COLUMNS, Column, matrix_records
+from ..record.table import MATRIX_COLUMNS, ROW_KEY_COLUMNS, Column, matrix_columns
 
 FORMATS = ("csv", "jsonl", "parquet")
 BATCH_RECORDS = 10_000  # records per Parquet row group: what is held at once besides the one row being read
@@ -55,17 +55,27 @@ def model_columns(records: Sequence[Mapping[str, Any]]) -> list[Column]:
     return [*MODEL_COLUMNS, *(Column(name, "float", KIND_COLUMN_DOC) for name in seen)]
 
 
-def matrix_table_rows(rows: Iterable[Mapping[str, Any]]) -> Iterator[list[dict[str, Any]]]:
-    """Per database row, its per-matrix records with the row's key columns first."""
+def matrix_table(rows: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, list[Any]]]:
+    """Per database row, its per-matrix table by column (PER_MATRIX_COLUMNS: the row's key columns first)."""
     for row in rows:
         model = row["model"]
+        columns = matrix_columns(row)
+        n = len(columns["layer_id"])
         key = {
             "model_id": model["id"],
             "revision": model.get("revision") or model.get("fingerprint"),
             "protocol": row["protocol"]["name"],
             "created": row.get("created"),
         }
-        yield [{**key, **record} for record in matrix_records(row)]
+        yield {**{name: [value] * n for name, value in key.items()}, **columns}
+
+
+def by_column(records: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> dict[str, list[Any]]:
+    return {c.name: [r.get(c.name) for r in records] for c in columns}
+
+
+def by_record(table: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
+    return [dict(zip(table, values, strict=True)) for values in zip(*table.values(), strict=True)]
 
 
 PER_MATRIX_COLUMNS: tuple[Column, ...] = (*ROW_KEY_COLUMNS, *MATRIX_COLUMNS)
@@ -101,13 +111,13 @@ def arrow_schema(columns: Sequence[Column]) -> Any:
     return pa.schema([pa.field(c.name, types[c.type]) for c in columns])
 
 
-def write_parquet(path: Path, columns: Sequence[Column], batches: Iterable[list[dict[str, Any]]]) -> int:
-    """A Parquet file of the declared columns (Arrow types), one row group per batch, written atomically."""
+def write_parquet(path: Path, columns: Sequence[Column], tables: Iterable[Mapping[str, list[Any]]]) -> int:
+    """A Parquet file of the declared columns (Arrow types), from tables by column (each: column name -> values),
+    in row groups of about BATCH_RECORDS records, written atomically; how many records."""
     import importlib
 
     pa = require_pyarrow()
     pq = importlib.import_module("pyarrow.parquet")
-
     schema = arrow_schema(columns)
     names = [c.name for c in columns]
     count = 0
@@ -115,23 +125,20 @@ def write_parquet(path: Path, columns: Sequence[Column], batches: Iterable[list[
     def fill(tmp: Path) -> None:
         nonlocal count
         with pq.ParquetWriter(str(tmp), schema, compression="zstd") as writer:
-            pending: list[dict[str, Any]] = []
-            for batch in batches:
-                pending += batch
-                if len(pending) >= BATCH_RECORDS:
-                    writer.write_table(_table(pa, schema, names, pending))
-                    count += len(pending)
-                    pending = []
-            if pending or not count:
-                writer.write_table(_table(pa, schema, names, pending))
-                count += len(pending)
+            pending: dict[str, list[Any]] = {name: [] for name in names}
+            for table in tables:
+                for name in names:
+                    pending[name].extend(table[name])
+                if len(pending[names[0]]) >= BATCH_RECORDS:
+                    writer.write_table(pa.Table.from_pydict(pending, schema=schema))
+                    count += len(pending[names[0]])
+                    pending = {name: [] for name in names}
+            if pending[names[0]] or not count:
+                writer.write_table(pa.Table.from_pydict(pending, schema=schema))
+                count += len(pending[names[0]])
 
     write_atomic(path, fill)
     return count
-
-
-def _table(pa: Any, schema: Any, names: list[str], records: list[dict[str, Any]]) -> Any:
-    return pa.Table.from_pydict({n: [r.get(n) for r in records] for n in names}, schema=schema)
 
 
 def write_atomic(path: Path, fill: Callable[[Path], None]) -> None:

@@ -143,36 +143,60 @@ ROW_KEY_COLUMNS: tuple[Column, ...] = (
 def matrix_records(row: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One flat record per `matrices[]` entry of a row, with exactly MATRIX_COLUMNS' keys in their order (a value
     the record lacks is None). A cohort summary (no per-matrix records) gives an empty list."""
+    columns = matrix_columns(row)
+    return [dict(zip(MATRIX_COLUMN_NAMES, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+
+
+def matrix_columns(row: Mapping[str, Any], out: dict[str, list[Any]] | None = None) -> dict[str, list[Any]]:
+    """The same table by column: MATRIX_COLUMNS' names -> one value per `matrices[]` entry. With `out`, the values
+    are appended to its lists (a table of many rows, built a row at a time: `db export --per-matrix`)."""
+    if out is None:
+        out = {name: [] for name in MATRIX_COLUMN_NAMES}
+    matrices = row.get("matrices") or []
+    n = len(matrices)
     trim = (row.get("protocol") or {}).get("trim")
-    return [_flat(i, m, trim) for i, m in enumerate(row.get("matrices") or [])]
-
-
-def _flat(index: int, m: Mapping[str, Any], trim: str | None) -> dict[str, Any]:
-    out: dict[str, Any] = dict.fromkeys(MATRIX_COLUMN_NAMES)
-    out["layer_id"] = index
-    for key in ("name", "block", "expert", "kind", "class", "dtype", "numel", "gamma_closure", "spectrum_skipped"):
-        out[key] = m.get(key)
-    for key in ("quantization", "tower"):
-        out[key] = m.get(key)
-    out["shape"] = list(m["shape"]) if m.get("shape") is not None else None
-    out["trim"] = trim
-    fits = m.get("fits") or {}
-    chosen = fits.get(trim) or {}
-    for name, _ in FIT_FIELDS:
-        out[name] = chosen.get(name)
+    out["layer_id"].extend(range(n))
+    for key in _DIRECT:
+        out[key].extend([m.get(key) for m in matrices])
+    out["shape"].extend([list(m["shape"]) if m.get("shape") is not None else None for m in matrices])
+    out["trim"].extend([trim] * n)
+    fits = [m.get("fits") or {} for m in matrices]
+    _extend(out, [f.get(trim) or {} for f in fits], [name for name, _ in FIT_FIELDS])
     for t in TRIMS:
+        of_trim = [f.get(t) or {} for f in fits]
         for name in ("k", "lambda", "r2"):
-            out[f"{name}_{t}"] = (fits.get(t) or {}).get(name)
-    stats = m.get("stats") or {}
-    for name in (*STATS_FLOATS, *STATS_INTS):
-        out[name] = stats.get(name)
-    heaviness = m.get("heaviness") or {}
-    for name in HEAVINESS:
-        out[name] = heaviness.get(name)
-    spectrum = m.get("spectrum") or {}
-    for name in (*WEIGHTWATCHER_COLUMNS, *(n for n, _ in FARMS_COLUMNS)):
-        out[name] = spectrum.get(name)
+            out[f"{name}_{t}"].extend([fit.get(name) for fit in of_trim])
+    _extend(out, [m.get("stats") or {} for m in matrices], (*STATS_FLOATS, *STATS_INTS))
+    _extend(out, [m.get("heaviness") or {} for m in matrices], HEAVINESS)
+    _extend(out, [m.get("spectrum") or {} for m in matrices], _SPECTRAL)
     return out
+
+
+_DIRECT = (
+    "name",
+    "block",
+    "expert",
+    "kind",
+    "class",
+    "dtype",
+    "numel",
+    "gamma_closure",
+    "spectrum_skipped",
+    "quantization",
+)
+_DIRECT = (*_DIRECT, "tower")
+_SPECTRAL = (*WEIGHTWATCHER_COLUMNS, *(name for name, _ in FARMS_COLUMNS))
+
+
+def _extend(out: dict[str, list[Any]], objects: list[Mapping[str, Any]], names: Iterable[str]) -> None:
+    """Each name's column extended with its value in each object (None where absent; all None, fast, where every
+    object is empty: a row without spectra)."""
+    if not any(objects):
+        for name in names:
+            out[name].extend([None] * len(objects))
+        return
+    for name in names:
+        out[name].extend([o.get(name) for o in objects])
 
 
 def require_pandas() -> Any:
@@ -199,7 +223,7 @@ def matrices_frame(row: Mapping[str, Any]) -> DataFrame:
     Raises:
         MissingDependencyError: pandas is not installed (exit code 2).
     """
-    return frame(matrix_records(row), MATRIX_COLUMN_NAMES)
+    return require_pandas().DataFrame(matrix_columns(row), columns=list(MATRIX_COLUMN_NAMES))
 
 
 def flatten(document: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
