@@ -183,8 +183,8 @@ _DIRECT = (
     "gamma_closure",
     "spectrum_skipped",
     "quantization",
+    "tower",
 )
-_DIRECT = (*_DIRECT, "tower")
 _SPECTRAL = (*WEIGHTWATCHER_COLUMNS, *(name for name, _ in FARMS_COLUMNS))
 
 
