@@ -34,7 +34,7 @@ class PlannedTensor:
     fate: str  # matrix, vector, skipped, not selected
     tensor: str  # the stored tensor it is read from
     file: str  # its shard
-    dtype: str  # as stored (a quantized weight's format label)
+    dtype: str  # as stored, as the row's `dtype` says it (a GGUF Q4_1 matrix: Q4_1)
     shape: tuple[int, ...]  # the record's shape (a view's, for a record cut from a stored tensor)
     kind: str | None = None  # q, k, v, o, qkv, gate, up, down, embed, norm, bias, ... (None: not read)
     cls: str | None = None  # the matrix's class: selection, transmission, embedding, recurrent, other
@@ -43,6 +43,7 @@ class PlannedTensor:
     view: str | None = None  # the label of the view it is cut out as (fused experts, MLA), else None
     parts: tuple[str, ...] = ()  # a fused matrix's parts, fitted apart too (qkv -> q, k, v)
     nbytes: int = 0  # bytes the fit reads for it (its stored tensor's, counted once per tensor)
+    format: str | None = None  # a quantized weight's format ("GPTQ int4, group 128", "GGUF Q4_1"), else None
     reason: str | None = None  # why it is skipped or not selected
 
     def to_json(self) -> dict[str, Any]:
@@ -103,7 +104,8 @@ PLAN_COLUMNS: tuple[Column, ...] = (
     Column("fate", "str", "matrix, vector (the row's `matrices[]`, `vectors[]`), skipped (`skipped[]`), not selected"),
     Column("tensor", "str", "the stored tensor it is read from"),
     Column("file", "str", "the shard holding it"),
-    Column("dtype", "str", "as stored (a quantized weight: its format's label)"),
+    Column("dtype", "str", "as stored, as the row's `dtype` says it (a GGUF Q4_1 matrix: Q4_1)"),
+    Column("format", "str", "a quantized weight's format (GPTQ int4, group 128; GGUF Q4_1), else None"),
     Column("shape", "list<int>", "the record's shape"),
     Column("kind", "str", "its role: q, k, v, o, qkv, gate, up, down, embed, norm, bias, ... (None: not read)"),
     Column("class", "str", "a matrix's class: selection, transmission, embedding, recurrent, other"),
@@ -126,10 +128,18 @@ def plan_fit(
     """The plan of `fit spec` with these options, from headers only (nothing is fitted, nothing written)."""
     options = options or FitOptions()
     plan, reader = open_model(spec, model_id=options.model_id, revision=revision, token=token)
+    small = 0  # bytes of the small tensors some quantized formats are grouped by (a packed shape): read too
+
+    def read_small(ref: TensorRef) -> Any:
+        nonlocal small
+        data = reader.tensor_bytes(ref)
+        small += ref.nbytes
+        return data
+
     with reader:
-        group_quantized(plan, reader.tensor_bytes)  # quantized weights as the fit sees them (reads no codes)
-        bytes_read = reader.planning_bytes()
-    return plan_of(plan, options, bytes_read)
+        group_quantized(plan, read_small)  # quantized weights as the fit sees them (reads no codes)
+        fetched = reader.planning_bytes()
+    return plan_of(plan, options, None if fetched is None else fetched + small)
 
 
 def plan_of(plan: ModelPlan, options: FitOptions, bytes_read: int | None = None) -> Plan:
@@ -146,9 +156,8 @@ def plan_of(plan: ModelPlan, options: FitOptions, bytes_read: int | None = None)
     tensors: list[PlannedTensor] = []
     for item in work:
         ref, role = item.ref, item.role
-        dtype = ref.stored_type or ref.dtype.name
-        if ref.quant is not None:
-            dtype = ref.quant.spec.label
+        dtype = ref.stored_type or ref.dtype.name  # as the row's `dtype` (record.row.dtype_fields)
+        fmt = ref.quant.spec.label if ref.quant is not None else ref.quantization
         fate = "vector" if item.vector else "matrix"
         if item.views:
             for i, v in enumerate(item.views):
@@ -166,6 +175,7 @@ def plan_of(plan: ModelPlan, options: FitOptions, bytes_read: int | None = None)
                         v.role.expert,
                         view=v.label,
                         nbytes=ref.file_nbytes if i == 0 else 0,
+                        format=fmt,
                     )
                 )
             continue
@@ -184,6 +194,7 @@ def plan_of(plan: ModelPlan, options: FitOptions, bytes_read: int | None = None)
                 role.expert,
                 parts=parts,
                 nbytes=ref.file_nbytes,
+                format=fmt,
             )
         )
     for entry in skipped:
