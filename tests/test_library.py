@@ -41,6 +41,9 @@ def test_import_is_cheap_and_fit_is_both_the_verb_and_the_stage():
         "from weightdiag.fit.esd import SpectrumFit\n"
         "from weightdiag import fit\n"
         "assert fit is wd.fit and callable(fit) and wd.plan.__module__ == 'weightdiag.api'\n"
+        "import inspect\n"
+        "assert list(inspect.signature(wd.fit).parameters)[:2] == ['spec', 'options']\n"
+        "assert 'Returns:' in wd.fit.__doc__ and 'Weibull fits and statistics' in wd.fit.__doc__\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
     with pytest.raises(wd.BadInputError) as caught:

@@ -110,12 +110,31 @@ def __dir__() -> list[str]:
 
 class _FitPackage(types.ModuleType):
     """weightdiag.fit is both the stage of the Weibull numerics (a package) and the library's `wd.fit(...)`: the
-    package, once imported as weightdiag's attribute, is callable (api.fit), whichever import came first."""
+    package, once imported as weightdiag's attribute, is callable (api.fit), whichever import came first; its
+    help and signature are api.fit's (`help(wd.fit)`, `inspect.signature(wd.fit)`), with the stage's after."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from .api import fit as fit_model
 
         return fit_model(*args, **kwargs)
+
+    @property
+    def __doc__(self) -> str | None:  # a data descriptor: found before the module's own __doc__
+        from .api import fit as fit_model
+
+        return f"{fit_model.__doc__}\n\nThe package: {self.__dict__.get('__doc__')}"
+
+    @__doc__.setter
+    def __doc__(self, value: str | None) -> None:
+        self.__dict__["__doc__"] = value
+
+    @property
+    def __signature__(self) -> Any:
+        import inspect
+
+        from .api import fit as fit_model
+
+        return inspect.signature(fit_model)
 
 
 def _callable_fit_package() -> None:
