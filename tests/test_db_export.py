@@ -141,3 +141,17 @@ def test_an_export_that_fails_leaves_the_old_file(db, tmp_path, monkeypatch):
         api.export_rows("parquet", output=target, db_dir=db, per_matrix=True)
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["m.parquet"]
+
+
+def test_the_database_as_a_frame(db):
+    """wd.database_frame: the export's tables as pandas DataFrames (the same columns and values)."""
+    pytest.importorskip("pandas")
+    import weightdiag as wd
+
+    frame = wd.database_frame(db, per_matrix=True)
+    assert list(frame.columns) == [c.name for c in PER_MATRIX_COLUMNS]
+    rows = _rows(db)
+    assert len(frame) == sum(len(r["matrices"]) for r in rows)
+    assert set(frame.model_id) == {r["model"]["id"] for r in rows}
+    models = wd.database_frame(db, fitted_only=True)
+    assert len(models) == 2 and list(models.columns[: len(MODEL_COLUMNS)]) == [c.name for c in MODEL_COLUMNS]

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         SweepRun,
         check,
         compare,
+        database_frame,
         diff,
         fit,
         plan,
@@ -45,10 +46,8 @@ if TYPE_CHECKING:
 
 # name -> the module that defines it (imported on first use: module __getattr__, PEP 562)
 _FRONT = {
-    **dict.fromkeys(
-        ("Fitted", "Report", "SweepRun", "check", "compare", "diff", "plan", "report", "sweep", "trajectory"),
-        "api",
-    ),
+    **dict.fromkeys(("Fitted", "Report", "SweepRun", "check", "compare", "database_frame", "diff"), "api"),
+    **dict.fromkeys(("plan", "report", "sweep", "trajectory"), "api"),
     **dict.fromkeys(("DiffOptions", "DiffResult", "TensorDiff"), "delta.result"),
     **dict.fromkeys(("CheckResult", "CompareReport", "HealthReport", "TrajectoryResult"), "diagnose.results"),
     **dict.fromkeys(("BadInputError", "ExitCode", "HubError", "MissingDependencyError", "WeightdiagError"), "errors"),
@@ -83,6 +82,7 @@ __all__ = [
     "__version__",
     "check",
     "compare",
+    "database_frame",
     "diff",
     "fit",
     "matrices_frame",

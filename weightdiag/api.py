@@ -61,6 +61,7 @@ __all__ = [
     "check",
     "check_options",
     "compare",
+    "database_frame",
     "diff",
     "export_rows",
     "fit",
@@ -878,3 +879,47 @@ def plan(
     options = options or FitOptions()
     check_options(options)
     return plan_fit(spec, options, revision=revision, token=token)
+
+
+def database_frame(
+    db_dir: str | Path | None = None,
+    *,
+    per_matrix: bool = False,
+    fitted_only: bool = False,
+    on_skip: SkipNote | None = None,
+) -> DataFrame:
+    """The database as a pandas DataFrame: `db export`'s table (docs/tables.md), one line per row (cohort entries
+    too, unless fitted_only), or with per_matrix one per matrix of every fitted row. The whole table is held in
+    memory: for thousands of rows, `db export --format parquet --per-matrix` and a query engine (DuckDB) scale
+    further.
+
+    Args:
+        db_dir: the database folder (default: WEIGHTDIAG_DB, ./DATABASE, the per-user folder).
+        per_matrix: one line per matrix record (fitted rows only) instead of one per row.
+        fitted_only: leave out the cohort's entries (model-level table).
+        on_skip: told of each file in rows/ that is not a readable row (it is passed over).
+
+    Returns:
+        pandas.DataFrame with the declared columns (ROW_KEY_COLUMNS + MATRIX_COLUMNS, or the model columns).
+
+    Raises:
+        DatabaseError: (exit code 2) no database at db_dir.
+        MissingDependencyError: (exit code 2) pandas is not installed: pip install 'weightdiag[pandas]'.
+    """
+    from .database.export import PER_MATRIX_COLUMNS, by_column, matrix_table, model_columns
+    from .database.store import iter_rows, require_database
+    from .record.table import require_pandas
+
+    pd = require_pandas()  # before reading the rows
+    if not per_matrix:
+        listed = list_rows(db_dir, fitted_only=fitted_only, on_skip=on_skip)
+        columns = model_columns(listed)
+        return pd.DataFrame(by_column(listed, columns), columns=[c.name for c in columns])
+    db = Path(db_dir) if db_dir else None
+    require_database(db)
+    names = [c.name for c in PER_MATRIX_COLUMNS]
+    table: dict[str, list[Any]] = {name: [] for name in names}
+    for part in matrix_table(row for _, row in iter_rows(db, on_skip)):
+        for name in names:
+            table[name].extend(part[name])
+    return pd.DataFrame(table, columns=names)
