@@ -102,7 +102,8 @@ def main(model: str) -> float:
 
 @pytest.mark.slow
 def test_a_user_script_passes_mypy_strict(tmp_path):
-    """A script importing the root's names type-checks under `mypy --strict` (the inline types, py.typed)."""
+    """A script importing the root's names type-checks under `mypy --strict`: weightdiag found on PYTHONPATH is an
+    installed package to mypy, read only because of py.typed (without it: "missing library stubs or py.typed")."""
     pytest.importorskip("mypy")
     script = tmp_path / "user.py"
     script.write_text(USER_SCRIPT)
@@ -340,3 +341,17 @@ def test_fit_plan_on_the_command_line(small_neox, tmp_path):
     assert document["counts"]["matrix"] > 0 and not db.exists()
     out = run_cli("fit", str(small_neox), "--plan", "--db", str(db), env={"COLUMNS": "300"})
     assert out.returncode == 0 and "qkv" in out.stdout and "q+k+v" in out.stdout and "to read" in out.stdout
+
+
+def test_diff_takes_plot_and_html_as_report_does(tmp_path):
+    """One vocabulary: `plot` and `html` on diff as on report; the older plot_dir/html_file still taken, and the
+    two names for two places refused (exit code 2) before any model is read."""
+    import inspect
+
+    from weightdiag import api
+
+    for verb in (api.diff, api.report):
+        assert {"plot", "html"} <= set(inspect.signature(verb).parameters)
+    with pytest.raises(wd.BadInputError, match="plot") as caught:
+        wd.diff("no/such-base", "no/such-tuned", plot=tmp_path / "a", plot_dir=tmp_path / "b")
+    assert caught.value.exit_code == 2

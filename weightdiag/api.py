@@ -173,25 +173,25 @@ def compare(
     revision: str | None = None,
 ) -> list[CompareReport]:
     """`weightdiag compare`: a comparison with the cohort per model (default: every fitted row); models
-        fitted on the way are saved unless save=False. `revision`: of the one model given (as MODEL@REV).
+    fitted on the way are saved unless save=False. `revision`: of the one model given (as MODEL@REV).
 
-        Args:
-            specs: models (paths, Hub ids, row files, database or cohort ids); none: every fitted row of db_dir.
-            db_dir: the database folder; options, progress, token: as for `fit`, for models fitted on the way.
-            save: write the rows of models fitted on the way.
-            on_row: called (spec, row, how) as each model's row is resolved (how: fitted, database, row file, cohort).
-            revision: the revision of the one model given.
+    Args:
+        specs: models (paths, Hub ids, row files, database or cohort ids); none: every fitted row of db_dir.
+        db_dir: the database folder; options, progress, token: as for `fit`, for models fitted on the way.
+        save: write the rows of models fitted on the way.
+        on_row: called (spec, row, how) as each model's row is resolved (how: fitted, database, row file, cohort).
+        revision: the revision of the one model given.
 
-        Returns:
-            list[CompareReport]: one comparison with the cohort per model (weightdiag.diagnose.results).
+    Returns:
+        list[CompareReport]: one comparison with the cohort per model (weightdiag.diagnose.results).
 
-        Raises:
-    BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
-                (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
-            HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
-                fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
-                VerificationError, ...).
-            RowNotFoundError: (exit code 2, a BadInputError) a name that is no row, model or cohort entry.
+    Raises:
+        BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
+            (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
+        HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
+            fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
+            VerificationError, ...).
+        RowNotFoundError: (exit code 2, a BadInputError) a name that is no row, model or cohort entry.
     """
     from .diagnose.compare import compare as compare_row
 
@@ -281,25 +281,25 @@ def check(
     revision: str | None = None,
 ) -> CheckResult:
     """`weightdiag check`: compare a model's fits with a baseline row; result["passed"] says whether every
-        matrix stayed within |dk| <= tol_k and |dlambda/lambda| <= tol_lambda (the fit uses the baseline's protocol).
+    matrix stayed within |dk| <= tol_k and |dlambda/lambda| <= tol_lambda (the fit uses the baseline's protocol).
 
-        Args:
-            spec: the model to check (as for `fit`); baseline: a row file (JSON) to compare it with.
-            tol_k, tol_lambda: the tolerances on k (absolute) and lambda (relative).
-            junit: also write a JUnit XML report there. db_dir, device, connections, progress, token, revision: as for
-                `fit`; save: write the new row (default False). on_row: as for `compare`.
+    Args:
+        spec: the model to check (as for `fit`); baseline: a row file (JSON) to compare it with.
+        tol_k, tol_lambda: the tolerances on k (absolute) and lambda (relative).
+        junit: also write a JUnit XML report there. db_dir, device, connections, progress, token, revision: as for
+            `fit`; save: write the new row (default False). on_row: as for `compare`.
 
-        Returns:
-            CheckResult: `result["passed"]`, and per matrix what moved (weightdiag.diagnose.results). A regression is a
-            result (the command line exits 1 for it), not an exception.
+    Returns:
+        CheckResult: `result["passed"]`, and per matrix what moved (weightdiag.diagnose.results). A regression is a
+        result (the command line exits 1 for it), not an exception.
 
-        Raises:
-    BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
-                (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
-            HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
-                fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
-                VerificationError, ...).
-            OutputError: (exit code 2) junit cannot be written.
+    Raises:
+        BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
+            (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
+        HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
+            fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
+            VerificationError, ...).
+        OutputError: (exit code 2) junit cannot be written.
     """
     from .database.store import load_row, write_text_atomic
     from .diagnose.check import check as check_rows
@@ -358,25 +358,25 @@ def report(
     revision: str | None = None,
 ) -> Report:
     """`weightdiag report`: the health report of a model; with plot (a folder) and/or html (a file) also
-        its figures, re-reading the few matrices whose |w| histogram is drawn.
+    its figures, re-reading the few matrices whose |w| histogram is drawn.
 
-        Args:
-            spec: a model, row file or database id (as for `compare`); db_dir, options, progress, token, save,
-                revision: as for `fit`.
-            top: how many matrices each list of the report names.
-            plot: a folder for the PNG figures; html: a file for the page (both need the [plot] extra).
-            hist: names of matrices whose |w| histogram is drawn besides those chosen.
+    Args:
+        spec: a model, row file or database id (as for `compare`); db_dir, options, progress, token, save,
+            revision: as for `fit`.
+        top: how many matrices each list of the report names.
+        plot: a folder for the PNG figures; html: a file for the page (both need the [plot] extra).
+        hist: names of matrices whose |w| histogram is drawn besides those chosen.
 
-        Returns:
-            Report: `.result` (the HealthReport document), `.how` (where the row came from), `.row`, `.notes`.
+    Returns:
+        Report: `.result` (the HealthReport document), `.how` (where the row came from), `.row`, `.notes`.
 
-        Raises:
-    BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
-                (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
-            HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
-                fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
-                VerificationError, ...).
-            OutputError: (exit code 2) plot or html cannot be written.
+    Raises:
+        BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
+            (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
+        HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
+            fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
+            VerificationError, ...).
+        OutputError: (exit code 2) plot or html cannot be written.
     """
     from .diagnose.health import health_report
 
@@ -487,24 +487,24 @@ def sweep(
     progress: Progress | None = None,
 ) -> SweepRun:
     """`weightdiag sweep`: fit the selected checkpoints of a training run (Hub revisions or a folder of
-        checkpoint folders) into the database; resumable (rows already there are kept), in parallel.
+    checkpoint folders) into the database; resumable (rows already there are kept), in parallel.
 
-        Args:
-            target: a Hub id (its revisions) or a folder of checkpoint folders.
-            revisions, steps ("log:6", "every:1000", ...), everything, glob: which checkpoints (default: a few).
-            jobs: fits at once on this machine; executor ("local" or "ray") and ray_address: where they run.
-            model_id: the rows' model id (a folder's default: its name). db_dir, options, token, download, progress:
-                as for `fit`. on_plan, on_outcome: called with the chosen revisions, and as each fit ends.
+    Args:
+        target: a Hub id (its revisions) or a folder of checkpoint folders.
+        revisions, steps ("log:6", "every:1000", ...), everything, glob: which checkpoints (default: a few).
+        jobs: fits at once on this machine; executor ("local" or "ray") and ray_address: where they run.
+        model_id: the rows' model id (a folder's default: its name). db_dir, options, token, download, progress:
+            as for `fit`. on_plan, on_outcome: called with the chosen revisions, and as each fit ends.
 
-        Returns:
-            SweepRun: `.model_id`, `.revisions`, `.outcomes` (one per revision), `.failed`.
+    Returns:
+        SweepRun: `.model_id`, `.revisions`, `.outcomes` (one per revision), `.failed`.
 
-        Raises:
-    BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
-                (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
-            HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
-                fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
-                VerificationError, ...).
+    Raises:
+        BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
+            (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
+        HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
+            fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
+            VerificationError, ...).
     """
     from .run import sweep as sw
 
@@ -786,39 +786,47 @@ def diff(
     *,
     db_dir: str | Path | None = None,
     save: bool = False,
-    plot_dir: Path | None = None,
-    html_file: Path | None = None,
+    plot: str | Path | None = None,
+    html: str | Path | None = None,
     progress: Progress | None = None,
     revision: str | None = None,
+    plot_dir: Path | None = None,
+    html_file: Path | None = None,
 ) -> DiffResult:
     """What changed from `base` to `tuned`, tensor by tensor (weightdiag.run.diff); base None: the base_model its
-        model card names. With save=True the diff row is written to DATABASE/diffs/ (result.run["saved"]);
-        plot_dir and html_file: relative change and rank90 per block and kind as PNGs, and a page. `revision`: the
-        tuned model's, as TUNED@REV (the base's is given as BASE@REV).
+    model card names. With save=True the diff row is written to DATABASE/diffs/ (result.run["saved"]);
+    plot_dir and html_file: relative change and rank90 per block and kind as PNGs, and a page. `revision`: the
+    tuned model's, as TUNED@REV (the base's is given as BASE@REV).
 
-        Args:
-            base, tuned: two checkpoints of one architecture (as `fit` takes models); base None: the tuned model
-                card's base_model.
-            options: DiffOptions (device, include/exclude, spectrum, sketch, executor, token, ...).
-            db_dir, save: write the diff row to db_dir/diffs/ (default: not). plot_dir, html_file: its figures.
-            progress: as for `fit`; revision: the tuned model's.
+    Args:
+        base, tuned: two checkpoints of one architecture (as `fit` takes models); base None: the tuned model
+            card's base_model.
+        options: DiffOptions (device, include/exclude, spectrum, sketch, executor, token, ...).
+        db_dir, save: write the diff row to db_dir/diffs/ (default: not).
+        plot: a folder for its PNG figures; html: a file for its page (as `report` takes them; plot_dir and
+            html_file, their names before, are still taken).
+        progress: as for `fit`; revision: the tuned model's.
 
-        Returns:
-            DiffResult: `.matrices` and `.vectors` (TensorDiff per pair), `.findings`, `.blocks`, `.kinds`,
-            `.to_json()` (docs/diff-schema.md), `.matrices_frame()` (a pandas DataFrame, one line per pair).
+    Returns:
+        DiffResult: `.matrices` and `.vectors` (TensorDiff per pair), `.findings`, `.blocks`, `.kinds`,
+        `.to_json()` (docs/diff-schema.md), `.matrices_frame()` (a pandas DataFrame, one line per pair).
 
-        Raises:
-    BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
-                (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
-            HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
-                fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
-                VerificationError, ...).
-            OutputError: (exit code 2) plot_dir or html_file cannot be written.
+    Raises:
+        BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
+            (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
+        HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
+            fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
+            VerificationError, ...).
+        OutputError: (exit code 2) plot_dir or html_file cannot be written.
     """
     from .run.diff import diff as run_diff
 
     tuned = with_revision(tuned, revision)  # --revision REV: TUNED@REV, as fit takes MODEL@REV
-
+    for name, given, before in (("plot", plot, plot_dir), ("html", html, html_file)):
+        if given is not None and before is not None and Path(given) != Path(before):
+            raise OptionError(f"{param(name)} and its older name name two places; give one of them", param=name)
+    plot_dir = Path(plot) if plot is not None else plot_dir
+    html_file = Path(html) if html is not None else html_file
     _check_outputs(plot_dir, html_file)
     if plot_dir is not None or html_file is not None:
         from .render.plots import require_matplotlib
@@ -856,23 +864,23 @@ def plan(
     token: str | None = None,
 ) -> Plan:
     """`weightdiag fit MODEL --plan`: what `fit` would read and record, and what it would skip and why, from the
-        files' headers and config.json alone (from the Hub: the safetensors headers, two ranged reads per shard).
+    files' headers and config.json alone (from the Hub: the safetensors headers, two ranged reads per shard).
 
-        Args:
-            spec, revision, token: the model, as for `fit`.
-            options: the fit's options (include/exclude and split_fused change the plan).
+    Args:
+        spec, revision, token: the model, as for `fit`.
+        options: the fit's options (include/exclude and split_fused change the plan).
 
-        Returns:
-            Plan: `.tensors` (PlannedTensor: name, fate matrix/vector/skipped/not selected, tensor, file, dtype, shape,
-            kind, class, block, expert, view, parts, nbytes, reason), `.bytes_to_read`, `.bytes_read` (of the weight
-            files, to plan: None for local files), `.to_json()`, `.frame()`.
+    Returns:
+        Plan: `.tensors` (PlannedTensor: name, fate matrix/vector/skipped/not selected, tensor, file, dtype, shape,
+        kind, class, block, expert, view, parts, nbytes, reason), `.bytes_to_read`, `.bytes_read` (of the weight
+        files, to plan: None for local files), `.to_json()`, `.frame()`.
 
-        Raises:
-    BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
-                (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
-            HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
-                fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
-                VerificationError, ...).
+    Raises:
+        BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
+            (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
+        HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
+            fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
+            VerificationError, ...).
     """
     from .run.plan import plan_fit
 
