@@ -284,7 +284,11 @@ HistOption = _option(
 FittedOption = _option(bool, "--fitted", help="Only fitted rows (no cohort entries).")
 GcAllOption = _option(bool, "--all", help="Also the journals of interrupted fits (their next fit starts over).")
 DryRunOption = _option(bool, "--dry-run", help="Only list what would be removed.")
-FormatOption = _option(str, "--format", metavar="FORMAT", help="csv or jsonl.")
+FormatOption = _option(
+    str, "--format", metavar="FORMAT", help="csv, jsonl or parquet (with --output; the [pandas] extra)."
+)
+PerMatrixOption = _option(bool, "--per-matrix", help="One record per matrix of every fitted row (docs/tables.md).")
+PlanOption = _option(bool, "--plan", help="Only list what the fit would read and skip, from the headers; fit nothing.")
 OutputOption = _option(Path | None, "--output", metavar="FILE", help="Write here (atomically) instead of stdout.")
 
 
@@ -389,5 +393,7 @@ OPTIONS: dict[str, Entry] = {
     "every@gc": Entry(GcAllOption, False),
     "dry_run": Entry(DryRunOption, False),
     "fmt": Entry(FormatOption, "csv"),
+    "per_matrix": Entry(PerMatrixOption, False),
+    "plan": Entry(PlanOption, False),
     "output": Entry(OutputOption, None),
 }
