@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from functools import cache
+from statistics import median
 from typing import Any, cast
 
 import numpy as np
@@ -130,8 +131,8 @@ def shallow_ffn_regime(row: Mapping[str, Any], trim: str = COHORT_TRIM) -> dict[
         # The blocks the test read: 0-5, or fewer in a smaller model (a 4-block model has 0-3).
         "shallow_blocks": f"{present[0]}-{present[-1]}" if len(present) > 1 else str(present[0]),
         "shallow_min_k": shallow_min,
-        "shallow_median_k_gate": float(np.median(shallow_gate)) if shallow_gate else None,
-        "deep_median_k_gate": float(np.median(deep)) if deep else None,
+        "shallow_median_k_gate": float(median(shallow_gate)) if shallow_gate else None,
+        "deep_median_k_gate": float(median(deep)) if deep else None,
         "blocks_checked": len(gates),
     }
 
