@@ -13,16 +13,11 @@ import re
 from pathlib import Path
 
 from .conftest import run_cli
+from .docs_text import section as _section
+from .docs_text import user_docs
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-
-
-def _section(title: str) -> str:
-    text = README.read_text()
-    start = text.index(f"\n## {title}")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end >= 0 else len(text)]
 
 
 def _blocks(text: str, lang: str = "") -> list[str]:
@@ -90,7 +85,7 @@ _MODULE = re.compile(r"`(weightdiag(?:\.\w+)+)(?:\(\))?`")
 
 
 def test_every_path_and_module_the_readme_names_exists():
-    text = README.read_text()
+    text = user_docs()  # the README and the docs pages its sections moved to
     missing = [p for p in sorted(set(_PATH.findall(text))) if not (ROOT / p).exists()]
     assert not missing, f"README names paths that do not exist: {missing}"
     for dotted in sorted(set(_MODULE.findall(text))):
@@ -148,7 +143,7 @@ def test_the_readme_fit_and_db_show_examples_are_real_runs(minilm_dir, tmp_path)
 def test_the_class_legend_is_under_every_kinds_table_and_in_the_readme():
     from weightdiag.render.tables import CLASS_LEGEND
 
-    readme = README.read_text()
+    readme = user_docs()
     for line in CLASS_LEGEND.splitlines():
         assert readme.count(line) >= 2, line  # under the fit and the db show examples
     assert "**The two class columns.**" in readme
