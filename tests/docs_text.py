@@ -21,11 +21,15 @@ def user_docs() -> str:
 
 
 def section(title: str) -> str:
-    """The `## title` section of the user's documentation (wherever it lives), up to the next `## ` heading;
-    the heading must name exactly one section, so a moved section cannot be shadowed by a stale copy."""
-    text = user_docs()
-    starts = [m.start() for m in re.finditer(rf"(?m)^## {re.escape(title)}$", text)]
-    assert len(starts) == 1, f"the user's docs have {len(starts)} sections headed '## {title}'"
-    start = starts[0] - 1
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end >= 0 else len(text)]
+    """The `## title` section of the user's documentation (wherever it lives), up to the next `## ` heading or the
+    end of its page; the heading must name exactly one section, so a moved section cannot be shadowed by a stale
+    copy."""
+    found = []
+    for page in doc_pages():
+        text = "\n" + page.read_text()
+        for match in re.finditer(rf"(?m)^## {re.escape(title)}$", text):
+            start = match.start() - 1
+            end = text.find("\n## ", start + 1)
+            found.append(text[start : end if end >= 0 else len(text)])
+    assert len(found) == 1, f"the user's docs have {len(found)} sections headed '## {title}'"
+    return found[0]
