@@ -299,3 +299,29 @@ def test_the_readme_diff_section_runs_on_the_lora_pair(minilm_dir, tmp_path):
         printed = done.stdout.strip().splitlines()[-1]
         verdict = " ".join(verdict.split())  # the prose folds it
         assert re.fullmatch(re.escape(verdict).replace(r"\.\.\.", ".*"), printed), (verdict, printed)
+
+
+def test_the_readme_quick_start_runs_on_the_demo_model(minilm_dir, tmp_path):
+    """Issue 38: the quick start's commands, as written, on MiniLM for path/to/model, offline (its Hub line is the
+    one left out: tests/test_hub*.py stream from a loopback Hub), and the row lands where the README says."""
+    import shlex
+
+    block = _blocks(_section("Quick start"), "bash")[0]
+    commands = [line.split("  #", 1)[0].strip() for line in block.strip().splitlines()]
+    assert commands[0] == "weightdiag fit path/to/model" and len(commands) >= 5
+    env = {"WEIGHTDIAG_DB": str(tmp_path / "db"), "HF_HUB_OFFLINE": "1", "COLUMNS": "100000"}
+    ran = 0
+    for command in commands:
+        words = shlex.split(command)
+        assert words[0] == "weightdiag", command
+        if any(re.fullmatch(r"[\w.-]+/[\w.-]+(@\S+)?", w) and w != "path/to/model" for w in words[2:]):
+            continue  # a Hub id
+        words = [str(minilm_dir) if w == "path/to/model" else w for w in words[1:]]
+        quiet = ["-q"] if words[0] in ("fit", "compare", "report") else []
+        done = run_cli(*words, *quiet, env=env, cwd=tmp_path)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr)
+        ran += 1
+    assert ran == len(commands) - 1
+    rows = list((tmp_path / "db" / "rows").glob("all-MiniLM-L6-v2@*.json"))
+    assert len(rows) == 1 and "<database>/rows/<model>@<revision>.json" in _section("Quick start")
+    assert (tmp_path / "report.html").is_file()
