@@ -457,8 +457,9 @@ def test_a_tmux_capture_at_80_columns(tmp_path):
 
 def test_the_readme_compare_example_is_a_real_run(minilm_dir, tmp_path):
     """README's `compare` example is what `weightdiag compare` prints on MiniLM (to a file: full width)."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    section = readme[readme.index("## Comparing with the paper's cohort: `compare`") :]
+    from .docs_text import section as docs_section
+
+    section = docs_section("Comparing with the paper's cohort: `compare`")
     start = section.index("```\n") + 4
     example = section[start : section.index("\n```", start)]
     out = run_cli("compare", str(minilm_dir), "--db", str(tmp_path / "db"), "-q", env={"COLUMNS": "100000"})

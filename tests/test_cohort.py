@@ -25,6 +25,7 @@ from weightdiag.diagnose.functions import (
 )
 
 from .conftest import run_cli
+from .docs_text import user_docs
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO.parent / "shared" / "reference"
@@ -257,7 +258,7 @@ def test_check_fails_when_one_matrix_is_scaled(minilm_dir, tmp_path):
     assert name in out.stdout
     assert "moved" in out.stdout
     # The README quotes this run's lambda change; it must be what `check` prints (issue 11: +4.951%).
-    claimed = re.search(r"matrix \(λ ([+-][\d.]+%)[:)]", (REPO / "README.md").read_text())
+    claimed = re.search(r"matrix \(λ ([+-][\d.]+%)[:)]", user_docs())
     assert claimed, out.stdout
     assert claimed.group(1) in out.stdout, out.stdout
     xml = junit.read_text()

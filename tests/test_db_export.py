@@ -16,6 +16,7 @@ from weightdiag.database.export import MODEL_COLUMNS, PER_MATRIX_COLUMNS
 from weightdiag.record.table import MATRIX_COLUMN_NAMES
 
 from .conftest import run_cli
+from .docs_text import user_docs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +91,7 @@ def test_parquet_per_matrix_has_arrow_types_and_the_rows_values(db, tmp_path):
 
 
 def _readme_sql() -> str:
-    text = (ROOT / "README.md").read_text()
+    text = user_docs()
     blocks = re.findall(r"```sql\n(.*?)```", text, re.S)
     queries = [b for b in blocks if "matrices.parquet" in b]
     assert queries, "the README shows a DuckDB query over matrices.parquet"

@@ -116,8 +116,10 @@ def test_no_text_users_read_claims_the_old_default():
     texts = [root / "README.md", *(root / "docs").glob("*.md"), *(root / "weightdiag" / "cli").glob("*.py")]
     stale = [str(p.relative_to(root)) for p in texts if re.search(r"else `?\./DATABASE`?", p.read_text())]
     assert not stale, stale
-    readme = (root / "README.md").read_text()
-    assert "### Where rows are kept: the database folder" in readme and "~/.local/share/weightdiag" in readme
+    from .docs_text import user_docs
+
+    assert "### Where rows are kept: the database folder" in user_docs()
+    assert "~/.local/share/weightdiag" in (root / "README.md").read_text()
 
 
 def test_db_list_shows_no_matrix_count_for_cohort_entries(tmp_path):

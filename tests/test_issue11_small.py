@@ -18,6 +18,8 @@ from weightdiag.diagnose import trajectory as tr
 from weightdiag.diagnose.cohort import load_cohort
 from weightdiag.diagnose.compare import compare
 
+from .docs_text import user_docs
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -104,7 +106,7 @@ def test_readme_f32_bound_names_what_the_benchmark_measures(minilm_dir: Path) ->
     from weightdiag.reduce.reduction import reduce_array
     from weightdiag.source.local import open_local
 
-    readme = (ROOT / "README.md").read_text()
+    readme = user_docs()
     plan, reader = open_local(minilm_dir)
     try:
         f32 = [t for t in plan.tensors if t.dtype.name == "F32" and len(t.shape) == 2]

@@ -16,6 +16,8 @@ import tomllib
 import weightdiag as wd
 from weightdiag.record.table import MATRIX_COLUMN_NAMES, WEIGHTWATCHER_COLUMNS, matrix_records
 
+from .docs_text import section as docs_section
+
 ROOT = Path(__file__).resolve().parents[1]
 VERBS = ("fit", "diff", "compare", "check", "report", "sweep", "plan")
 
@@ -183,7 +185,7 @@ def test_minilm_frame_is_the_row_under_weightwatchers_names(minilm_spectrum):
     for column in ("alpha", "D", "xmin", "log_norm", "stable_rank", "mp_softrank", "num_spikes"):
         assert frame[column].notna().all(), column
     # the README's lines for a row of fit --spectrum run as written
-    readme = (ROOT / "README.md").read_text().split("\n## Python API", 1)[1]
+    readme = docs_section("Python API")
     block = readme.split("```python\n")[2].split("```")[0]
     shown = [line for line in block.splitlines() if line.startswith(("frame = ", "details = "))]
     assert len(shown) == 2

@@ -1,5 +1,7 @@
 """The README cannot go stale (issue 21): its outputs, its Python example and the paths it names are checked here
-against what the tool does today, so a change in the output fails until the README follows.
+against what the tool does today, so a change in the output fails until the README follows. Since issue 38 the
+README is one page and its long sections live whole in docs/: they are read there (tests/docs_text.py), and the
+README's own excerpts are checked against them (tests/test_readme_page.py).
 
 Also checked elsewhere: the `compare` example (tests/test_cli.py), the set-up commands (tests/test_scripts.py).
 """
@@ -13,16 +15,11 @@ import re
 from pathlib import Path
 
 from .conftest import run_cli
+from .docs_text import section as _section
+from .docs_text import user_docs
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-
-
-def _section(title: str) -> str:
-    text = README.read_text()
-    start = text.index(f"\n## {title}")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end >= 0 else len(text)]
 
 
 def _blocks(text: str, lang: str = "") -> list[str]:
@@ -90,7 +87,7 @@ _MODULE = re.compile(r"`(weightdiag(?:\.\w+)+)(?:\(\))?`")
 
 
 def test_every_path_and_module_the_readme_names_exists():
-    text = README.read_text()
+    text = user_docs()  # the README and the docs pages its sections moved to
     missing = [p for p in sorted(set(_PATH.findall(text))) if not (ROOT / p).exists()]
     assert not missing, f"README names paths that do not exist: {missing}"
     for dotted in sorted(set(_MODULE.findall(text))):
@@ -148,7 +145,7 @@ def test_the_readme_fit_and_db_show_examples_are_real_runs(minilm_dir, tmp_path)
 def test_the_class_legend_is_under_every_kinds_table_and_in_the_readme():
     from weightdiag.render.tables import CLASS_LEGEND
 
-    readme = README.read_text()
+    readme = user_docs()
     for line in CLASS_LEGEND.splitlines():
         assert readme.count(line) >= 2, line  # under the fit and the db show examples
     assert "**The two class columns.**" in readme
@@ -234,6 +231,14 @@ _COMMAND_SECTIONS = {
     "Regression checks in CI: `check`": ("check",),
     "Health report: `report`": ("report",),
     "Comparing with the paper's cohort: `compare`": ("compare",),
+    # the README's short sections, which link to those (issue 38)
+    "fit": ("fit",),
+    "compare": ("compare",),
+    "check": ("check",),
+    "diff": ("diff",),
+    "sweep and trajectory": ("sweep", "trajectory"),
+    "report": ("report",),
+    "spectrum": ("fit", "report", "compare", "sweep"),
 }
 
 
@@ -294,3 +299,29 @@ def test_the_readme_diff_section_runs_on_the_lora_pair(minilm_dir, tmp_path):
         printed = done.stdout.strip().splitlines()[-1]
         verdict = " ".join(verdict.split())  # the prose folds it
         assert re.fullmatch(re.escape(verdict).replace(r"\.\.\.", ".*"), printed), (verdict, printed)
+
+
+def test_the_readme_quick_start_runs_on_the_demo_model(minilm_dir, tmp_path):
+    """Issue 38: the quick start's commands, as written, on MiniLM for path/to/model, offline (its Hub line is the
+    one left out: tests/test_hub*.py stream from a loopback Hub), and the row lands where the README says."""
+    import shlex
+
+    block = _blocks(_section("Quick start"), "bash")[0]
+    commands = [line.split("  #", 1)[0].strip() for line in block.strip().splitlines()]
+    assert commands[0] == "weightdiag fit path/to/model" and len(commands) >= 5
+    env = {"WEIGHTDIAG_DB": str(tmp_path / "db"), "HF_HUB_OFFLINE": "1", "COLUMNS": "100000"}
+    ran = 0
+    for command in commands:
+        words = shlex.split(command)
+        assert words[0] == "weightdiag", command
+        if any(re.fullmatch(r"[\w.-]+/[\w.-]+(@\S+)?", w) and w != "path/to/model" for w in words[2:]):
+            continue  # a Hub id
+        words = [str(minilm_dir) if w == "path/to/model" else w for w in words[1:]]
+        quiet = ["-q"] if words[0] in ("fit", "compare", "report") else []
+        done = run_cli(*words, *quiet, env=env, cwd=tmp_path)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr)
+        ran += 1
+    assert ran == len(commands) - 1
+    rows = list((tmp_path / "db" / "rows").glob("all-MiniLM-L6-v2@*.json"))
+    assert len(rows) == 1 and "<database>/rows/<model>@<revision>.json" in _section("Quick start")
+    assert (tmp_path / "report.html").is_file()

@@ -4,6 +4,10 @@ lands is made certain, not timed: WEIGHTDIAG_TEST_ROW_WRITE_DELAY holds the writ
 row file and the rename, and the test signals once that temporary file exists (the fit is measured, its
 row not yet written).
 
+The sentences quoted as the README's live in docs/ since issue 38 (the README is one page; its
+sections moved there whole): exit codes, resuming and journals in docs/usage.md, sweep in docs/sweep.md, the Hub
+in docs/hub.md.
+
 The README's other robustness promises are checked where their code is tested:
 - sweep --jobs 2 and SIGINT/SIGTERM/SIGHUP to the sweep alone, workers ended, no row after the signal; workers
   of a sweep killed with kill -9 exit; kill -9 mid-sweep then rerun; two sweeps share the work (claims); api.sweep

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .docs_text import user_docs
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -94,7 +96,7 @@ def test_every_install_the_readme_names_exists():
     outside the package (the diff pair's transformers) is the version scripts/test installs and the script asks for."""
     import tomllib
 
-    readme = (ROOT / "README.md").read_text()
+    readme = user_docs()  # the README and the docs pages its sections moved to
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     named = re.findall(r"pip install '\.\[([\w,-]+)\]'", readme)

@@ -59,7 +59,7 @@ def compare(models: CompareModels = None, *, given: Given) -> None:
     finally:
         progress.close()
     # Always a list, one report per model: a lone object for one model and a list for several made every script
-    # test the shape (issue 33; the README's "JSON that changed").
+    # test the shape (issue 33; "JSON that changed" in docs/CHANGELOG.md).
     _emit(reports, lambda: [compare_view(r) for r in reports], as_json=given.as_json, quiet=given.quiet)
 
 

@@ -154,12 +154,12 @@ LrOption = _option(float | None, "--lr", metavar="LR", help="Peak learning rate 
 WeightDecayOption = _option(float | None, "--weight-decay", metavar="WD", help="AdamW weight decay (for T/tau).")
 # Not --steps: on `sweep`, --steps picks checkpoints to fit.
 TrainStepsOption = _option(float | None, "--train-steps", metavar="STEPS", help="Training steps done (for T/tau).")
-PresetOption = _option(str | None, "--preset", metavar="NAME", help="Recipe preset, e.g. pythia-410m (README, T/tau).")
+PresetOption = _option(str | None, "--preset", metavar="NAME", help="Recipe preset, e.g. pythia-410m (for T/tau).")
 SpectrumOption = _option(
     bool,
     "--spectrum",
     help="Also take each matrix's spectrum (WeightWatcher's alpha and metrics; a second pass over the "
-    "matrices, 2·m·n·min(m,n) flops each: README, 'The spectrum').",
+    "matrices, 2·m·n·min(m,n) flops each: docs/spectrum.md).",
 )
 FarmsOption = _option(
     bool, "--farms", help="With the spectrum, FARMS' aspect-ratio-corrected alpha (~100 s per large matrix)."
