@@ -106,7 +106,7 @@ class Fitted:
         spectral columns under WeightWatcher's names, the Weibull ones under the row's).
 
         Raises:
-            MissingDependencyError: pandas is not installed (exit code 2): pip install 'weightdiag[pandas]'.
+            MissingDependencyError: pandas is not installed (exit code 2): errors.PANDAS_INSTALL says how.
         """
         from .record.table import matrices_frame
 
@@ -912,7 +912,7 @@ def database_frame(
 
     Raises:
         DatabaseError: (exit code 2) no database at db_dir.
-        MissingDependencyError: (exit code 2) pandas is not installed: pip install 'weightdiag[pandas]'.
+        MissingDependencyError: (exit code 2) pandas is not installed: errors.PANDAS_INSTALL says how.
     """
     from .database.export import PER_MATRIX_COLUMNS, by_column, matrix_table, model_columns
     from .database.store import iter_rows, require_database

@@ -216,6 +216,8 @@ class DatabaseError(BadInputError):
 # How to install torch, the [torch] extra: weightdiag is not on PyPI, so `pip install 'weightdiag[torch]'` fails (and
 # would invite a squatted name); the extra is installed from a checkout, or torch itself (issue 42).
 TORCH_INSTALL = "pip install 'torch>=2.6' (or, in the weightdiag checkout, pip install '.[torch]')"
+# The [pandas] extra likewise: the frames need pandas, the Parquet export pyarrow.
+PANDAS_INSTALL = "pip install 'pandas>=2.0' 'pyarrow>=14' (or, in the weightdiag checkout, pip install '.[pandas]')"
 
 
 class MissingDependencyError(BadInputError):

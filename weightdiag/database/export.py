@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import MissingDependencyError, OptionError, param
+from ..errors import PANDAS_INSTALL, MissingDependencyError, OptionError, param
 from ..record.table import MATRIX_COLUMNS, ROW_KEY_COLUMNS, Column, matrix_columns
 
 FORMATS = ("csv", "jsonl", "parquet")
@@ -190,6 +190,6 @@ def require_pyarrow() -> Any:
         return importlib.import_module("pyarrow")
     except ImportError:
         raise MissingDependencyError(
-            "--format parquet needs pyarrow, which is not installed; pip install 'weightdiag[pandas]'",
+            f"--format parquet needs pyarrow, which is not installed: {PANDAS_INSTALL}",
             package="pyarrow",
         ) from None

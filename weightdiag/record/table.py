@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import MissingDependencyError
+from ..errors import PANDAS_INSTALL, MissingDependencyError
 from ..vocabulary import TRIMS
 
 # A pandas.DataFrame. Typed as Any: pandas ships no type information (pandas-stubs is a separate package), and
@@ -205,7 +205,7 @@ def require_pandas() -> Any:
         return importlib.import_module("pandas")  # typed as Any: pandas ships no type information
     except ImportError:
         raise MissingDependencyError(
-            "a table as a DataFrame needs pandas, which is not installed; pip install 'weightdiag[pandas]'",
+            f"a table as a DataFrame needs pandas, which is not installed: {PANDAS_INSTALL}",
             package="pandas",
         ) from None
 
