@@ -116,10 +116,10 @@ def test_parquet_needs_a_file_and_pyarrow(db, monkeypatch):
     assert out.returncode == 2 and "csv, jsonl or parquet" in out.stderr
     import sys
 
-    from weightdiag.errors import MissingDependencyError
+    from weightdiag.errors import PANDAS_INSTALL, MissingDependencyError
 
     monkeypatch.setitem(sys.modules, "pyarrow", None)
-    with pytest.raises(MissingDependencyError, match=r"pip install 'weightdiag\[pandas\]'"):
+    with pytest.raises(MissingDependencyError, match=re.escape(PANDAS_INSTALL)):
         api.export_rows("parquet", output="x.parquet", db_dir=db)
 
 
