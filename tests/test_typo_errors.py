@@ -160,3 +160,18 @@ def test_a_local_rows_id_given_to_fit_says_it_is_no_hub_repository(fake_hub, tmp
     out = run_cli("fit", "all-MiniLM-L6-v2", "--no-save", "--db", db, cwd=tmp_path / "db")
     assert out.returncode == 3
     assert "(all-MiniLM-L6-v2 is the id of a row in the database, not of a Hub repository)" in out.stderr
+
+
+def test_a_bare_hub_id_close_to_a_row_from_the_hub_is_asked_of_the_hub(fake_hub, tmp_path):
+    """Legacy Hub ids have no organisation (bert-base-cased, gpt2): one close to a row fitted from the Hub
+    (bert-base-uncased) is another repository as likely as a typo, so the Hub is asked, and it fits."""
+    from .hub_server import write_small_model
+
+    db = str(tmp_path / "db")
+    fake_hub.add_folder("bert-base-uncased", write_small_model(tmp_path / "uncased"))
+    fake_hub.add_folder("bert-base-cased", write_small_model(tmp_path / "cased"))
+    assert run_cli("fit", "bert-base-uncased", "--db", db, "-q").returncode == 0
+    out = run_cli("fit", "bert-base-cased", "--db", db, "-q", "--no-save")
+    assert out.returncode == 0, out.stderr
+    out = run_cli("fit", "bert-base-casd", "--db", db, "--no-save")  # no such repository: then the hint
+    assert out.returncode == 3 and "did you mean" in out.stderr, out.stderr

@@ -20,9 +20,11 @@ SHOWN = 3  # names offered at most
 TIER = 0.05  # names this much less close than the closest are not offered
 
 
-def known_names(db_dir: Path | None = None) -> list[str]:
+def known_names(db_dir: Path | None = None, hub_rows: bool = True) -> list[str]:
     """Every name a row answers to here: cohort entry ids and their Hub repos, then the database's fitted ids and
-    id@revision names (a database that cannot be read gives none: this only ever adds a hint)."""
+    id@revision names (a database that cannot be read gives none: this only ever adds a hint). hub_rows=False
+    leaves out the rows fitted from the Hub: a name close to one of those (bert-base-cased beside a row of
+    bert-base-uncased) may well be another Hub repository, and only the Hub can say it is not."""
     names: list[str] = []
     for row in cohort_rows():
         model = row["model"]
@@ -32,6 +34,8 @@ def known_names(db_dir: Path | None = None) -> list[str]:
     try:
         for _, summary in iter_summaries(db_dir, on_skip=lambda _: None):
             model = summary["model"]
+            if not hub_rows and model.get("source") == "hub":
+                continue
             names.append(model["id"])
             if model.get("revision"):
                 names.append(f"{model['id']}@{model['revision']}")

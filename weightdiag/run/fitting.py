@@ -122,7 +122,8 @@ def open_named(
     bare = "/" not in name and is_hub_id(spec)
     names = known_names(db_dir) if bare else []
     if bare and spec.casefold() not in {n.casefold() for n in names}:
-        close = [n for n in nearest(spec, names) if "/" not in n.partition("@")[0]]  # ids here, not Hub repos
+        here = known_names(db_dir, hub_rows=False)  # a name close to a row from the Hub may be another repository
+        close = [n for n in nearest(spec, here) if "/" not in n.partition("@")[0]]  # ids here, not Hub repos
         if close:
             from ..errors import ModelPathError
 
