@@ -182,6 +182,7 @@ class DiffResult:
     notes: list[str] = field(default_factory=list)
     mechanism: Any = None  # delta.mechanism.Mechanism (the verdict and its evidence)
     damage: dict[str, Any] | None = None  # the model-level damage score (damage())
+    export_lora: dict[str, Any] | None = None  # what --export-lora wrote (run/export_lora.py)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -202,6 +203,7 @@ class DiffResult:
             "notes": self.notes,
             "mechanism": self.mechanism.to_json() if self.mechanism is not None else None,
             "damage": self.damage,
+            **({"export_lora": self.export_lora} if self.export_lora is not None else {}),
         }
 
 
