@@ -79,10 +79,11 @@ def diff_view(result: DiffResult, every: bool = False, gate: GateResult | None =
     parts: list[Any] = [head]
     if result.mechanism is not None:
         parts.append(Text("  " + result.mechanism.line()))
-    if result.damage is not None and result.damage.get("sqnr_db") is not None:
+    quantized = result.mechanism is not None and result.mechanism.verdict == "quantized"
+    if quantized and result.damage is not None and result.damage.get("sqnr_db") is not None:
         parts.append(
             Text(
-                f"  damage: SQNR {result.damage['sqnr_db']:.1f} dB over {result.damage['matrices']} "
+                f"  quantization damage: SQNR {result.damage['sqnr_db']:.1f} dB over {result.damage['matrices']} "
                 f"matrices (RMS relative error {result.damage['score']:.3g})"
             )
         )
