@@ -241,19 +241,9 @@ DiffSpectrumOption = _option(bool, "--spectrum/--no-spectrum", help="Singular va
 # Not --all: on `sweep`, --all means every revision. `diff --all`, its name before, still works (hidden).
 AllMatricesOption = _option(bool, "--all-matrices", help="List every matrix, not the 15 that changed most.")
 AllMatricesAliasOption = _option(bool, "--all", hidden=True)
-ExportLoraOption = _option(
-    Path | None,
-    "--export-lora",
-    metavar="OUT",
-    help="Also write ΔW of every changed linear weight as a PEFT LoRA adapter folder (truncated SVD; a second read).",
-)
+ExportLoraOption = _option(Path | None, "--export-lora", metavar="OUT", help="Also write ΔW as a PEFT LoRA adapter.")
 LoraRankOption = _option(int | None, "--rank", metavar="R", help="With --export-lora: this rank for every module.")
-LoraEnergyOption = _option(
-    float | None,
-    "--energy",
-    metavar="E",
-    help="With --export-lora: per module, the rank holding this share of ||ΔW||² (default 0.9).",
-)
+LoraEnergyOption = _option(float | None, "--energy", metavar="E", help="With --export-lora: ||ΔW||² share kept (0.9).")
 
 # --- sweep ---------------------------------------------------------------------------------------------------
 
