@@ -67,7 +67,7 @@ def test_subspace_figures_equal_numpy_on_the_whole_matrix(side):
     best = np.max(np.abs(vb.T @ vt[:, : forensics.INTRUDER_K]), axis=0)
     np.testing.assert_allclose(got.intruder_cosines, best, atol=1e-9)
     rel = np.abs(tuned - base) <= forensics.TOLERANCE * np.abs(base)
-    assert got.tolerance_fraction == pytest.approx(rel.mean())
+    assert got.tolerance_fraction == pytest.approx(rel.mean(), abs=1e-3)  # counted in float32
 
 
 def test_a_planted_high_ranking_direction_is_an_intruder_and_small_noise_leaves_none():

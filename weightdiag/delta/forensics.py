@@ -17,8 +17,10 @@ subspace figures are None). From G = V diag(σ^2) V^T:
   Learns Off the Principals", 2025: RL updates avoid the principal directions);
 - sparsity at a tolerance: elements with |ΔW| <= TOLERANCE |W_base| (2^-9: a change BF16 storage, 8 significant
   bits, rounds away), besides the exact count (`unchanged_fraction`, measures.py);
-- level ratio: distinct values per row of the tuned side over those of the base side, summed over rows: a
-  quantized copy puts its rows on few levels (an int4 group on 16 at most), a fine-tune keeps them distinct.
+- level ratio: distinct values per row of the tuned side over those of the base side, summed over the first
+  LEVEL_ROWS rows of every row block (a sample: sorting every row of both sides cost more than the rest of the
+  diff): a quantized copy puts its rows on few levels (an int4 group on 16 at most), a fine-tune keeps them
+  distinct.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ INTRUDER_K = 10  # tuned singular vectors examined for intruders (the paper's to
 INTRUDER_EPS = 0.5  # an intruder's largest |cosine| with the base's singular vectors is below this
 TOLERANCE = 2.0**-9  # |ΔW| <= TOLERANCE |W_base|: a change that BF16 rounding would erase
 REPORTED = 8  # relative changes of the top singular values reported
+LEVEL_ROWS = 8  # rows of each block whose distinct values are counted
 NULL_CUT = 1e-12  # eigenvalues below this fraction of the largest: no singular direction (rank deficiency)
 
 
@@ -130,17 +133,18 @@ class Accumulator:
 
     def block_part(self, base: np.ndarray, tuned: np.ndarray) -> Part:
         """base, tuned: float values of rows [r0, r1), shape (rows, n)."""
-        b = np.asarray(base, dtype=np.float64)
-        t = np.asarray(tuned, dtype=np.float64)
         gb = gt = None
-        if self.side == "right":
-            gb, gt = b.T @ b, t.T @ t
-        elif self.side == "left":
-            gb, gt = b @ b.T, t @ t.T
-        with np.errstate(invalid="ignore"):
-            near = int(np.count_nonzero(np.abs(t - b) <= TOLERANCE * np.abs(b)))
-        cast = int(np.count_nonzero(rounded(base, self.cast) == t)) if self.cast else 0
-        return Part(gb, gt, near, _levels(b), _levels(t), b.size, cast)
+        if self.side is not None:
+            b = np.asarray(base, dtype=np.float64)
+            t = np.asarray(tuned, dtype=np.float64)
+            gb, gt = (b.T @ b, t.T @ t) if self.side == "right" else (b @ b.T, t @ t.T)
+        b32 = np.asarray(base, dtype=np.float32)
+        t32 = np.asarray(tuned, dtype=np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):
+            near = int(np.count_nonzero(np.abs(t32 - b32) <= np.float32(TOLERANCE) * np.abs(b32)))
+        cast = int(np.count_nonzero(rounded(b32, self.cast) == t32)) if self.cast else 0
+        rows = slice(0, LEVEL_ROWS)
+        return Part(gb, gt, near, _levels(b32[rows]), _levels(t32[rows]), b32.size, cast)
 
     def fold(self, part: Part) -> None:
         if self.base_gram is not None and part.base_gram is not None and part.tuned_gram is not None:
