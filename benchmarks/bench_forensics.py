@@ -83,10 +83,11 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         report = export_lora(str(root / "base"), str(root / name), out, energy=energy)
         seconds = time.perf_counter() - started
-        ranks = Counter(m["rank"] for m in report["modules"])
+        ranks = sorted(m["rank"] for m in report["modules"])
         reached = min(m["energy"] for m in report["modules"])
         print(
-            f"--export-lora {name} --energy {energy}: {len(report['modules'])} modules, ranks {dict(ranks)}, "
+            f"--export-lora {name} --energy {energy}: {len(ranks)} modules, ranks {ranks[0]}-{ranks[-1]} "
+            f"(median {ranks[len(ranks) // 2]}), "
             f"smallest energy held {reached:.6f}, largest relative error {report['max_relative_error']:.3g}, "
             f"{seconds:.1f} s"
         )
