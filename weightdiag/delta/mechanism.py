@@ -73,7 +73,8 @@ class Mechanism:
             extra = f" (rank {self.details['rank']})"
         elif self.verdict == "quantized" and self.details.get("format"):
             extra = f" ({self.details['format']})"
-        reasons = "; ".join(e["reading"] for e in self.evidence[:3])
+        first = [e for e in self.evidence if e["signal"] == "dense_principal_share"]  # a fine-tune's reason first
+        reasons = "; ".join(e["reading"] for e in [*first, *(e for e in self.evidence if e not in first)][:3])
         return f"mechanism: {self.verdict}{extra}: {reasons}"
 
 
@@ -107,6 +108,14 @@ def matrix_class(t: TensorDiff) -> str:
 
 def _quant_label(t: TensorDiff) -> str | None:
     return t.tuned_dtype if t.tuned_dtype not in PLAIN else None
+
+
+def _g(x: float | None) -> str:
+    return "?" if x is None else f"{x:.3g}"
+
+
+def _x(x: float | None) -> str:
+    return "?" if x is None else f"{x:.3g}x"
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -164,7 +173,8 @@ def judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff]) -> Mech
         say("tuned_format", sorted(labels), "the tuned side is stored quantized")
         return Mechanism("quantized", evidence, {**details, "format": ", ".join(sorted(labels))})
     if voting and share("grid") >= AGREE and share("grid") + share("unclassified") == 1.0:
-        say("level_ratio_median", _median(levels), "tuned rows hold few distinct values: a quantizer's grid")
+        level = _median(levels)
+        say("level_ratio_median", level, f"tuned rows hold {_g(level)} of the base's distinct values: a grid")
         say("vectors_untouched", untouched_vectors, f"{untouched_vectors} of {len(vectors)} vectors untouched")
         if not changed_vectors or vectors_cast:
             return Mechanism("quantized", evidence, {**details, "format": None})
@@ -190,12 +200,14 @@ def judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff]) -> Mech
     ]
     drift = [t.forensics.spectral_drift for t in voting if t.forensics and t.forensics.spectral_drift]
     overlap = [t.forensics.overlap for t in voting if t.forensics and t.forensics.overlap is not None]
-    say("principal_energy_excess_median", _median(energy), "ΔW's share in the base's top-16 subspace over k/dim")
-    say("spectral_drift_median", _median(drift), "relative change of the top-16 singular values")
-    say("subspace_overlap_median", _median(overlap), "mean cos² of the principal angles (1: no rotation)")
+    excess, moved, kept = _median(energy), _median(drift), _median(overlap)
+    say("principal_energy_excess_median", excess, f"ΔW's share in the base's top-16 subspace {_x(excess)} k/dim")
+    say("spectral_drift_median", moved, f"top-16 singular values moved {_g(moved)}")
+    say("subspace_overlap_median", kept, f"top-16 subspace overlap {_g(kept)} (1: no rotation)")
     dense = share("dense-principal") + share("dense-isotropic")
     if voting and share("dense-principal") >= FINETUNE_AGREE and dense == 1.0 and changed_vectors:
-        say("dense_principal_share", share("dense-principal"), "most ΔW lean on the base's principal directions")
+        lean = share("dense-principal")
+        say("dense_principal_share", lean, f"{lean:.0%} of the ΔW lean on the base's principal directions")
         say("vectors_changed", len(changed_vectors), "norms and biases trained too")
         return Mechanism("full_finetune", evidence, details)
     say("classes", dict(classes), "the changed matrices do not agree on one mechanism")
