@@ -120,6 +120,18 @@ def test_factor_reaches_the_energy_asked_and_recovers_a_planted_rank():
     assert factor(full, rank=5).rank == 5
 
 
+def test_the_sketch_pins_rank999_of_a_low_rank_delta_and_not_of_noise():
+    from weightdiag.delta.spectrum import Sketch
+
+    rng = np.random.default_rng(8)
+    low = (rng.standard_normal((1500, 4)) @ rng.standard_normal((4, 1200))).astype(np.float32)
+    for delta, expected in ((low, 4), (low + 0.1 * rng.standard_normal(low.shape).astype(np.float32), None)):
+        sketch = Sketch(*delta.shape, seed=0)
+        for r0 in range(0, delta.shape[0], 500):
+            sketch.fold(sketch.block_part(r0, delta[r0 : r0 + 500]))
+        assert sketch.result(float(np.sum(delta.astype(np.float64) ** 2))).rank999 == expected
+
+
 # --- the verdict on planted pairs (the small Llama-shaped checkpoints of the diff tests) -------------------------
 
 Q = "model.layers.{}.self_attn.q_proj.weight"

@@ -63,8 +63,8 @@ class Spectrum:
     # Where the true rank90 lies (the stated bound, see the module docstring); None as the upper end: beyond
     # what the sketch can bound. (rank90, rank90) when exact.
     rank90_range: tuple[int, int | None] | None = None
-    # exact spectra only: how many σ hold 99.9% of ||ΔW||_F^2 (a merged LoRA of rank r: r, up to the rounding of
-    # its storage; a fine-tune's is far larger); None from the sketch
+    # how many σ hold 99.9% of ||ΔW||_F^2 (a merged LoRA of rank r: r, up to the rounding of its storage; a
+    # fine-tune's is far larger); from the sketch only where its error bound pins it to one value, else None
     rank999: int | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -241,6 +241,8 @@ class Sketch(Accumulator):
         bounded = hi <= sv.size
         rank = point if point is not None and bounded else None
         rel = err / math.sqrt(total) if total > 0 else 0.0
+        # rank999 only where the same bound pins it to one value (a ΔW of rank <= k, a merged LoRA: e ~ 0)
+        lo999, hi999 = rank90_bounds(sv, total, ERROR_SAFETY * err, NEAR_ALL)
         return Spectrum(
             "sketch",
             tuple(float(v) for v in sv[:TOP_SINGULAR]),
@@ -249,6 +251,7 @@ class Sketch(Accumulator):
             self.k,
             rel,
             (lo, hi if bounded else None),
+            lo999 if lo999 == hi999 and hi999 <= sv.size else None,
         )
 
 
