@@ -143,13 +143,15 @@ class PairsPass:
 
     def task_memory(self, parts: range) -> int:
         """A task's peak: the blocks in flight on both sides and their float64 arithmetic, the spectra's
-        accumulators (8 MB at most each: the gram_cols knob), a Hub side's buffers."""
+        accumulators (8 MB at most each: the gram_cols knob; three with the forensics' Grams of both sides), a Hub
+        side's buffers."""
         workers = self.options.workers or 1
         hub = any(source.kind == "hub" for source in self.sources)
         elems = tuning.current().block_elems
         blocks = 2 * workers * (2 * BLOCK_BYTES + 4 * 8 * elems)  # the one-pass kernel's need no float64
         buffers = 2 * (self.options.connections + 2) * (16 << 20) if hub else 0
-        return TASK_BASE_MEMORY + blocks + 2 * workers * (8 << 20) + buffers
+X
+        return TASK_BASE_MEMORY + blocks + 2 * workers * grams * (8 << 20) + buffers
 
 
 def _shards_of(ref: TensorRef) -> set[int]:
