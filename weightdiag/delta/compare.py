@@ -150,7 +150,7 @@ class PairsPass:
         elems = tuning.current().block_elems
         blocks = 2 * workers * (2 * BLOCK_BYTES + 4 * 8 * elems)  # the one-pass kernel's need no float64
         buffers = 2 * (self.options.connections + 2) * (16 << 20) if hub else 0
-X
+        grams = 3 if self.options.spectrum else 1  # ΔW's Gram, and both sides' (delta/forensics.py)
         return TASK_BASE_MEMORY + blocks + 2 * workers * grams * (8 << 20) + buffers
 
 
