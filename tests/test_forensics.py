@@ -83,6 +83,18 @@ def test_a_planted_high_ranking_direction_is_an_intruder_and_small_noise_leaves_
     assert quiet.overlap == pytest.approx(1.0, abs=1e-3) and got.overlap < quiet.overlap
 
 
+def test_non_finite_elements_are_left_out_of_the_grams():
+    base = _decaying(50, 40, seed=9)
+    tuned = base + 0.01 * _decaying(50, 40, seed=10)
+    spoilt = tuned.copy()
+    spoilt[3, 5], spoilt[7, 1] = np.nan, np.inf
+    clean_base, clean_tuned = base.copy(), tuned.copy()
+    for x in (clean_base, clean_tuned):
+        x[3, 5] = x[7, 1] = 0.0
+    got, want = _streamed(base, spoilt, "right", rows=20), _streamed(clean_base, clean_tuned, "right", rows=20)
+    np.testing.assert_allclose(got.principal_cosines, want.principal_cosines, atol=1e-12)
+
+
 def test_the_level_ratio_sees_a_quantizers_grid():
     base = np.random.default_rng(4).standard_normal((64, 128)).astype(np.float32)
     step = np.abs(base).max(axis=1, keepdims=True) / 7

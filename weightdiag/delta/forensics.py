@@ -137,6 +137,9 @@ class Accumulator:
         if self.side is not None:
             b = np.asarray(base, dtype=np.float64)
             t = np.asarray(tuned, dtype=np.float64)
+            if not (np.isfinite(b).all() and np.isfinite(t).all()):  # NaN/Inf left out, as the diff's sums do
+                finite = np.isfinite(b) & np.isfinite(t)
+                b, t = np.where(finite, b, 0.0), np.where(finite, t, 0.0)
             gb, gt = (b.T @ b, t.T @ t) if self.side == "right" else (b @ b.T, t @ t.T)
         b32 = np.asarray(base, dtype=np.float32)
         t32 = np.asarray(tuned, dtype=np.float32)
