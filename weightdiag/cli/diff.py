@@ -29,7 +29,7 @@ DiffTuned = Annotated[
     "all_matrices_alias", "plot", "html@diff", "export_lora", "rank", "energy", "as_json", "quiet",
 )  # fmt: skip
 def diff(first: DiffBase, second: DiffTuned = None, *, given: Given) -> None:
-    """What changed from BASE to TUNED, matrix by matrix: exact figures, rank90, findings; a CI gate."""
+    """What changed from BASE to TUNED, matrix by matrix: exact figures, rank90, findings, the mechanism; a CI gate."""
     from ..api import diff as diff_api
     from ..delta.gate import gate, parse_blocks
     from ..delta.result import DiffOptions
