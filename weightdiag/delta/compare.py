@@ -184,7 +184,10 @@ def compare(
             step = block_rows(pair)
             spectra[i] = accumulator(m, n, step >= m, seed=options.seed, cap=options.sketch, device=execution.device)
             cast = geometry.cast_of(_dtype_label(pair.base), _dtype_label(pair.tuned))
-            shapes[i] = geometry.Accumulator(m, n, geometry.side_for(m, n, step >= m), cast)
+            # embeddings and heads: counts only (their Grams were most of MiniLM's cost, and no verdict reads them)
+            role = classify_tensor(pair.name, tuple(pair.base.shape), arch.n_layers, arch.family, arch.n_experts)
+            side = None if role.kind in geometry.COUNTS_ONLY else geometry.side_for(m, n, step >= m)
+            shapes[i] = geometry.Accumulator(m, n, side, cast)
         else:
             spectra[i] = None
             # a vector or a 1-wide matrix: the counts only (no Gram)

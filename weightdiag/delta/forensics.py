@@ -3,8 +3,9 @@ how sparse and how grid-like the change is. Pure numerics over the row blocks th
 
 Each side's Gram matrix is accumulated in float64 over the row blocks, as delta/spectrum.py accumulates ΔW's:
 W^T W (n x n) when n <= the gram_cols knob (right singular vectors), or W W^T (m x m) for a matrix read in one
-block whose m is (left singular vectors); a wider matrix read in several blocks gets the counts only (its
-subspace figures are None). From G = V diag(σ^2) V^T:
+block whose m is (left singular vectors); a wider matrix read in several blocks, and embeddings and output
+heads (COUNTS_ONLY: their Grams cost most on a small model, and no verdict reads them), get the counts only
+(their subspace figures are None). From G = V diag(σ^2) V^T:
 
 - principal angles between the base's and the tuned's top-k subspaces (k = TOP_K): the cosines are the
   singular values of V_base[:, :k]^T V_tuned[:, :k]; `overlap` = their mean square (1: the same subspace);
@@ -38,6 +39,7 @@ INTRUDER_K = 10  # tuned singular vectors examined for intruders (the paper's to
 INTRUDER_EPS = 0.5  # an intruder's largest |cosine| with the base's singular vectors is below this
 TOLERANCE = 2.0**-9  # |ΔW| <= TOLERANCE |W_base|: a change that BF16 rounding would erase
 REPORTED = 8  # relative changes of the top singular values reported
+COUNTS_ONLY = ("embed", "unembed")  # kinds given the counts only: no verdict reads their subspaces
 LEVEL_ROWS = 8  # rows of each block whose distinct values are counted
 NULL_CUT = 1e-12  # eigenvalues below this fraction of the largest: no singular direction (rank deficiency)
 
