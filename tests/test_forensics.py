@@ -194,6 +194,8 @@ def test_the_verdict_on_planted_pairs(planted, name, verdict):
     assert mechanism["evidence"] and all({"signal", "value", "reading"} <= set(e) for e in mechanism["evidence"])
     if verdict == "lora":
         assert mechanism["rank"] == 4
+    if name == "quantized":  # int4 in groups of 32
+        assert mechanism["format"] == "dequantized, at most 16 levels per 32 elements of a row (4 bits or fewer)"
 
 
 def test_json_and_text_carry_the_mechanism_the_damage_and_the_forensics(planted):

@@ -200,7 +200,9 @@ def compare(
         n = matrix_shape(pairs[block.pair].base.shape)[1]
         rows = block.r1 - block.r0
         shape = shapes[block.pair]
-        geo = shape.block_part(b.values.reshape(rows, n), t.values.reshape(rows, n)) if shape is not None else None
+        geo = None
+        if shape is not None:
+            geo = shape.block_part(b.values.reshape(rows, n), t.values.reshape(rows, n), first=block.r0 == 0)
         if acc is None or delta is None:
             return part, None, geo
         return part, acc.block_part(block.r0, delta.reshape(rows, n)), geo

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from .. import tuning
+from ..reduce.reduction import grid_probe
 
 TOP_K = 16  # principal angles and spectral drift over the top 16 singular directions
 INTRUDER_K = 10  # tuned singular vectors examined for intruders (the paper's top 10)
@@ -65,6 +66,9 @@ class Forensics:
     # elements of the tuned side equal to the base's rounded to the tuned storage dtype (round to nearest even);
     # None unless the tuned side is stored in a narrower float dtype than the base (F32 -> BF16 or F16)
     cast_fraction: float | None = None
+    # (bits, group) when the tuned side's first rows sit on a 4-bit grid per group of a row (the engine's
+    # reduce.reduction.grid_probe, as `fit` reports dequantized weights); None otherwise
+    grid: tuple[int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         def num(x: float | None) -> float | None:
@@ -88,6 +92,7 @@ class Forensics:
             "tolerance_fraction": self.tolerance_fraction,
             "level_ratio": num(self.level_ratio),
             "cast_fraction": num(self.cast_fraction),
+            "grid": {"bits": self.grid[0], "group": self.grid[1]} if self.grid is not None else None,
         }
 
 
@@ -100,6 +105,7 @@ class Part:
     levels_tuned: int
     numel: int
     cast_equal: int = 0
+    grid: tuple[int, int] | None = None
 
 
 def side_for(m: int, n: int, single_block: bool) -> str | None:
@@ -128,13 +134,15 @@ class Accumulator:
         """cast: "BF16" or "F16" when the tuned side is stored so and the base wider (see cast_fraction)."""
         self.m, self.n, self.side, self.cast = m, n, side, cast
         self.cast_equal = 0
+        self.grid: tuple[int, int] | None = None
         dim = n if side == "right" else m
         self.base_gram = np.zeros((dim, dim)) if side else None
         self.tuned_gram = np.zeros((dim, dim)) if side else None
         self.near = self.levels_base = self.levels_tuned = self.numel = 0
 
-    def block_part(self, base: np.ndarray, tuned: np.ndarray) -> Part:
-        """base, tuned: float values of rows [r0, r1), shape (rows, n)."""
+    def block_part(self, base: np.ndarray, tuned: np.ndarray, first: bool = False) -> Part:
+        """base, tuned: float values of rows [r0, r1), shape (rows, n); `first`: the matrix's first block (the
+        grid is looked for there)."""
         gb = gt = None
         if self.side is not None:
             b = np.asarray(base, dtype=np.float64)
@@ -149,7 +157,10 @@ class Accumulator:
             near = int(np.count_nonzero(np.abs(t32 - b32) <= np.float32(TOLERANCE) * np.abs(b32)))
         cast = int(np.count_nonzero(rounded(b32, self.cast) == t32)) if self.cast else 0
         rows = slice(0, LEVEL_ROWS)
-        return Part(gb, gt, near, _levels(b32[rows]), _levels(t32[rows]), b32.size, cast)
+        grid = None
+        if first and t32.ndim == 2 and t32.shape[1] > 1:
+            grid = grid_probe(np.ascontiguousarray(t32).reshape(-1).view(np.uint32), t32.shape[1])
+        return Part(gb, gt, near, _levels(b32[rows]), _levels(t32[rows]), b32.size, cast, grid)
 
     def fold(self, part: Part) -> None:
         if self.base_gram is not None and part.base_gram is not None and part.tuned_gram is not None:
@@ -161,6 +172,7 @@ class Accumulator:
         self.levels_tuned += part.levels_tuned
         self.numel += part.numel
         self.cast_equal += part.cast_equal
+        self.grid = self.grid or part.grid
 
     def result(self, delta_gram: np.ndarray | None) -> Forensics:
         """delta_gram: ΔW's Gram on the same side (spectrum.py's), for the principal energy; None: not known."""
@@ -171,7 +183,7 @@ class Accumulator:
             out = Forensics(None, 0, (), None, None, (), None, (), None, (), None, None, tol, levels)
         else:
             out = subspaces(self.base_gram, self.tuned_gram, delta_gram, self.side, tol, levels)
-        return replace(out, cast_fraction=cast)
+        return replace(out, cast_fraction=cast, grid=self.grid)
 
 
 NARROW = {"BF16": 16, "F16": 16}

@@ -177,7 +177,14 @@ def judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff]) -> Mech
         say("level_ratio_median", level, f"tuned rows hold {_g(level)} of the base's distinct values: a grid")
         say("vectors_untouched", untouched_vectors, f"{untouched_vectors} of {len(vectors)} vectors untouched")
         if not changed_vectors or vectors_cast:
-            return Mechanism("quantized", evidence, {**details, "format": None})
+            grids = {t.forensics.grid for t in voting if t.forensics and every_class[t.name] == "grid"}
+            fmt = None
+            if len(grids) == 1 and (grid := next(iter(grids))) is not None:
+                # grid_probe answers for the largest group with <= 16 levels: 2 bits in groups of 32 read as 4 in 128
+                bits, group = grid
+                fmt = f"dequantized, at most {2**bits} levels per {group} elements of a row ({bits} bits or fewer)"
+                say("grid", {"bits": grid[0], "group": grid[1]}, f"every grid matrix: {fmt}")
+            return Mechanism("quantized", evidence, {**details, "format": fmt})
         say("vectors_changed", len(changed_vectors), "but vectors changed too: not a quantizer's copy alone")
         return Mechanism("unsure", evidence, details)
 
