@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> None:
         right = verdict == "unsure" or verdict == expected
         wrong += not right
         extra = f" (rank {details['rank']})" if verdict == "lora" else ""
+        if verdict == "quantized" and details.get("format"):
+            extra = f" ({details['format']})"
         classes = ", ".join(f"{k} {v}" for k, v in sorted((details.get("classes") or {}).items()))
         score = f"{damage['score']:.3g}" if damage["score"] else "0"
         sqnr = f"{damage['sqnr_db']:.1f}" if damage["sqnr_db"] is not None else "-"
