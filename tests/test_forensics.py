@@ -107,6 +107,17 @@ def test_the_level_ratio_sees_a_quantizers_grid():
     assert acc.result(None).level_ratio == pytest.approx(1.0, abs=0.02)
 
 
+@pytest.mark.parametrize(("bits", "group"), [(2, 32), (3, 128), (4, 32), (4, 0), (8, 32), (8, 128), (8, 0)])
+def test_a_symmetric_integer_code_is_named_by_its_bits_and_group(bits, group):
+    w = np.random.default_rng(bits + group).standard_normal((8, 384))
+    g = group or 384
+    x = w.reshape(8, 384 // g, g)
+    step = np.abs(x).max(axis=-1, keepdims=True) / (2 ** (bits - 1) - 1)
+    dequantized = (np.round(x / step) * step).reshape(8, 384).astype(np.float32)
+    assert forensics.integer_grid(dequantized) == (bits, group)
+    assert forensics.integer_grid(w.astype(np.float32)) is None  # trained-like values: no grid
+
+
 def test_rounding_to_bf16_and_f16_is_torchs():
     x = np.random.default_rng(5).standard_normal(10_000).astype(np.float32) * np.float32(3e-2)
     bf = torch.from_numpy(x).to(torch.bfloat16).float().numpy()
@@ -195,7 +206,7 @@ def test_the_verdict_on_planted_pairs(planted, name, verdict):
     if verdict == "lora":
         assert mechanism["rank"] == 4
     if name == "quantized":  # int4 in groups of 32
-        assert mechanism["format"] == "dequantized, at most 16 levels per 32 elements of a row (4 bits or fewer)"
+        assert mechanism["format"] == "dequantized int4, a symmetric absmax scale per 32 elements of a row"
 
 
 def test_json_and_text_carry_the_mechanism_the_damage_and_the_forensics(planted):
@@ -314,8 +325,11 @@ def test_the_damage_score_orders_int8_int4_int2_round_trips_of_minilm(minilm):
         folder = root / f"int{bits}"
         pairs.write(folder, source, pairs.quantized(base, lambda w, b=bits: pairs.quantize_int(w, b, 32)))
         result = diff(str(root / "base"), str(folder), DiffOptions(device="cpu"))
-        # int8 in groups of 32 keeps a row's values distinct (255 levels a group): no grid seen, so unsure
-        assert result.mechanism.verdict == ("unsure" if bits == 8 else "quantized")
+        assert result.mechanism.verdict == "quantized"
+        assert (
+            result.mechanism.details["format"]
+            == f"dequantized int{bits}, a symmetric absmax scale per 32 elements of a row"
+        )
         scores[bits] = result.damage["score"]
     assert scores[8] < scores[4] < scores[2]
 

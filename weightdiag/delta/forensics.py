@@ -69,6 +69,9 @@ class Forensics:
     # (bits, group) when the tuned side's first rows sit on a 4-bit grid per group of a row (the engine's
     # reduce.reduction.grid_probe, as `fit` reports dequantized weights); None otherwise
     grid: tuple[int, int] | None = None
+    # (bits, group) when every group of the tuned side's first rows is whole multiples of its own absmax /
+    # (2^(bits-1) - 1): a symmetric absmax integer code, dequantized (`integer_grid`; group 0: the row); else None
+    integer_grid: tuple[int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         def num(x: float | None) -> float | None:
@@ -93,6 +96,9 @@ class Forensics:
             "level_ratio": num(self.level_ratio),
             "cast_fraction": num(self.cast_fraction),
             "grid": {"bits": self.grid[0], "group": self.grid[1]} if self.grid is not None else None,
+            "integer_grid": (
+                {"bits": self.integer_grid[0], "group": self.integer_grid[1]} if self.integer_grid is not None else None
+            ),
         }
 
 
@@ -106,6 +112,7 @@ class Part:
     numel: int
     cast_equal: int = 0
     grid: tuple[int, int] | None = None
+    integer_grid: tuple[int, int] | None = None
 
 
 def side_for(m: int, n: int, single_block: bool) -> str | None:
@@ -135,6 +142,7 @@ class Accumulator:
         self.m, self.n, self.side, self.cast = m, n, side, cast
         self.cast_equal = 0
         self.grid: tuple[int, int] | None = None
+        self.integer_grid: tuple[int, int] | None = None
         dim = n if side == "right" else m
         self.base_gram = np.zeros((dim, dim)) if side else None
         self.tuned_gram = np.zeros((dim, dim)) if side else None
@@ -157,10 +165,11 @@ class Accumulator:
             near = int(np.count_nonzero(np.abs(t32 - b32) <= np.float32(TOLERANCE) * np.abs(b32)))
         cast = int(np.count_nonzero(rounded(b32, self.cast) == t32)) if self.cast else 0
         rows = slice(0, LEVEL_ROWS)
-        grid = None
+        grid = whole = None
         if first and t32.ndim == 2 and t32.shape[1] > 1:
             grid = grid_probe(np.ascontiguousarray(t32).reshape(-1).view(np.uint32), t32.shape[1])
-        return Part(gb, gt, near, _levels(b32[rows]), _levels(t32[rows]), b32.size, cast, grid)
+            whole = integer_grid(t32[rows])
+        return Part(gb, gt, near, _levels(b32[rows]), _levels(t32[rows]), b32.size, cast, grid, whole)
 
     def fold(self, part: Part) -> None:
         if self.base_gram is not None and part.base_gram is not None and part.tuned_gram is not None:
@@ -173,6 +182,7 @@ class Accumulator:
         self.numel += part.numel
         self.cast_equal += part.cast_equal
         self.grid = self.grid or part.grid
+        self.integer_grid = self.integer_grid or part.integer_grid
 
     def result(self, delta_gram: np.ndarray | None) -> Forensics:
         """delta_gram: ΔW's Gram on the same side (spectrum.py's), for the principal energy; None: not known."""
@@ -183,7 +193,38 @@ class Accumulator:
             out = Forensics(None, 0, (), None, None, (), None, (), None, (), None, None, tol, levels)
         else:
             out = subspaces(self.base_gram, self.tuned_gram, delta_gram, self.side, tol, levels)
-        return replace(out, cast_fraction=cast, grid=self.grid)
+        return replace(out, cast_fraction=cast, grid=self.grid, integer_grid=self.integer_grid)
+
+
+INTEGER_CODES = (2, 3, 4, 5, 6, 7, 8)  # narrowest first (a 2-bit grid is on the 8-bit one too: 127 = 127 x 1)
+# symmetric absmax codes: q in [-(2^(b-1) - 1), 2^(b-1) - 1], w = q absmax / qmax
+INTEGER_GROUPS = (0, 128, 64, 32)  # 0: the whole row
+INTEGER_SLACK = 0.02  # |w / step - round(w / step)| allowed (the float32 rounding of q * step is ~1e-5 of it)
+
+
+def integer_grid(rows: np.ndarray) -> tuple[int, int] | None:
+    """(bits, group) when every group of `rows` (values, rows x n) is q * absmax(group) / (2^(bits-1) - 1) for
+    whole q, for the first code and group size that hold (group 0: the whole row); else None (trained weights:
+    a group of 32 passes by chance with probability about 0.04^31). Rows under 32 elements, or zero: None."""
+    x = np.asarray(rows, dtype=np.float64)
+    n = x.shape[1]
+    if n < 32 or not np.any(x):
+        return None
+    for bits in INTEGER_CODES:
+        top = 2 ** (bits - 1) - 1
+        for group in INTEGER_GROUPS:
+            g = group or n
+            if n % g:
+                continue
+            blocks = x.reshape(x.shape[0], n // g, g)
+            step = np.abs(blocks).max(axis=-1, keepdims=True) / top
+            live = step[..., 0] > 0
+            if not live.any():
+                continue
+            r = blocks[live] / step[live]
+            if np.max(np.abs(r - np.round(r))) <= INTEGER_SLACK:
+                return bits, group
+    return None
 
 
 NARROW = {"BF16": 16, "F16": 16}

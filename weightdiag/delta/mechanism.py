@@ -90,7 +90,7 @@ def matrix_class(t: TensorDiff) -> str:
         return "unclassified"
     if f.cast_fraction == 1.0:
         return "cast"
-    if f.level_ratio is not None and f.level_ratio <= GRID_LEVELS:
+    if (f.level_ratio is not None and f.level_ratio <= GRID_LEVELS) or f.integer_grid is not None:
         return "grid"
     if t.kind in ("embed", "unembed") or min(t.shape[0], t.shape[-1]) < SMALL:
         return "embedding"
@@ -178,8 +178,13 @@ def judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff]) -> Mech
         say("vectors_untouched", untouched_vectors, f"{untouched_vectors} of {len(vectors)} vectors untouched")
         if not changed_vectors or vectors_cast:
             grids = {t.forensics.grid for t in voting if t.forensics and every_class[t.name] == "grid"}
+            codes = {t.forensics.integer_grid for t in voting if t.forensics and every_class[t.name] == "grid"}
             fmt = None
-            if len(grids) == 1 and (grid := next(iter(grids))) is not None:
+            if len(codes) == 1 and (code := next(iter(codes))) is not None:
+                per = "row" if code[1] == 0 else f"{code[1]} elements of a row"
+                fmt = f"dequantized int{code[0]}, a symmetric absmax scale per {per}"
+                say("integer_grid", {"bits": code[0], "group": code[1]}, f"every grid matrix: {fmt}")
+            elif len(grids) == 1 and (grid := next(iter(grids))) is not None:
                 # grid_probe answers for the largest group with <= 16 levels: 2 bits in groups of 32 read as 4 in 128
                 bits, group = grid
                 fmt = f"dequantized, at most {2**bits} levels per {group} elements of a row ({bits} bits or fewer)"
