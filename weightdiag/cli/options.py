@@ -233,17 +233,12 @@ FailAboveOption = _option(
 BlocksOption = _option(
     str | None, "--blocks", metavar="LIST", help="Gate only these blocks, e.g. 0-3,7 (with --fail-above)."
 )
-SketchOption = _option(
-    int, "--sketch", metavar="K", help="Range sketch size for matrices over 1024 columns (default 128)."
-)
+SketchOption = _option(int, "--sketch", metavar="K", help="Range sketch size for matrices over 1024 columns.")
 # Not fit's --spectrum (a second pass, off by default): diff's spectrum of each ΔW, on by default.
 DiffSpectrumOption = _option(bool, "--spectrum/--no-spectrum", help="Singular values and rank90 of each ΔW.")
 # Not --all: on `sweep`, --all means every revision. `diff --all`, its name before, still works (hidden).
 AllMatricesOption = _option(bool, "--all-matrices", help="List every matrix, not the 15 that changed most.")
 AllMatricesAliasOption = _option(bool, "--all", hidden=True)
-ExportLoraOption = _option(Path | None, "--export-lora", metavar="OUT", help="Also write ΔW as a PEFT LoRA adapter.")
-LoraRankOption = _option(int | None, "--rank", metavar="R", help="With --export-lora: this rank for every module.")
-LoraEnergyOption = _option(float | None, "--energy", metavar="E", help="With --export-lora: ||ΔW||² share kept (0.9).")
 
 # --- sweep ---------------------------------------------------------------------------------------------------
 
@@ -287,7 +282,11 @@ HistOption = _option(
 FittedOption = _option(bool, "--fitted", help="Only fitted rows (no cohort entries).")
 GcAllOption = _option(bool, "--all", help="Also the journals of interrupted fits (their next fit starts over).")
 DryRunOption = _option(bool, "--dry-run", help="Only list what would be removed.")
-FormatOption = _option(str, "--format", metavar="FORMAT", help="csv or jsonl.")
+FormatOption = _option(
+    str, "--format", metavar="FORMAT", help="csv, jsonl or parquet (with --output; the [pandas] extra)."
+)
+PerMatrixOption = _option(bool, "--per-matrix", help="One record per matrix of every fitted row (docs/tables.md).")
+PlanOption = _option(bool, "--plan", help="Only list what the fit would read and skip, from the headers; fit nothing.")
 OutputOption = _option(Path | None, "--output", metavar="FILE", help="Write here (atomically) instead of stdout.")
 
 
@@ -360,9 +359,9 @@ OPTIONS: dict[str, Entry] = {
     # what is drawn
     "plot": Entry(PlotOption, None),
     "html@diff": Entry(DiffHtmlOption, None),
-    "export_lora": Entry(ExportLoraOption, None),
-    "rank": Entry(LoraRankOption, None),
-    "energy": Entry(LoraEnergyOption, None),
+    "export_lora": Entry(_option(Path | None, "--export-lora", metavar="OUT", help="Write ΔW as a PEFT LoRA."), None),
+    "rank": Entry(_option(int | None, "--rank", metavar="R", help="--export-lora: this rank per module."), None),
+    "energy": Entry(_option(float | None, "--energy", metavar="E", help="--export-lora: ||ΔW||² kept (0.9)."), None),
     "html@report": Entry(ReportHtmlOption, None),
     # check
     "baseline": Entry(BaselineOption, REQUIRED),
@@ -395,5 +394,7 @@ OPTIONS: dict[str, Entry] = {
     "every@gc": Entry(GcAllOption, False),
     "dry_run": Entry(DryRunOption, False),
     "fmt": Entry(FormatOption, "csv"),
+    "per_matrix": Entry(PerMatrixOption, False),
+    "plan": Entry(PlanOption, False),
     "output": Entry(OutputOption, None),
 }
