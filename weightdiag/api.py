@@ -792,6 +792,9 @@ def diff(
     revision: str | None = None,
     plot_dir: Path | None = None,
     html_file: Path | None = None,
+    export_lora: Path | None = None,
+    lora_rank: int | None = None,
+    lora_energy: float | None = None,
 ) -> DiffResult:
     """What changed from `base` to `tuned`, tensor by tensor (weightdiag.run.diff); base None: the base_model its
     model card names. With save=True the diff row is written to DATABASE/diffs/ (result.run["saved"]);
@@ -806,6 +809,9 @@ def diff(
         plot: a folder for its PNG figures; html: a file for its page (as `report` takes them; plot_dir and
             html_file, their names before, are still taken).
         progress: as for `fit`; revision: the tuned model's.
+        export_lora: a folder the changed linear weights' ΔW is written to as a PEFT LoRA adapter
+            (run/export_lora.py), at lora_rank or the rank holding lora_energy of each ||ΔW||² (0.9 by
+            default); what was written is result.export_lora.
 
     Returns:
         DiffResult: `.matrices` and `.vectors` (TensorDiff per pair), `.findings`, `.blocks`, `.kinds`,
@@ -820,6 +826,8 @@ def diff(
         OutputError: (exit code 2) plot_dir or html_file cannot be written.
     """
     from .run.diff import diff as run_diff
+    from .run.export_lora import check as check_export
+    from .run.export_lora import export_lora as run_export
 
     tuned = with_revision(tuned, revision)  # --revision REV: TUNED@REV, as fit takes MODEL@REV
     for name, given, before in (("plot", plot, plot_dir), ("html", html, html_file)):
@@ -828,6 +836,10 @@ def diff(
     plot_dir = Path(plot) if plot is not None else plot_dir
     html_file = Path(html) if html is not None else html_file
     _check_outputs(plot_dir, html_file)
+    if export_lora is not None:
+        check_export(Path(export_lora), lora_rank, lora_energy)
+    elif lora_rank is not None or lora_energy is not None:
+        raise OptionError(f"{param('rank')} and {param('energy')} go with {param('export_lora')}", param="rank")
     if plot_dir is not None or html_file is not None:
         from .render.plots import require_matplotlib
 
@@ -837,6 +849,12 @@ def diff(
 
         check_writable(Path(db_dir) if db_dir else None)
     result = run_diff(base, tuned, options, progress)
+    if export_lora is not None:
+        side = result.base  # the base the diff read (the model card's when none was given)
+        base_spec = base or (side["location"] if side["source"] == "local" else f"{side['id']}@{side['commit']}")
+        result.export_lora = run_export(
+            base_spec, tuned, Path(export_lora), rank=lora_rank, energy=lora_energy, options=options
+        )
     if save:
         from .database.diffs import save_diff
 

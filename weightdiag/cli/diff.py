@@ -26,10 +26,10 @@ DiffTuned = Annotated[
 @takes(
     "include", "exclude", "fail_above", "blocks", "sketch", "spectrum@diff", "db", "device@diff", "revision@diff",
     "token", "cache_dir", "connections", "executor@diff", "ray_address", "node_progress", "save@diff", "all_matrices",
-    "all_matrices_alias", "plot", "html@diff", "as_json", "quiet",
+    "all_matrices_alias", "plot", "html@diff", "export_lora", "rank", "energy", "as_json", "quiet",
 )  # fmt: skip
 def diff(first: DiffBase, second: DiffTuned = None, *, given: Given) -> None:
-    """What changed from BASE to TUNED, matrix by matrix: exact figures, rank90, findings; a CI gate."""
+    """What changed from BASE to TUNED, matrix by matrix: exact figures, rank90, findings, the mechanism; a CI gate."""
     from ..api import diff as diff_api
     from ..delta.gate import gate, parse_blocks
     from ..delta.result import DiffOptions
@@ -61,6 +61,9 @@ def diff(first: DiffBase, second: DiffTuned = None, *, given: Given) -> None:
             html=given.html,
             progress=progress,
             revision=given.revision,
+            export_lora=given.export_lora,
+            lora_rank=given.rank,
+            lora_energy=given.energy,
         )
     finally:
         progress.close()
@@ -81,4 +84,11 @@ def diff(first: DiffBase, second: DiffTuned = None, *, given: Given) -> None:
         _say(f"{len(result.run.get('plots') or [])} plots written to {given.plot}", given.quiet)
     if given.html is not None:
         _say(f"HTML page written to {given.html}", given.quiet)
+    if result.export_lora is not None and not given.as_json:
+        lora = result.export_lora
+        _say(
+            f"LoRA adapter written to {lora['folder']}: {len(lora['modules'])} modules, rank up to {lora['max_rank']}, "
+            f"largest relative error {lora['max_relative_error']:.3g}",
+            given.quiet,
+        )
     raise typer.Exit(ExitCode.OK if verdict is None or verdict.passed else ExitCode.REGRESSION)

@@ -233,9 +233,7 @@ FailAboveOption = _option(
 BlocksOption = _option(
     str | None, "--blocks", metavar="LIST", help="Gate only these blocks, e.g. 0-3,7 (with --fail-above)."
 )
-SketchOption = _option(
-    int, "--sketch", metavar="K", help="Range sketch size for matrices over 1024 columns (default 128)."
-)
+SketchOption = _option(int, "--sketch", metavar="K", help="Range sketch size for matrices over 1024 columns.")
 # Not fit's --spectrum (a second pass, off by default): diff's spectrum of each ΔW, on by default.
 DiffSpectrumOption = _option(bool, "--spectrum/--no-spectrum", help="Singular values and rank90 of each ΔW.")
 # Not --all: on `sweep`, --all means every revision. `diff --all`, its name before, still works (hidden).
@@ -361,6 +359,9 @@ OPTIONS: dict[str, Entry] = {
     # what is drawn
     "plot": Entry(PlotOption, None),
     "html@diff": Entry(DiffHtmlOption, None),
+    "export_lora": Entry(_option(Path | None, "--export-lora", metavar="OUT", help="Write ΔW as a PEFT LoRA."), None),
+    "rank": Entry(_option(int | None, "--rank", metavar="R", help="--export-lora: this rank per module."), None),
+    "energy": Entry(_option(float | None, "--energy", metavar="E", help="--export-lora: ||ΔW||² kept (0.9)."), None),
     "html@report": Entry(ReportHtmlOption, None),
     # check
     "baseline": Entry(BaselineOption, REQUIRED),

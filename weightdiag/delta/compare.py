@@ -27,6 +27,7 @@ from ..executor import TASK_BASE_MEMORY, Verified
 from ..layout import ArchInfo, classify_tensor
 from ..source.plan import ModelPlan, TensorRef
 from ..source.reader import Reader
+from . import forensics as geometry
 from .findings import is_low_rank, is_scaled
 from .measures import Totals, block_part, figures
 from .paired import BLOCK_BYTES, Rows, block_rows, matrix_shape, plan_rows, side_reads, stream_pairs
@@ -142,13 +143,15 @@ class PairsPass:
 
     def task_memory(self, parts: range) -> int:
         """A task's peak: the blocks in flight on both sides and their float64 arithmetic, the spectra's
-        accumulators (8 MB at most each: the gram_cols knob), a Hub side's buffers."""
+        accumulators (8 MB at most each: the gram_cols knob; three with the forensics' Grams of both sides), a Hub
+        side's buffers."""
         workers = self.options.workers or 1
         hub = any(source.kind == "hub" for source in self.sources)
         elems = tuning.current().block_elems
         blocks = 2 * workers * (2 * BLOCK_BYTES + 4 * 8 * elems)  # the one-pass kernel's need no float64
         buffers = 2 * (self.options.connections + 2) * (16 << 20) if hub else 0
-        return TASK_BASE_MEMORY + blocks + 2 * workers * (8 << 20) + buffers
+        grams = 3 if self.options.spectrum else 1  # ΔW's Gram, and both sides' (delta/forensics.py)
+        return TASK_BASE_MEMORY + blocks + 2 * workers * grams * (8 << 20) + buffers
 
 
 def _shards_of(ref: TensorRef) -> set[int]:
@@ -170,6 +173,7 @@ def compare(
     """Each pair's TensorDiff, in order, its blocks read in lockstep (paired.py) and folded in row order."""
     totals: dict[int, Totals] = {}
     spectra: dict[int, Accumulator | None] = {}
+    shapes: dict[int, geometry.Accumulator | None] = {}
 
     def start(i: int) -> None:
         pair = pairs[i]
@@ -179,18 +183,31 @@ def compare(
         if spectral:
             step = block_rows(pair)
             spectra[i] = accumulator(m, n, step >= m, seed=options.seed, cap=options.sketch, device=execution.device)
+            cast = geometry.cast_of(_dtype_label(pair.base), _dtype_label(pair.tuned))
+            # embeddings and heads: counts only (their Grams were most of MiniLM's cost, and no verdict reads them)
+            role = classify_tensor(pair.name, tuple(pair.base.shape), arch.n_layers, arch.family, arch.n_experts)
+            side = None if role.kind in geometry.COUNTS_ONLY else geometry.side_for(m, n, step >= m)
+            shapes[i] = geometry.Accumulator(m, n, side, cast)
         else:
             spectra[i] = None
+            # a vector or a 1-wide matrix: the counts only (no Gram)
+            cast = geometry.cast_of(_dtype_label(pair.base), _dtype_label(pair.tuned))
+            shapes[i] = geometry.Accumulator(m, n, None, cast) if options.spectrum else None
 
-    def work(block: Rows, b: Any, t: Any) -> tuple[Any, Any]:
+    def work(block: Rows, b: Any, t: Any) -> tuple[Any, Any, Any]:
         acc = spectra[block.pair]
         part, delta = block_part(b, t, delta=acc is not None)
-        if acc is None or delta is None:
-            return part, None
         n = matrix_shape(pairs[block.pair].base.shape)[1]
-        return part, acc.block_part(block.r0, delta.reshape(block.r1 - block.r0, n))
+        rows = block.r1 - block.r0
+        shape = shapes[block.pair]
+        geo = None
+        if shape is not None:
+            geo = shape.block_part(b.values.reshape(rows, n), t.values.reshape(rows, n), first=block.r0 == 0)
+        if acc is None or delta is None:
+            return part, None, geo
+        return part, acc.block_part(block.r0, delta.reshape(rows, n)), geo
 
-    for block, (part, spec) in stream_pairs(
+    for block, (part, spec, geo) in stream_pairs(
         pairs,
         base_reader,
         tuned_reader,
@@ -207,12 +224,20 @@ def compare(
         acc = spectra[i]
         if acc is not None:
             acc.fold(spec)
+        shape = shapes[i]
+        if shape is not None and geo is not None:
+            shape.fold(geo)
         if not block.last:
             continue
         pair = pairs[i]
         is_matrix = len(pair.base.shape) >= 2
         fig = figures(totals.pop(i), fits=is_matrix)
         spectrum = acc.result(fig.delta_norm**2) if acc is not None else None
+        shapes.pop(i)
+        found = None
+        if shape is not None:
+            gram = getattr(acc, "gram", None)  # ΔW's Gram on the same side (Gram: right, _Whole: left)
+            found = shape.result(gram if _same_side(acc, shape.side) else None)
         spectra.pop(i)
         role = classify_tensor(pair.name, tuple(pair.base.shape), arch.n_layers, arch.family, arch.n_experts)
         m, n = matrix_shape(pair.base.shape)
@@ -230,4 +255,12 @@ def compare(
             untouched=untouched,
             low_rank=is_matrix and is_low_rank((m, n), spectrum.rank90 if spectrum else None, fig.relative_change),
             scaled=is_matrix and is_scaled(fig.alignment, fig.relative_change),
+            forensics=found,
         )
+
+
+def _same_side(acc: Accumulator | None, side: str | None) -> bool:
+    """Whether the spectrum's Gram of ΔW is on the subspaces' side (W^T W: right, W W^T: left)."""
+    from .spectrum import Gram, _Whole
+
+    return (side == "right" and isinstance(acc, Gram)) or (side == "left" and isinstance(acc, _Whole))

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..fit.weibull import WeibullFit
 from ..record.table import DataFrame
+from .forensics import Forensics
 from .measures import Figures
 from .spectrum import SKETCH_CAP, Spectrum
 
@@ -71,6 +72,15 @@ class TensorDiff:
     untouched: bool
     low_rank: bool
     scaled: bool
+    forensics: Forensics | None = None  # the subspace figures and counts (with the spectrum)
+
+    @property
+    def sqnr_db(self) -> float | None:
+        """Signal to noise of the change read as noise: 10 log10(||W_base||^2 / ||ΔW||^2); None when ΔW = 0."""
+        f = self.figures
+        if f.delta_norm <= 0 or f.base_norm <= 0:
+            return None
+        return 20.0 * math.log10(f.base_norm / f.delta_norm)
 
     @property
     def relative_change(self) -> float:
@@ -112,6 +122,8 @@ class TensorDiff:
             "untouched": self.untouched,
             "low_rank": self.low_rank,
             "scaled": self.scaled,
+            "sqnr_db": num(self.sqnr_db),
+            "forensics": self.forensics.to_json() if self.forensics is not None else None,
         }
         if self.tuned_name != self.name:
             out["tuned_name"] = self.tuned_name
@@ -169,6 +181,9 @@ class DiffResult:
     totals: dict[str, Any]
     run: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    mechanism: Any = None  # delta.mechanism.Mechanism (the verdict and its evidence)
+    damage: dict[str, Any] | None = None  # the model-level damage score (damage())
+    export_lora: dict[str, Any] | None = None  # what --export-lora wrote (run/export_lora.py)
 
     def tensor_records(self, vectors: bool = False) -> list[dict[str, Any]]:
         """One flat record per matrix pair (and vector pair, with vectors), for tables: see tensor_records()."""
@@ -205,7 +220,36 @@ class DiffResult:
             "skipped": self.skipped,
             "run": self.run,
             "notes": self.notes,
+            "mechanism": self.mechanism.to_json() if self.mechanism is not None else None,
+            "damage": self.damage,
+            **({"export_lora": self.export_lora} if self.export_lora is not None else {}),
         }
+
+
+DAMAGE_RECIPE = (
+    "score = sqrt(mean over matrices of (||ΔW||_F / ||W_base||_F)^2), each 2-D tensor with a non-zero base "
+    "weighing the same; sqnr_db = -20 log10(score)"
+)
+
+
+def damage(matrices: Sequence[TensorDiff]) -> dict[str, Any]:
+    """The model-level damage score: the root mean square of the matrices' relative errors (a quantized copy's
+    noise against its base), and its SQNR; the worst matrices by SQNR."""
+    rel = [(t.name, t.figures.relative_change) for t in matrices if t.figures.base_norm > 0]
+    rel = [(n, r) for n, r in rel if math.isfinite(r)]
+    if not rel:
+        return {"score": None, "sqnr_db": None, "matrices": 0, "worst": [], "recipe": DAMAGE_RECIPE}
+    score = math.sqrt(sum(r * r for _, r in rel) / len(rel))
+    worst = sorted(rel, key=lambda x: -x[1])[:3]
+    return {
+        "score": score,
+        "sqnr_db": -20 * math.log10(score) if score > 0 else None,
+        "matrices": len(rel),
+        "worst": [
+            {"name": n, "relative_error": r, "sqnr_db": -20 * math.log10(r) if r > 0 else None} for n, r in worst
+        ],
+        "recipe": DAMAGE_RECIPE,
+    }
 
 
 def tensor_records(diff: dict[str, Any], vectors: bool = False) -> list[dict[str, Any]]:

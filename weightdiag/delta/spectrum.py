@@ -46,6 +46,7 @@ ERROR_ROWS = 16  # s: rows of the error sketch Θ
 ERROR_SAFETY = 1.5  # the error estimate is a 16-sample mean: widen it before bounding rank90 with it
 TOP_SINGULAR = 8  # singular values reported per matrix
 ENERGY = 0.9  # rank90: singular values holding 90% of ||ΔW||_F^2
+NEAR_ALL = 0.999  # rank999: singular values holding 99.9% of ||ΔW||_F^2 (exact spectra only)
 TOL = 1e-9  # relative slack on the energy cut (float64 rounding of the sums)
 
 
@@ -62,6 +63,9 @@ class Spectrum:
     # Where the true rank90 lies (the stated bound, see the module docstring); None as the upper end: beyond
     # what the sketch can bound. (rank90, rank90) when exact.
     rank90_range: tuple[int, int | None] | None = None
+    # how many σ hold 99.9% of ||ΔW||_F^2 (a merged LoRA of rank r: r, up to the rounding of its storage; a
+    # fine-tune's is far larger); from the sketch only where its error bound pins it to one value, else None
+    rank999: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,6 +76,7 @@ class Spectrum:
             "sketch_size": self.sketch_size,
             "sketch_error": self.error,
             "rank90_range": list(self.rank90_range) if self.rank90_range is not None else None,
+            "rank999": self.rank999,
         }
 
 
@@ -137,7 +142,10 @@ def _exact(eig: np.ndarray, total: float) -> Spectrum:
         rank = rank_at(eig, float(np.sum(eig)))
     rank = rank or 0
     singular = tuple(float(v) for v in np.sqrt(eig[:TOP_SINGULAR]))
-    return Spectrum("exact", singular, rank, rank, rank90_range=(rank, rank))
+    tail = rank_at(eig, total, NEAR_ALL)
+    if tail is None:
+        tail = rank_at(eig, float(np.sum(eig)), NEAR_ALL)
+    return Spectrum("exact", singular, rank, rank, rank90_range=(rank, rank), rank999=tail or 0)
 
 
 class Sketch(Accumulator):
@@ -233,6 +241,8 @@ class Sketch(Accumulator):
         bounded = hi <= sv.size
         rank = point if point is not None and bounded else None
         rel = err / math.sqrt(total) if total > 0 else 0.0
+        # rank999 only where the same bound pins it to one value (a ΔW of rank <= k, a merged LoRA: e ~ 0)
+        lo999, hi999 = rank90_bounds(sv, total, ERROR_SAFETY * err, NEAR_ALL)
         return Spectrum(
             "sketch",
             tuple(float(v) for v in sv[:TOP_SINGULAR]),
@@ -241,6 +251,7 @@ class Sketch(Accumulator):
             self.k,
             rel,
             (lo, hi if bounded else None),
+            lo999 if lo999 == hi999 and hi999 <= sv.size else None,
         )
 
 

@@ -77,6 +77,16 @@ def diff_view(result: DiffResult, every: bool = False, gate: GateResult | None =
         f"{totals['relative_change'] or 0:.3g} overall, {totals['unchanged_fraction']:.1%} of elements unchanged"
     )
     parts: list[Any] = [head]
+    if result.mechanism is not None:
+        parts.append(Text("  " + result.mechanism.line()))
+    quantized = result.mechanism is not None and result.mechanism.verdict == "quantized"
+    if quantized and result.damage is not None and result.damage.get("sqnr_db") is not None:
+        parts.append(
+            Text(
+                f"  quantization damage: SQNR {result.damage['sqnr_db']:.1f} dB over {result.damage['matrices']} "
+                f"matrices (RMS relative error {result.damage['score']:.3g})"
+            )
+        )
     for f in result.findings:
         parts.append(Text("  • " + f.message))
     for label, names in (("only in base", result.only_base), ("only in tuned", result.only_tuned)):

