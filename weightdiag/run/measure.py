@@ -45,8 +45,10 @@ from ..layout import (
 from ..layout.views import View, views_of, whole_rows
 from ..progress import SILENT, Progress
 from ..record.journal import Expected, Journal, Resumed
+from ..record.lineage import fingerprint_json
 from ..record.row import SCHEMA, matrix_record, vector_offset, vector_record
 from ..reduce.reduction import Reduction
+from ..reduce.sample import MAX_EXPERTS, gather_order, sample_positions, samples_per_matrix
 from ..reduce.stream import ChunkReport, Target, reduce_chunked
 from ..reduce.vectors import VectorSummary, values_of
 from ..segments import Segments
@@ -196,6 +198,7 @@ def _measure(
         name: (e.matrices, e.vectors) for name, e in kept.records.items()
     }
     started = time.perf_counter()
+    samples: dict[str, np.ndarray] = {}  # the lineage fingerprint's values, by matrix record
     verification = None
     spectrum_run = None
     journaled_shards: set[int] = set(kept.skip_shards)
@@ -240,6 +243,8 @@ def _measure(
                     )
                 )
             entries[ref.name] = (matrices, vectors)
+            if reduced.sample is not None:
+                samples[ref.name] = reduced.sample
             if journal is not None:
                 journal.add(ref.name, ref.shard, matrices, vectors)
                 if journal.verifies:
@@ -270,6 +275,9 @@ def _measure(
     row = build_row(
         plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes, verification, spectrum_run
     )
+    if samples:  # in file order; a resumed fit's journaled tensors have none (docs/lineage.md)
+        k = max(v.size for v in samples.values())
+        row["lineage"] = fingerprint_json({w.ref.name: samples[w.ref.name] for w in work if w.ref.name in samples}, k)
     cluster = execution.executor.summary()
     if cluster is not None:  # run metadata: which nodes read what
         row["run"]["cluster"] = cluster
@@ -404,6 +412,7 @@ class _Reduced:
     view_matrices: list[tuple[View, Reduction]] = field(default_factory=list)  # a tensor cut into records
     view_vectors: list[tuple[View, VectorSummary]] = field(default_factory=list)
     decoder_note: str | None = None  # what a quantized weight's decoder said about how it read it
+    sample: np.ndarray | None = None  # the lineage samples, in sampling order (reduce/sample.py)
 
 
 def _parts(item: _Work, arch: ArchInfo, options: FitOptions) -> tuple[list[tuple[str, Segments]], str | None]:
@@ -430,6 +439,7 @@ def _reduce_all(
     """
     parts = [_parts(item, arch, options) for item in work]
     reader.set_connections(execution.connections)
+    sampled = _sampled_positions(work)
     gather = tuning.current().vector_gather_bytes  # longer vectors are summarised piece by piece
     targets = [
         Target(
@@ -438,8 +448,9 @@ def _reduce_all(
             # a vector cut into records (experts' biases) is gathered whole: small, [experts, width]
             summarize=item.vector and not item.views and item.ref.nbytes > gather,
             offset=vector_offset(item.role, arch.norm_offset),
+            sample=sampled[i][0] if i in sampled else (),
         )
-        for item, (segs, _) in zip(work, parts, strict=True)
+        for i, (item, (segs, _)) in enumerate(zip(work, parts, strict=True))
     ]
     verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
     progress = progress or SILENT
@@ -453,7 +464,33 @@ def _reduce_all(
     for index, result in results:
         reduced = _as_reduced(work[index], result, *parts[index], arch.norm_offset)
         reduced.decoder_note = report.notes.get(index)
+        if index in sampled and reduced.whole is not None and reduced.whole.sample is not None:
+            positions, back = sampled[index]
+            if reduced.whole.sample.size == len(positions):  # in sampling order (a prefix for any k)
+                reduced.sample = reduced.whole.sample[back]
+            reduced.whole.sample = None
         yield work[index], reduced
+
+
+def _sampled_positions(work: list[_Work]) -> dict[int, tuple[tuple[int, ...], np.ndarray]]:
+    """The lineage samples of each matrix stored whole and unquantized (reduce/sample.py), by work index:
+    (sorted positions, the permutation back to sampling order). Experts past the first MAX_EXPERTS of a layer
+    and tensors cut into records are not sampled."""
+    chosen = [
+        i
+        for i, item in enumerate(work)
+        if not item.vector
+        and not item.views
+        and item.ref.quant is None
+        and len(item.ref.shape) >= 2
+        and (item.role.expert is None or item.role.expert < MAX_EXPERTS)
+    ]
+    k = samples_per_matrix(len(chosen))
+    out = {}
+    for i in chosen:
+        at, back = gather_order(sample_positions(tuple(work[i].ref.shape), k))
+        out[i] = (tuple(at.tolist()), back)
+    return out
 
 
 def _as_reduced(

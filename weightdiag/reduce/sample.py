@@ -1,0 +1,75 @@
+"""Fixed-position samples of a matrix: the lineage fingerprint's values (docs/lineage.md).
+
+The positions depend on the matrix's shape only (a seeded generator), so that two models of one shape sample
+the same entries and the correlation of their samples says whether their weights are related. They are drawn
+as (row, column) pairs with rows uniform below the next power of two of the row count and columns over the
+row's length; those past the last row are dropped. A matrix with rows added at its end (an extended vocabulary)
+keeps every sampled entry of the rows it shares, in the same order.
+
+The chunk engine gathers them as the chunks stream (reduce_chunk): a piece of elements [lo, hi) of a tensor
+contributes the samples whose positions fall in it; the fold concatenates them in flat order (merge).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+SEED = 0x5EED_39  # never change: rows fingerprinted by another seed could not be compared
+MAX_SAMPLES = 256  # per matrix
+MIN_SAMPLES = 16
+TOTAL_SAMPLES = 12288  # per model: k = TOTAL_SAMPLES // matrices, within [MIN_SAMPLES, MAX_SAMPLES]
+MAX_EXPERTS = 8  # experts of one layer sampled: the first 8 (the rest add size, not evidence)
+
+
+def samples_per_matrix(matrices: int) -> int:
+    """How many entries each of `matrices` sampled matrices gives (the row stays under ~40 KB)."""
+    return max(MIN_SAMPLES, min(MAX_SAMPLES, TOTAL_SAMPLES // max(1, matrices)))
+
+
+def _rows_cols(shape: tuple[int, ...]) -> tuple[int, int]:
+    return int(shape[0]), int(math.prod(shape[1:]))
+
+
+def sample_positions(shape: tuple[int, ...], k: int) -> np.ndarray:
+    """The flat positions (int64) of the first `k` sampled entries of a matrix of `shape`, in sampling order
+    (a prefix of the positions for any larger k); fewer when the matrix has fewer than k entries."""
+    rows, cols = _rows_cols(shape)
+    if rows <= 0 or cols <= 0:
+        return np.zeros(0, dtype=np.int64)
+    k = min(k, rows * cols)
+    cap = 1 << max(0, (rows - 1).bit_length())  # rows below the next power of two: an added row keeps the rest
+    rng = np.random.default_rng([SEED, cap, cols])
+    out: list[np.ndarray] = []
+    seen: set[int] = set()
+    taken = 0
+    while taken < k:  # blocks of 4k candidates: at least half of the rows drawn exist
+        r = rng.integers(0, cap, size=4 * k + 16, dtype=np.int64)
+        c = rng.integers(0, cols, size=r.size, dtype=np.int64)
+        flat = (r * cols + c)[r < rows]
+        kept = []
+        for p in flat.tolist():
+            if p not in seen:
+                seen.add(p)
+                kept.append(p)
+                if taken + len(kept) == k:
+                    break
+        out.append(np.asarray(kept, dtype=np.int64))
+        taken += len(kept)
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+def gather_order(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted positions, the permutation that puts values gathered in sorted order back in sampling order)."""
+    order = np.argsort(positions, kind="stable")
+    back = np.empty_like(order)
+    back[order] = np.arange(order.size)
+    return positions[order], back
+
+
+def gather(values: np.ndarray, sorted_positions: np.ndarray, lo: int) -> np.ndarray:
+    """float32 values of the sampled entries in [lo, lo + len(values)) of a tensor (values: its elements
+    from `lo`, any float dtype numpy reads; BF16 and FP8 as their raw codes are converted by the caller)."""
+    a, b = np.searchsorted(sorted_positions, [lo, lo + values.size])
+    return values[sorted_positions[a:b] - lo].astype(np.float32)
