@@ -672,3 +672,94 @@ def diff(
                 write_html(result, plots, html_file)
                 result.run["html"] = str(html_file)
     return result
+
+
+@dataclass
+class LineageReport:
+    """`weightdiag lineage`: the candidate and each reference's judgement (diagnose.lineage), strongest first."""
+
+    candidate: str
+    how: str  # where the candidate's row came from: fitted, database, row file
+    judgements: list[Any]  # diagnose.lineage.Judgement
+    references: int  # references looked at (judged or not)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [{"candidate": self.candidate, **j.to_json()} for j in self.judgements]
+
+
+def _label(row: Mapping[str, Any]) -> str:
+    model = row.get("model") or {}
+    revision = model.get("revision")
+    return f"{model.get('id')}@{revision}" if revision and model.get("source") == "hub" else str(model.get("id"))
+
+
+def _lineage_row(
+    spec: str, db: Path | None, options: FitOptions, progress: Progress | None, token: str | None, save: bool
+) -> tuple[Row, str]:
+    """The row of a candidate or a named reference: a row (file, id `db list` prints), else what `fit` reads,
+    fitted (and saved with `save`); a row without a fingerprint is fitted again where its model can be read."""
+    from .database.store import row_by_id
+    from .record.lineage import read_fingerprint
+
+    path = Path(spec).expanduser()
+    if not (path.exists() and (path.is_dir() or path.suffix != ".json")):
+        try:
+            row = row_by_id(spec, db)
+            if read_fingerprint(row) is not None or row["model"].get("source") == "cohort":
+                return row, "row"
+            location = row["model"].get("location")
+            if not location or not (Path(location).exists() or row["model"].get("source") == "hub"):
+                return row, "row"
+            spec = location if row["model"].get("source") == "local" else _label(row)
+        except RowNotFoundError:
+            if not (path.exists() or is_hub_id(spec)):
+                raise
+    row, how = resolve_row(spec, db, options, progress, token=token, save=save)
+    if read_fingerprint(row) is None and how != "row file" and row["model"].get("source") != "cohort":
+        row, how = resolve_row(spec, db, options, progress, token=token, save=save, reuse=False)
+    return row, how
+
+
+def lineage(
+    candidate: str,
+    against: Sequence[str] = (),
+    *,
+    db_dir: str | Path | None = None,
+    options: FitOptions | None = None,
+    progress: Progress | None = None,
+    token: str | None = None,
+    save: bool = False,
+) -> LineageReport:
+    """`weightdiag lineage`: whether `candidate` (a row id, or anything `fit` reads: fitted without saving unless
+    `save`) derives from each reference: those `against` names (rows, folders, Hub ids), else every fitted row of
+    the database (docs/lineage.md). Judgements strongest first; references without a fingerprint 'not judged'."""
+    from .database.store import iter_rows
+    from .diagnose.lineage import Fingerprint, judge_all
+
+    options = options or FitOptions()
+    check_options(options)
+    db = Path(db_dir) if db_dir else None
+    row, how = _lineage_row(candidate, db, options, progress, token, save)
+    cand = Fingerprint.of(_plain(row))
+    if cand is None:
+        raise RowUseError(
+            f"{candidate}: its row has no lineage fingerprint (a cohort summary, a row written before issue 39, or a "
+            "model whose matrices are all quantized); refit the model to add it",
+            model_id=row["model"].get("id"),
+        )
+    refs: list[tuple[str, Any]] = []
+    if against:
+        for spec in against:
+            ref, _ = _lineage_row(spec, db, options, progress, token, save)
+            refs.append((_label(ref), Fingerprint.of_or_why(_plain(ref))))
+    else:
+
+        def same(r: Mapping[str, Any]) -> tuple[Any, ...]:
+            model = r["model"]
+            return (model.get("id"), model.get("location"), model.get("fingerprint"), model.get("commit"))
+
+        for _, ref in iter_rows(db):
+            if same(ref) == same(row):
+                continue  # the candidate's own row (of the same files)
+            refs.append((_label(ref), Fingerprint.of_or_why(_plain(ref))))
+    return LineageReport(_label(row), how, judge_all(cand, refs), len(refs))

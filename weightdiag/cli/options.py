@@ -279,6 +279,9 @@ HistOption = _option(
     list[str] | None, "--hist", metavar="GLOB", help="Tensor name or glob to draw a |w| histogram of (repeatable)."
 )
 
+# lineage: a reference (default: every row of the database); the rows of models it fits (default: not saved)
+AgainstOption = _option(list[str] | None, "--against", metavar="REF", help="Row id, row file, folder or Hub id.")
+LineageSaveOption = _option(bool, "--save/--no-save", help="Save the rows of models fitted on the way.")
 # --- db ------------------------------------------------------------------------------------------------------
 
 FittedOption = _option(bool, "--fitted", help="Only fitted rows (no cohort entries).")
@@ -384,6 +387,9 @@ OPTIONS: dict[str, Entry] = {
     # report
     "top": Entry(TopOption, 10),
     "hist": Entry(HistOption, None),
+    # lineage
+    "against": Entry(AgainstOption, None),
+    "save@lineage": Entry(LineageSaveOption, False),
     # db
     "fitted_only": Entry(FittedOption, False),
     "every@gc": Entry(GcAllOption, False),

@@ -118,6 +118,13 @@ class Fingerprint:
     blocks: int | None
 
     @classmethod
+    def of_or_why(cls, row: Mapping[str, Any]) -> Fingerprint | str:
+        """The row's fingerprint, or why it has none (in words `lineage` prints)."""
+        if (row.get("model") or {}).get("source") == "cohort":
+            return "a cohort summary (no weights were read): fit the model itself to judge it"
+        return cls.of(row) or NO_FINGERPRINT
+
+    @classmethod
     def of(cls, row: Mapping[str, Any]) -> Fingerprint | None:
         """The row's fingerprint; None when it has none (a row written before issue 39, a cohort row)."""
         samples = read_fingerprint(row)
@@ -165,15 +172,14 @@ def _common(a_shape: Sequence[int], b_shape: Sequence[int], ka: int, kb: int) ->
     return ia[order], ib[order]
 
 
-def _spearman_z(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    m = a.size
-    ra, rb = rankdata(a), rankdata(b)
+def _spearman_z(ra: np.ndarray, rb: np.ndarray) -> tuple[float, float]:
+    """Spearman's rho of two samples given as ranks, and its z under independence."""
     sa, sb = ra.std(), rb.std()
     if sa == 0 or sb == 0:
         return 0.0, 0.0
     rho = float(np.mean((ra - ra.mean()) * (rb - rb.mean())) / (sa * sb))
     rho = max(-0.999999, min(0.999999, rho))
-    return rho, math.atanh(rho) * math.sqrt((m - 3) / SPEARMAN_VARIANCE)
+    return rho, math.atanh(rho) * math.sqrt((ra.size - 3) / SPEARMAN_VARIANCE)
 
 
 def _stat(record: Mapping[str, Any], name: str) -> float | None:
@@ -229,15 +235,13 @@ def _agree_closely(inv: Mapping[str, float | int | None]) -> bool:
     return all(isinstance(m, float) and m < CLOSE for m in medians) and int(inv.get("matched") or 0) >= MIN_MATRICES
 
 
-def judge(reference: str, cand: Fingerprint, ref: Fingerprint | None) -> Judgement:
-    """The verdict on `reference` (a label) for the candidate; `ref` None: it has no fingerprint."""
-    if ref is None:
-        return Judgement(
-            reference,
-            "not judged",
-            reason="the reference's row has no lineage fingerprint (written before it existed): refit to add the "
-            "fingerprint",
-        )
+NO_FINGERPRINT = "its row has no lineage fingerprint (written before it existed): refit to add the fingerprint"
+
+
+def judge(reference: str, cand: Fingerprint, ref: Fingerprint | str | None) -> Judgement:
+    """The verdict on `reference` (a label) for the candidate; `ref` None or a reason: it has no fingerprint."""
+    if ref is None or isinstance(ref, str):
+        return Judgement(reference, "not judged", reason=ref or NO_FINGERPRINT)
     groups: dict[tuple[int, int], list[str]] = defaultdict(list)
     for name in ref.samples:
         if name in ref.records:
@@ -248,7 +252,7 @@ def judge(reference: str, cand: Fingerprint, ref: Fingerprint | None) -> Judgeme
     for name, values in cand.samples.items():
         rec = cand.records.get(name)
         options = groups.get(_key(rec["shape"])) if rec is not None else None
-        if not options:
+        if rec is None or not options:
             not_compared.append(name)
             continue
         best: tuple[float, float, int, str, float | None] | None = None
@@ -259,11 +263,8 @@ def judge(reference: str, cand: Fingerprint, ref: Fingerprint | None) -> Judgeme
                 continue
             compared += 1
             a, b = values[ia], ref.samples[other][ib]
-            if ia.size == values.size == ref.samples[other].size:
-                rb = ranked[other]
-            else:
-                rb = None
-            rho, z = _spearman_z(a, b) if rb is None else _spearman_z_ranked(a, rb)
+            whole = ia.size == values.size == ref.samples[other].size  # the reference's ranks, computed once
+            rho, z = _spearman_z(rankdata(a), ranked[other] if whole else rankdata(b))
             if best is None or z > best[0]:
                 norm = float(np.linalg.norm(b))
                 change = float(np.linalg.norm(a - b)) / norm if norm > 0 else None
@@ -298,18 +299,6 @@ def judge(reference: str, cand: Fingerprint, ref: Fingerprint | None) -> Judgeme
     else:
         out.reason = "weak evidence: below the threshold of `derived`"
     return _by_invariants(out, cand, ref)
-
-
-def _spearman_z_ranked(a: np.ndarray, rb: np.ndarray) -> tuple[float, float]:
-    """_spearman_z with the reference's ranks computed once."""
-    m = a.size
-    ra = rankdata(a)
-    sa, sb = ra.std(), rb.std()
-    if sa == 0 or sb == 0:
-        return 0.0, 0.0
-    rho = float(np.mean((ra - ra.mean()) * (rb - rb.mean())) / (sa * sb))
-    rho = max(-0.999999, min(0.999999, rho))
-    return rho, math.atanh(rho) * math.sqrt((m - 3) / SPEARMAN_VARIANCE)
 
 
 def _by_invariants(out: Judgement, cand: Fingerprint, ref: Fingerprint) -> Judgement:
@@ -368,7 +357,7 @@ def _relation(cand: Fingerprint, ref: Fingerprint, carrying: list[MatrixEvidence
     return said
 
 
-def judge_all(cand: Fingerprint, refs: Sequence[tuple[str, Fingerprint | None]]) -> list[Judgement]:
+def judge_all(cand: Fingerprint, refs: Sequence[tuple[str, Fingerprint | str | None]]) -> list[Judgement]:
     """Every reference's judgement, strongest evidence first (the not judged last)."""
     out = [judge(label, cand, ref) for label, ref in refs]
     order = {"derived": 0, "inconclusive": 1, "independent": 2, "not judged": 3}
