@@ -42,7 +42,8 @@ EVIDENCE_LOG10P = -3.0  # a matrix whose own p-value is below carries evidence
 CLOSE = 0.003
 EXACT = 1e-6
 EXACT_MATRICES = 8
-SAME_WEIGHTS = 0.005  # median relative change below: the same weights (BF16 rounding is 0.2%)
+SAME_WEIGHTS = 0.005  # median relative change below: the same weights, re-stored (BF16 rounding is 0.2%)
+SAME_BITS = 1e-4  # the same, in the same dtype (float16 samples: 0.03%)
 SPEARMAN_VARIANCE = 1.06  # Fieller, Hartley and Pearson (1957): var(atanh rho) ~ 1.06 / (m - 3)
 LN10 = math.log(10.0)
 
@@ -182,6 +183,45 @@ def _spearman_z(ra: np.ndarray, rb: np.ndarray) -> tuple[float, float]:
     return rho, math.atanh(rho) * math.sqrt((ra.size - 3) / SPEARMAN_VARIANCE)
 
 
+def _standard_ranks(rows: list[np.ndarray], k: int) -> np.ndarray:
+    """Each sample's first k values as ranks, centred and scaled to unit norm (rows of a matrix)."""
+    r = rankdata(np.stack([v[:k] for v in rows]), axis=1)
+    r -= r.mean(axis=1, keepdims=True)
+    norms = np.linalg.norm(r, axis=1, keepdims=True)
+    return np.divide(r, norms, out=np.zeros_like(r), where=norms > 0)
+
+
+def _same_shape_z(cand: Fingerprint, ref: Fingerprint) -> dict[str, tuple[float, float, int, str, int]]:
+    """For each candidate matrix, its best match among the reference's matrices of exactly its shape, all
+    compared at once (one product of rank matrices per shape): (z, rho, samples, reference, compared)."""
+    by_shape: dict[tuple[int, ...], tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
+    for name in cand.samples:
+        if name in cand.records:
+            by_shape[tuple(cand.records[name]["shape"])][0].append(name)
+    for name in ref.samples:
+        if name in ref.records and tuple(ref.records[name]["shape"]) in by_shape:
+            by_shape[tuple(ref.records[name]["shape"])][1].append(name)
+    out = {}
+    for mine, theirs in by_shape.values():
+        if not theirs:
+            continue
+        k = min(v.size for v in [*(cand.samples[n] for n in mine), *(ref.samples[n] for n in theirs)])
+        if k < MIN_COMMON:
+            continue
+        rho = np.clip(
+            _standard_ranks([cand.samples[n] for n in mine], k)
+            @ _standard_ranks([ref.samples[n] for n in theirs], k).T,
+            -0.999999,
+            0.999999,
+        )
+        z = np.arctanh(rho) * math.sqrt((k - 3) / SPEARMAN_VARIANCE)
+        best = np.argmax(z, axis=1)
+        for i, name in enumerate(mine):
+            j = int(best[i])
+            out[name] = (float(z[i, j]), float(rho[i, j]), k, theirs[j], len(theirs))
+    return out
+
+
 def _stat(record: Mapping[str, Any], name: str) -> float | None:
     value = (record.get("stats") or {}).get(name)
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
@@ -246,7 +286,7 @@ def judge(reference: str, cand: Fingerprint, ref: Fingerprint | str | None) -> J
     for name in ref.samples:
         if name in ref.records:
             groups[_key(ref.records[name]["shape"])].append(name)
-    ranked = {name: rankdata(v) for name, v in ref.samples.items()}
+    same_shape = _same_shape_z(cand, ref)
     evidence: list[MatrixEvidence] = []
     not_compared: list[str] = []
     for name, values in cand.samples.items():
@@ -255,24 +295,31 @@ def judge(reference: str, cand: Fingerprint, ref: Fingerprint | str | None) -> J
         if rec is None or not options:
             not_compared.append(name)
             continue
-        best: tuple[float, float, int, str, float | None] | None = None
+        best: tuple[float, float, int, str] | None = None
         compared = 0
         for other in options:
+            if tuple(ref.records[other]["shape"]) == tuple(rec["shape"]):
+                continue  # same_shape's, below
             ia, ib = _common(rec["shape"], ref.records[other]["shape"], values.size, ref.samples[other].size)
             if ia.size < MIN_COMMON:
                 continue
             compared += 1
-            a, b = values[ia], ref.samples[other][ib]
-            whole = ia.size == values.size == ref.samples[other].size  # the reference's ranks, computed once
-            rho, z = _spearman_z(rankdata(a), ranked[other] if whole else rankdata(b))
+            rho, z = _spearman_z(rankdata(values[ia]), rankdata(ref.samples[other][ib]))
             if best is None or z > best[0]:
-                norm = float(np.linalg.norm(b))
-                change = float(np.linalg.norm(a - b)) / norm if norm > 0 else None
-                best = (z, rho, ia.size, other, change)
+                best = (z, rho, ia.size, other)
+        if name in same_shape:
+            z, rho, m, other, n = same_shape[name]
+            compared += n
+            if best is None or z > best[0]:
+                best = (z, rho, m, other)
         if best is None:
             not_compared.append(name)
             continue
-        z, rho, m, other, change = best
+        z, rho, m, other = best
+        ia, ib = _common(rec["shape"], ref.records[other]["shape"], values.size, ref.samples[other].size)
+        a, b = values[ia], ref.samples[other][ib]
+        norm = float(np.linalg.norm(b))
+        change = float(np.linalg.norm(a - b)) / norm if norm > 0 else None
         evidence.append(MatrixEvidence(name, other, rho, m, compared, _log_p_max(z, compared) / LN10, change))
     inv = _invariants(cand, ref)
     out = Judgement(reference, "inconclusive", evidence=evidence, not_compared=not_compared, invariants=inv)
@@ -335,7 +382,8 @@ def _relation(cand: Fingerprint, ref: Fingerprint, carrying: list[MatrixEvidence
         str(ref.records[e.reference].get("dtype")) for e in carrying
     }
     grid = any("grid" in cand.records[e.candidate] for e in carrying)
-    if change is not None and change < SAME_WEIGHTS:
+    same = SAME_WEIGHTS if dtypes else SAME_BITS  # rounding to another dtype changes values by up to 0.4%
+    if change is not None and change < same:
         said.append(f"same weights (median relative change {change:.2%})")
     elif grid:
         said.append(f"quantized: values on a 4-bit grid (median relative change {change:.1%})")
