@@ -33,16 +33,19 @@ def test_positions_depend_on_the_shape_only_and_extend_by_prefix():
     assert np.array_equal(a, sample_positions((512, 128), 64))
     assert np.array_equal(sample_positions((512, 128), 256)[:64], a)  # a larger k keeps the first samples
     assert len(set(a.tolist())) == 64 and a.max() < 512 * 128
-    grown = sample_positions((600, 128), 256)  # rows added at the end (600 and 512 share the power of two 1024)
-    cut = sample_positions((512, 128), 256)
-    assert set(cut.tolist()) <= set(grown.tolist())  # every sampled entry of the shared rows is sampled in both
+    grown = sample_positions((600, 128), 256)  # rows added at the end (600 and 520 share the power of two 1024)
+    cut = sample_positions((520, 128), 256)
+    shared = set(cut.tolist()) & set(grown.tolist())  # one stream of candidates: most entries sampled in both
+    assert len(shared) >= 0.75 * 256
+    in_order = [p for p in cut.tolist() if p in shared]
+    assert in_order == [p for p in grown.tolist() if p in shared]
     assert not np.array_equal(sample_positions((512, 129), 64), a)
     assert samples_per_matrix(10) == 256 and samples_per_matrix(10_000) == 16
 
 
 def test_the_fit_gathers_the_sampled_values_across_chunk_boundaries(small_llama):
     """Tensors cut into many chunks (16 KiB): the samples are the tensors' values at the positions, in order."""
-    from safetensors.numpy import load_file
+    from safetensors.torch import load_file
 
     with tuning.override(split_bytes=16 << 10, local_chunk_bytes=16 << 10):
         row = _fit(small_llama)
@@ -54,9 +57,8 @@ def test_the_fit_gathers_the_sampled_values_across_chunk_boundaries(small_llama)
     matrices = [m["name"] for m in row["matrices"]]
     assert set(found) == set(matrices)
     for name, values in found.items():
-        raw = stored[name]  # BF16 written as uint16 codes by the synthetic writer: read them as floats
-        flat = (raw.astype(np.uint32) << 16).view(np.float32) if raw.dtype == np.uint16 else raw
-        expected = flat.reshape(-1)[sample_positions(raw.shape, row["lineage"]["k"])].astype(np.float64)
+        flat = stored[name].float().numpy().reshape(-1)
+        expected = flat[sample_positions(tuple(stored[name].shape), row["lineage"]["k"])].astype(np.float64)
         np.testing.assert_allclose(values, expected, rtol=2e-3, atol=1e-7)
     assert len(json.dumps(row["lineage"])) < 64 << 10
 
@@ -215,16 +217,18 @@ def test_lineage_command_json_and_text(minilm_dir, tmp_path):
     assert text.exit_code == 0 and "derived      all-MiniLM-L6-v2" in text.stdout
 
 
-def test_lineage_bad_input_is_one_line_exit_2(minilm_dir, tmp_path):
-    from typer.testing import CliRunner
-
+def _main(capsys, *args: str) -> tuple[int, str, str]:
+    """weightdiag.cli.main in this process, as the console script runs it: (exit code, stdout, stderr)."""
     from weightdiag import cli
 
-    runner = CliRunner()
-    missing = runner.invoke(
-        cli.app, ["lineage", str(minilm_dir), "--against", str(tmp_path / "nope"), "--db", str(tmp_path)]
-    )
-    assert missing.exit_code == 2 and len(missing.stderr.strip().splitlines()) == 1, missing.output
-    assert "Traceback" not in missing.output
-    cohort = runner.invoke(cli.app, ["lineage", "Qwen2-7B", "--db", str(tmp_path)])
-    assert cohort.exit_code == 2 and "no lineage fingerprint" in cohort.stderr, cohort.output
+    with pytest.raises(SystemExit) as ended:
+        cli.main(list(args))
+    out = capsys.readouterr()
+    return int(ended.value.code or 0), out.out, out.err
+
+
+def test_lineage_bad_input_is_one_line_exit_2(minilm_dir, tmp_path, capsys):
+    code, _, err = _main(capsys, "lineage", str(minilm_dir), "--against", str(tmp_path / "nope"), "--db", str(tmp_path))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "no such row" in err, err
+    code, _, err = _main(capsys, "lineage", "Qwen2-7B", "--db", str(tmp_path))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "no lineage fingerprint" in err, err

@@ -20,6 +20,7 @@ SEED = 0x5EED_39  # never change: rows fingerprinted by another seed could not b
 MAX_SAMPLES = 256  # per matrix
 MIN_SAMPLES = 16
 TOTAL_SAMPLES = 12288  # per model: k = TOTAL_SAMPLES // matrices, within [MIN_SAMPLES, MAX_SAMPLES]
+BLOCK = 512  # candidates drawn at a time (never change: the positions would)
 MAX_EXPERTS = 8  # experts of one layer sampled: the first 8 (the rest add size, not evidence)
 
 
@@ -44,9 +45,10 @@ def sample_positions(shape: tuple[int, ...], k: int) -> np.ndarray:
     out: list[np.ndarray] = []
     seen: set[int] = set()
     taken = 0
-    while taken < k:  # blocks of 4k candidates: at least half of the rows drawn exist
-        r = rng.integers(0, cap, size=4 * k + 16, dtype=np.int64)
-        c = rng.integers(0, cols, size=r.size, dtype=np.int64)
+    while taken < k:  # blocks of BLOCK candidates whatever k is: the same stream for every k
+        drawn = rng.random((BLOCK, 2))
+        r = (drawn[:, 0] * cap).astype(np.int64)
+        c = (drawn[:, 1] * cols).astype(np.int64)
         flat = (r * cols + c)[r < rows]
         kept = []
         for p in flat.tolist():
