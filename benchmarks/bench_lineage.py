@@ -6,6 +6,8 @@ inconclusive share of `derived`, and the false-positive rate of the p-value at 0
 on the independent same-architecture pairs.
 
     python benchmarks/bench_lineage.py [--seeds 6] [--steps 150] [--json FILE]
+    python benchmarks/bench_lineage.py --cost MODEL ROUNDS   # the fingerprint's share of a fit's time
+    python benchmarks/bench_lineage.py --many ROWS            # lineage against a database of ROWS rows
 
 Needs torch and transformers. Every model is fitted with `api.fit(save=False)` (CPU) and judged with
 diagnose.lineage.judge, as `weightdiag lineage CANDIDATE --against REF` does.
@@ -17,6 +19,7 @@ import argparse
 import importlib.util
 import itertools
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -178,5 +181,60 @@ def main() -> None:
         )
 
 
-if __name__ == "__main__":
+def cost(model: Path, rounds: int) -> None:
+    """The fingerprint's share of a fit: API fits of `model` with it and without (tuning.lineage_fingerprint),
+    interleaved, the order alternating each round; the medians and their ratio, and the row's `lineage` size."""
+    import statistics
+
+    from weightdiag import tuning
+
+    times: dict[bool, list[float]] = {True: [], False: []}
+    size = 0
+    api.fit(str(model), FitOptions(device="cpu"), save=False)  # the page cache warm
+    for r in range(rounds):
+        for on in (True, False) if r % 2 == 0 else (False, True):
+            with tuning.override(lineage_fingerprint=on):
+                started = time.perf_counter()
+                row = api.fit(str(model), FitOptions(device="cpu"), save=False).row
+                times[on].append(time.perf_counter() - started)
+            if on:
+                size = len(json.dumps(row["lineage"]))
+    with_, without = statistics.median(times[True]), statistics.median(times[False])
+    print(f"fit of {model} ({rounds} rounds each, interleaved): with the fingerprint median {with_:.3f} s, without")
+    print(f"{without:.3f} s: ratio {with_ / without:.3f}; min {min(times[True]):.3f} / {min(times[False]):.3f} s")
+    print(f"the row's lineage: {size} bytes ({len(row['lineage']['matrices'])} matrices, k {row['lineage']['k']})")
+
+
+def many(rows: int) -> None:
+    """`lineage` of a fitted MiniLM against `rows` fingerprinted rows in a database (copies of MiniLM's row under
+    other ids, half of them with noise added to their samples): seconds and peak memory (RSS high-water mark)."""
+    import copy
+    import resource
+
+    from weightdiag.database.store import write_row
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "db"
+        row = api.fit(str(_minilm()), FitOptions(device="cpu"), save=False).row
+        for i in range(rows):
+            other = copy.deepcopy(row)
+            other["model"]["id"] = f"copy-{i}"
+            other["model"]["fingerprint"] = f"local-{i}"
+            write_row(other, db)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        started = time.perf_counter()
+        report = api.lineage(str(_minilm()), db_dir=db)
+        seconds = time.perf_counter() - started
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(
+        f"lineage of MiniLM (fitted, {row['run']['seconds']:.2f} s) against {report.references} rows: {seconds:.2f} s "
+        f"in all; peak RSS {peak / 1024:.0f} MB ({before / 1024:.0f} MB before)"
+    )
+
+
+if __name__ == "__main__" and "--cost" in sys.argv:
+    cost(Path(sys.argv[sys.argv.index("--cost") + 1]), int(sys.argv[sys.argv.index("--cost") + 2]))
+elif __name__ == "__main__" and "--many" in sys.argv:
+    many(int(sys.argv[sys.argv.index("--many") + 1]))
+elif __name__ == "__main__":
     main()

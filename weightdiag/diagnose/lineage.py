@@ -117,6 +117,16 @@ class Fingerprint:
     records: dict[str, Mapping[str, Any]]
     k: int
     blocks: int | None
+    # per (shape, samples): the names of the matrices and their samples as standardised ranks (rows), computed once
+    stacks: dict[tuple[tuple[int, ...], int], tuple[list[str], np.ndarray]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names: dict[tuple[tuple[int, ...], int], list[str]] = defaultdict(list)
+        for name, values in self.samples.items():
+            if name in self.records:
+                names[(tuple(self.records[name]["shape"]), values.size)].append(name)
+        for key, group in names.items():
+            self.stacks[key] = (group, _standard_ranks([self.samples[n] for n in group], key[1]))
 
     @classmethod
     def of_or_why(cls, row: Mapping[str, Any]) -> Fingerprint | str:
@@ -185,40 +195,28 @@ def _spearman_z(ra: np.ndarray, rb: np.ndarray) -> tuple[float, float]:
 
 def _standard_ranks(rows: list[np.ndarray], k: int) -> np.ndarray:
     """Each sample's first k values as ranks, centred and scaled to unit norm (rows of a matrix)."""
-    r = rankdata(np.stack([v[:k] for v in rows]), axis=1)
+    stacked = np.stack([v[:k] for v in rows])
+    r = np.argsort(np.argsort(stacked, axis=1, kind="stable"), axis=1).astype(np.float64)  # ties by position
     r -= r.mean(axis=1, keepdims=True)
     norms = np.linalg.norm(r, axis=1, keepdims=True)
     return np.divide(r, norms, out=np.zeros_like(r), where=norms > 0)
 
 
 def _same_shape_z(cand: Fingerprint, ref: Fingerprint) -> dict[str, tuple[float, float, int, str, int]]:
-    """For each candidate matrix, its best match among the reference's matrices of exactly its shape, all
-    compared at once (one product of rank matrices per shape): (z, rho, samples, reference, compared)."""
-    by_shape: dict[tuple[int, ...], tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
-    for name in cand.samples:
-        if name in cand.records:
-            by_shape[tuple(cand.records[name]["shape"])][0].append(name)
-    for name in ref.samples:
-        if name in ref.records and tuple(ref.records[name]["shape"]) in by_shape:
-            by_shape[tuple(ref.records[name]["shape"])][1].append(name)
+    """For each candidate matrix, its best match among the reference's matrices of exactly its shape and sample
+    count, all compared at once (one product of the precomputed rank matrices per shape): (z, rho, samples,
+    reference, compared)."""
     out = {}
-    for mine, theirs in by_shape.values():
-        if not theirs:
+    for key, (mine, ra) in cand.stacks.items():
+        theirs = ref.stacks.get(key)
+        if theirs is None or key[1] < MIN_COMMON:
             continue
-        k = min(v.size for v in [*(cand.samples[n] for n in mine), *(ref.samples[n] for n in theirs)])
-        if k < MIN_COMMON:
-            continue
-        rho = np.clip(
-            _standard_ranks([cand.samples[n] for n in mine], k)
-            @ _standard_ranks([ref.samples[n] for n in theirs], k).T,
-            -0.999999,
-            0.999999,
-        )
-        z = np.arctanh(rho) * math.sqrt((k - 3) / SPEARMAN_VARIANCE)
+        rho = np.clip(ra @ theirs[1].T, -0.999999, 0.999999)
+        z = np.arctanh(rho) * math.sqrt((key[1] - 3) / SPEARMAN_VARIANCE)
         best = np.argmax(z, axis=1)
         for i, name in enumerate(mine):
             j = int(best[i])
-            out[name] = (float(z[i, j]), float(rho[i, j]), k, theirs[j], len(theirs))
+            out[name] = (float(z[i, j]), float(rho[i, j]), key[1], theirs[0][j], len(theirs[0]))
     return out
 
 
@@ -297,9 +295,8 @@ def judge(reference: str, cand: Fingerprint, ref: Fingerprint | str | None) -> J
             continue
         best: tuple[float, float, int, str] | None = None
         compared = 0
-        for other in options:
-            if tuple(ref.records[other]["shape"]) == tuple(rec["shape"]):
-                continue  # same_shape's, below
+        # matrices of another shape (rows added or dropped: a vocabulary) only where none has this one's
+        for other in [] if name in same_shape else options:
             ia, ib = _common(rec["shape"], ref.records[other]["shape"], values.size, ref.samples[other].size)
             if ia.size < MIN_COMMON:
                 continue

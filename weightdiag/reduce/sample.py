@@ -13,6 +13,7 @@ contributes the samples whose positions fall in it; the fold concatenates them i
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -36,30 +37,26 @@ def _rows_cols(shape: tuple[int, ...]) -> tuple[int, int]:
 def sample_positions(shape: tuple[int, ...], k: int) -> np.ndarray:
     """The flat positions (int64) of the first `k` sampled entries of a matrix of `shape`, in sampling order
     (a prefix of the positions for any larger k); fewer when the matrix has fewer than k entries."""
+    return np.asarray(_positions(tuple(int(n) for n in shape), k), dtype=np.int64)
+
+
+@lru_cache(maxsize=256)
+def _positions(shape: tuple[int, ...], k: int) -> tuple[int, ...]:
     rows, cols = _rows_cols(shape)
     if rows <= 0 or cols <= 0:
-        return np.zeros(0, dtype=np.int64)
+        return ()
     k = min(k, rows * cols)
     cap = 1 << max(0, (rows - 1).bit_length())  # rows below the next power of two: an added row keeps the rest
     rng = np.random.default_rng([SEED, cap, cols])
-    out: list[np.ndarray] = []
-    seen: set[int] = set()
-    taken = 0
-    while taken < k:  # blocks of BLOCK candidates whatever k is: the same stream for every k
+    found = np.zeros(0, dtype=np.int64)
+    while found.size < k:  # blocks of BLOCK candidates whatever k is: the same stream for every k
         drawn = rng.random((BLOCK, 2))
         r = (drawn[:, 0] * cap).astype(np.int64)
         c = (drawn[:, 1] * cols).astype(np.int64)
-        flat = (r * cols + c)[r < rows]
-        kept = []
-        for p in flat.tolist():
-            if p not in seen:
-                seen.add(p)
-                kept.append(p)
-                if taken + len(kept) == k:
-                    break
-        out.append(np.asarray(kept, dtype=np.int64))
-        taken += len(kept)
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+        found = np.concatenate([found, (r * cols + c)[r < rows]])
+        _, first = np.unique(found, return_index=True)  # repeats dropped, first occurrences kept in order
+        found = found[np.sort(first)]
+    return tuple(found[:k].tolist())
 
 
 def gather_order(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

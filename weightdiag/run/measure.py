@@ -476,6 +476,8 @@ def _sampled_positions(work: list[_Work]) -> dict[int, tuple[tuple[int, ...], np
     """The lineage samples of each matrix stored whole and unquantized (reduce/sample.py), by work index:
     (sorted positions, the permutation back to sampling order). Experts past the first MAX_EXPERTS of a layer
     and tensors cut into records are not sampled."""
+    if not tuning.current().lineage_fingerprint:
+        return {}
     chosen = [
         i
         for i, item in enumerate(work)
