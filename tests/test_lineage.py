@@ -232,3 +232,12 @@ def test_lineage_bad_input_is_one_line_exit_2(minilm_dir, tmp_path, capsys):
     assert code == 2 and len(err.strip().splitlines()) == 1 and "no such row" in err, err
     code, _, err = _main(capsys, "lineage", "Qwen2-7B", "--db", str(tmp_path))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "no lineage fingerprint" in err, err
+
+
+def test_a_model_of_many_matrices_samples_every_few_layers():
+    from weightdiag.reduce.sample import MAX_MATRICES, layer_stride
+
+    assert layer_stride([0, 1, None]) == 1
+    blocks = [b for b in range(96) for _ in range(9)] + [None, None]  # 866 matrices in 96 layers
+    stride = layer_stride(blocks)
+    assert sum(b is None or b % stride == 0 for b in blocks) <= MAX_MATRICES + 9

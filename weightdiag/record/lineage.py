@@ -23,7 +23,7 @@ def fingerprint_json(samples: Mapping[str, np.ndarray], k: int) -> dict[str, Any
         rms = float(np.sqrt(np.mean(v[finite] ** 2))) if finite.any() else 0.0
         scaled = np.where(finite, v / rms, 0.0) if rms > 0 else np.zeros_like(v)
         stored = np.clip(scaled, -65504.0, 65504.0).astype("<f2")
-        matrices[name] = {"scale": rms, "values": base64.b64encode(stored.tobytes()).decode("ascii")}
+        matrices[name] = {"scale": float(f"{rms:.6g}"), "values": base64.b64encode(stored.tobytes()).decode("ascii")}
     return {"method": METHOD, "seed": SEED, "k": k, "matrices": matrices}
 
 

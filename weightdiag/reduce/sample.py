@@ -20,14 +20,25 @@ import numpy as np
 SEED = 0x5EED_39  # never change: rows fingerprinted by another seed could not be compared
 MAX_SAMPLES = 256  # per matrix
 MIN_SAMPLES = 16
-TOTAL_SAMPLES = 12288  # per model: k = TOTAL_SAMPLES // matrices, within [MIN_SAMPLES, MAX_SAMPLES]
+TOTAL_SAMPLES = 8192  # per model: k = TOTAL_SAMPLES // matrices, within [MIN_SAMPLES, MAX_SAMPLES]
+MAX_MATRICES = 384  # beyond, only the layers whose index is a multiple of a stride (the row stays under 64 KB)
 BLOCK = 512  # candidates drawn at a time (never change: the positions would)
-MAX_EXPERTS = 8  # experts of one layer sampled: the first 8 (the rest add size, not evidence)
+MAX_EXPERTS = 2  # experts of one layer sampled: the first 2 (the rest add size, not evidence)
 
 
 def samples_per_matrix(matrices: int) -> int:
-    """How many entries each of `matrices` sampled matrices gives (the row stays under ~40 KB)."""
+    """How many entries each of `matrices` sampled matrices gives."""
     return max(MIN_SAMPLES, min(MAX_SAMPLES, TOTAL_SAMPLES // max(1, matrices)))
+
+
+def layer_stride(blocks: list[int | None]) -> int:
+    """Sample the matrices of every layer whose index is a multiple of this (1: all), for matrices in `blocks`
+    (their layer indices, None outside the layers), so that at most about MAX_MATRICES are sampled."""
+    in_layers = sum(b is not None for b in blocks)
+    outside = len(blocks) - in_layers
+    if len(blocks) <= MAX_MATRICES or not in_layers:
+        return 1
+    return math.ceil(in_layers / max(1, MAX_MATRICES - outside))
 
 
 def _rows_cols(shape: tuple[int, ...]) -> tuple[int, int]:

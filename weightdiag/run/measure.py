@@ -48,7 +48,7 @@ from ..record.journal import Expected, Journal, Resumed
 from ..record.lineage import fingerprint_json
 from ..record.row import SCHEMA, matrix_record, vector_offset, vector_record
 from ..reduce.reduction import Reduction
-from ..reduce.sample import MAX_EXPERTS, gather_order, sample_positions, samples_per_matrix
+from ..reduce.sample import MAX_EXPERTS, gather_order, layer_stride, sample_positions, samples_per_matrix
 from ..reduce.stream import ChunkReport, Target, reduce_chunked
 from ..reduce.vectors import VectorSummary, values_of
 from ..segments import Segments
@@ -475,7 +475,8 @@ def _reduce_all(
 def _sampled_positions(work: list[_Work]) -> dict[int, tuple[tuple[int, ...], np.ndarray]]:
     """The lineage samples of each matrix stored whole and unquantized (reduce/sample.py), by work index:
     (sorted positions, the permutation back to sampling order). Experts past the first MAX_EXPERTS of a layer
-    and tensors cut into records are not sampled."""
+    and tensors cut into records are not sampled; of a model of more than MAX_MATRICES such matrices, only
+    the layers whose index is a multiple of a stride (layer_stride)."""
     if not tuning.current().lineage_fingerprint:
         return {}
     chosen = [
@@ -487,11 +488,17 @@ def _sampled_positions(work: list[_Work]) -> dict[int, tuple[tuple[int, ...], np
         and len(item.ref.shape) >= 2
         and (item.role.expert is None or item.role.expert < MAX_EXPERTS)
     ]
+    stride = layer_stride([work[i].role.block for i in chosen])
+    chosen = [i for i in chosen if (work[i].role.block or 0) % stride == 0]
     k = samples_per_matrix(len(chosen))
     out = {}
+    by_shape: dict[tuple[int, ...], tuple[tuple[int, ...], np.ndarray]] = {}  # most matrices share a few shapes
     for i in chosen:
-        at, back = gather_order(sample_positions(tuple(work[i].ref.shape), k))
-        out[i] = (tuple(at.tolist()), back)
+        shape = tuple(work[i].ref.shape)
+        if shape not in by_shape:
+            at, back = gather_order(sample_positions(shape, k))
+            by_shape[shape] = (tuple(at.tolist()), back)
+        out[i] = by_shape[shape]
     return out
 
 
