@@ -10,7 +10,7 @@ def _p(log10_p: float | None) -> str:
         return "p n/a"
     if log10_p > -4:
         return f"p = {10**log10_p:.3g}"
-    return f"p < 1e{int(log10_p) + 1}" if log10_p > -300 else "p < 1e-300"
+    return f"p = 1e{log10_p:.0f}"  # log10 of p: far below what a float holds for most derived models
 
 
 def lineage_view(report: Any) -> str:
@@ -24,7 +24,7 @@ def lineage_view(report: Any) -> str:
             lines.append(f"    relation: {'; '.join(j.relation)}")
         if j.reason:
             lines.append(f"    {j.reason}")
-        for e in j.evidence[:3]:
+        for e in j.evidence[:3] if j.verdict != "independent" else []:
             target = e.reference if e.reference == e.candidate else f"{e.candidate} ~ {e.reference}"
             lines.append(f"    {target}: rho {e.rho:.3f} over {e.samples} samples")
         if j.not_compared and j.verdict != "not judged":
