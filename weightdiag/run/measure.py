@@ -198,7 +198,6 @@ def _measure(
         name: (e.matrices, e.vectors) for name, e in kept.records.items()
     }
     started = time.perf_counter()
-    samples: dict[str, np.ndarray] = {}  # the lineage fingerprint's values, by matrix record
     verification = None
     spectrum_run = None
     journaled_shards: set[int] = set(kept.skip_shards)
@@ -242,9 +241,9 @@ def _measure(
                         describe(ref.quant) if ref.quant is not None else None,
                     )
                 )
+            if reduced.sample is not None and matrices:  # journaled with its record; moved to `lineage` below
+                matrices[0][SAMPLE_KEY] = reduced.sample.tolist()
             entries[ref.name] = (matrices, vectors)
-            if reduced.sample is not None:
-                samples[ref.name] = reduced.sample
             if journal is not None:
                 journal.add(ref.name, ref.shard, matrices, vectors)
                 if journal.verifies:
@@ -271,13 +270,13 @@ def _measure(
         reader.close()
     elapsed = time.perf_counter() - started
     matrices = [m for w in work for m in entries[w.ref.name][0]]  # file order, whichever run measured them
+    samples = {m["name"]: np.asarray(m.pop(SAMPLE_KEY), dtype=np.float32) for m in matrices if SAMPLE_KEY in m}
     vectors = [v for w in work for v in entries[w.ref.name][1]]
     row = build_row(
         plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes, verification, spectrum_run
     )
-    if samples:  # in file order; a resumed fit's journaled tensors have none (docs/lineage.md)
-        k = max(v.size for v in samples.values())
-        row["lineage"] = fingerprint_json({w.ref.name: samples[w.ref.name] for w in work if w.ref.name in samples}, k)
+    if samples:  # in file order, those of a resumed fit's journaled tensors too
+        row["lineage"] = fingerprint_json(samples, max(v.size for v in samples.values()))
     cluster = execution.executor.summary()
     if cluster is not None:  # run metadata: which nodes read what
         row["run"]["cluster"] = cluster
@@ -470,6 +469,9 @@ def _reduce_all(
                 reduced.sample = reduced.whole.sample[back]
             reduced.whole.sample = None
         yield work[index], reduced
+
+
+SAMPLE_KEY = "lineage_sample"  # a matrix record's samples while it is measured and journaled (never in a row)
 
 
 def _sampled_positions(work: list[_Work]) -> dict[int, tuple[tuple[int, ...], np.ndarray]]:
