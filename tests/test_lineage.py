@@ -241,3 +241,25 @@ def test_a_model_of_many_matrices_samples_every_few_layers():
     blocks = [b for b in range(96) for _ in range(9)] + [None, None]  # 866 matrices in 96 layers
     stride = layer_stride(blocks)
     assert sum(b is None or b % stride == 0 for b in blocks) <= MAX_MATRICES + 9
+
+
+def test_api_lineage_by_row_id_and_against_the_database(minilm_dir, tmp_path):
+    """A candidate named by its row id; the database's rows all judged, an old row without a fingerprint listed
+    as not judged (last), the candidate's own row left out."""
+    from weightdiag.database.store import write_row
+
+    db = tmp_path / "db"
+    fitted = api.fit(str(minilm_dir), FitOptions(device="cpu"), db_dir=db)
+    old = {k: v for k, v in fitted.row.items() if k != "lineage"}
+    old["model"] = {**old["model"], "id": "old-row", "fingerprint": "local-old"}
+    write_row(old, db)
+    noisy = lc.save_state(lc.noise(lc.load_state(minilm_dir), 0.02), tmp_path / "noisy", minilm_dir / "config.json")
+    api.fit(str(noisy), FitOptions(device="cpu"), db_dir=db)
+    report = api.lineage("noisy", db_dir=db)
+    assert [(j.reference, j.verdict) for j in report.judgements] == [
+        ("all-MiniLM-L6-v2", "derived"),
+        ("old-row", "not judged"),
+    ]
+    assert "refit" in report.judgements[1].reason
+    named = api.lineage("all-MiniLM-L6-v2", [str(noisy)], db_dir=db)
+    assert named.how == "row" and named.judgements[0].verdict == "derived"
