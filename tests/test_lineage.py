@@ -263,3 +263,30 @@ def test_api_lineage_by_row_id_and_against_the_database(minilm_dir, tmp_path):
     assert "refit" in report.judgements[1].reason
     named = api.lineage("all-MiniLM-L6-v2", [str(noisy)], db_dir=db)
     assert named.how == "row" and named.judgements[0].verdict == "derived"
+
+
+def test_declared_base_model_confirmed_contradicted_or_missing(minilm_dir, tmp_path, capsys):
+    db = tmp_path / "db"
+    api.fit(str(minilm_dir), FitOptions(device="cpu"), db_dir=db)  # the row of id all-MiniLM-L6-v2
+    state = lc.load_state(minilm_dir)
+    tuned = lc.save_state(lc.noise(state, 0.02), tmp_path / "tuned", minilm_dir / "config.json")
+    (tuned / "README.md").write_text("---\nbase_model: all-MiniLM-L6-v2\n---\n# a tune\n")
+    report = api.lineage(str(tuned), db_dir=db, declared=True)
+    assert (report.declared, report.declaration) == ("all-MiniLM-L6-v2", "confirmed")
+    assert report.to_json()[0]["declared"]["verdict"] == "confirmed"
+    liar = lc.save_state(lc.int4_round_trip(state), tmp_path / "liar", minilm_dir / "config.json")
+    other = lc.save_state(lc.bert_drop_layers(state, 6), tmp_path / "other", minilm_dir / "config.json")
+    (other / "README.md").write_text("")
+    torch.manual_seed(5)
+    from transformers import BertConfig, BertModel
+
+    init = {k: v.detach() for k, v in BertModel(BertConfig.from_pretrained(str(minilm_dir))).state_dict().items()}
+    fake = lc.save_state(
+        {k: v for k, v in init.items() if k in state}, tmp_path / "fake-base", minilm_dir / "config.json"
+    )
+    api.fit(str(fake), FitOptions(device="cpu"), db_dir=db)
+    (liar / "README.md").write_text("---\nbase_model:\n  - fake-base\n---\n")
+    report = api.lineage(str(liar), db_dir=db, declared=True)
+    assert (report.declaration, report.nearest) == ("contradicted", "all-MiniLM-L6-v2")
+    code, _, err = _main(capsys, "lineage", str(other), "--declared", "--db", str(db))
+    assert code == 2 and "names no base_model" in err and "--against" in err, err

@@ -16,7 +16,7 @@ LineageCandidate = Annotated[
 ]
 
 
-@takes("against", "db", "device", "token", "cache_dir", "connections", "save@lineage", "as_json", "quiet")
+@takes("against", "declared", "db", "device", "token", "cache_dir", "connections", "save@lineage", "as_json", "quiet")
 def lineage(candidate: LineageCandidate, *, given: Given) -> None:
     """Whether CANDIDATE's weights derive from each reference's: derived, independent or inconclusive, with a
     p-value against independent initialisations, the matrices carrying the evidence and the relation."""
@@ -33,6 +33,7 @@ def lineage(candidate: LineageCandidate, *, given: Given) -> None:
             progress=progress,
             token=given.token,
             save=given.save,
+            declared=given.declared,
         )
     finally:
         progress.close()

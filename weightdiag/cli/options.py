@@ -282,6 +282,7 @@ HistOption = _option(
 # lineage: a reference (default: every row of the database); the rows of models it fits (default: not saved)
 AgainstOption = _option(list[str] | None, "--against", metavar="REF", help="Row id, row file, folder or Hub id.")
 LineageSaveOption = _option(bool, "--save/--no-save", help="Save the rows of models fitted on the way.")
+DeclaredOption = _option(bool, "--declared", help="Check the base_model the model card names (not --against).")
 # --- db ------------------------------------------------------------------------------------------------------
 
 FittedOption = _option(bool, "--fitted", help="Only fitted rows (no cohort entries).")
@@ -387,8 +388,8 @@ OPTIONS: dict[str, Entry] = {
     # report
     "top": Entry(TopOption, 10),
     "hist": Entry(HistOption, None),
-    # lineage
-    "against": Entry(AgainstOption, None),
+    "against": Entry(AgainstOption, None),  # lineage
+    "declared": Entry(DeclaredOption, False),
     "save@lineage": Entry(LineageSaveOption, False),
     # db
     "fitted_only": Entry(FittedOption, False),

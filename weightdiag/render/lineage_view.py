@@ -16,6 +16,9 @@ def _p(log10_p: float | None) -> str:
 def lineage_view(report: Any) -> str:
     """The report (api.LineageReport) as plain text."""
     lines = [f"lineage of {report.candidate} ({report.how}) against {report.references} reference(s)"]
+    if report.declared is not None:
+        nearest = f"; it derives from {report.nearest} instead" if report.nearest else ""
+        lines.append(f"declared base_model {report.declared}: {report.declaration}{nearest}")
     if not report.judgements:
         lines.append("  no references: fit models into the database, or name them with --against")
     for j in report.judgements:
