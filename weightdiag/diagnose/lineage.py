@@ -43,7 +43,7 @@ CLOSE = 0.003
 EXACT = 1e-6
 EXACT_MATRICES = 8
 SAME_WEIGHTS = 0.005  # median relative change below: the same weights, re-stored (BF16 rounding is 0.2%)
-SAME_BITS = 1e-4  # the same, in the same dtype (float16 samples: 0.03%)
+SAME_BITS = 1e-3  # the same, in the same dtype (the samples are float16 of value / rms: 0.05% steps)
 SPEARMAN_VARIANCE = 1.06  # Fieller, Hartley and Pearson (1957): var(atanh rho) ~ 1.06 / (m - 3)
 LN10 = math.log(10.0)
 
