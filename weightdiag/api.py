@@ -755,7 +755,7 @@ def _lineage_row(
     return row, how
 
 
-def _database_refs(db: Path | None, row: Mapping[str, Any]) -> list[tuple[str, Any]]:
+def _database_refs(db: Path | None, row: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
     """Every fitted row of the database but the candidate's own (of the same files), with its fingerprint or
     why it has none."""
     from .database.store import iter_rows
@@ -766,8 +766,10 @@ def _database_refs(db: Path | None, row: Mapping[str, Any]) -> list[tuple[str, A
         return (model.get("id"), model.get("location"), model.get("fingerprint"), model.get("commit"))
 
     if db is not None and not db.exists():
-        return []
-    return [(_label(ref), Fingerprint.of_or_why(_plain(ref))) for _, ref in iter_rows(db) if same(ref) != same(row)]
+        return
+    for _, ref in iter_rows(db):  # one row at a time: judged as it is read, never all held
+        if same(ref) != same(row):
+            yield _label(ref), Fingerprint.of_or_why(_plain(ref))
 
 
 def lineage(
@@ -813,10 +815,8 @@ def lineage(
             report.nearest = found[0].reference if found else None
         return report
     refs: list[tuple[str, Any]] = []
-    if against:
-        for spec in against:
-            ref, _ = _lineage_row(spec, db, options, progress, token, save)
-            refs.append((_label(ref), Fingerprint.of_or_why(_plain(ref))))
-    else:
-        refs = _database_refs(db, row)
-    return LineageReport(_label(row), how, judge_all(cand, refs), len(refs))
+    for spec in against:
+        ref, _ = _lineage_row(spec, db, options, progress, token, save)
+        refs.append((_label(ref), Fingerprint.of_or_why(_plain(ref))))
+    judgements = judge_all(cand, refs if against else _database_refs(db, row))
+    return LineageReport(_label(row), how, judgements, len(judgements))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,8 +119,11 @@ class Fingerprint:
     blocks: int | None
     # per (shape, samples): the names of the matrices and their samples as standardised ranks (rows), computed once
     stacks: dict[tuple[tuple[int, ...], int], tuple[list[str], np.ndarray]] = field(default_factory=dict)
+    role_keys: list[tuple[Any, ...]] = field(default_factory=list)  # the position-free statistics (_role_stats)
+    role_values: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
 
     def __post_init__(self) -> None:
+        self.role_keys, self.role_values = _role_stats(self.records)
         names: dict[tuple[tuple[int, ...], int], list[str]] = defaultdict(list)
         for name, values in self.samples.items():
             if name in self.records:
@@ -230,41 +233,38 @@ def _sv_max(record: Mapping[str, Any]) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
+def _role_stats(records: Mapping[str, Mapping[str, Any]]) -> tuple[list[tuple[Any, ...]], np.ndarray]:
+    """Each matrix's role key (kind, block, expert, shape, and its rank among those: file order) and its log std,
+    log max|w|, log q99|w| and log largest singular value (NaN where absent)."""
+    keys: list[tuple[Any, ...]] = []
+    seen: dict[tuple[Any, ...], int] = defaultdict(int)
+    values = np.full((len(records), 4), np.nan)
+    for i, rec in enumerate(records.values()):
+        key = (rec.get("kind"), rec.get("block"), rec.get("expert"), tuple(rec.get("shape", ())))
+        keys.append((*key, seen[key]))
+        seen[key] += 1
+        for j, v in enumerate((_stat(rec, "std"), _stat(rec, "max_abs"), _stat(rec, "q99_abs"), _sv_max(rec))):
+            if v is not None:
+                values[i, j] = math.log(v)
+    return keys, values
+
+
 def _invariants(cand: Fingerprint, ref: Fingerprint) -> dict[str, float | int | None]:
     """Position-free statistics of the matrices matched by kind, block and expert (in file order within those),
     and by shape: the median |log ratio| of each, and how many matrices have std, max|w| and q99|w| equal to
     a part in a million."""
-    by_role: dict[tuple[Any, ...], list[Mapping[str, Any]]] = defaultdict(list)
-    for rec in ref.records.values():
-        by_role[(rec.get("kind"), rec.get("block"), rec.get("expert"), tuple(rec.get("shape", ())))].append(rec)
-    taken: dict[tuple[Any, ...], int] = defaultdict(int)
-    logs: dict[str, list[float]] = {"std": [], "max_abs": [], "q99_abs": [], "sv_max": []}
-    exact = 0
-    pairs = 0
-    for rec in cand.records.values():
-        key = (rec.get("kind"), rec.get("block"), rec.get("expert"), tuple(rec.get("shape", ())))
-        options = by_role.get(key, [])
-        if taken[key] >= len(options):
-            continue
-        other = options[taken[key]]
-        taken[key] += 1
-        pairs += 1
-        same = True
-        for name in ("std", "max_abs", "q99_abs"):
-            a, b = _stat(rec, name), _stat(other, name)
-            if a is None or b is None:
-                same = False
-                continue
-            d = abs(math.log(a / b))
-            logs[name].append(d)
-            same = same and d <= EXACT
-        a, b = _sv_max(rec), _sv_max(other)
-        if a is not None and b is not None:
-            logs["sv_max"].append(abs(math.log(a / b)))
-        exact += same
-    out: dict[str, float | int | None] = {"matched": pairs, "equal": exact}
-    for name, values in logs.items():
-        out[f"{name}_median_log_ratio"] = float(np.median(values)) if values else None
+    where = {key: i for i, key in enumerate(ref.role_keys)}
+    mine = [(i, where[key]) for i, key in enumerate(cand.role_keys) if key in where]
+    out: dict[str, float | int | None] = {"matched": len(mine), "equal": 0}
+    if mine:
+        a, b = np.array(mine).T
+        d = np.abs(cand.role_values[a] - ref.role_values[b])
+        out["equal"] = int(np.sum(np.all(d[:, :3] <= EXACT, axis=1)))  # NaN compares false: not equal
+    else:
+        d = np.zeros((0, 4))
+    for j, name in enumerate(("std", "max_abs", "q99_abs", "sv_max")):
+        column = d[:, j][~np.isnan(d[:, j])]
+        out[f"{name}_median_log_ratio"] = float(np.median(column)) if column.size else None
     return out
 
 
@@ -402,8 +402,9 @@ def _relation(cand: Fingerprint, ref: Fingerprint, carrying: list[MatrixEvidence
     return said
 
 
-def judge_all(cand: Fingerprint, refs: Sequence[tuple[str, Fingerprint | str | None]]) -> list[Judgement]:
-    """Every reference's judgement, strongest evidence first (the not judged last)."""
+def judge_all(cand: Fingerprint, refs: Iterable[tuple[str, Fingerprint | str | None]]) -> list[Judgement]:
+    """Every reference's judgement, strongest evidence first (the not judged last); `refs` may be a generator
+    (read one at a time: a judgement keeps nothing of its reference's row)."""
     out = [judge(label, cand, ref) for label, ref in refs]
     order = {"derived": 0, "inconclusive": 1, "independent": 2, "not judged": 3}
     return sorted(out, key=lambda j: (order[j.verdict], j.strength()))
