@@ -436,7 +436,7 @@ def test_shell_completion_is_enabled(monkeypatch):
         ("weightdiag fit m --trim mid", {"mid80", "mid90"}),
         ("weightdiag diff a b --executor ", {"local", "ray"}),
         ("weightdiag trajectory m --schedule c", {"constant", "cosine"}),
-        ("weightdiag db export --format ", {"csv", "jsonl"}),
+        ("weightdiag db export --format ", {"csv", "jsonl", "parquet"}),
         ("weightdiag fit m --preset pythia-7", {"pythia-70m"}),
     ],
 )

@@ -234,11 +234,11 @@ def test_the_command_line_writes_the_flags_the_library_names_as_parameters(
     monkeypatch.delenv("WEIGHTDIAG_DEBUG", raising=False)
     with pytest.raises(OptionError) as library:
         api.export_rows("xml", db_dir=tmp_path)
-    assert library.value.message == "fmt 'xml': choose csv or jsonl"
+    assert library.value.message == "fmt 'xml': choose csv, jsonl or parquet"
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["db", "export", "--format", "xml", "--db", str(tmp_path)])
     assert exit_info.value.code == ExitCode.BAD_INPUT
-    assert capsys.readouterr().err == "error: --format 'xml': choose csv or jsonl\n"
+    assert capsys.readouterr().err == "error: --format 'xml': choose csv, jsonl or parquet\n"
 
 
 # --- real situations on the loopback Hub ---------------------------------------------------------------------

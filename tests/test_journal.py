@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -191,6 +192,19 @@ def _no_checksum(entry: dict) -> dict:
     return entry
 
 
+def _number(text: str, value: object = math.nan) -> Callable[[dict], str]:
+    """Issue 42, item 3: a number no row holds (the row is strict JSON: NaN as null), under a valid checksum,
+    written as `text`: passed every check, then failed the row's write at the end of the fit (exit 5), and the
+    journal, kept, failed every rerun the same way."""
+
+    def damage(entry: dict) -> str:
+        entry.pop("sha256")
+        entry["matrices"][0]["fits"]["mid80"]["k"] = value
+        return json.dumps(_with_checksum(entry)).replace(json.dumps(value), text)
+
+    return damage
+
+
 DAMAGE: dict[str, Callable[[dict], dict | str]] = {
     "wrong type": _wrong_type,
     "missing field": _missing_field,
@@ -198,6 +212,11 @@ DAMAGE: dict[str, Callable[[dict], dict | str]] = {
     "bad checksum": _bad_checksum,
     "no checksum": _no_checksum,
     "truncated": lambda entry: json.dumps(entry)[: len(json.dumps(entry)) // 2],
+    "NaN": _number("NaN"),
+    "Infinity": _number("Infinity", math.inf),
+    "-Infinity": _number("-Infinity", -math.inf),
+    "1e999": _number("1e999", math.inf),  # a finite literal that parses to infinity
+    "an integer of 400 digits": _number(str(10**400), 10**400),
 }
 
 
@@ -338,7 +357,8 @@ def _set_writer(folder: Path, **fields) -> None:
 
 def test_db_journals_lists_and_db_gc_removes_only_the_stale(model, tmp_path):
     database = tmp_path / "db"
-    running = _interrupted(model, database)  # written by this process: its fit counts as running
+    running = _interrupted(model, database)  # written by this process: its fit counts as running while
+    held = (running / "records.jsonl").open("a")  # it holds the records, as a fit does until its row is written
     interrupted = _interrupted(write_small_model(tmp_path / "b", shard_bytes=120_000, seed=3), database)
     _set_writer(interrupted, pid=_dead_pid())
     stale = _interrupted(write_small_model(tmp_path / "c", shard_bytes=120_000, seed=4), database)
@@ -367,6 +387,7 @@ def test_db_journals_lists_and_db_gc_removes_only_the_stale(model, tmp_path):
     assert sorted(_journals(database)) == sorted([running, interrupted])
     assert run_cli("db", "gc", "--db", str(database), "--all").returncode == 0
     assert _journals(database) == [running]  # never one whose fit is running
+    held.close()
 
 
 def test_db_gc_leaves_a_journal_whose_sweep_holds_its_claim(model, tmp_path):
@@ -422,3 +443,146 @@ def test_the_manifest_of_every_format_is_the_same_at_each_opening(smollm_gguf, a
 
     for path in (smollm_gguf, antiberty_bin, model):
         assert identity(path) == identity(path)
+
+
+# --- 5. journal files that are not files (issue 42, item 5) ------------------------------------------------
+# A FIFO in place of manifest.json or records.jsonl hung `fit`, `db journals` and `db gc` (open() waits for a
+# writer); a link to /dev/zero was read whole (20 GB, then killed). Each is now discarded by the fit with one
+# line, listed as stale and removed by `db gc`: never opened for a blocking read, never read past a bound.
+
+
+# Each replaces the file `path` with something else.
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _dev_zero(path: Path) -> None:
+    path.unlink()
+    path.symlink_to("/dev/zero")
+
+
+def _folder(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+    (path / "x").write_text("{}")
+
+
+def _link_to_a_copy(path: Path) -> None:
+    """A link to the very bytes weightdiag wrote: still not the journal's own file (weightdiag writes no link)."""
+    copy = path.parents[4] / f"{path.name}.copy"  # beside the database
+    copy.write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(copy)
+
+
+HOSTILE: dict[str, tuple[Callable[[Path], None], str]] = {
+    "fifo": (_fifo, "a FIFO (named pipe)"),
+    "link to /dev/zero": (_dev_zero, "a symbolic link"),
+    "folder": (_folder, "a folder"),
+    "link to a copy": (_link_to_a_copy, "a symbolic link"),
+}
+JOURNAL_FILES = ("manifest.json", "records.jsonl")
+
+
+def _bounded_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The command line in a fresh process that may neither hang (killed after `timeout`: the test fails) nor
+    take the machine's memory (4 GiB of address space: a read without end fails there, not in the OOM killer)."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    return subprocess.run(
+        [sys.executable, "-m", "weightdiag", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=limit,
+        env={**os.environ, "COLUMNS": "160", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+    )
+
+
+def _hostile_journal(model: Path, database: Path, name: str, kind: str) -> Path:
+    """An interrupted fit's journal (its writer gone) whose file `name` is then replaced by HOSTILE[kind]."""
+    folder = _interrupted(model, database)
+    _set_writer(folder, pid=_dead_pid())
+    HOSTILE[kind][0](folder / name)
+    return folder
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="FIFOs, /dev/zero and RLIMIT_AS: Linux")
+@pytest.mark.parametrize("kind", list(HOSTILE))
+@pytest.mark.parametrize("name", JOURNAL_FILES)
+def test_a_journal_file_that_is_no_file_is_discarded_by_the_fit(model, tmp_path, name, kind):
+    database = tmp_path / "db"
+    folder = _hostile_journal(model, database, name, kind)
+    out = _bounded_cli("fit", str(model), "--device", "cpu", "--db", str(database), "--json", "-q")
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    (line,) = [line for line in out.stderr.splitlines() if line.strip()]
+    assert line == (
+        f"warning: {folder}: the journal of an interrupted fit is not reused: its {name} is {HOSTILE[kind][1]}, "
+        "not a regular file; the fit starts over"
+    )
+    row = json.loads(out.stdout)
+    assert "resumed" not in row["run"]
+    assert _science(row) == _science(_fit(model, tmp_path / "fresh"))
+    assert not _journals(database)
+    if kind == "link to a copy":
+        assert (tmp_path / f"{name}.copy").exists()  # the link is removed, never what it points to
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="FIFOs, /dev/zero and RLIMIT_AS: Linux")
+@pytest.mark.parametrize("kind", list(HOSTILE))
+@pytest.mark.parametrize("name", JOURNAL_FILES)
+def test_db_journals_and_gc_take_a_journal_file_that_is_no_file_for_stale(model, tmp_path, name, kind):
+    database = tmp_path / "db"
+    folder = _hostile_journal(model, database, name, kind)
+    listed = _bounded_cli("db", "journals", "--db", str(database), "--json")
+    assert listed.returncode == 0, listed.stderr
+    (j,) = json.loads(listed.stdout)
+    assert j["state"] == "stale", j
+    assert j["why"] == f"its {name} is {HOSTILE[kind][1]}, not a regular file"
+    text = _bounded_cli("db", "journals", "--db", str(database))
+    assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
+    gc = _bounded_cli("db", "gc", "--db", str(database))
+    assert gc.returncode == 0 and "Traceback" not in gc.stderr, gc.stderr
+    assert f"{folder}" in gc.stdout and not _journals(database)
+
+
+def test_a_journal_folder_that_is_a_link_is_removed_never_followed(model, tmp_path):
+    """A link in place of the journal's folder (to a copy of a valid journal outside the database): neither read
+    nor written through, nor is what it points to removed."""
+    database = tmp_path / "db"
+    folder = _interrupted(model, database)
+    elsewhere = Path(shutil.move(folder, tmp_path / "elsewhere"))
+    folder.symlink_to(elsewhere)
+    out = _bounded_cli("fit", str(model), "--device", "cpu", "--db", str(database), "--json", "-q")
+    assert out.returncode == 0, out.stderr
+    (line,) = [line for line in out.stderr.splitlines() if line.strip()]
+    assert line == (
+        f"warning: {folder}: the journal of an interrupted fit is not reused: it is a symbolic link, not a folder; "
+        "the fit starts over"
+    )
+    assert "resumed" not in json.loads(out.stdout)["run"]
+    assert not _journals(database) and sorted(p.name for p in elsewhere.iterdir()) == ["manifest.json", "records.jsonl"]
+
+
+def test_rows_partial_as_a_link_out_of_the_database_is_never_written_through(model, tmp_path):
+    database = tmp_path / "db"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (database / "rows").mkdir(parents=True)
+    (database / "rows" / PARTIAL_DIR).symlink_to(outside)
+    with pytest.raises(KeyboardInterrupt):
+        _fit(model, database, _StopAfter(5))
+    assert not list(outside.iterdir())
+    out = run_cli("fit", str(model), "--device", "cpu", "--db", str(database), "-q")
+    assert out.returncode == 0, out.stderr
+    (line,) = [line for line in out.stderr.splitlines() if line.strip()]
+    assert line == (
+        f"warning: {database / 'rows' / PARTIAL_DIR} is a symbolic link, not a folder; this fit keeps no journal "
+        "to resume from"
+    )
+    assert not list(outside.iterdir()) and len(list((database / "rows").glob("*.json"))) == 1

@@ -601,6 +601,7 @@ def test_a_disk_full_from_the_start_still_prints_the_row_and_stops_the_sweep_at_
     import errno
 
     from weightdiag.database import store as database
+    from weightdiag.record import journal
 
     def full(path, text, before_rename=None):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -609,7 +610,8 @@ def test_a_disk_full_from_the_start_still_prints_the_row_and_stops_the_sweep_at_
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(database, "write_text_atomic", full)  # the rows
-    monkeypatch.setattr(Path, "write_text", full_text)  # the journal's manifest
+    monkeypatch.setattr(Path, "write_text", full_text)
+    monkeypatch.setattr(journal, "_create", lambda path: full_text(path))  # the journal's manifest and records
     db = tmp_path / "db"
     out = run_cli("fit", str(model), "--db", str(db), "--json", "-q", "--device", "cpu")
     assert out.returncode == 2, out.stderr

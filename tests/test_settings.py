@@ -46,6 +46,7 @@ def test_threads_and_chunk_workers_follow_the_cores_this_process_may_use(monkeyp
     """Workers come from the CPU affinity (a container's or taskset's share), not the machine's count; one
     per core up to 8 (past 8 the issue 19 measurements got slower), WEIGHTDIAG_THREADS overrides (up to 64)."""
     monkeypatch.delenv("WEIGHTDIAG_THREADS", raising=False)
+    monkeypatch.setattr(settings, "cgroup_cpu_quota", lambda: None)  # a CI runner's quota is not this test's
     monkeypatch.setattr(settings.os, "cpu_count", lambda: 64)
     for allowed, workers in ((1, 1), (2, 2), (6, 6), (8, 8), (16, 8), (48, 8)):
         monkeypatch.setattr(settings.os, "sched_getaffinity", lambda pid, n=allowed: set(range(n)), raising=False)
@@ -74,3 +75,38 @@ def test_the_execution_takes_its_threads_and_workers_from_the_settings(monkeypat
     assert (Execution.from_settings().threads, Execution.from_settings().chunk_workers) == (12, 8)
     assert Execution.from_settings(threads=3).threads == 3
     assert Execution.from_settings("auto").device == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("files", "cpus"),
+    [
+        ({"cpu.max": "150000 100000"}, 1.5),  # v2, this cgroup
+        ({"cpu.max": "max 100000", "../cpu.max": "200000 100000"}, 2.0),  # v2, a parent's
+        ({"cpu.max": "max 100000"}, None),
+    ],
+)
+def test_the_cgroup_cpu_quota_is_read_along_the_process_path_v2(tmp_path, files, cpus):
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/job/step\n")
+    for name, text in files.items():
+        path = (tmp_path / "fs" / "job" / "step" / name).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert settings.cgroup_cpu_quota(proc, tmp_path / "fs") == cpus
+
+
+def test_the_cgroup_cpu_quota_v1_and_what_it_does_to_the_threads(tmp_path, monkeypatch):
+    proc = tmp_path / "cgroup"
+    proc.write_text("4:memory:/x\n1:cpu,cpuacct:/docker/abc\n0::/\n")
+    folder = tmp_path / "fs" / "cpu" / "docker" / "abc"
+    folder.mkdir(parents=True)
+    (folder / "cpu.cfs_quota_us").write_text("250000\n")
+    (folder / "cpu.cfs_period_us").write_text("100000\n")
+    assert settings.cgroup_cpu_quota(proc, tmp_path / "fs") == 2.5
+    (folder / "cpu.cfs_quota_us").write_text("-1\n")
+    assert settings.cgroup_cpu_quota(proc, tmp_path / "fs") is None
+    assert settings.cgroup_cpu_quota(tmp_path / "absent", tmp_path / "fs") is None
+    monkeypatch.delenv("WEIGHTDIAG_THREADS", raising=False)
+    monkeypatch.setattr(settings.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(settings, "cgroup_cpu_quota", lambda: 2.5)  # `docker run --cpus 2.5` on 16 cores
+    assert settings.available_cores() == 3 and settings.threads() == 3 and settings.chunk_workers() == 3

@@ -474,3 +474,40 @@ def test_a_pytorch_bin_checkpoint_gets_the_same_spectra(neox, tmp_path):
     assert set(from_bin) == set(from_safetensors) and len(from_bin) == 2 * 7 + 2
     for name, want in from_safetensors.items():  # F32 there, BF16 here: the same values
         assert_same(from_bin[name], want, where=name)
+
+
+# --- BLAS threads per matrix (issue 42, item 7) ---------------------------------------------------------------
+
+
+def test_small_matrices_solve_on_one_blas_thread_and_large_ones_on_the_jobs(tmp_path, monkeypatch):
+    """With a job of 2 threads, the Gram and eigensolve of a matrix whose smaller side is below 1,024 run on one
+    OpenBLAS thread (threads spinning on a loaded machine made MiniLM's spectrum 3-5x slower), one of 1,024 on
+    the job's two; and the eigenvalues are those of a whole-matrix solve on the same threads."""
+    from weightdiag.reduce import blas, gram
+
+    if not blas.openblas_controls():
+        pytest.skip("no OpenBLAS loaded: nothing to set")
+    rng = np.random.default_rng(7)
+    small = rng.standard_normal((1536, 384)).astype(np.float32)
+    large = rng.standard_normal((1100, 1024)).astype(np.float32)
+    folder = tmp_path / "m"
+    folder.mkdir()
+    write_safetensors(
+        folder / "model.safetensors",
+        {"model.layers.0.mlp.up_proj.weight": ("F32", small), "model.layers.0.mlp.gate_proj.weight": ("F32", large)},
+    )
+    seen: dict[int, set[int]] = {}
+    real = gram.dsyrk
+
+    def counted(*args, **kwargs):
+        order = kwargs["c"].shape[0] if kwargs.get("c") is not None else args[1].shape[0]
+        seen.setdefault(order, set()).update(int(get()) for get, _ in blas.openblas_controls())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gram, "dsyrk", counted)
+    monkeypatch.setenv("WEIGHTDIAG_THREADS", "2")
+    row = api.fit_model(str(folder), FitOptions(device="cpu", spectrum=True))
+    assert seen == {384: {1}, 1024: {2}}, seen
+    by_name = {m["name"]: m["spectrum"] for m in row["matrices"]}
+    assert_same(by_name["model.layers.0.mlp.up_proj.weight"], expected(small))
+    assert_same(by_name["model.layers.0.mlp.gate_proj.weight"], expected(large))

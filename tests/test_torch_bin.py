@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import io
 import os
 import pickle
@@ -350,3 +351,253 @@ def test_a_bin_streams_in_chunks_and_fits_as_its_safetensors_twin(tmp_path):
     torch.save(tuned, tmp_path / "bin2" / "pytorch_model.bin")
     r = run_cli("diff", str(tmp_path / "bin"), str(tmp_path / "bin2"), "--no-save", "--json")
     assert r.returncode == 0, r.stderr
+
+
+# --- issue 42, item 6: sizes the file does not back -------------------------------------------------------
+# A 2.1 MB .bin whose data.pkl inflated to 2 GiB of zeros fitted at 4.3 GB: torch inflates a zip record whole,
+# into a buffer of the size the zip declares. Declared sizes are now checked before torch reads anything.
+
+
+def _rezip(path: Path, deflate: str = "", zeros: int = 0, twice: str = "") -> Path:
+    """The zip checkpoint rewritten: the record ending in `deflate` compressed with `zeros` zero bytes after its
+    own (past the pickle's STOP: torch reads them, the unpickler never does), the one ending in `twice` twice."""
+    with zipfile.ZipFile(path) as z:
+        entries = [(info.filename, z.read(info)) for info in z.infolist()]
+    with zipfile.ZipFile(path, "w") as z:
+        for name, content in entries:
+            info = zipfile.ZipInfo(name)
+            if deflate and name.endswith(deflate):
+                info.compress_type = zipfile.ZIP_DEFLATED
+                with z.open(info, "w", force_zip64=True) as w:
+                    w.write(content)
+                    for _ in range(zeros >> 20):
+                        w.write(bytes(1 << 20))
+                continue
+            z.writestr(info, content)
+            if twice and name.endswith(twice):
+                with pytest.warns(UserWarning, match="Duplicate name"):
+                    z.writestr(zipfile.ZipInfo(name), content)
+    return path
+
+
+HOSTILE_ZIPS = {
+    "data.pkl inflating to 64 MiB": (dict(deflate="/data.pkl", zeros=64 << 20), "would inflate to 67109"),
+    "byteorder inflating to 64 MiB": (dict(deflate="/byteorder", zeros=64 << 20), "would inflate to 67108"),
+    "a compressed storage": (dict(deflate="/data/0"), "its tensor data 'pytorch_model/data/0' is compressed"),
+    "a record named twice": (dict(twice="/data.pkl"), "two records are named 'pytorch_model/data.pkl'"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_ZIPS))
+def test_a_zip_record_larger_than_the_file_backs_is_refused_before_torch_reads_it(tmp_path, monkeypatch, case):
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    changes, message = HOSTILE_ZIPS[case]
+    _rezip(_save({"w": torch.randn(16, 16)}, folder / "pytorch_model.bin", legacy=False), **changes)
+    assert (folder / "pytorch_model.bin").stat().st_size < 1 << 20
+    load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load ran") or load(*a, **k))
+    with pytest.raises(CheckpointFormatError, match=message) as refused:
+        open_local(folder)
+    assert "the file is damaged or malicious" in str(refused.value)
+    monkeypatch.undo()
+    out = run_cli("fit", str(folder), "--no-save")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines() == [f"error: {refused.value}"]
+
+
+def test_a_small_zip_with_a_compressed_pickle_is_read(tmp_path):
+    """The bound leaves room for a real checkpoint another zip tool recompressed (a pickle under 16 MiB)."""
+    state = {"model.layers.0.mlp.down_proj.weight": torch.randn(16, 16), "b": torch.arange(5.0)}
+    path = _rezip(_save(state, tmp_path / "pytorch_model.bin", legacy=False), deflate="/data.pkl", zeros=1 << 20)
+    plan, reader = open_local(path)
+    for ref in plan.tensors:
+        raw = np.empty(ref.nbytes, dtype=np.uint8)
+        reader.read_into(ref, raw)
+        assert np.array_equal(raw, state[ref.name].numpy().view(np.uint8).reshape(-1)), ref.name
+    reader.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero"])
+def test_a_bin_that_is_no_file_is_refused_by_name(tmp_path, kind):
+    """Issue 42, item 5 for checkpoints: never opened for a blocking read, never read without end."""
+    path = tmp_path / "pytorch_model.bin"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    out = run_cli("fit", str(tmp_path), "--no-save", real=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    what = "a FIFO (named pipe)" if kind == "fifo" else "a character device"
+    assert out.stderr.strip().splitlines() == [f"error: {path}: is {what}, not a regular file"]
+
+
+def _rss_anon() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("RssAnon:"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="RssAnon: Linux")
+@pytest.mark.parametrize("layout", ["transposed", "permuted 3-D"])
+def test_a_strided_tensor_is_copied_a_chunk_at_a_time(tmp_path, layout):
+    """A transposed 256 MB weight peaked at 1 GB: each chunk of it copied the whole tensor to row-major order.
+    Now a chunk copies its own elements only, and they are the row-major bytes."""
+    from weightdiag.source.chunks import Chunk
+
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(4096, 4096, generator=g)  # 64 MiB
+    t = base.t() if layout == "transposed" else base.view(64, 64, 4096).permute(2, 0, 1)
+    torch.save({"model.layers.0.mlp.down_proj.weight": t}, tmp_path / "pytorch_model.bin")
+    expected = t.contiguous().view(torch.uint8).reshape(-1).numpy()
+    plan, reader = open_local(tmp_path)
+    (ref,) = plan.tensors
+    step = 4 << 20
+    grown = 0
+    for i, lo in enumerate(range(0, ref.nbytes, step)):
+        before = _rss_anon()
+        hi = min(lo + step, ref.nbytes)
+        with reader.chunk(Chunk(i, ref.shard, ref.start + lo, ref.start + hi, ())) as buf:
+            grown = max(grown, _rss_anon() - before)
+            assert np.array_equal(buf, expected[lo:hi]), lo
+    reader.close()
+    assert grown < 3 * step, f"a chunk of {step >> 20} MiB took {grown >> 20} MiB"
+
+
+# --- zip checkpoints of plain tensors, read without torch (weightdiag.source.torch_zip) ------------------------
+
+
+def _plain_states() -> dict[str, object]:
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(12, 10, generator=g)
+    cube = torch.randn(4, 5, 6, generator=g)
+    linear = torch.nn.Linear(6, 4)
+    tensors = {
+        f"m.{name}": (torch.randn(6, 5, generator=g) * 4).to(dtype)
+        for name, dtype in [
+            ("f32", torch.float32),
+            ("bf16", torch.bfloat16),
+            ("f16", torch.float16),
+            ("f64", torch.float64),
+            ("i64", torch.int64),
+            ("i32", torch.int32),
+            ("i8", torch.int8),
+            ("u8", torch.uint8),
+            ("bool", torch.bool),
+            ("fp8", torch.float8_e4m3fn),
+            ("fp8e5", torch.float8_e5m2),
+            ("c64", torch.complex64),
+            ("c128", torch.complex128),
+        ]
+    }
+    tensors |= {
+        "m.u16": torch.arange(30).to(torch.uint16).view(6, 5),
+        "m.scalar": torch.tensor(2.5),
+        "m.empty": torch.zeros(0, 7),
+        "m.transposed": base.t(),
+        "m.permuted": cube.permute(2, 0, 1),
+        "m.stepped": base[::2, 1::3],
+        "m.tied": base,  # shares base's storage with the two views above
+        "m.row": base[3],
+        "m.column": base[:, 4],
+        "m.parameter": torch.nn.Parameter(torch.randn(3, 4, generator=g)),
+        "note": 7,  # not a tensor: left out
+    }
+    state = linear.state_dict()  # an OrderedDict with _metadata (set by BUILD in the pickle)
+    state.update(tensors)
+    return state
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["state dict", "under state_dict"])
+def test_a_plain_zip_is_read_without_torch_exactly_as_torch_reads_it(tmp_path, monkeypatch, wrapped):
+    """Every dtype and layout a state dict holds, read by torch_zip, gives the plan and the bytes torch's loader
+    gives; nothing of torch is loaded for it (no tensor of it is a torch.Tensor)."""
+    from weightdiag.source import torch_bin
+    from weightdiag.source.chunks import Chunk
+    from weightdiag.source.torch_zip import NotPlain
+
+    state = _plain_states()
+    torch.save({"state_dict": state, "epoch": 3} if wrapped else state, tmp_path / "pytorch_model.bin")
+
+    def read_all() -> tuple[list, list[bytes]]:
+        plan, reader = open_local(tmp_path)
+        out = []
+        for ref in plan.tensors:
+            if ref.nbytes and ref.dtype.kind != "other":
+                for lo in range(0, ref.nbytes, 8):  # every 8-byte cut, as chunks cut tensors
+                    with reader.chunk(Chunk(-1, 0, ref.start + lo, min(ref.start + lo + 24, ref.end), ())) as buf:
+                        out.append(bytes(buf))
+        kinds = {type(t).__name__ for t in reader._states[0].values()}
+        reader.close()
+        return [plan.tensors, kinds], out
+
+    (refs, kinds), plain = read_all()
+    assert kinds == {"Laid"}
+    assert {r.name for r in refs} == {k for k in state if k != "note"}
+
+    def refuse(*args):
+        raise NotPlain("forced")
+
+    monkeypatch.setattr(torch_bin, "load_plain", refuse)
+    (torch_refs, torch_kinds), by_torch = read_all()
+    assert torch_kinds == {"Tensor", "Parameter"}
+    assert refs == torch_refs and plain == by_torch
+    monkeypatch.undo()
+    reader = open_local(tmp_path)[1]
+    for ref in refs:  # and the bytes are the tensors' own, in row-major order
+        if ref.dtype.kind != "other" and ref.nbytes:
+            raw = np.empty(ref.nbytes, dtype=np.uint8)
+            reader.read_into(ref, raw)
+            expected = state[ref.name].detach().contiguous().view(-1).view(torch.uint8).numpy()
+            assert raw.tobytes() == expected.tobytes(), ref.name
+    reader.close()
+
+
+def test_a_zip_holding_more_than_plain_tensors_goes_to_torchs_loader(tmp_path):
+    """Sparse and quantized tensors (torch's own rebuild functions), and a pickle of other objects, are not
+    read by torch_zip: torch's loader reads or refuses them, as before."""
+    from weightdiag.source.torch_zip import NotPlain, load_plain
+
+    for name, state in {
+        "sparse": {"w": torch.eye(3).to_sparse()},
+        "object": {"w": torch.zeros(2), "cls": collections.Counter()},
+    }.items():
+        path = tmp_path / f"{name}.bin"
+        torch.save(state, path)
+        with open(path, "rb") as f, zipfile.ZipFile(f) as z, pytest.raises(NotPlain):
+            load_plain(path, f, z.infolist())
+
+
+def test_any_range_of_any_plain_strided_tensor_is_read_exactly(tmp_path):
+    """torch_zip.read_elements against torch's own row-major copy: permuted, sliced and stepped views of 1 to 4
+    dimensions, every range [lo, hi) drawn at random."""
+    import random
+
+    from weightdiag.source.torch_zip import Laid, load_plain, read_elements
+
+    rng = random.Random(0)
+    g = torch.Generator().manual_seed(0)
+    state = {}
+    for i in range(120):
+        shape = [rng.randint(1, 6) for _ in range(rng.randint(1, 4))]
+        steps = [rng.choice([1, 1, 2, 3]) for _ in shape]
+        base = torch.randn(*[n * s + rng.randint(0, 2) for n, s in zip(shape, steps, strict=True)], generator=g)
+        view = base[tuple(slice(0, n * s, s) for n, s in zip(shape, steps, strict=True))]
+        order = list(range(len(shape)))
+        rng.shuffle(order)
+        state[f"t{i}"] = view.permute(*order)
+    path = tmp_path / "pytorch_model.bin"
+    torch.save(state, path)
+    with open(path, "rb") as f, zipfile.ZipFile(f) as z:
+        tensors = load_plain(path, f, z.infolist())
+    with open(path, "rb") as f:
+        for name, t in state.items():
+            laid = tensors[name]
+            assert isinstance(laid, Laid) and laid.shape == tuple(t.shape) and laid.stride == t.stride()
+            expected = t.contiguous().view(-1).numpy()
+            for _ in range(4):
+                lo = rng.randint(0, t.numel())
+                hi = rng.randint(lo, t.numel())
+                out = np.empty((hi - lo) * 4, dtype=np.uint8)
+                read_elements(f.fileno(), laid, lo, hi, out)
+                assert np.array_equal(out.view(np.float32), expected[lo:hi]), (name, lo, hi)

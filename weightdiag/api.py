@@ -23,7 +23,7 @@ import contextlib
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -35,11 +35,13 @@ from .errors import DatabaseError, OptionError, OutputError, RowUseError, note_k
 from .execution import choose_executor
 from .progress import Progress
 from .record.schema import Row, RowError
+from .record.table import DataFrame
 from .run.fitting import check_options, fit_and_save_model, fit_model, fit_path, fit_plan, resolve_row, save_row
-from .run.measure import FitOptions
+from .run.options import FitOptions
 from .source.open import is_hub_id, open_model, split_revision, with_revision
 
-if TYPE_CHECKING:  # the type only: the sweep module is imported when a sweep runs
+if TYPE_CHECKING:  # the types only: the plan and sweep modules are imported when used
+    from .run.plan import Plan
     from .run.sweep import Outcome
 
 # The building blocks, for scripts: fitting.* and source.open.* under one name, and the result types.
@@ -60,6 +62,7 @@ __all__ = [
     "check",
     "check_options",
     "compare",
+    "database_frame",
     "diff",
     "export_rows",
     "fit",
@@ -69,6 +72,7 @@ __all__ = [
     "is_hub_id",
     "list_rows",
     "open_model",
+    "plan",
     "report",
     "resolve_row",
     "save_row",
@@ -92,8 +96,26 @@ def _plain(document: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class Fitted:
+    """What `fit` returns: the row (a dict typed by weightdiag.record.schema.Row, docs/row-schema.md) and where it
+    was written."""
+
     row: Row
     path: Path | None  # where the row was written; None with save=False
+
+    def matrices_frame(self) -> DataFrame:
+        """The row's matrix records as a pandas DataFrame, one line per matrix (weightdiag.record.table: the
+        spectral columns under WeightWatcher's names, the Weibull ones under the row's).
+
+        Raises:
+            MissingDependencyError: pandas is not installed (exit code 2): pip install 'weightdiag[pandas]'.
+        """
+        from .record.table import matrices_frame
+
+        return matrices_frame(self.row)
+
+    def to_json(self) -> Row:
+        """The row, as written to DATABASE/rows/ (read one back with weightdiag.read_row)."""
+        return self.row
 
 
 def fit(
@@ -107,7 +129,29 @@ def fit(
     token: str | None = None,
     download: bool = False,
 ) -> Fitted:
-    """`weightdiag fit`: fit a model and (with save) write its row; the database is checked before the fit."""
+    """`weightdiag fit`: fit a model and (with save) write its row; the database is checked before the fit.
+
+    Args:
+        spec: a .safetensors/.gguf/.bin file, a model folder, or a Hub id ORG/NAME[@REV].
+        options: what is measured and how (FitOptions(protocol=..., spectrum=True, include=[...], ...)).
+        progress: told what the fit does (weightdiag.progress.Progress); None: silent.
+        db_dir: the database folder (default: WEIGHTDIAG_DB, ./DATABASE, the per-user folder).
+        save: write the row into db_dir/rows/.
+        revision: the Hub revision (or give spec as ORG/NAME@REV).
+        token: a Hugging Face token (default: the one huggingface_hub finds).
+        download: fetch whole shards into the HF cache instead of streaming byte ranges.
+
+    Returns:
+        Fitted: `.row` (the row dict, docs/row-schema.md), `.path` (where it was written, None without save),
+        `.matrices_frame()` (a pandas DataFrame, one line per matrix).
+
+    Raises:
+        BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
+            (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
+        HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
+            fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
+            VerificationError, ...).
+    """
     options = options or FitOptions()
     check_options(options)
     db = Path(db_dir) if db_dir else default_db_dir()
@@ -130,7 +174,26 @@ def compare(
     revision: str | None = None,
 ) -> list[CompareReport]:
     """`weightdiag compare`: a comparison with the cohort per model (default: every fitted row); models
-    fitted on the way are saved unless save=False. `revision`: of the one model given (as MODEL@REV)."""
+    fitted on the way are saved unless save=False. `revision`: of the one model given (as MODEL@REV).
+
+    Args:
+        specs: models (paths, Hub ids, row files, database or cohort ids); none: every fitted row of db_dir.
+        db_dir: the database folder; options, progress, token: as for `fit`, for models fitted on the way.
+        save: write the rows of models fitted on the way.
+        on_row: called (spec, row, how) as each model's row is resolved (how: fitted, database, row file, cohort).
+        revision: the revision of the one model given.
+
+    Returns:
+        list[CompareReport]: one comparison with the cohort per model (weightdiag.diagnose.results).
+
+    Raises:
+        BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
+            (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
+        HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
+            fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
+            VerificationError, ...).
+        RowNotFoundError: (exit code 2, a BadInputError) a name that is no row, model or cohort entry.
+    """
     from .diagnose.compare import compare as compare_row
 
     options = options or FitOptions()
@@ -193,7 +256,7 @@ def spectrum_peers(db: Path) -> list[tuple[str, Any]]:
 
 def _row_id(row: Mapping[str, Any]) -> str:
     model = row["model"]
-    return model["id"] + (f"@{model['revision']}" if model.get("revision") else "")
+    return str(model["id"]) + (f"@{model['revision']}" if model.get("revision") else "")
 
 
 def _same_row(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -219,7 +282,26 @@ def check(
     revision: str | None = None,
 ) -> CheckResult:
     """`weightdiag check`: compare a model's fits with a baseline row; result["passed"] says whether every
-    matrix stayed within |dk| <= tol_k and |dlambda/lambda| <= tol_lambda (the fit uses the baseline's protocol)."""
+    matrix stayed within |dk| <= tol_k and |dlambda/lambda| <= tol_lambda (the fit uses the baseline's protocol).
+
+    Args:
+        spec: the model to check (as for `fit`); baseline: a row file (JSON) to compare it with.
+        tol_k, tol_lambda: the tolerances on k (absolute) and lambda (relative).
+        junit: also write a JUnit XML report there. db_dir, device, connections, progress, token, revision: as for
+            `fit`; save: write the new row (default False). on_row: as for `compare`.
+
+    Returns:
+        CheckResult: `result["passed"]`, and per matrix what moved (weightdiag.diagnose.results). A regression is a
+        result (the command line exits 1 for it), not an exception.
+
+    Raises:
+        BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
+            (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
+        HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
+            fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
+            VerificationError, ...).
+        OutputError: (exit code 2) junit cannot be written.
+    """
     from .database.store import load_row, write_text_atomic
     from .diagnose.check import check as check_rows
     from .diagnose.check import junit_xml
@@ -277,7 +359,26 @@ def report(
     revision: str | None = None,
 ) -> Report:
     """`weightdiag report`: the health report of a model; with plot (a folder) and/or html (a file) also
-    its figures, re-reading the few matrices whose |w| histogram is drawn."""
+    its figures, re-reading the few matrices whose |w| histogram is drawn.
+
+    Args:
+        spec: a model, row file or database id (as for `compare`); db_dir, options, progress, token, save,
+            revision: as for `fit`.
+        top: how many matrices each list of the report names.
+        plot: a folder for the PNG figures; html: a file for the page (both need the [plot] extra).
+        hist: names of matrices whose |w| histogram is drawn besides those chosen.
+
+    Returns:
+        Report: `.result` (the HealthReport document), `.how` (where the row came from), `.row`, `.notes`.
+
+    Raises:
+        BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
+            (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
+        HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
+            fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
+            VerificationError, ...).
+        OutputError: (exit code 2) plot or html cannot be written.
+    """
     from .diagnose.health import health_report
 
     plot_dir = Path(plot) if plot is not None else None
@@ -387,7 +488,25 @@ def sweep(
     progress: Progress | None = None,
 ) -> SweepRun:
     """`weightdiag sweep`: fit the selected checkpoints of a training run (Hub revisions or a folder of
-    checkpoint folders) into the database; resumable (rows already there are kept), in parallel."""
+    checkpoint folders) into the database; resumable (rows already there are kept), in parallel.
+
+    Args:
+        target: a Hub id (its revisions) or a folder of checkpoint folders.
+        revisions, steps ("log:6", "every:1000", ...), everything, glob: which checkpoints (default: a few).
+        jobs: fits at once on this machine; executor ("local" or "ray") and ray_address: where they run.
+        model_id: the rows' model id (a folder's default: its name). db_dir, options, token, download, progress:
+            as for `fit`. on_plan, on_outcome: called with the chosen revisions, and as each fit ends.
+
+    Returns:
+        SweepRun: `.model_id`, `.revisions`, `.outcomes` (one per revision), `.failed`.
+
+    Raises:
+        BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
+            (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
+        HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
+            fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
+            VerificationError, ...).
+    """
     from .run import sweep as sw
 
     options = options or FitOptions()
@@ -576,7 +695,7 @@ def show_row(row_id: str, db_dir: str | Path | None = None, *, summary: bool = F
         ) from None
 
 
-EXPORT_FORMATS = ("csv", "jsonl")
+EXPORT_FORMATS = ("csv", "jsonl", "parquet")
 
 
 def export_rows(
@@ -586,44 +705,79 @@ def export_rows(
     db_dir: str | Path | None = None,
     fitted_only: bool = False,
     on_skip: SkipNote | None = None,
+    per_matrix: bool = False,
 ) -> tuple[str, int]:
-    """`weightdiag db export`: (the CSV or JSONL text, how many rows); with output, also written there atomically."""
-    import csv
-    import io
-    import json
+    """`weightdiag db export`: the database as a table (docs/tables.md): one record per row (identity, T/tau,
+    per-kind median k and lambda), or with per_matrix one per matrix of every fitted row (the row's key columns,
+    then weightdiag.record.table's: WeightWatcher's names for the spectral metrics, the row's for the Weibull ones).
 
-    from .database.store import write_text_atomic
+    Args:
+        fmt: csv, jsonl or parquet (Arrow types; needs pyarrow, the [pandas] extra, and an output file).
+        output: write the table there, atomically; None: return it as text (csv and jsonl).
+        db_dir: the database folder. fitted_only: leave out the cohort's entries (model-level table).
+        on_skip: told of each file in rows/ that is not a readable row (it is passed over).
+        per_matrix: the per-matrix table (of fitted rows: cohort entries have no per-matrix records).
 
-    if fmt not in EXPORT_FORMATS:
-        raise OptionError(f"{param('fmt')} {fmt!r}: choose csv or jsonl", param="fmt")
+    Returns:
+        (the text written, or "" when written to output; how many records).
+
+    Raises:
+        OptionError: (exit code 2) an unknown fmt, or parquet without an output file.
+        OutputError: (exit code 2) output cannot be written. DatabaseError: (exit code 2) no database at db_dir.
+        MissingDependencyError: (exit code 2) parquet without pyarrow.
+    """
+    from .database.export import (
+        PER_MATRIX_COLUMNS,
+        by_column,
+        by_record,
+        check_format,
+        matrix_table,
+        model_columns,
+        require_pyarrow,
+        text_of,
+        write_parquet,
+        write_text_file,
+    )
+    from .database.store import iter_rows, require_database, write_text_atomic
+
+    check_format(fmt)
     out_path = Path(output) if output is not None else None
+    if fmt == "parquet":
+        if out_path is None:
+            raise OptionError(
+                f"{param('fmt')} parquet writes a binary file: give {param('output')} FILE (such as rows.parquet)",
+                param="output",
+            )
+        require_pyarrow()  # before reading thousands of rows
     if out_path is not None and out_path.is_dir():
         raise OutputError(
             f"--output {out_path}: is a folder; give a file path such as {out_path / ('rows.' + fmt)}", path=out_path
         )
-    records = list_rows(db_dir, fitted_only=fitted_only, on_skip=on_skip)
-    buffer = io.StringIO()
-    if fmt == "jsonl":
-        for record in records:
-            buffer.write(json.dumps(record) + "\n")
+    db = Path(db_dir) if db_dir else None
+    if per_matrix:
+        require_database(db)
+        columns = list(PER_MATRIX_COLUMNS)
+        tables: Iterable[dict[str, list[Any]]] = matrix_table(row for _, row in iter_rows(db, on_skip))
+        records: Iterable[list[dict[str, Any]]] = (by_record(table) for table in tables)
     else:
-        columns: list[str] = []
-        for record in records:
-            columns += [c for c in record if c not in columns]
-        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(records)
-    text = buffer.getvalue()
-    if out_path is not None:
-        try:
+        listed = list_rows(db_dir, fitted_only=fitted_only, on_skip=on_skip)
+        columns = model_columns(listed)
+        tables, records = [by_column(listed, columns)], [cast("list[dict[str, Any]]", listed)]
+    try:
+        if fmt == "parquet":
+            assert out_path is not None
+            return "", write_parquet(out_path, columns, tables)
+        if out_path is not None and per_matrix:  # streamed: thousands of rows' matrices are never held at once
+            return "", write_text_file(out_path, fmt, columns, records)
+        text, count = text_of(fmt, columns, records)
+        if out_path is not None:
             write_text_atomic(out_path, text)
-        except OSError as exc:  # a folder, /proc, a read-only place: the user's path (exit 2), not a bug
-            raise OutputError(
-                f"--output {out_path}: cannot write it ({exc.strerror or type(exc).__name__}); "
-                "give a writable file path",
-                path=out_path,
-            ) from None
-    return text, len(records)
+        return text, count
+    except OSError as exc:  # a folder, /proc, a read-only place: the user's path (exit 2), not a bug
+        raise OutputError(
+            f"--output {out_path}: cannot write it ({exc.strerror or type(exc).__name__}); give a writable file path",
+            path=out_path or Path("-"),
+        ) from None
 
 
 def diff(
@@ -633,19 +787,47 @@ def diff(
     *,
     db_dir: str | Path | None = None,
     save: bool = False,
-    plot_dir: Path | None = None,
-    html_file: Path | None = None,
+    plot: str | Path | None = None,
+    html: str | Path | None = None,
     progress: Progress | None = None,
     revision: str | None = None,
+    plot_dir: Path | None = None,
+    html_file: Path | None = None,
 ) -> DiffResult:
     """What changed from `base` to `tuned`, tensor by tensor (weightdiag.run.diff); base None: the base_model its
     model card names. With save=True the diff row is written to DATABASE/diffs/ (result.run["saved"]);
     plot_dir and html_file: relative change and rank90 per block and kind as PNGs, and a page. `revision`: the
-    tuned model's, as TUNED@REV (the base's is given as BASE@REV)."""
+    tuned model's, as TUNED@REV (the base's is given as BASE@REV).
+
+    Args:
+        base, tuned: two checkpoints of one architecture (as `fit` takes models); base None: the tuned model
+            card's base_model.
+        options: DiffOptions (device, include/exclude, spectrum, sketch, executor, token, ...).
+        db_dir, save: write the diff row to db_dir/diffs/ (default: not).
+        plot: a folder for its PNG figures; html: a file for its page (as `report` takes them; plot_dir and
+            html_file, their names before, are still taken).
+        progress: as for `fit`; revision: the tuned model's.
+
+    Returns:
+        DiffResult: `.matrices` and `.vectors` (TensorDiff per pair), `.findings`, `.blocks`, `.kinds`,
+        `.to_json()` (docs/diff-schema.md), `.matrices_frame()` (a pandas DataFrame, one line per pair).
+
+    Raises:
+        BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
+            (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
+        HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
+            fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
+            VerificationError, ...).
+        OutputError: (exit code 2) plot_dir or html_file cannot be written.
+    """
     from .run.diff import diff as run_diff
 
     tuned = with_revision(tuned, revision)  # --revision REV: TUNED@REV, as fit takes MODEL@REV
-
+    for name, given, before in (("plot", plot, plot_dir), ("html", html, html_file)):
+        if given is not None and before is not None and Path(given) != Path(before):
+            raise OptionError(f"{param(name)} and its older name name two places; give one of them", param=name)
+    plot_dir = Path(plot) if plot is not None else plot_dir
+    html_file = Path(html) if html is not None else html_file
     _check_outputs(plot_dir, html_file)
     if plot_dir is not None or html_file is not None:
         from .render.plots import require_matplotlib
@@ -820,3 +1002,80 @@ def lineage(
         refs.append((_label(ref), Fingerprint.of_or_why(_plain(ref))))
     judgements = judge_all(cand, refs if against else _database_refs(db, row))
     return LineageReport(_label(row), how, judgements, len(judgements))
+
+
+def plan(
+    spec: str,
+    options: FitOptions | None = None,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+) -> Plan:
+    """`weightdiag fit MODEL --plan`: what `fit` would read and record, and what it would skip and why, from the
+    files' headers and config.json alone (from the Hub: the safetensors headers, two ranged reads per shard).
+
+    Args:
+        spec, revision, token: the model, as for `fit`.
+        options: the fit's options (include/exclude and split_fused change the plan).
+
+    Returns:
+        Plan: `.tensors` (PlannedTensor: name, fate matrix/vector/skipped/not selected, tensor, file, dtype, shape,
+        kind, class, block, expert, view, parts, nbytes, reason), `.bytes_to_read`, `.bytes_read` (of the weight
+        files, to plan: None for local files), `.to_json()`, `.frame()`.
+
+    Raises:
+        BadInputError: (exit code 2) a bad option (OptionError), model path (ModelPathError), checkpoint
+            (CheckpointFormatError), database (DatabaseError), missing package (MissingDependencyError).
+        HubError: (exit code 3) the Hub cannot be reached, a repo or revision does not exist or is gated, or bytes
+            fail their sha256 (RepoNotFoundError, RevisionNotFoundError, GatedRepoError, HubUnreachableError,
+            VerificationError, ...).
+    """
+    from .run.plan import plan_fit
+
+    options = options or FitOptions()
+    check_options(options)
+    return plan_fit(spec, options, revision=revision, token=token)
+
+
+def database_frame(
+    db_dir: str | Path | None = None,
+    *,
+    per_matrix: bool = False,
+    fitted_only: bool = False,
+    on_skip: SkipNote | None = None,
+) -> DataFrame:
+    """The database as a pandas DataFrame: `db export`'s table (docs/tables.md), one line per row (cohort entries
+    too, unless fitted_only), or with per_matrix one per matrix of every fitted row. The whole table is held in
+    memory: for thousands of rows, `db export --format parquet --per-matrix` and a query engine (DuckDB) scale
+    further.
+
+    Args:
+        db_dir: the database folder (default: WEIGHTDIAG_DB, ./DATABASE, the per-user folder).
+        per_matrix: one line per matrix record (fitted rows only) instead of one per row.
+        fitted_only: leave out the cohort's entries (model-level table).
+        on_skip: told of each file in rows/ that is not a readable row (it is passed over).
+
+    Returns:
+        pandas.DataFrame with the declared columns (ROW_KEY_COLUMNS + MATRIX_COLUMNS, or the model columns).
+
+    Raises:
+        DatabaseError: (exit code 2) no database at db_dir.
+        MissingDependencyError: (exit code 2) pandas is not installed: pip install 'weightdiag[pandas]'.
+    """
+    from .database.export import PER_MATRIX_COLUMNS, by_column, matrix_table, model_columns
+    from .database.store import iter_rows, require_database
+    from .record.table import require_pandas
+
+    pd = require_pandas()  # before reading the rows
+    if not per_matrix:
+        listed = list_rows(db_dir, fitted_only=fitted_only, on_skip=on_skip)
+        columns = model_columns(listed)
+        return pd.DataFrame(by_column(listed, columns), columns=[c.name for c in columns])
+    db = Path(db_dir) if db_dir else None
+    require_database(db)
+    names = [c.name for c in PER_MATRIX_COLUMNS]
+    table: dict[str, list[Any]] = {name: [] for name in names}
+    for part in matrix_table(row for _, row in iter_rows(db, on_skip)):
+        for name in names:
+            table[name].extend(part[name])
+    return pd.DataFrame(table, columns=names)

@@ -77,11 +77,52 @@ MAX_THREADS = 1024
 
 def available_cores() -> int:
     """The cores this process may run on: its CPU affinity (taskset, a container's cpuset, a batch job's
-    share), else the machine's CPU count."""
+    share), else the machine's CPU count; fewer where its cgroup's CPU quota allows fewer (`docker --cpus 2`,
+    a Kubernetes limit: the affinity still lists every core, and threads past the quota wait their turn)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # no sched_getaffinity (macOS)
-        return max(1, os.cpu_count() or 1)
+        cores = max(1, os.cpu_count() or 1)
+    quota = cgroup_cpu_quota()
+    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
+
+
+def cgroup_cpu_quota(proc: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The CPUs this process's cgroup may use (quota / period, the smallest along its path), None: no quota.
+    cgroup v2 (`cpu.max`: "150000 100000" or "max 100000") and v1 (`cpu.cfs_quota_us`, -1 for none)."""
+    try:
+        lines = proc.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    found: list[float] = []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and not controllers:  # v2
+            base, read = root, _v2_quota
+        elif "cpu" in controllers.split(","):  # v1
+            base, read = root / "cpu", _v1_quota
+        else:
+            continue
+        folder = base / path.strip().lstrip("/")
+        while True:
+            with contextlib.suppress(OSError, ValueError):
+                if (cpus := read(folder)) is not None:
+                    found.append(cpus)
+            if folder == base or base not in folder.parents:
+                break
+            folder = folder.parent
+    return min(found) if found else None
+
+
+def _v2_quota(folder: Path) -> float | None:
+    quota, period = (folder / "cpu.max").read_text().split()[:2]
+    return None if quota == "max" else int(quota) / int(period)
+
+
+def _v1_quota(folder: Path) -> float | None:
+    quota = int((folder / "cpu.cfs_quota_us").read_text())
+    return None if quota <= 0 else quota / int((folder / "cpu.cfs_period_us").read_text())
 
 
 def threads() -> int:

@@ -129,16 +129,23 @@ def _age(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-@takes("fmt", "output", "db", "fitted_only", "quiet")
+@takes("fmt", "output", "per_matrix", "db", "fitted_only", "quiet")
 def db_export(given: Given) -> None:
-    """Export one flat record per row (identity, T/tau, per-kind median k and λ) as CSV or JSONL."""
+    """Export one flat record per row (identity, T/tau, per-kind median k and λ), or per matrix, as CSV, JSONL or
+    Parquet."""
     from ..api import export_rows
 
     text, count = export_rows(
-        given.fmt, output=given.output, db_dir=given.db, fitted_only=given.fitted_only, on_skip=_skipped_row
+        given.fmt,
+        output=given.output,
+        db_dir=given.db,
+        fitted_only=given.fitted_only,
+        on_skip=_skipped_row,
+        per_matrix=given.per_matrix,
     )
     if given.output:
         if not given.quiet:
-            _stderr().print(f"{count} rows written to {given.output}", markup=False)
+            what = "matrix records" if given.per_matrix else "rows"
+            _stderr().print(f"{count} {what} written to {given.output}", markup=False)
     else:
         sys.stdout.write(text)

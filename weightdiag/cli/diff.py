@@ -57,8 +57,8 @@ def diff(first: DiffBase, second: DiffTuned = None, *, given: Given) -> None:
             options,
             db_dir=given.db,
             save=given.save,
-            plot_dir=given.plot,
-            html_file=given.html,
+            plot=given.plot,
+            html=given.html,
             progress=progress,
             revision=given.revision,
         )

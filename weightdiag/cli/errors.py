@@ -36,6 +36,7 @@ FLAGS = {
     "min_lr_ratio": "--min-lr-ratio",
     "model_id": "--name",
     "node_progress": "--node-progress",
+    "output": "--output",
     "plot": "--plot",
     "preset": "--preset",
     "protocol": "--protocol",

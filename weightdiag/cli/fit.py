@@ -23,7 +23,7 @@ FitModel = Annotated[
 @takes(
     "db", "device@fit", "protocol@fit", "trim", "center", "include", "exclude", "revision", "token", "cache_dir",
     "download", "connections", "executor@fit", "ray_address@fit", "node_progress", "name@fit", "lr", "weight_decay",
-    "train_steps", "preset", "spectrum", "farms", "as_json", "save@fit", "quiet",
+    "train_steps", "preset", "spectrum", "farms", "plan", "as_json", "save@fit", "quiet",
 )  # fmt: skip
 def fit(model: FitModel, given: Given) -> None:
     """Fit a Weibull to |w| of every weight matrix and write one row to the database."""
@@ -32,6 +32,13 @@ def fit(model: FitModel, given: Given) -> None:
     from ..render.tables import counted, kinds_table
 
     options = given.fit_options()
+    if given.plan:  # a dry run: the headers only, nothing fitted or written
+        from ..api import plan
+        from ..render.tables import plan_table
+
+        document = plan(model, options, **given.named("revision", "token")).to_json()
+        _emit(document, lambda: plan_table(document), as_json=given.as_json, quiet=given.quiet)
+        return
     progress = _node_progress(_progress(given.quiet), given.node_progress, given.executor, given.quiet)
     try:
         fitted = fit_api(

@@ -272,23 +272,26 @@ TrajectoryProtocolOption = _option(
     str | None, "--protocol", metavar="PROTOCOL", help="Use rows fitted with this protocol (default: hist1024 if any)."
 )
 
-# --- report --------------------------------------------------------------------------------------------------
+# --- report; lineage ------------------------------------------------------------------------------------------
 
 TopOption = _option(int, "--top", min=1, metavar="N", help="How many super-weight candidates to list.")
 HistOption = _option(
     list[str] | None, "--hist", metavar="GLOB", help="Tensor name or glob to draw a |w| histogram of (repeatable)."
 )
 
-# lineage: a reference (default: every row of the database); the rows of models it fits (default: not saved)
 AgainstOption = _option(list[str] | None, "--against", metavar="REF", help="Row id, row file, folder or Hub id.")
-LineageSaveOption = _option(bool, "--save/--no-save", help="Save the rows of models fitted on the way.")
 DeclaredOption = _option(bool, "--declared", help="Check the base_model the model card names (not --against).")
+
 # --- db ------------------------------------------------------------------------------------------------------
 
 FittedOption = _option(bool, "--fitted", help="Only fitted rows (no cohort entries).")
 GcAllOption = _option(bool, "--all", help="Also the journals of interrupted fits (their next fit starts over).")
 DryRunOption = _option(bool, "--dry-run", help="Only list what would be removed.")
-FormatOption = _option(str, "--format", metavar="FORMAT", help="csv or jsonl.")
+FormatOption = _option(
+    str, "--format", metavar="FORMAT", help="csv, jsonl or parquet (with --output; the [pandas] extra)."
+)
+PerMatrixOption = _option(bool, "--per-matrix", help="One record per matrix of every fitted row (docs/tables.md).")
+PlanOption = _option(bool, "--plan", help="Only list what the fit would read and skip, from the headers; fit nothing.")
 OutputOption = _option(Path | None, "--output", metavar="FILE", help="Write here (atomically) instead of stdout.")
 
 
@@ -390,11 +393,13 @@ OPTIONS: dict[str, Entry] = {
     "hist": Entry(HistOption, None),
     "against": Entry(AgainstOption, None),  # lineage
     "declared": Entry(DeclaredOption, False),
-    "save@lineage": Entry(LineageSaveOption, False),
+    "save@lineage": Entry(CompareSaveOption, False),  # lineage saves as compare does, but not by default
     # db
     "fitted_only": Entry(FittedOption, False),
     "every@gc": Entry(GcAllOption, False),
     "dry_run": Entry(DryRunOption, False),
     "fmt": Entry(FormatOption, "csv"),
+    "per_matrix": Entry(PerMatrixOption, False),
+    "plan": Entry(PlanOption, False),
     "output": Entry(OutputOption, None),
 }

@@ -3,10 +3,16 @@ state, and the stale ones removed (`weightdiag db journals`, `weightdiag db gc`)
 
 A journal is in one of three states:
 - running: its fit is at work now: a sweep holds the claim of its row (store.claim), or the process that
-  wrote it lives on this host, or it was written from another host less than a day ago (that host's
-  processes cannot be seen from here, and its clock may differ from ours). Never removed.
+  wrote it lives on this host and holds its records open (a fit keeps them open until its row is written;
+  where /proc cannot show that, a live process is taken for the writer), or it was written from another
+  host less than a day ago (that host's processes cannot be seen from here, and its clock may differ from
+  ours). Never removed. A pid that names no process, or a process that does not hold the journal (init's
+  pid 1, a pid reused since, a fit interrupted in a process that lives on), is no writer (issue 42: a
+  journal of pid 1 or >= 2^64 was never removed).
 - stale: no fit can reuse it: written by another build of weightdiag (the build identity differs), its
-  manifest unreadable, its local checkpoint gone or changed, or its row written after it. `db gc` removes it.
+  manifest unreadable, its manifest.json or records.jsonl not a regular file (a FIFO, a device, a folder, a
+  link: read by name only, never opened for a read that could block or not end), its local checkpoint gone
+  or changed, or its row written after it. `db gc` removes it.
 - interrupted: the next fit of its checkpoint with the same options resumes from it. `db gc --all` removes it
   too (that fit then reads every tensor again).
 """
@@ -14,16 +20,17 @@ A journal is in one of three states:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import platform
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..record.journal import MANIFEST, PARTIAL_DIR, RECORDS, SCHEMA, WRITER, build_identity, folder_bytes
+from ..record.journal import MANIFEST, PARTIAL_DIR, RECORDS, SCHEMA, WRITER, build_identity, folder_bytes, read_manifest
+from ..source.regular import kind_of
 from .store import CLAIMS_DIR, ROWS_DIR, _live_claim, _pid_alive
 
 OTHER_HOST_QUIET_SECONDS = 24 * 3600.0  # another host's journal without a write for this long is not running
@@ -75,19 +82,24 @@ def collect(db_dir: Path, *, everything: bool = False, dry_run: bool = False) ->
     return chosen
 
 
-def _read_manifest(folder: Path) -> dict[str, Any] | None:
-    try:
-        document = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    return document if isinstance(document, dict) else None
+def _irregular(folder: Path) -> str | None:
+    """Why the journal's files cannot be read (a FIFO, a device, a folder, a link in place of one: the fit that
+    finds it discards it), None when they can. By lstat alone: nothing here is opened."""
+    for name in (MANIFEST, RECORDS):
+        try:
+            mode = os.lstat(folder / name).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISREG(mode):
+            return f"its {name} is {kind_of(mode)}, not a regular file"
+    return None
 
 
 def _last_write(folder: Path) -> float:
     times = []
     for name in (MANIFEST, RECORDS):
         with contextlib.suppress(OSError):
-            times.append((folder / name).stat().st_mtime)
+            times.append((folder / name).lstat().st_mtime)  # the file's own time, not a linked device's
     if not times:
         with contextlib.suppress(OSError):
             times.append(folder.stat().st_mtime)
@@ -108,7 +120,7 @@ def _running(folder: Path, written: dict[str, Any], quiet_for: float) -> str | N
         return f"a sweep is fitting it ({holder})"
     pid = written.get("pid")
     if _this_host(written):
-        if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and _pid_alive(pid):
+        if isinstance(pid, int) and not isinstance(pid, bool) and _pid_alive(pid) and _holds(pid, folder / RECORDS):
             return f"pid {pid} is fitting it"
         return None
     if written.get("host") is not None and abs(quiet_for) < OTHER_HOST_QUIET_SECONDS:
@@ -116,8 +128,41 @@ def _running(folder: Path, written: dict[str, Any], quiet_for: float) -> str | N
     return None
 
 
-def _stale(folder: Path, document: dict[str, Any] | None, last_write: float) -> str | None:
+def _holds(pid: int, records: Path) -> bool:
+    """Whether live process `pid` may be writing `records`: it holds them open, where /proc shows its files;
+    where it does not (no /proc, another user's process), unless the process runs as another user than the
+    one who wrote them."""
+    try:
+        written = os.stat(records)
+    except OSError:
+        return False  # no records: no process holds them (a fit creates them as it writes its manifest)
+    proc = Path("/proc") / str(pid)
+    try:
+        for fd in os.scandir(proc / "fd"):
+            with contextlib.suppress(OSError):  # closed meanwhile
+                opened = os.stat(fd.path)
+                if (opened.st_dev, opened.st_ino) == (written.st_dev, written.st_ino):
+                    return True
+        return False
+    except FileNotFoundError:  # no /proc here, or the process ended since: then nothing holds them
+        return not Path("/proc/self/fd").is_dir()
+    except OSError:  # another user's process: its files are hidden, its user is not
+        return _uid(proc) in (None, written.st_uid)
+
+
+def _uid(proc: Path) -> int | None:
+    """The effective user id of the process whose /proc folder is `proc`, None where it cannot be read."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in (proc / "status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[2])
+    return None
+
+
+def _stale(folder: Path, document: dict[str, Any] | None, last_write: float, irregular: str | None) -> str | None:
     """Why no fit can reuse the journal, None when one may."""
+    if irregular is not None:
+        return irregular
     if document is None or document.get("schema") != SCHEMA:
         return "unreadable, or written by another version of weightdiag"
     if document.get("build") != build_identity():
@@ -156,13 +201,13 @@ def _object(document: dict[str, Any] | None, key: str) -> dict[str, Any]:
 
 
 def _info(folder: Path) -> JournalInfo:
-    document = _read_manifest(folder)
+    document, _ = read_manifest(folder)  # a manifest that is no regular file: None, and _irregular says why
     written = _object(document, WRITER)
     model = _object(document, "model")
     last = _last_write(folder)
     age = time.time() - last
     running = _running(folder, written, age)
-    stale = None if running else _stale(folder, document, last)
+    stale = None if running else _stale(folder, document, last, _irregular(folder))
     state = "running" if running else "stale" if stale else "interrupted"
     return JournalInfo(
         folder,

@@ -239,11 +239,13 @@ _TEMP_NAME = re.compile(r"^\..+\.json\.(?:(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]{1,
 
 
 def _pid_alive(pid: int) -> bool:
+    if pid < 1:  # 0 and -1 would signal a process group, or every process: never one process
+        return False
     try:
         os.kill(pid, 0)  # signal 0: existence check only
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # gone, or a number no process has (beyond pid_t)
         return False
-    except (PermissionError, OverflowError):  # another user's process, or no such pid number: leave it to age
+    except PermissionError:  # another user's process
         return True
     return True
 
@@ -535,7 +537,9 @@ def _row_paths(folder: Path) -> list[Path]:
 # --- summaries: listing and naming rows without reading their per-matrix records ----------------------------
 # A row's summary is the row less its `matrices` and `vectors` (their counts in `counts`). Summaries live in
 # rows/.index.sqlite (index.py), keyed on the sha256 of the row file's bytes: written by write_row with the row,
-# trusted for a file whose size and mtime are those it was hashed at (copies that keep times stay valid),
+# trusted for a file whose size and mtime are those it was hashed at (copies that keep times stay valid), and
+# only while the entry's seal holds and its summary is of the identity its columns state (never believed over
+# the row file: a damaged entry is passed over and written again),
 # found by hash for a file that was touched or renamed, and made from the row itself (every field checked) for
 # bytes never indexed, then recorded where the index is writable. A crash between the row and its entry leaves an
 # entry of the old bytes: the new file's stat no longer matches, its hash neither, so it is read whole.
@@ -552,19 +556,23 @@ def summary_of(row: Row) -> Row:
 
 
 def _summary_text(summary: Row) -> str:
-    return json.dumps({"schema": SUMMARY_SCHEMA, "row": summary}, allow_nan=False)
+    # ASCII (lone surrogates escaped) and any float: the index takes the summary of any row the checks let through
+    return json.dumps({"schema": SUMMARY_SCHEMA, "row": summary}, allow_nan=True)
 
 
-def _parse_summary(text: str | None) -> Row | None:
-    """A summary from the index, when it is one (anything else: the row is read instead)."""
+def _parse_summary(text: str | None, identity: Sequence[str | None]) -> Row | None:
+    """A summary from the index, when it is one and of the identity its entry states (anything else: the row
+    is read instead)."""
     if text is None:
         return None
     try:
         document = json.loads(text)
         row = document["row"] if document.get("schema") == SUMMARY_SCHEMA else None
+        if not (isinstance(row, dict) and isinstance(row.get("model"), dict) and isinstance(row.get("counts"), dict)):
+            return None
+        if _index_identity(cast(Row, row)) != tuple(identity):
+            return None
     except (ValueError, RecursionError, KeyError, TypeError, AttributeError):
-        return None
-    if not (isinstance(row, dict) and isinstance(row.get("model"), dict) and isinstance(row.get("counts"), dict)):
         return None
     return cast(Row, row)
 
@@ -642,14 +650,11 @@ def _summary_from_file(path: Path, index: RowIndex | None, on_skip: SkipHandler 
         )
     )
     sha = hashlib.sha256(data).hexdigest()
-    known = _parse_summary(index.summary_of_content(sha)) if index is not None and steady else None
-    if known is not None and index is not None and before is not None:
-        entry = index.stats([path.name]).get(path.name)
-        if entry is not None and entry.sha256 == sha:
-            index.restat(path.name, _stat_key(before))  # touched, or copied without its times: the same bytes
-        else:  # the bytes of another file's entry (renamed, copied): an entry of its own
-            text = _summary_text(known)
-            index.put(path.name, _stat_key(before), sha, _index_identity(known), text, index.checked(sha))
+    content = index.summary_of_content(sha) if index is not None and steady else None
+    known = _parse_summary(content[0], content[1]) if content is not None else None
+    if known is not None and content is not None and index is not None and before is not None:
+        # touched, copied without its times, renamed: the same bytes, an entry of this name and stat
+        index.put(path.name, _stat_key(before), sha, content[1], content[0], content[2])
         return known
     try:
         row_or_summary = _load_bytes(path, data) if before is not None else read_row(path)
@@ -815,7 +820,7 @@ def _summaries(
                     model = {"id": entry.model_id, "revision": entry.revision, "fingerprint": entry.fingerprint}
                     summary = cast(Row, {"model": model})
                 elif fresh:
-                    summary = _parse_summary(index.summary(path.name))
+                    summary = _parse_summary(index.summary(path.name, entry), entry.identity)
             if summary is None:
                 summary = _summary_from_file(path, index, on_skip)
                 if summary is None:

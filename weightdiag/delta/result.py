@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..fit.weibull import WeibullFit
+from ..record.table import DataFrame
 from .measures import Figures
 from .spectrum import SKETCH_CAP, Spectrum
 
@@ -169,6 +170,24 @@ class DiffResult:
     run: dict[str, Any]
     notes: list[str] = field(default_factory=list)
 
+    def tensor_records(self, vectors: bool = False) -> list[dict[str, Any]]:
+        """One flat record per matrix pair (and vector pair, with vectors), for tables: see tensor_records()."""
+        return tensor_records(
+            {"matrices": [m.to_json() for m in self.matrices], "vectors": [v.to_json() for v in self.vectors]}, vectors
+        )
+
+    def matrices_frame(self, vectors: bool = False) -> DataFrame:
+        """The per-tensor records as a pandas DataFrame, one line per pair (docs/diff-schema.md's fields, nested
+        ones joined by `_`: `base_weibull_k`, `spectrum_rank90`, `delta_abs_quantiles_q99`).
+
+        Raises:
+            MissingDependencyError: pandas is not installed (exit code 2).
+        """
+        from ..record.table import frame
+
+        records = self.tensor_records(vectors)
+        return frame(records, _columns(records))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
@@ -187,3 +206,27 @@ class DiffResult:
             "run": self.run,
             "notes": self.notes,
         }
+
+
+def tensor_records(diff: dict[str, Any], vectors: bool = False) -> list[dict[str, Any]]:
+    """A diff document's (DiffResult.to_json(), or a diff row of DATABASE/diffs/) per-tensor records, flat:
+    nested objects' fields as `outer_inner` columns, `record` naming its list (matrix or vector)."""
+    from ..record.table import flatten
+
+    out = []
+    for key, record in (("matrix", "matrices"), ("vector", "vectors")) if vectors else (("matrix", "matrices"),):
+        for entry in diff.get(record) or []:
+            flat = {"record": key, **flatten(entry)}
+            for nested in ("spectrum", "delta_weibull", "base_weibull", "tuned_weibull"):
+                if flat.get(nested, 0) is None:  # absent: its fields' columns are None
+                    del flat[nested]
+            out.append(flat)
+    return out
+
+
+def _columns(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Every key of the records, in the order first seen."""
+    seen: dict[str, None] = {}
+    for record in records:
+        seen.update(dict.fromkeys(record))
+    return list(seen)

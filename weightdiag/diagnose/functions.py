@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from statistics import median
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,8 @@ def _entry(row: Mapping[str, Any]) -> str:
 def ffn_median_k(row: Mapping[str, Any], trim: str | None = None) -> float | None:
     """An entry's FFN k: the median of its FFN kinds' median k (gate/up/down or ffn_in/ffn_out)."""
     values = [row["kinds"][k]["k_median"] for k in FFN_KINDS if k in row["kinds"] and row["kinds"][k]["k_median"]]
-    return float(np.median(values)) if values else None
+    # statistics.median: the same arithmetic as np.median ((a + b) / 2), 30x faster on a few values (compare)
+    return float(median(values)) if values else None
 
 
 def cross_family_band(entries: Sequence[dict[str, Any]], models: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:

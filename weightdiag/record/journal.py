@@ -20,7 +20,14 @@ What may be reused, and why it is exact:
   change: the journal is discarded, with one line on stderr saying why, and the fit starts over.
 - Each record is checked as the row's reader checks it (record.schema: one schema), against its checksum,
   and against the records its tensor gives in this fit (names, matrix or vector); a record that fails
-  (damaged, cut off, emptied) is dropped with one line on stderr and its tensor read again.
+  (damaged, cut off, emptied) is dropped with one line on stderr and its tensor read again. So is one that
+  holds a number no row can (NaN, an infinity, an integer past 64 bits): the row is written as strict JSON,
+  and a checksum proves only that a line is whole, not who wrote it.
+- The journal's files are read only as regular files, never through a link (weightdiag writes none) and within
+  a bound (a manifest of MAX_MANIFEST_BYTES, records of a row's MAX_ROW_BYTES): a FIFO there would block the
+  fit, a link to /dev/zero read for ever. One that is not discards the journal with one line (`db journals`
+  calls it stale, `db gc` removes it); a link is removed, never what it points to. They are created with
+  O_EXCL, so never written through what a failed removal left in their place.
 - Where the reader verifies shards by sha256 (the Hub), the records of a shard are reused only once the
   whole shard was read and its hash matched (the reader reports that shard by shard); a shard cut off
   mid-way is read again whole, since its hash needs every byte anyway. Files read locally are not
@@ -32,9 +39,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import platform
 import shutil
+import stat
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -43,7 +52,8 @@ from typing import Any
 
 from ..build import build_identity, kernels_in_use
 from ..source.plan import ModelPlan
-from .schema import MatrixRecord, VectorRecord, problem_of
+from ..source.regular import IrregularFile, kind_of, open_regular, read_bounded, too_large
+from .schema import MAX_ROW_BYTES, MatrixRecord, VectorRecord, problem_of
 
 # /2: the manifest names the plan, the kernels and the build; every record carries its sha256. A journal of /1
 # is not reused (its manifest differs).
@@ -52,6 +62,8 @@ PARTIAL_DIR = ".partial"  # rows/.partial/<row file name>/: the journal of a fit
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
 WRITER = "writer"  # the manifest's key for who wrote it and when: not part of what is compared
+MAX_MANIFEST_BYTES = 64 << 20  # a manifest names the options and the shards: kilobytes, megabytes for 10^4 shards
+MAX_RECORDS_BYTES = MAX_ROW_BYTES  # the records are what the row will hold, and no row is larger
 
 
 @dataclass(frozen=True)
@@ -172,6 +184,24 @@ def mismatch(old: Any, new: dict[str, Any]) -> str | None:
     return f"its manifest holds {sorted(extra)[0]!r}, unknown to this weightdiag" if extra else None
 
 
+def read_manifest(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A journal's manifest read back, or why it cannot be (None, None: there is none). Only a regular file of
+    at most MAX_MANIFEST_BYTES is read: a FIFO there would block, a link to /dev/zero read for ever."""
+    try:
+        data = read_bounded(folder / MANIFEST, MAX_MANIFEST_BYTES, links=False)
+    except FileNotFoundError:
+        return None, None
+    except IrregularFile as exc:
+        return None, f"its {MANIFEST} {exc}"
+    except OSError:
+        return None, "its manifest is unreadable"
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        document = None
+    return (document, None) if isinstance(document, dict) else (None, "its manifest is unreadable")
+
+
 def digest(entry: dict[str, Any]) -> str:
     """The sha256 of a journal line's canonical JSON, its own `sha256` left out."""
     return hashlib.sha256(_canonical({k: v for k, v in entry.items() if k != "sha256"})).hexdigest()
@@ -211,37 +241,42 @@ class Journal:
         """What an interrupted fit left that this fit may reuse: `expected` holds, for each tensor this fit
         reads, its shard and the records it gives. A journal that does not match is removed (one line says
         why); a record that is damaged is dropped (one line says how many) and its tensor read again."""
-        try:
-            text = (self.folder / MANIFEST).read_text(encoding="utf-8")
-        except FileNotFoundError:
+        if _not_a_folder(self.folder.parent):
+            return Resumed()  # rows/.partial is a link out of the database: start() says no journal is kept
+        what = _not_a_folder(self.folder)
+        if what:  # weightdiag makes a folder here: a link to one is someone else's
+            return self._not_reused(f"it is {what}, not a folder")
+        old, why = read_manifest(self.folder)
+        if old is None and why is None:
             self.discard()  # none, or one cut off before its manifest: nothing to say
             return Resumed()
-        except (OSError, ValueError):
-            text = ""
-        try:
-            old = json.loads(text)
-        except (ValueError, RecursionError):
-            old = None
-        why = mismatch(old, self.document)
+        why = why or mismatch(old, self.document)
         if why is not None:
-            warn(f"{self.folder}: the journal of an interrupted fit is not reused: {why}; the fit starts over")
-            self.discard()
-            return Resumed()
-        written = old.get(WRITER) if isinstance(old.get(WRITER), dict) else {}
+            return self._not_reused(why)
+        assert old is not None  # mismatch() said it is this fit's manifest
+        value = old.get(WRITER)
+        written: dict[str, Any] = value if isinstance(value, dict) else {}
         started = written.get("started") if isinstance(written.get("started"), str) else None
         try:
             return self._records(expected, started)
+        except IrregularFile as exc:
+            return self._not_reused(f"its {RECORDS} {exc}")
         except Exception as exc:  # never a fit lost to its journal: anything unforeseen, and it starts over
             warn(f"{self.folder}: the journal is unreadable ({type(exc).__name__}); the fit starts over")
             self.discard()
             return Resumed()
+
+    def _not_reused(self, why: str) -> Resumed:
+        warn(f"{self.folder}: the journal of an interrupted fit is not reused: {why}; the fit starts over")
+        self.discard()
+        return Resumed()
 
     def _records(self, expected: dict[str, Expected], started: str | None) -> Resumed:
         entries: dict[str, Entry] = {}
         verified: set[int] = set()
         damaged: list[str] = []
         path = self.folder / RECORDS
-        for number, line in _lines(path):
+        for number, line in _lines(path, MAX_RECORDS_BYTES):
             if isinstance(line, str):  # not JSON: cut off by the interruption, or damaged
                 damaged.append(f"line {number}: {line}")
                 continue
@@ -278,14 +313,23 @@ class Journal:
         """Begin (or continue) the journal: the manifest, then the records reused, then this fit's."""
         self.discard()
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            self.folder.parent.mkdir(parents=True, exist_ok=True)
+            for folder in (self.folder.parent, self.folder):  # rows/.partial, then this journal's own folder
+                folder.mkdir(exist_ok=True)
+                what = _not_a_folder(folder)
+                if what:  # a link: the journal would be written outside the database (checked before writing in)
+                    warn(f"{folder} is {what}, not a folder; this fit keeps no journal to resume from")
+                    raise IrregularFile(f"is {what}")
             # Whole or absent (a manifest cut off by a crash is unreadable: the journal is discarded). Not
             # db.write_text_atomic: the measurement stage imports nothing of the database.
             temporary = self.folder / f".manifest.json.{os.getpid()}.tmp"
             document = {**self.document, WRITER: writer(kept.started or started, self.location)}
-            temporary.write_text(json.dumps(document), encoding="utf-8")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+            with os.fdopen(_create(temporary), "w", encoding="utf-8") as f:
+                f.write(json.dumps(document))
             os.replace(temporary, self.folder / MANIFEST)
-            self._file = open(self.folder / RECORDS, "a", encoding="utf-8")  # noqa: SIM115 (open until close)
+            self._file = os.fdopen(_create(self.folder / RECORDS), "w", encoding="utf-8")  # open until close
         except OSError:  # a full disk: the fit goes on (its row may still reach --json), it only cannot be resumed
             self.discard()
             return
@@ -338,7 +382,33 @@ class Journal:
         self._close_file()
         # rows/.partial itself stays: removing it when it looks empty races with another fit (a sweep's
         # worker) creating its journal there.
+        if _not_a_folder(self.folder.parent):
+            return  # rows/.partial is a link: nothing is removed through it
+        try:
+            linked = not stat.S_ISDIR(os.lstat(self.folder).st_mode)
+        except OSError:
+            return  # none
+        if linked:  # a link or a file in its place: removed itself, never what a link points to
+            with contextlib.suppress(OSError):
+                os.unlink(self.folder)
+            return
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _not_a_folder(path: Path) -> str | None:
+    """What `path` is when it is no folder of its own (a link to one, a file...), None when it is one or is none."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISDIR(mode) else kind_of(mode)
+
+
+def _create(path: Path) -> int:
+    """A new file of the journal's, opened for writing: O_EXCL, so never through a link, nor onto a FIFO (whose
+    open would wait for a reader) or any file left in its place by a removal that failed."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    return os.open(path, flags, 0o644)
 
 
 def folder_bytes(folder: Path) -> int:
@@ -385,22 +455,66 @@ def _problem(line: dict[str, Any], expected: dict[str, Expected]) -> str | None:
     return None
 
 
-def _lines(path: Path) -> Iterable[tuple[int, dict[str, Any] | str]]:
-    """Each line's number and its JSON object; for a line that is none, why (a text)."""
+class _NotInARow(ValueError):
+    """A number no row can hold: the row is written as strict JSON (NaN and infinities as null), so a record
+    holding one, checksum or not, would pass every check here and fail the row's write at the end of the fit."""
+
+
+def _no_constant(name: str) -> float:
+    raise _NotInARow(f"holds {name}, which no row holds")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: a finite literal that parses to infinity
+        raise _NotInARow(f"holds {text[:40]}, out of a float's range")
+    return value
+
+
+def _bounded(text: str) -> int:
+    value = int(text)
+    if not -(1 << 63) <= value < 1 << 64:  # a count or a size: 64 bits; past that, float() of it overflows
+        raise _NotInARow(f"holds an integer of {len(text)} digits")
+    return value
+
+
+def _lines(path: Path, limit: int) -> Iterable[tuple[int, dict[str, Any] | str]]:
+    """Each line's number and its JSON object; for a line that is none, why (a text). IrregularFile when the
+    file is not a regular one (a FIFO would block, a link to /dev/zero read for ever) or holds over `limit`
+    bytes."""
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            for number, text in enumerate(f, 1):
-                if not text.strip():
-                    yield number, "empty"
-                    continue
-                try:
-                    entry = json.loads(text)
-                except (ValueError, RecursionError):
-                    yield number, "cut off or not JSON"
-                    continue
-                yield number, entry if isinstance(entry, dict) else "not a JSON object"
-    except OSError:
-        return
+        f = open_regular(path, links=False)  # weightdiag never writes a link here
+    except FileNotFoundError:
+        return  # cut off between the manifest and the first record
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise too_large(size, limit)
+        left, number = limit, 0
+        while True:
+            try:  # each line read with what is left of the bound: the file may grow while it is read
+                raw = f.readline(left) if left else f.read(1)
+            except OSError:  # EIO: the records read so far are used, the rest read again
+                return
+            if not raw:
+                return
+            if not left:
+                raise too_large(limit + 1, limit)
+            left -= len(raw)
+            number += 1
+            text = raw.decode("utf-8", errors="surrogateescape")
+            if not text.strip():
+                yield number, "empty"
+                continue
+            try:
+                entry = json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_bounded)
+            except _NotInARow as exc:
+                yield number, str(exc)
+                continue
+            except (ValueError, RecursionError):
+                yield number, "cut off or not JSON"
+                continue
+            yield number, entry if isinstance(entry, dict) else "not a JSON object"
 
 
 def resume_options(options: Any) -> dict[str, Any]:

@@ -7,6 +7,15 @@ machine and wrong for a sweep worker given a share of the cores (Execution.threa
 every OpenBLAS loaded in the process to n threads inside the block and restores each one after; where no
 OpenBLAS is found (another BLAS) it changes nothing. The libraries are found among the loaded ones, as
 threadpoolctl does; diff's one-thread-per-worker blocks use the same (weightdiag/delta/paired.py).
+
+Small matrices run on one BLAS thread (`threads_for`, `PerMatrix`): OpenBLAS threads wait for each other by
+spinning, and on a loaded machine (a CI runner, a shared box) a thread that is descheduled leaves the others
+spinning: the spectrum of all-MiniLM-L6-v2 (40 eigensolves of order 384) took 42-75 s on 2 busy cores with two
+BLAS threads against 15.5 s with one (issue 42, item 7). On the same 2 cores at load 2 (03:52 UTC 2026-11-28),
+dsyrk + eigh of order 384 / 768 / 1024 / 2048 took 0.12 / 0.37 / 0.80 / 1.5 s on one thread and 0.19 / 0.51 /
+1.2 / 1.8 s on two: below order 1024 a second thread gains nothing even unloaded. The rule depends on the
+matrix's size and the job's threads only, never on the load measured: an eigensolve's last bits depend on the
+thread count (2.5e-15 relative for order 384), and a row must be the same whenever it is fitted again.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from functools import cache
 _PREFIXES = ("scipy_openblas_", "openblas_")
 _SUFFIXES = ("64_", "")
 _LOCK = threading.Lock()  # the setting is process-wide: one block changes it at a time
+SMALL_ORDER = 1024  # a Gram (an eigensolve) of order below this runs on one BLAS thread (see above)
 
 Controls = tuple[Callable[[], int], Callable[[int], object]]
 
@@ -68,3 +78,24 @@ def blas_threads(threads: int) -> Iterator[None]:
         with _LOCK:
             for (_, put), n in zip(controls, before, strict=True):
                 put(n)
+
+
+def threads_for(order: int, threads: int) -> int:
+    """The BLAS threads for a matrix whose Gram is of order `order` (its smaller side) in a job of `threads`."""
+    return 1 if order < SMALL_ORDER else max(1, threads)
+
+
+class PerMatrix:
+    """Inside `blas_threads`, each matrix's BLAS calls on `threads_for` its order: `use(n)` sets every loaded
+    OpenBLAS (found once, when made: /proc/self/maps costs 1.5 ms a read) where the count changes."""
+
+    def __init__(self) -> None:
+        self._controls = openblas_controls()
+        self._current = int(self._controls[0][0]()) if self._controls else 0
+
+    def use(self, threads: int) -> None:
+        if threads != self._current and self._controls:
+            with _LOCK:
+                for _, put in self._controls:
+                    put(threads)
+            self._current = threads

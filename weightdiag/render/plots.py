@@ -49,7 +49,7 @@ def require_matplotlib() -> None:
         )
 
 
-def pyplot():
+def pyplot() -> Any:
     """matplotlib.pyplot with the file-only Agg backend, or a one-line error saying how to get it."""
     require_matplotlib()
     import matplotlib

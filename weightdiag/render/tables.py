@@ -390,3 +390,29 @@ class NodeProgress(Relay):
 
     def close(self) -> None:
         self.bar.close()
+
+
+def plan_table(plan: Mapping[str, Any]) -> Table:
+    """`fit --plan`: what the fit would do with each tensor (run/plan.py Plan.to_json())."""
+    counts = plan["counts"]
+    fetched = plan["bytes_read"]
+    title = (
+        f"{plan['model']['id']}: {counted(counts['matrix'], 'matrix', 'matrices')}, "
+        f"{counted(counts['vector'], 'vector')}, {counts['skipped']} skipped"
+        + (f", {counts['not selected']} not selected" if counts["not selected"] else "")
+        + f"; {_amount(plan['bytes_to_read'])} to read"
+        + (f" ({_amount(fetched)} fetched to plan)" if fetched is not None else "")
+    )
+    table = Table("fate", "name", "kind", "dtype", "shape", "view/parts", "reason", title=escape(title))
+    for t in plan["tensors"]:
+        cut = t["view"] or "+".join(t["parts"])
+        table.add_row(
+            t["fate"],
+            escape(t["name"]),
+            t["kind"] or "",
+            t["dtype"],
+            "x".join(map(str, t["shape"])),
+            cut,
+            escape(t["reason"] or ""),
+        )
+    return table

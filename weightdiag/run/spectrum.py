@@ -13,7 +13,8 @@ the fits and the shards' verification, before the reader closes:
   `fit` uses, a few blocks ahead);
 - the caller's thread adds each block to the Gram of every record the tensor holds (the tensor itself, its
   fused parts, or the records cut from it: one per expert of fused experts, MLA's k and v rows), with
-  multi-threaded BLAS on the job's cores (Execution.threads, reduce/blas.py), or with torch on the device
+  multi-threaded BLAS on the job's cores (Execution.threads; one thread where the matrix's smaller side is
+  below 1,024: reduce/blas.py threads_for), or with torch on the device
   for --device cuda (reduce/gram_torch.py);
 - a record's eigenvalues are solved as soon as its last row is in, its metrics computed (fit/esd.py:
   WeightWatcher 0.7.7's definitions) and its Gram dropped: records cut from one tensor whose rows follow each
@@ -47,7 +48,7 @@ from ..fit.esd import fit_spectrum
 from ..layout.views import View
 from ..progress import SILENT, Progress
 from ..record.spectrum import spectrum_record
-from ..reduce.blas import blas_threads
+from ..reduce.blas import PerMatrix, blas_threads, threads_for
 from ..reduce.farms import FarmsWindows
 from ..reduce.gram import GramSpectrum, Refinement
 from ..reduce.row_stream import Values, stream_values
@@ -439,6 +440,7 @@ def tensor_spectra(
                     else:
                         acc = again[target.key][0]
                     open_[target.key] = acc
+                per_matrix.use(threads_for(min(acc.m, acc.n), execution.threads))  # its Gram's and solve's
                 if block.transposed:
                     acc.rows(data)
                 else:
@@ -454,6 +456,7 @@ def tensor_spectra(
 
     handed = 0
     with blas_threads(execution.threads):
+        per_matrix = PerMatrix()
         for _ in stream(list(range(len(refs))), first=True):
             while handed < len(refs) and left[handed] == 0:
                 yield found[handed]

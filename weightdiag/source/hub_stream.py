@@ -61,6 +61,11 @@ class HubReader(Reader):
         self._skipped: set[int] = set()  # shards a resumed fit does not read (verified by the interrupted one)
         self._holds: dict[int, int] = {}  # chunk -> uses of its buffer still to end (its reduction, its hash)
 
+    def planning_bytes(self) -> int | None:
+        """Each shard's first read (source.hub._read_head: the header, in a guessed first range of head_guess
+        bytes, a second when the header is longer)."""
+        return sum(len(s.first) for s in self._shards)
+
     def skip_shards(self, shards: set[int]) -> None:
         """Leave these shards out of the stream and of the verification too (before start()): a resumed fit
         reuses their records, measured and verified by the fit it resumes (weightdiag.record.journal); on a

@@ -103,6 +103,11 @@ class Reader(ABC):
         while streaming (the plan says what was checked)."""
         return None
 
+    def planning_bytes(self) -> int | None:
+        """Bytes of the weight files fetched over the network to plan the model (the Hub's safetensors headers and
+        the bytes read with them); None: a reader of local files, which reads its headers from disk."""
+        return None
+
     def describe(self, plan: ModelPlan) -> Any:
         """A `source.reopen.SourceSpec` of this model (a few plain fields) from which another machine opens a
         reader over the same shards; refused for formats a cluster node cannot read."""
