@@ -975,6 +975,10 @@ def lineage(
     options = options or FitOptions()
     check_options(options)
     db = Path(db_dir) if db_dir else None
+    if declared and against:
+        raise OptionError(
+            f"{param('declared')} checks the card's base_model: give no {param('against')}", param="declared"
+        )
     row, how = _lineage_row(candidate, db, options, progress, token, save)
     cand = Fingerprint.of(_plain(row))
     if cand is None:
@@ -984,10 +988,6 @@ def lineage(
             model_id=row["model"].get("id"),
         )
     if declared:
-        if against:
-            raise OptionError(
-                f"{param('declared')} checks the card's base_model: give no {param('against')}", param="declared"
-            )
         base = _declared_base(candidate, row, token)
         ref, _ = _lineage_row(base, db, options, progress, token, save)
         (judged,) = judge_all(cand, [(_label(ref), Fingerprint.of_or_why(_plain(ref)))])

@@ -18,8 +18,9 @@ LineageCandidate = Annotated[
 
 @takes("against", "declared", "db", "device", "token", "cache_dir", "connections", "save@lineage", "as_json", "quiet")
 def lineage(candidate: LineageCandidate, *, given: Given) -> None:
-    """Whether CANDIDATE's weights derive from each reference's: derived, independent or inconclusive, with a
-    p-value against independent initialisations, the matrices carrying the evidence and the relation."""
+    """Whether CANDIDATE's weights derive from each reference's (--against, repeatable; default: every row of the
+    database): derived, independent or inconclusive, with a p-value against independent initialisations, the
+    matrices carrying the evidence and the relation (docs/lineage.md)."""
     from ..api import lineage as lineage_api
     from ..render.lineage_view import lineage_view
 
