@@ -8,6 +8,7 @@ on the independent same-architecture pairs.
     python benchmarks/bench_lineage.py [--seeds 6] [--steps 150] [--json FILE]
     python benchmarks/bench_lineage.py --cost MODEL ROUNDS   # the fingerprint's share of a fit's time
     python benchmarks/bench_lineage.py --many ROWS            # lineage against a database of ROWS rows
+    python benchmarks/bench_lineage.py --null SEEDS STEPS     # p-values of models trained alike (calibration)
 
 Needs torch and transformers. Every model is fitted with `api.fit(save=False)` (CPU) and judged with
 diagnose.lineage.judge, as `weightdiag lineage CANDIDATE --against REF` does.
@@ -19,11 +20,14 @@ import argparse
 import importlib.util
 import itertools
 import json
+import math
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from weightdiag import api
 from weightdiag.diagnose.lineage import DERIVED_LOG10P, Fingerprint, judge
@@ -232,7 +236,40 @@ def many(rows: int) -> None:
     )
 
 
-if __name__ == "__main__" and "--cost" in sys.argv:
+def null(seeds: int, steps: int) -> None:
+    """Calibration on real trained models: `seeds` tiny Llamas trained alike (seeds 100...), every pair judged;
+    the combined p-values and every compared matrix's own p-value against the uniform distribution (pairs share
+    models, so the Kolmogorov-Smirnov p-value is approximate)."""
+    from scipy import stats
+
+    from weightdiag.diagnose import lineage as lin
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        fps = []
+        for seed in range(seeds):
+            state, _, cfg = lc.tiny_llama(100 + seed, steps)
+            row = api.fit(str(lc.save_state(state, Path(tmp) / f"s{seed}", cfg)), FitOptions(device="cpu"), save=False)
+            fps.append(Fingerprint.of(row.row))
+    combined, per = [], []
+    for a, b in itertools.combinations(fps, 2):
+        assert a is not None and b is not None
+        judged = judge("b", a, b)
+        assert judged.log10_p is not None
+        combined.append(10**judged.log10_p)
+        per += [math.exp(lin._log_p_max(z, n)) for z, _, _, _, n in lin._same_shape_z(a, b).values()]
+    c, m = np.array(combined), np.array(per)
+    print(
+        f"{seeds} tiny Llamas ({steps} steps, trained alike), {c.size} pairs: combined p min {c.min():.3g}, "
+        f"below 0.05 {np.mean(c < 0.05):.1%}, KS p {stats.kstest(c, 'uniform').pvalue:.3g}; {m.size} per-matrix p: "
+        f"below 0.05 {np.mean(m < 0.05):.1%}, below 0.01 {np.mean(m < 0.01):.1%}, KS p "
+        f"{stats.kstest(m, 'uniform').pvalue:.3g}; {time.perf_counter() - started:.0f} s"
+    )
+
+
+if __name__ == "__main__" and "--null" in sys.argv:
+    null(int(sys.argv[sys.argv.index("--null") + 1]), int(sys.argv[sys.argv.index("--null") + 2]))
+elif __name__ == "__main__" and "--cost" in sys.argv:
     cost(Path(sys.argv[sys.argv.index("--cost") + 1]), int(sys.argv[sys.argv.index("--cost") + 2]))
 elif __name__ == "__main__" and "--many" in sys.argv:
     many(int(sys.argv[sys.argv.index("--many") + 1]))
