@@ -165,7 +165,7 @@ def test_every_command_reads_only_the_options_it_takes():
             unknown = read - taken - {"named", "fit_options"}
             assert not unknown, f"{path.name} {fn.name} reads options it does not take: {sorted(unknown)}"
             checked += 1
-    assert checked == 13  # every command but `version` (no options)
+    assert checked == 14  # every command but `version` (no options)
     with pytest.raises(ValueError, match="unknown"):
         takes("db", "devise")
     with pytest.raises(ValueError, match="twice"):
@@ -325,7 +325,7 @@ def test_quiet_prints_nothing_but_the_result(tmp_path, capsys):
 # are silenced by it, the others (trajectory, db list, db show) print only their result anyway. `version` and `env`
 # print their result and nothing else, ever: they offer no -q (issue 42: `env -q` promised what it cannot do).
 QUIET_COMMANDS = [
-    ["fit"], ["compare"], ["check"], ["report"], ["sweep"], ["trajectory"],
+    ["fit"], ["compare"], ["check"], ["report"], ["sweep"], ["trajectory"], ["lineage"],
     ["db", "list"], ["db", "show"], ["db", "export"],
 ]  # fmt: skip
 

@@ -325,3 +325,24 @@ def test_the_readme_quick_start_runs_on_the_demo_model(minilm_dir, tmp_path):
     rows = list((tmp_path / "db" / "rows").glob("all-MiniLM-L6-v2@*.json"))
     assert len(rows) == 1 and "<database>/rows/<model>@<revision>.json" in _section("Quick start")
     assert (tmp_path / "report.html").is_file()
+
+
+def test_the_readme_lineage_example_is_a_real_run(minilm_dir, tmp_path):
+    """`lineage` of MiniLM round-tripped through FP8 against MiniLM and a random initialisation of its shape."""
+    torch = __import__("pytest").importorskip("torch")
+    from transformers import BertConfig, BertModel
+
+    from weightdiag.testing import lineage_cases as lc
+
+    section = _section("Lineage: `lineage`")
+    shown = _blocks(section)[0].splitlines()
+    base = lc.load_state(minilm_dir)
+    lc.save_state(lc.fp8_round_trip(base), tmp_path / "minilm-fp8", minilm_dir / "config.json")
+    torch.manual_seed(0)
+    init = {k: v.detach() for k, v in BertModel(BertConfig.from_pretrained(str(minilm_dir))).state_dict().items()}
+    lc.save_state({k: v for k, v in init.items() if k in base}, tmp_path / "bert-random", minilm_dir / "config.json")
+    for model in (str(minilm_dir), "bert-random"):
+        assert run_cli("fit", model, "--db", "db", "-q", cwd=tmp_path).returncode == 0
+    done = run_cli(*shown[0].split()[2:], cwd=tmp_path, env={"COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == shown[1:]

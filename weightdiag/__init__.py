@@ -8,6 +8,7 @@ The library's front (each name imported when first used, so that `import weightd
     frame[frame.alpha > 6]
     plan = wd.plan("ORG/NAME")                       # what a fit would read and skip, from headers only
     changes = wd.diff("base/model", "tuned/model")   # DiffResult; changes.matrices_frame()
+    kin = wd.lineage("path/to/model")                # LineageReport: derived / independent per database row
 
 Errors are `WeightdiagError`s, each with its `exit_code` (weightdiag.errors). `wd.fit` is also the package of
 the Weibull numerics (`weightdiag.fit.weibull`, ...): calling it fits a model.
@@ -24,6 +25,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from .api import (
         Fitted,
+        LineageReport,
         Report,
         SweepRun,
         check,
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
         database_frame,
         diff,
         fit,
+        lineage,
         plan,
         report,
         sweep,
@@ -47,7 +50,7 @@ if TYPE_CHECKING:
 # name -> the module that defines it (imported on first use: module __getattr__, PEP 562)
 _FRONT = {
     **dict.fromkeys(("Fitted", "Report", "SweepRun", "check", "compare", "database_frame", "diff"), "api"),
-    **dict.fromkeys(("plan", "report", "sweep", "trajectory"), "api"),
+    **dict.fromkeys(("plan", "report", "sweep", "trajectory", "lineage", "LineageReport"), "api"),
     **dict.fromkeys(("DiffOptions", "DiffResult", "TensorDiff"), "delta.result"),
     **dict.fromkeys(("CheckResult", "CompareReport", "HealthReport", "TrajectoryResult"), "diagnose.results"),
     **dict.fromkeys(("BadInputError", "ExitCode", "HubError", "MissingDependencyError", "WeightdiagError"), "errors"),
@@ -69,6 +72,7 @@ __all__ = [
     "Fitted",
     "HealthReport",
     "HubError",
+    "LineageReport",
     "MissingDependencyError",
     "Plan",
     "PlannedTensor",
@@ -85,6 +89,7 @@ __all__ = [
     "database_frame",
     "diff",
     "fit",
+    "lineage",
     "matrices_frame",
     "matrix_records",
     "plan",

@@ -19,6 +19,7 @@ weightdiag.errors types (each with its exit code); the CLI only parses, calls th
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections import Counter
@@ -872,6 +873,153 @@ def diff(
                 write_html(result, plots, html_file)
                 result.run["html"] = str(html_file)
     return result
+
+
+@dataclass
+class LineageReport:
+    """`weightdiag lineage`: the candidate and each reference's judgement (diagnose.lineage), strongest first."""
+
+    candidate: str
+    how: str  # where the candidate's row came from: fitted, database, row file
+    judgements: list[Any]  # diagnose.lineage.Judgement
+    references: int  # references looked at (judged or not)
+    # --declared: the base_model the candidate's card names, and whether its weights confirm it
+    declared: str | None = None
+    declaration: str | None = None  # confirmed, contradicted or inconclusive
+    nearest: str | None = None  # contradicted: the database's row the candidate derives from, if any
+
+    def to_json(self) -> list[dict[str, Any]]:
+        out = [{"candidate": self.candidate, **j.to_json()} for j in self.judgements]
+        if self.declared is not None:
+            for item in out:
+                if item["reference"] == self.judgements[0].reference:
+                    item["declared"] = {"base_model": self.declared, "verdict": self.declaration}
+                    item["declared"]["nearest_in_database"] = self.nearest
+        return out
+
+
+DECLARED = {"derived": "confirmed", "independent": "contradicted"}  # else inconclusive
+
+
+def _declared_base(candidate: str, row: Mapping[str, Any], token: str | None) -> str:
+    """The base_model the candidate's model card names (its folder's README.md front matter, or the Hub repo's)."""
+    from .run.diff import base_of
+    from .source.files import load_base_model
+
+    model = row["model"]
+    where = Path(model.get("location") or candidate).expanduser()
+    folder = where if where.is_dir() else where.parent
+    base = load_base_model(folder) if model.get("source") == "local" and folder.is_dir() else None
+    if base is None and model.get("source") == "hub":
+        with contextlib.suppress(OptionError):
+            base = base_of(_label(row), DiffOptions(token=token))
+    if not base:
+        raise OptionError(
+            f"{candidate}: its model card names no base_model to check; name the references with "
+            f"{param('against')} instead of {param('declared')}",
+            param="declared",
+        )
+    return base
+
+
+def _label(row: Mapping[str, Any]) -> str:
+    model = row.get("model") or {}
+    revision = model.get("revision")
+    return f"{model.get('id')}@{revision}" if revision and model.get("source") == "hub" else str(model.get("id"))
+
+
+def _lineage_row(
+    spec: str, db: Path | None, options: FitOptions, progress: Progress | None, token: str | None, save: bool
+) -> tuple[Row, str]:
+    """The row of a candidate or a named reference: a row (file, id `db list` prints), else what `fit` reads,
+    fitted (and saved with `save`); a row without a fingerprint is fitted again where its model can be read."""
+    from .database.store import row_by_id
+    from .record.lineage import read_fingerprint
+
+    path = Path(spec).expanduser()
+    if not (path.exists() and (path.is_dir() or path.suffix != ".json")):
+        try:
+            row = row_by_id(spec, db)
+            if read_fingerprint(row) is not None or row["model"].get("source") == "cohort":
+                return row, "row"
+            location = row["model"].get("location")
+            if not location or not (Path(location).exists() or row["model"].get("source") == "hub"):
+                return row, "row"
+            spec = location if row["model"].get("source") == "local" else _label(row)
+        except RowNotFoundError:
+            if not (path.exists() or is_hub_id(spec)):
+                raise
+    row, how = resolve_row(spec, db, options, progress, token=token, save=save)
+    if read_fingerprint(row) is None and how != "row file" and row["model"].get("source") != "cohort":
+        row, how = resolve_row(spec, db, options, progress, token=token, save=save, reuse=False)
+    return row, how
+
+
+def _database_refs(db: Path | None, row: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """Every fitted row of the database but the candidate's own (of the same files), with its fingerprint or
+    why it has none."""
+    from .database.store import iter_rows
+    from .diagnose.lineage import Fingerprint
+
+    def same(r: Mapping[str, Any]) -> tuple[Any, ...]:
+        model = r["model"]
+        return (model.get("id"), model.get("location"), model.get("fingerprint"), model.get("commit"))
+
+    if db is not None and not db.exists():
+        return
+    for _, ref in iter_rows(db):  # one row at a time: judged as it is read, never all held
+        if same(ref) != same(row):
+            yield _label(ref), Fingerprint.of_or_why(_plain(ref))
+
+
+def lineage(
+    candidate: str,
+    against: Sequence[str] = (),
+    *,
+    db_dir: str | Path | None = None,
+    options: FitOptions | None = None,
+    progress: Progress | None = None,
+    token: str | None = None,
+    save: bool = False,
+    declared: bool = False,
+) -> LineageReport:
+    """`weightdiag lineage`: whether `candidate` (a row id, or anything `fit` reads: fitted without saving unless
+    `save`) derives from each reference: those `against` names (rows, folders, Hub ids), else every fitted row of
+    the database (docs/lineage.md). Judgements strongest first; references without a fingerprint 'not judged'.
+    `declared`: the reference is the base_model the candidate's model card names (a row of that id, else the model
+    fitted), and the report says whether the weights confirm it (with the database's nearest derived row when not)."""
+    from .diagnose.lineage import Fingerprint, judge_all
+
+    options = options or FitOptions()
+    check_options(options)
+    db = Path(db_dir) if db_dir else None
+    if declared and against:
+        raise OptionError(
+            f"{param('declared')} checks the card's base_model: give no {param('against')}", param="declared"
+        )
+    row, how = _lineage_row(candidate, db, options, progress, token, save)
+    cand = Fingerprint.of(_plain(row))
+    if cand is None:
+        raise RowUseError(
+            f"{candidate}: its row has no lineage fingerprint (a cohort summary, a row written before issue 39, or a "
+            "model whose matrices are all quantized); refit the model to add it",
+            model_id=row["model"].get("id"),
+        )
+    if declared:
+        base = _declared_base(candidate, row, token)
+        ref, _ = _lineage_row(base, db, options, progress, token, save)
+        (judged,) = judge_all(cand, [(_label(ref), Fingerprint.of_or_why(_plain(ref)))])
+        report = LineageReport(_label(row), how, [judged], 1, base, DECLARED.get(judged.verdict, "inconclusive"))
+        if report.declaration == "contradicted":  # what it derives from instead, if the database holds it
+            found = [j for j in judge_all(cand, _database_refs(db, row)) if j.verdict == "derived"]
+            report.nearest = found[0].reference if found else None
+        return report
+    refs: list[tuple[str, Any]] = []
+    for spec in against:
+        ref, _ = _lineage_row(spec, db, options, progress, token, save)
+        refs.append((_label(ref), Fingerprint.of_or_why(_plain(ref))))
+    judgements = judge_all(cand, refs if against else _database_refs(db, row))
+    return LineageReport(_label(row), how, judgements, len(judgements))
 
 
 def plan(

@@ -63,6 +63,9 @@ class Tuning:
     # Vectors up to this size are gathered whole and summarised at once (exactly numpy's mean, std and dot);
     # longer ones are summarised chunk by chunk, so that no vector is ever held as float64 whole.
     vector_gather_bytes: int = 4 << 20
+    # The lineage fingerprint (reduce/sample.py) gathered by every fit; off only to time a fit without it
+    # (benchmarks/bench_lineage.py --cost): its rows then have no `lineage`.
+    lineage_fingerprint: bool = True
 
     # --- database: claims of rows being fitted (two sweeps sharing the work)
     # A claim's holder touches it every heartbeat_seconds while it fits; a claim of another host that nobody has

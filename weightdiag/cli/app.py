@@ -8,7 +8,7 @@ import typer
 import typer.core
 
 from ..errors import ExitCode, Stopped, kept_after
-from . import db, diff, env, fit, models, sweep
+from . import db, diff, env, fit, lineage, models, sweep
 from .errors import _interrupt_code
 from .options import VersionOption
 from .output import _flush_stdout, _skipped_row_once, _stderr, _stdout_gone
@@ -81,6 +81,7 @@ SHORT_HELP = {
     "sweep": "Fit every checkpoint of a training run.",
     "trajectory": "k and λ over a swept run's steps.",
     "report": "Health report: what is unusual, and why.",
+    "lineage": "Whether a model's weights derive from others'.",
     "version": "Print the weightdiag version.",
     "env": "Print the environment, for bug reports.",
     "list": "List cohort entries and fitted rows.",
@@ -106,6 +107,7 @@ def _register() -> None:
         (app, "sweep", sweep.sweep),
         (app, "trajectory", models.trajectory),
         (app, "report", models.report),
+        (app, "lineage", lineage.lineage),
         (app, "version", env.version),
         (app, "env", env.env),
     ]

@@ -270,12 +270,15 @@ TrajectoryProtocolOption = _option(
     str | None, "--protocol", metavar="PROTOCOL", help="Use rows fitted with this protocol (default: hist1024 if any)."
 )
 
-# --- report --------------------------------------------------------------------------------------------------
+# --- report; lineage ------------------------------------------------------------------------------------------
 
 TopOption = _option(int, "--top", min=1, metavar="N", help="How many super-weight candidates to list.")
 HistOption = _option(
     list[str] | None, "--hist", metavar="GLOB", help="Tensor name or glob to draw a |w| histogram of (repeatable)."
 )
+
+AgainstOption = _option(list[str] | None, "--against", metavar="REF", help="Row id, row file, folder or Hub id.")
+DeclaredOption = _option(bool, "--declared", help="Check the base_model the model card names (not --against).")
 
 # --- db ------------------------------------------------------------------------------------------------------
 
@@ -389,6 +392,9 @@ OPTIONS: dict[str, Entry] = {
     # report
     "top": Entry(TopOption, 10),
     "hist": Entry(HistOption, None),
+    "against": Entry(AgainstOption, None),  # lineage
+    "declared": Entry(DeclaredOption, False),
+    "save@lineage": Entry(CompareSaveOption, False),  # lineage saves as compare does, but not by default
     # db
     "fitted_only": Entry(FittedOption, False),
     "every@gc": Entry(GcAllOption, False),

@@ -548,8 +548,9 @@ SUMMARY_DIR = ".summary"  # where earlier versions kept one summary file per row
 
 
 def summary_of(row: Row) -> Row:
-    """The row without its per-matrix and per-vector records; `counts` says how many there were."""
-    summary = {k: v for k, v in row.items() if k not in ("matrices", "vectors")}
+    """The row without its per-matrix and per-vector records and its lineage fingerprint (tens of kilobytes,
+    read by `lineage` from the row itself); `counts` says how many records there were."""
+    summary = {k: v for k, v in row.items() if k not in ("matrices", "vectors", "lineage")}
     summary["counts"] = {"matrices": len(row.get("matrices", [])), "vectors": len(row.get("vectors", []))}
     return cast(Row, summary)
 

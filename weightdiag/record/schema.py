@@ -449,6 +449,22 @@ class SpectrumKindSummary(TypedDict):
     alpha_farms_median: float | None  # --farms only; null otherwise
 
 
+class LineageSample(TypedDict):
+    """One matrix's lineage samples (docs/lineage.md): float16 little-endian of value / scale, base64."""
+
+    scale: float  # the samples' root mean square
+    values: str
+
+
+class LineageInfo(TypedDict):
+    """The row's lineage fingerprint (issue 39): values at fixed positions of each matrix (reduce/sample.py)."""
+
+    method: str  # weightdiag.lineage/1
+    seed: int
+    k: int  # samples of each matrix (fewer where a matrix has fewer entries)
+    matrices: dict[str, LineageSample]  # by matrix record name
+
+
 class _RowRequired(TypedDict):
     schema: str
     model: ModelInfo
@@ -476,6 +492,7 @@ class Row(_RowRequired, total=False):
     duplicate_of: str | None  # sweep: the revision whose identical files this row copies
     provenance: dict[str, Any] | None  # cohort rows: paper, license, copyright, source file and line
     shallow_ffn: dict[str, Any] | None  # cohort rows: the paper's shallow/deep FFN regime
+    lineage: LineageInfo  # the lineage fingerprint (issue 39); absent from older rows and cohort rows
 
 
 # --- the checks, derived from the types ------------------------------------------------------------------

@@ -36,6 +36,7 @@ class Reduction:
     shift: float = 0.0
     n_inf: int | None = None  # F32 only (its buckets mix Inf with NaN); exact dtypes read it from codes
     grid: tuple[int, int] | None = None  # (bits, group): float values on a quantization grid (see grid_probe)
+    sample: np.ndarray | None = None  # float32 values at the lineage positions (reduce/sample.py), in flat order
     # While a partial reduction waits between a worker and the merge, `counts` may be held as its nonzero
     # entries (pack/unpack): a chunk of thousands of small tensors then holds kilobytes each, not 512 KiB.
     packed: tuple[np.ndarray, np.ndarray, int] | None = None  # (codes, their counts, len(counts))
@@ -271,6 +272,8 @@ def merge(parts: list[Reduction]) -> Reduction:
     if first.n_inf is not None:
         merged.n_inf = sum(p.n_inf or 0 for p in parts)
     merged.grid = next((p.grid for p in parts if p.grid is not None), None)
+    samples = [p.sample for p in parts if p.sample is not None]
+    merged.sample = np.concatenate(samples) if samples else None  # parts in flat order: positions in order
     return merged
 
 

@@ -45,8 +45,10 @@ from ..layout import (
 from ..layout.views import View, views_of, whole_rows
 from ..progress import SILENT, Progress
 from ..record.journal import Expected, Journal, Resumed
+from ..record.lineage import fingerprint_json
 from ..record.row import SCHEMA, matrix_record, vector_offset, vector_record
 from ..reduce.reduction import Reduction
+from ..reduce.sample import MAX_EXPERTS, gather_order, layer_stride, sample_positions, samples_per_matrix
 from ..reduce.stream import ChunkReport, Target, reduce_chunked
 from ..reduce.vectors import VectorSummary, values_of
 from ..segments import Segments
@@ -239,6 +241,8 @@ def _measure(
                         describe(ref.quant) if ref.quant is not None else None,
                     )
                 )
+            if reduced.sample is not None and matrices:  # journaled with its record; moved to `lineage` below
+                matrices[0][SAMPLE_KEY] = reduced.sample.tolist()
             entries[ref.name] = (matrices, vectors)
             if journal is not None:
                 journal.add(ref.name, ref.shard, matrices, vectors)
@@ -266,10 +270,13 @@ def _measure(
         reader.close()
     elapsed = time.perf_counter() - started
     matrices = [m for w in work for m in entries[w.ref.name][0]]  # file order, whichever run measured them
+    samples = {m["name"]: np.asarray(m.pop(SAMPLE_KEY), dtype=np.float32) for m in matrices if SAMPLE_KEY in m}
     vectors = [v for w in work for v in entries[w.ref.name][1]]
     row = build_row(
         plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes, verification, spectrum_run
     )
+    if samples:  # in file order, those of a resumed fit's journaled tensors too
+        row["lineage"] = fingerprint_json(samples, max(v.size for v in samples.values()))
     cluster = execution.executor.summary()
     if cluster is not None:  # run metadata: which nodes read what
         row["run"]["cluster"] = cluster
@@ -404,6 +411,7 @@ class _Reduced:
     view_matrices: list[tuple[View, Reduction]] = field(default_factory=list)  # a tensor cut into records
     view_vectors: list[tuple[View, VectorSummary]] = field(default_factory=list)
     decoder_note: str | None = None  # what a quantized weight's decoder said about how it read it
+    sample: np.ndarray | None = None  # the lineage samples, in sampling order (reduce/sample.py)
 
 
 def _parts(item: _Work, arch: ArchInfo, options: FitOptions) -> tuple[list[tuple[str, Segments]], str | None]:
@@ -430,6 +438,7 @@ def _reduce_all(
     """
     parts = [_parts(item, arch, options) for item in work]
     reader.set_connections(execution.connections)
+    sampled = _sampled_positions(work)
     gather = tuning.current().vector_gather_bytes  # longer vectors are summarised piece by piece
     targets = [
         Target(
@@ -438,8 +447,9 @@ def _reduce_all(
             # a vector cut into records (experts' biases) is gathered whole: small, [experts, width]
             summarize=item.vector and not item.views and item.ref.nbytes > gather,
             offset=vector_offset(item.role, arch.norm_offset),
+            sample=sampled[i][0] if i in sampled else (),
         )
-        for item, (segs, _) in zip(work, parts, strict=True)
+        for i, (item, (segs, _)) in enumerate(zip(work, parts, strict=True))
     ]
     verify = not (options.include or options.exclude)  # a partial read cannot be checked against a hash
     progress = progress or SILENT
@@ -453,7 +463,45 @@ def _reduce_all(
     for index, result in results:
         reduced = _as_reduced(work[index], result, *parts[index], arch.norm_offset)
         reduced.decoder_note = report.notes.get(index)
+        if index in sampled and reduced.whole is not None and reduced.whole.sample is not None:
+            positions, back = sampled[index]
+            if reduced.whole.sample.size == len(positions):  # in sampling order (a prefix for any k)
+                reduced.sample = reduced.whole.sample[back]
+            reduced.whole.sample = None
         yield work[index], reduced
+
+
+SAMPLE_KEY = "lineage_sample"  # a matrix record's samples while it is measured and journaled (never in a row)
+
+
+def _sampled_positions(work: list[_Work]) -> dict[int, tuple[tuple[int, ...], np.ndarray]]:
+    """The lineage samples of each matrix stored whole and unquantized (reduce/sample.py), by work index:
+    (sorted positions, the permutation back to sampling order). Experts past the first MAX_EXPERTS of a layer
+    and tensors cut into records are not sampled; of a model of more than MAX_MATRICES such matrices, only
+    the layers whose index is a multiple of a stride (layer_stride)."""
+    if not tuning.current().lineage_fingerprint:
+        return {}
+    chosen = [
+        i
+        for i, item in enumerate(work)
+        if not item.vector
+        and not item.views
+        and item.ref.quant is None
+        and len(item.ref.shape) >= 2
+        and (item.role.expert is None or item.role.expert < MAX_EXPERTS)
+    ]
+    stride = layer_stride([work[i].role.block for i in chosen])
+    chosen = [i for i in chosen if (work[i].role.block or 0) % stride == 0]
+    k = samples_per_matrix(len(chosen))
+    out = {}
+    by_shape: dict[tuple[int, ...], tuple[tuple[int, ...], np.ndarray]] = {}  # most matrices share a few shapes
+    for i in chosen:
+        shape = tuple(work[i].ref.shape)
+        if shape not in by_shape:
+            at, back = gather_order(sample_positions(shape, k))
+            by_shape[shape] = (tuple(at.tolist()), back)
+        out[i] = by_shape[shape]
+    return out
 
 
 def _as_reduced(

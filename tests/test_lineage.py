@@ -1,0 +1,292 @@
+"""Issue 39: the lineage fingerprint a fit writes (values at shape-seeded positions, gathered from the streamed
+chunks), its judging (diagnose.lineage) on derived and independent pairs, the calibration of its p-values under the
+null, and `weightdiag lineage` (docs/lineage.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from weightdiag import api, tuning
+from weightdiag.diagnose.lineage import Fingerprint, fisher_log_p, judge
+from weightdiag.record.lineage import fingerprint_json, read_fingerprint
+from weightdiag.reduce.sample import sample_positions, samples_per_matrix
+from weightdiag.run.measure import FitOptions
+
+torch = pytest.importorskip("torch")
+lc = pytest.importorskip("weightdiag.testing.lineage_cases")
+
+
+def _fit(folder) -> dict:
+    return api.fit(str(folder), FitOptions(device="cpu"), save=False).row
+
+
+# --- positions and the fingerprint in the row -----------------------------------------------------------------
+
+
+def test_positions_depend_on_the_shape_only_and_extend_by_prefix():
+    a = sample_positions((512, 128), 64)
+    assert np.array_equal(a, sample_positions((512, 128), 64))
+    assert np.array_equal(sample_positions((512, 128), 256)[:64], a)  # a larger k keeps the first samples
+    assert len(set(a.tolist())) == 64 and a.max() < 512 * 128
+    grown = sample_positions((600, 128), 256)  # rows added at the end (600 and 520 share the power of two 1024)
+    cut = sample_positions((520, 128), 256)
+    shared = set(cut.tolist()) & set(grown.tolist())  # one stream of candidates: most entries sampled in both
+    assert len(shared) >= 0.75 * 256
+    in_order = [p for p in cut.tolist() if p in shared]
+    assert in_order == [p for p in grown.tolist() if p in shared]
+    assert not np.array_equal(sample_positions((512, 129), 64), a)
+    assert samples_per_matrix(10) == 256 and samples_per_matrix(10_000) == 16
+
+
+def test_the_fit_gathers_the_sampled_values_across_chunk_boundaries(small_llama):
+    """Tensors cut into many chunks (16 KiB): the samples are the tensors' values at the positions, in order."""
+    from safetensors.torch import load_file
+
+    with tuning.override(split_bytes=16 << 10, local_chunk_bytes=16 << 10):
+        row = _fit(small_llama)
+    found = read_fingerprint(row)
+    assert found is not None and row["lineage"]["k"] == samples_per_matrix(len(found))
+    stored = {}
+    for f in small_llama.glob("*.safetensors"):
+        stored.update(load_file(str(f)))
+    matrices = [m["name"] for m in row["matrices"]]
+    assert set(found) == set(matrices)
+    for name, values in found.items():
+        flat = stored[name].float().numpy().reshape(-1)
+        expected = flat[sample_positions(tuple(stored[name].shape), row["lineage"]["k"])].astype(np.float64)
+        np.testing.assert_allclose(values, expected, rtol=2e-3, atol=1e-7)
+    assert len(json.dumps(row["lineage"])) < 64 << 10
+
+
+def test_rows_without_a_fingerprint_read_and_are_not_judged(minilm_dir):
+    row = _fit(minilm_dir)
+    old = {k: v for k, v in row.items() if k != "lineage"}
+    from weightdiag.record.schema import load_row
+
+    load_row(json.loads(json.dumps(old)))
+    assert Fingerprint.of(old) is None
+    judged = judge("old", Fingerprint.of(row), Fingerprint.of_or_why(old))
+    assert judged.verdict == "not judged" and "refit" in judged.reason
+
+
+# --- derived and independent pairs ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("lineage")
+    base = lc.load_state(minilm_dir)
+    return minilm_dir, root, base, _fit(minilm_dir)
+
+
+DERIVED = {
+    "noise": lambda base, cfg: lc.noise(base, 0.01),
+    "fp8": lambda base, cfg: lc.fp8_round_trip(base),
+    "int4": lambda base, cfg: lc.int4_round_trip(base),
+    "lora": lambda base, cfg: lc.lora_merged(base),
+    "renamed-f16": lambda base, cfg: lc.restored(base),
+    "vocab-added": lambda base, cfg: lc.add_vocab(base),
+    "heads-permuted": lambda base, cfg: lc.bert_permute_heads(base, cfg["num_attention_heads"]),
+    "residual-permuted": lambda base, cfg: lc.bert_permute_residual(base),
+}
+
+
+@pytest.mark.parametrize("case", list(DERIVED))
+def test_derivations_of_minilm_are_derived(minilm, case):
+    folder, root, base, base_row = minilm
+    cfg = json.loads((folder / "config.json").read_text())
+    row = _fit(lc.save_state(DERIVED[case](base, cfg), root / case, folder / "config.json"))
+    judged = judge("minilm", Fingerprint.of(row), Fingerprint.of(base_row))
+    assert judged.verdict == "derived", (case, judged.reason, judged.invariants)
+    assert judged.log10_p is not None and judged.log10_p <= -10
+    if case == "renamed-f16":
+        assert any("renamed" in r for r in judged.relation) and any("F16" in r for r in judged.relation)
+    if case == "vocab-added":
+        assert any("rows added" in r for r in judged.relation)
+    if case == "residual-permuted":
+        assert any("permuted" in r for r in judged.relation)
+
+
+def test_dropped_layers_are_derived_and_said(minilm):
+    folder, root, base, base_row = minilm
+    cfg = json.loads((folder / "config.json").read_text())
+    keep = cfg["num_hidden_layers"] - 2
+    row = _fit(lc.save_state(lc.bert_drop_layers(base, keep), root / "dropped", {**cfg, "num_hidden_layers": keep}))
+    judged = judge("minilm", Fingerprint.of(row), Fingerprint.of(base_row))
+    assert judged.verdict == "derived"
+    assert f"fewer layers ({keep} against {cfg['num_hidden_layers']})" in judged.relation
+
+
+def test_a_random_initialisation_of_the_same_shape_is_not_derived(minilm):
+    from transformers import BertConfig, BertModel
+
+    folder, root, base, base_row = minilm
+    torch.manual_seed(3)
+    init = {k: v.detach() for k, v in BertModel(BertConfig.from_pretrained(str(folder))).state_dict().items()}
+    row = _fit(lc.save_state({k: v for k, v in init.items() if k in base}, root / "init", folder / "config.json"))
+    judged = judge("minilm", Fingerprint.of(row), Fingerprint.of(base_row))
+    assert judged.verdict == "independent", judged.reason
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Three tiny Llamas trained from scratch the same way (the same data, steps and optimiser), seeds 0-2."""
+    root = tmp_path_factory.mktemp("tiny-llamas")
+    rows = {}
+    for seed in range(3):
+        state, first, cfg = lc.tiny_llama(seed, steps=40)
+        rows[seed] = _fit(lc.save_state(state, root / f"s{seed}", cfg))
+        rows[f"init{seed}"] = _fit(lc.save_state(first, root / f"i{seed}", cfg))
+    return rows
+
+
+def test_independently_trained_seeds_are_never_derived(trained):
+    for a, b in [(0, 1), (0, 2), (1, 2), (0, "init1"), (2, "init0")]:
+        judged = judge(str(b), Fingerprint.of(trained[a]), Fingerprint.of(trained[b]))
+        assert judged.verdict != "derived", (a, b, judged.log10_p)
+        assert judged.log10_p is not None and judged.log10_p > -4
+
+
+def test_a_trained_model_derives_from_its_own_initialisation(trained):
+    for seed in range(3):
+        judged = judge("init", Fingerprint.of(trained[seed]), Fingerprint.of(trained[f"init{seed}"]))
+        assert judged.verdict == "derived"
+
+
+# --- calibration: p-values under the null ---------------------------------------------------------------------
+
+
+def _synthetic(rng, shapes, k, heavy):
+    """A fingerprint of independent values at the sampled positions (Student t with 3 degrees: heavy tails)."""
+    records, samples = [], {}
+    for i, shape in enumerate(shapes):
+        name = f"layers.{i // 4}.m{i % 4}"
+        values = rng.standard_t(3, size=k) if heavy else rng.normal(size=k)
+        samples[name] = values * 0.02
+        records.append({"name": name, "kind": f"m{i % 4}", "block": i // 4, "expert": None, "shape": list(shape)})
+    row = {"matrices": records, "lineage": fingerprint_json(samples, k)}
+    return Fingerprint.of(row)
+
+
+@pytest.mark.parametrize("heavy", [False, True])
+def test_p_values_are_uniform_under_the_null(heavy):
+    """400 pairs of independent fingerprints (12 matrices in 3 shapes, so each matrix is compared with 4):
+    the combined p-values are uniform (Kolmogorov-Smirnov), and 5% of them fall below 0.05."""
+    rng = np.random.default_rng(20261128 + heavy)
+    shapes = [(64, 64)] * 4 + [(176, 64)] * 4 + [(64, 176)] * 4
+    ps = []
+    for _ in range(400):
+        a, b = _synthetic(rng, shapes, 128, heavy), _synthetic(rng, shapes, 128, heavy)
+        judged = judge("b", a, b)
+        assert judged.verdict != "derived"
+        ps.append(10**judged.log10_p)
+    assert stats.kstest(ps, "uniform").pvalue > 1e-3
+    assert 0.02 <= np.mean(np.array(ps) < 0.05) <= 0.09
+
+
+def test_fisher_combination_is_exact_and_never_underflows():
+    assert math.isclose(fisher_log_p([math.log(0.5)]), math.log(0.5))
+    two = [math.log(0.1), math.log(0.2)]
+    assert math.isclose(fisher_log_p(two), stats.chi2.logsf(-2 * sum(two), 4), rel_tol=1e-9)
+    assert math.isfinite(fisher_log_p([-5000.0] * 40)) and fisher_log_p([-5000.0] * 40) < -1e5
+
+
+# --- the command ---------------------------------------------------------------------------------------------
+
+
+def test_lineage_command_json_and_text(minilm_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from weightdiag import cli
+
+    db = tmp_path / "db"
+    api.fit(str(minilm_dir), FitOptions(device="cpu"), db_dir=db)
+    noisy = lc.save_state(lc.noise(lc.load_state(minilm_dir), 0.01), tmp_path / "noisy", minilm_dir / "config.json")
+    runner = CliRunner()
+    out = runner.invoke(cli.app, ["lineage", str(noisy), "--db", str(db), "--json", "-q"], prog_name="weightdiag")
+    assert out.exit_code == 0, out.output
+    (only,) = json.loads(out.stdout)
+    assert only["reference"] == "all-MiniLM-L6-v2" and only["verdict"] == "derived"
+    assert only["evidence"] and {"candidate", "reference", "rho", "log10_p"} <= set(only["evidence"][0])
+    text = runner.invoke(cli.app, ["lineage", str(noisy), "--db", str(db)], prog_name="weightdiag")
+    assert text.exit_code == 0 and "derived      all-MiniLM-L6-v2" in text.stdout
+
+
+def _main(capsys, *args: str) -> tuple[int, str, str]:
+    """weightdiag.cli.main in this process, as the console script runs it: (exit code, stdout, stderr)."""
+    from weightdiag import cli
+
+    with pytest.raises(SystemExit) as ended:
+        cli.main(list(args))
+    out = capsys.readouterr()
+    return int(ended.value.code or 0), out.out, out.err
+
+
+def test_lineage_bad_input_is_one_line_exit_2(minilm_dir, tmp_path, capsys):
+    code, _, err = _main(capsys, "lineage", str(minilm_dir), "--against", str(tmp_path / "nope"), "--db", str(tmp_path))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "no such row" in err, err
+    code, _, err = _main(capsys, "lineage", "Qwen2-7B", "--db", str(tmp_path))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "no lineage fingerprint" in err, err
+
+
+def test_a_model_of_many_matrices_samples_every_few_layers():
+    from weightdiag.reduce.sample import MAX_MATRICES, layer_stride
+
+    assert layer_stride([0, 1, None]) == 1
+    blocks = [b for b in range(96) for _ in range(9)] + [None, None]  # 866 matrices in 96 layers
+    stride = layer_stride(blocks)
+    assert sum(b is None or b % stride == 0 for b in blocks) <= MAX_MATRICES + 9
+
+
+def test_api_lineage_by_row_id_and_against_the_database(minilm_dir, tmp_path):
+    """A candidate named by its row id; the database's rows all judged, an old row without a fingerprint listed
+    as not judged (last), the candidate's own row left out."""
+    from weightdiag.database.store import write_row
+
+    db = tmp_path / "db"
+    fitted = api.fit(str(minilm_dir), FitOptions(device="cpu"), db_dir=db)
+    old = {k: v for k, v in fitted.row.items() if k != "lineage"}
+    old["model"] = {**old["model"], "id": "old-row", "fingerprint": "local-old"}
+    write_row(old, db)
+    noisy = lc.save_state(lc.noise(lc.load_state(minilm_dir), 0.02), tmp_path / "noisy", minilm_dir / "config.json")
+    api.fit(str(noisy), FitOptions(device="cpu"), db_dir=db)
+    report = api.lineage("noisy", db_dir=db)
+    assert [(j.reference, j.verdict) for j in report.judgements] == [
+        ("all-MiniLM-L6-v2", "derived"),
+        ("old-row", "not judged"),
+    ]
+    assert "refit" in report.judgements[1].reason
+    named = api.lineage("all-MiniLM-L6-v2", [str(noisy)], db_dir=db)
+    assert named.how == "row" and named.judgements[0].verdict == "derived"
+
+
+def test_declared_base_model_confirmed_contradicted_or_missing(minilm_dir, tmp_path, capsys):
+    db = tmp_path / "db"
+    api.fit(str(minilm_dir), FitOptions(device="cpu"), db_dir=db)  # the row of id all-MiniLM-L6-v2
+    state = lc.load_state(minilm_dir)
+    tuned = lc.save_state(lc.noise(state, 0.02), tmp_path / "tuned", minilm_dir / "config.json")
+    (tuned / "README.md").write_text("---\nbase_model: all-MiniLM-L6-v2\n---\n# a tune\n")
+    report = api.lineage(str(tuned), db_dir=db, declared=True)
+    assert (report.declared, report.declaration) == ("all-MiniLM-L6-v2", "confirmed")
+    assert report.to_json()[0]["declared"]["verdict"] == "confirmed"
+    liar = lc.save_state(lc.int4_round_trip(state), tmp_path / "liar", minilm_dir / "config.json")
+    other = lc.save_state(lc.bert_drop_layers(state, 6), tmp_path / "other", minilm_dir / "config.json")
+    (other / "README.md").write_text("")
+    torch.manual_seed(5)
+    from transformers import BertConfig, BertModel
+
+    init = {k: v.detach() for k, v in BertModel(BertConfig.from_pretrained(str(minilm_dir))).state_dict().items()}
+    fake = lc.save_state(
+        {k: v for k, v in init.items() if k in state}, tmp_path / "fake-base", minilm_dir / "config.json"
+    )
+    api.fit(str(fake), FitOptions(device="cpu"), db_dir=db)
+    (liar / "README.md").write_text("---\nbase_model:\n  - fake-base\n---\n")
+    report = api.lineage(str(liar), db_dir=db, declared=True)
+    assert (report.declaration, report.nearest) == ("contradicted", "all-MiniLM-L6-v2")
+    code, _, err = _main(capsys, "lineage", str(other), "--declared", "--db", str(db))
+    assert code == 2 and "names no base_model" in err and "--against" in err, err

@@ -1,0 +1,40 @@
+"""The row's lineage fingerprint (docs/lineage.md, docs/row-schema.md `lineage`): each sampled matrix's values
+at the fixed positions of reduce/sample.py, written compactly (float16 of value / rms, base64) and read back."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..reduce.sample import SEED
+
+METHOD = "weightdiag.lineage/1"  # fixed-position samples, reduce/sample.py
+
+
+def fingerprint_json(samples: Mapping[str, np.ndarray], k: int) -> dict[str, Any]:
+    """The row's `lineage` object for the sampled values of each matrix record (in sampling order)."""
+    matrices: dict[str, dict[str, Any]] = {}
+    for name, values in samples.items():
+        v = np.asarray(values, dtype=np.float64)
+        finite = np.isfinite(v)
+        rms = float(np.sqrt(np.mean(v[finite] ** 2))) if finite.any() else 0.0
+        scaled = np.where(finite, v / rms, 0.0) if rms > 0 else np.zeros_like(v)
+        stored = np.clip(scaled, -65504.0, 65504.0).astype("<f2")
+        matrices[name] = {"scale": float(f"{rms:.6g}"), "values": base64.b64encode(stored.tobytes()).decode("ascii")}
+    return {"method": METHOD, "seed": SEED, "k": k, "matrices": matrices}
+
+
+def read_fingerprint(row: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
+    """Each sampled matrix's values (float64, in sampling order) from a row, or None when it has no fingerprint
+    (a row written before issue 39, a cohort row) or one of another method."""
+    found = row.get("lineage")
+    if not isinstance(found, dict) or found.get("method") != METHOD or found.get("seed") != SEED:
+        return None
+    out: dict[str, np.ndarray] = {}
+    for name, entry in (found.get("matrices") or {}).items():
+        raw = base64.b64decode(entry["values"])
+        out[name] = np.frombuffer(raw, dtype="<f2").astype(np.float64) * float(entry["scale"])
+    return out
