@@ -184,6 +184,14 @@ def planted(tmp_path_factory) -> dict[str, Path]:
     out["lora"] = write(root / "lora", lora)
     out["quantized"] = write(root / "quantized", quant)
     out["noise"] = write(root / "noise", noise(base, 1e-3, seed=1))
+    # the FFN units of every layer permuted (the same function): every value kept, only moved
+    permuted = dict(base)
+    for name, w in base.items():
+        if ".mlp." in name and w.ndim == 2:
+            units = np.random.default_rng(3).permutation(w.shape[0] if "down" not in name else w.shape[1])
+            permuted[name] = w[:, units] if "down" in name else w[units]
+    out["permuted"] = write(root / "permuted", permuted)
+    out["truncated"] = write(root / "truncated", {k: v for k, v in base.items() if ".layers.3." not in k})
     return out
 
 
@@ -196,6 +204,8 @@ def planted(tmp_path_factory) -> dict[str, Path]:
         ("lora", "lora"),
         ("quantized", "quantized"),
         ("noise", "unsure"),  # full-rank noise with no principal preference: no mechanism named
+        ("permuted", "unsure"),  # values moved, not changed: no mechanism here explains it (not a fine-tune)
+        ("truncated", "unsure"),  # a layer dropped: the paired tensors are equal, the model is not
     ],
 )
 def test_the_verdict_on_planted_pairs(planted, name, verdict):
@@ -253,6 +263,31 @@ def test_export_lora_options_are_checked_before_anything_is_read(planted, tmp_pa
         "diff", str(planted["base"]), str(planted["lora"]), "--export-lora", str(tmp_path / "full"), "--no-save"
     )
     assert taken.returncode == 2 and "empty folder" in taken.stderr
+    (tmp_path / "file").write_text("x")
+    for where in (tmp_path / "file" / "adapter", Path("/proc/adapter")):  # no folder can be made there
+        refused = run_cli("diff", str(planted["base"]), str(planted["lora"]), "--export-lora", str(where), "--no-save")
+        assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+        assert not where.exists() and ("cannot be made" in refused.stderr or "nothing was" in refused.stderr)
+    # under a file: refused before anything is read (/proc: root passes os.access, mkdir fails after the diff)
+    assert (
+        "cannot be made"
+        in run_cli(
+            "diff",
+            str(planted["base"]),
+            str(planted["lora"]),
+            "--export-lora",
+            str(tmp_path / "file" / "a"),
+            "--no-save",
+        ).stderr
+    )
+
+
+def test_export_lora_of_a_pair_with_nothing_changed_writes_nothing(planted, tmp_path):
+    done = run_cli(
+        "diff", str(planted["base"]), str(planted["identical"]), "--export-lora", str(tmp_path / "a"), "--no-save"
+    )
+    assert done.returncode == 2 and "no linear weight changed" in done.stderr, done.stderr
+    assert not (tmp_path / "a").exists() and not list(tmp_path.glob(".a.*"))
 
 
 def _merge(base: dict[str, torch.Tensor], adapter: Path) -> dict[str, torch.Tensor]:

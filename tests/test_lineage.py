@@ -290,3 +290,30 @@ def test_declared_base_model_confirmed_contradicted_or_missing(minilm_dir, tmp_p
     assert (report.declaration, report.nearest) == ("contradicted", "all-MiniLM-L6-v2")
     code, _, err = _main(capsys, "lineage", str(other), "--declared", "--db", str(db))
     assert code == 2 and "names no base_model" in err and "--against" in err, err
+
+
+@pytest.mark.parametrize("values", ["zero-matrix", "ternary"])
+def test_tied_values_are_no_evidence(tmp_path, values):
+    """Ranks broken by position made a zero-initialised matrix (a pooler) in two unrelated models correlate
+    perfectly (`derived`, p = 1e-2088), and so did independent ternary models ({-1, 0, 1} x 0.02, as BitNet's):
+    ties now share their rank, and unrelated models are never `derived`."""
+    from .conftest import write_safetensors
+
+    rows = []
+    for seed in (3, 4):
+        rng = np.random.default_rng(seed)
+        tensors = {}
+        for layer in range(4):
+            for part, shape in (("q_proj", (128, 128)), ("up_proj", (256, 128)), ("down_proj", (128, 256))):
+                w = rng.standard_normal(shape) * 0.02
+                if values == "ternary":
+                    w = rng.integers(-1, 2, size=shape) * 0.02
+                tensors[f"model.layers.{layer}.mlp.{part}.weight"] = ("F32", w.astype(np.float32))
+        if values == "zero-matrix":
+            tensors["pooler.dense.weight"] = ("F32", np.zeros((128, 128), dtype=np.float32))
+        folder = tmp_path / f"m{seed}"
+        folder.mkdir()
+        write_safetensors(folder / "model.safetensors", tensors)
+        rows.append(_fit(folder))
+    judged = judge("m4", Fingerprint.of(rows[0]), Fingerprint.of(rows[1]))
+    assert judged.verdict != "derived", judged.reason

@@ -126,8 +126,25 @@ def _median(values: Sequence[float]) -> float | None:
     return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
 
-def judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff]) -> Mechanism:
-    """The model's verdict (see the module docstring and docs/forensics.md)."""
+NORM_KEPT = 1e-5  # |‖W_tuned‖ / ‖W_base‖ - 1| below: the values moved, not changed (a permutation, a rotation)
+MOVED = 0.05  # ... when the relative change is at least this
+
+
+def judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], unpaired: int = 0) -> Mechanism:
+    """The model's verdict (see the module docstring and docs/forensics.md). `unpaired`: tensors found on one side
+    only or with another shape there: then no mechanism is named (a truncated model is not `identical`)."""
+    found = _judge(matrices, vectors)
+    if not unpaired or found.verdict == "unsure":
+        return found
+    reading = f"{unpaired} tensors on one side only or of another shape; the paired ones read as {found.verdict}"
+    return Mechanism(
+        "unsure",
+        [*found.evidence, {"signal": "unpaired_tensors", "value": unpaired, "reading": reading}],
+        found.details,
+    )
+
+
+def _judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff]) -> Mechanism:
     everything = [*matrices, *vectors]
     changed = [t for t in everything if not t.untouched]
     changed_matrices = [t for t in matrices if not t.untouched and t.spectrum is not None]
@@ -151,6 +168,22 @@ def judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff]) -> Mech
             return Mechanism("restored", evidence)
         say("dtype_changed_tensors", 0, "same names and dtypes")
         return Mechanism("identical", evidence)
+
+    moved = [
+        t
+        for t in changed_matrices
+        if t.figures.base_norm > 0
+        and abs(t.figures.tuned_norm / t.figures.base_norm - 1.0) < NORM_KEPT
+        and t.figures.relative_change >= MOVED
+    ]
+    if moved:  # a fine-tune changes norms; a permutation of units or a rotation keeps them to the last digits
+        say(
+            "norm_kept_matrices",
+            len(moved),
+            f"{len(moved)} changed matrices keep their norm exactly: values "
+            "moved, not changed (units permuted or rotated), which no mechanism here explains",
+        )
+        return Mechanism("unsure", evidence)
 
     every_class = {t.name: matrix_class(t) for t in changed_matrices}
     classes = Counter(every_class.values())

@@ -197,9 +197,11 @@ def _spearman_z(ra: np.ndarray, rb: np.ndarray) -> tuple[float, float]:
 
 
 def _standard_ranks(rows: list[np.ndarray], k: int) -> np.ndarray:
-    """Each sample's first k values as ranks, centred and scaled to unit norm (rows of a matrix)."""
+    """Each sample's first k values as ranks, centred and scaled to unit norm (rows of a matrix). Ties share their
+    average rank: ranked by position, a constant matrix (a zero-initialised pooler) or values on a grid (ternary
+    weights) correlated perfectly with another model's; a constant sample has no ranks to correlate (zeros)."""
     stacked = np.stack([v[:k] for v in rows])
-    r = np.argsort(np.argsort(stacked, axis=1, kind="stable"), axis=1).astype(np.float64)  # ties by position
+    r = rankdata(stacked, axis=1).astype(np.float64)
     r -= r.mean(axis=1, keepdims=True)
     norms = np.linalg.norm(r, axis=1, keepdims=True)
     return np.divide(r, norms, out=np.zeros_like(r), where=norms > 0)

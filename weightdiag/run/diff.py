@@ -184,7 +184,8 @@ def diff(
         "scaled_matrices": sum(t.scaled for t in matrices),
     }
     notes = [*base_plan.notes, *tuned_plan.notes]
-    mechanism = judge(matrices, vectors)
+    unpaired = len(pairing.only_base) + len(pairing.only_tuned) + len(pairing.shape_mismatches)
+    mechanism = judge(matrices, vectors, unpaired)
     blocks_differ = by_block(matrices, vectors, mechanism.verdict)
     if blocks_differ:
         mechanism.details["blocks"] = blocks_differ

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from ..delta.lora import factor
 from ..delta.paired import matrix_shape, stream_pairs
 from ..delta.pairing import pair_tensors
 from ..delta.result import DiffOptions
-from ..errors import OptionError, param
+from ..errors import OptionError, OutputError, param
 from ..layout import arch_from_config, classify_tensor, complete_arch
 from .diff import open_side
 from .measure import selected
@@ -41,8 +42,17 @@ def check(out: Path, rank: int | None, energy: float | None) -> None:
         raise OptionError(f"{param('rank')} {rank}: choose a whole number of at least 1", param="rank")
     if energy is not None and not 0 < energy <= 1:
         raise OptionError(f"{param('energy')} {energy}: choose a share above 0 and at most 1", param="energy")
+    if not str(out) or str(out) == ".":
+        raise OptionError(f"{param('export_lora')} names no folder; give a new folder's path", param="export_lora")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise OptionError(f"{out}: exists and is not an empty folder; choose a new one", param="export_lora")
+    parent = out.absolute().parent
+    while not parent.exists() and parent != parent.parent:  # the folder that will hold the new ones
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(
+            f"{out}: cannot be made ({parent} is not a folder you can write in); choose another", path=out
+        )
 
 
 def export_lora(
@@ -115,6 +125,12 @@ def export_lora(
     finally:
         base_reader.close()
         tuned_reader.close()
+    if not modules:
+        raise OptionError(
+            f"{base_spec} -> {tuned_spec}: no linear weight changed, so there is no adapter to write (nothing was "
+            "written)",
+            param="export_lora",
+        )
     top = max((m["rank"] for m in modules), default=0)
     config = {
         "peft_type": "LORA",
@@ -134,11 +150,19 @@ def export_lora(
         "use_rslora": False,
         "use_dora": False,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "adapter_model.safetensors.tmp"
-    save_file(tensors, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, out / "adapter_model.safetensors")
-    (out / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    # Whole or absent: written into a hidden sibling folder, then renamed into place (onto an empty one too).
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.parent / f".{out.name}.{os.getpid()}.tmp"
+    try:
+        staging.mkdir()
+        save_file(tensors, str(staging / "adapter_model.safetensors"), metadata={"format": "pt"})
+        (staging / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
+        os.replace(staging, out)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OutputError(
+            f"{out}: the adapter could not be written ({exc.strerror or exc}); nothing was", path=out
+        ) from None
     return {
         "folder": str(out),
         "rank": {"requested": rank} if rank is not None else {"energy": energy},
