@@ -169,18 +169,18 @@ def _judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff]) -> Mec
         say("dtype_changed_tensors", 0, "same names and dtypes")
         return Mechanism("identical", evidence)
 
-    moved = [
+    norm_kept = [
         t
         for t in changed_matrices
         if t.figures.base_norm > 0
         and abs(t.figures.tuned_norm / t.figures.base_norm - 1.0) < NORM_KEPT
         and t.figures.relative_change >= MOVED
     ]
-    if moved:  # a fine-tune changes norms; a permutation of units or a rotation keeps them to the last digits
+    if norm_kept:  # a fine-tune changes norms; a permutation of units or a rotation keeps them to the last digits
         say(
             "norm_kept_matrices",
-            len(moved),
-            f"{len(moved)} changed matrices keep their norm exactly: values "
+            len(norm_kept),
+            f"{len(norm_kept)} changed matrices keep their norm exactly: values "
             "moved, not changed (units permuted or rotated), which no mechanism here explains",
         )
         return Mechanism("unsure", evidence)
