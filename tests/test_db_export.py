@@ -156,3 +156,15 @@ def test_the_database_as_a_frame(db):
     assert set(frame.model_id) == {r["model"]["id"] for r in rows}
     models = wd.database_frame(db, fitted_only=True)
     assert len(models) == 2 and list(models.columns[: len(MODEL_COLUMNS)]) == [c.name for c in MODEL_COLUMNS]
+
+
+def test_an_output_named_for_another_format_is_refused(tmp_path):
+    """`db export --output rows.parquet` without --format parquet wrote CSV text into the .parquet file."""
+    (tmp_path / "db").mkdir()
+    out = run_cli("db", "export", "--output", str(tmp_path / "rows.parquet"), "--db", str(tmp_path / "db"))
+    assert out.returncode == 2 and "--format parquet" in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+    assert not (tmp_path / "rows.parquet").exists()
+    mixed = run_cli(
+        "db", "export", "--format", "jsonl", "--output", str(tmp_path / "r.csv"), "--db", str(tmp_path / "db")
+    )
+    assert mixed.returncode == 2 and "--format csv" in mixed.stderr

@@ -740,8 +740,8 @@ def export_rows(
     )
     from .database.store import iter_rows, require_database, write_text_atomic
 
-    check_format(fmt)
     out_path = Path(output) if output is not None else None
+    check_format(fmt, out_path)
     if fmt == "parquet":
         if out_path is None:
             raise OptionError(

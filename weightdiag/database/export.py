@@ -41,9 +41,21 @@ MODEL_COLUMNS: tuple[Column, ...] = (
 KIND_COLUMN_DOC = "`kinds.<kind>.k_median` / `.lambda_median`: per-kind medians (one pair of columns per kind)"
 
 
-def check_format(fmt: str) -> None:
+SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+
+
+def check_format(fmt: str, output: Path | None = None) -> None:
+    """The format is one of FORMATS, and an output file whose suffix names a format names this one (`--output
+    rows.parquet` without `--format parquet` wrote CSV text into it)."""
     if fmt not in FORMATS:
         raise OptionError(f"{param('fmt')} {fmt!r}: choose csv, jsonl or parquet", param="fmt")
+    named = SUFFIXES.get(output.suffix.lower()) if output is not None else None
+    if named is not None and named != fmt:
+        raise OptionError(
+            f"{param('output')} {output} names {named} but the format is {fmt}: give {param('fmt')} {named}, or "
+            "another file name",
+            param="fmt",
+        )
 
 
 def model_columns(records: Sequence[Mapping[str, Any]]) -> list[Column]:
