@@ -239,6 +239,8 @@ def test_json_and_text_carry_the_mechanism_the_damage_and_the_forensics(planted)
         run_cli("diff", str(planted["base"]), str(planted["lora"]), "--json", "--no-save", "--no-spectrum").stdout
     )
     assert bare["matrices"][0]["forensics"] is None and bare["mechanism"]["verdict"] == "unsure"
+    readings = [e["reading"] for e in bare["mechanism"]["evidence"]]
+    assert not any("?" in r for r in readings) and any("--no-spectrum" in r for r in readings), readings
 
 
 def test_export_lora_options_are_checked_before_anything_is_read(planted, tmp_path):

@@ -317,3 +317,14 @@ def test_tied_values_are_no_evidence(tmp_path, values):
         rows.append(_fit(folder))
     judged = judge("m4", Fingerprint.of(rows[0]), Fingerprint.of(rows[1]))
     assert judged.verdict != "derived", judged.reason
+
+
+def test_api_lineage_takes_one_reference_as_a_string_and_needs_a_database_without_one(minilm_dir, tmp_path):
+    """Red team: against="x" was read a letter at a time; a --db that does not exist answered 'against 0
+    references', exit 0, where every other reader of the database exits 2."""
+    from weightdiag.errors import DatabaseError
+
+    one = api.lineage(str(minilm_dir), against=str(minilm_dir), db_dir=tmp_path / "db", save=False)
+    assert len(one.judgements) == 1 and one.judgements[0].verdict == "derived"
+    with pytest.raises(DatabaseError):
+        api.lineage(str(minilm_dir), db_dir=tmp_path / "nodb", save=False)

@@ -993,10 +993,16 @@ def lineage(
     options = options or FitOptions()
     check_options(options)
     db = Path(db_dir) if db_dir else None
+    if isinstance(against, str | Path):  # one reference, not its letters
+        against = [str(against)]
     if declared and against:
         raise OptionError(
             f"{param('declared')} checks the card's base_model: give no {param('against')}", param="declared"
         )
+    if not against and not declared:
+        from .database.store import require_database
+
+        require_database(db)  # the references are the database's rows: a folder that is not there is a typo
     row, how = _lineage_row(candidate, db, options, progress, token, save)
     cand = Fingerprint.of(_plain(row))
     if cand is None:

@@ -169,6 +169,9 @@ def _judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff]) -> Mec
         say("dtype_changed_tensors", 0, "same names and dtypes")
         return Mechanism("identical", evidence)
 
+    if not changed_matrices and any(not t.untouched and t.spectrum is None for t in matrices):
+        say("spectrum", None, "without the spectrum (--no-spectrum) only identical and re-stored copies are told")
+        return Mechanism("unsure", evidence)
     norm_kept = [
         t
         for t in changed_matrices
