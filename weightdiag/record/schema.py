@@ -30,6 +30,7 @@ from types import UnionType
 from typing import Any, TypedDict, Union, cast, get_args, get_origin, get_type_hints, is_typeddict
 
 from ..errors import BadInputError
+from ..source.regular import kind_of
 
 SCHEMA = "weightdiag.row/1"  # a row without spectra: as every earlier version wrote it, byte for byte
 # A row with spectra (`fit --spectrum`: matrices[].spectrum, spectrum_kinds, run.spectrum). Only those rows
@@ -716,25 +717,12 @@ def load_row(doc: object, file: str | Path | None = None) -> Row:
     return cast(Row, doc)
 
 
-def _file_kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def _read_regular(path: Path) -> bytes:
     """The bytes of `path`, refusing anything but a regular file without blocking on it."""
     where = str(path)
 
     def not_a_row(mode: int) -> RowError:
-        return RowError(where, f"is {_file_kind(mode)}, not a row file", advice="give a weightdiag row file")
+        return RowError(where, f"is {kind_of(mode)}, not a row file", advice="give a weightdiag row file")
 
     def unreadable(exc: OSError) -> RowError:
         return RowError(
