@@ -33,3 +33,19 @@ def section(title: str) -> str:
             found.append(text[start : end if end >= 0 else len(text)])
     assert len(found) == 1, f"the user's docs have {len(found)} sections headed '## {title}'"
     return found[0]
+
+
+def fenced_blocks(text: str, lang: str = "") -> list[list[str]]:
+    """The lines of each fenced block of `text` opened with exactly ```lang (fences paired in order; "": outputs)."""
+    blocks: list[tuple[str, list[str]]] = []
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if current is None:
+                current = []
+                blocks.append((line[3:], current))
+            else:
+                current = None
+        elif current is not None:
+            current.append(line)
+    return [body for opened, body in blocks if opened == lang]

@@ -15,27 +15,16 @@ import re
 from pathlib import Path
 
 from .conftest import run_cli
+from .docs_text import fenced_blocks, user_docs
 from .docs_text import section as _section
-from .docs_text import user_docs
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 
 
 def _blocks(text: str, lang: str = "") -> list[str]:
-    """The fenced blocks of `text` opened with exactly ```lang (fences paired in order)."""
-    blocks: list[tuple[str, list[str]]] = []
-    current: list[str] | None = None
-    for line in text.splitlines():
-        if line.startswith("```"):
-            if current is None:
-                current = []
-                blocks.append((line[3:], current))
-            else:
-                current = None
-        elif current is not None:
-            current.append(line)
-    return ["\n".join(body) + "\n" for opened, body in blocks if opened == lang]
+    """The fenced blocks of `text` opened with exactly ```lang, each as text."""
+    return ["\n".join(body) + "\n" for body in fenced_blocks(text, lang)]
 
 
 def _excerpt_matches(excerpt: str, printed: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .docs_text import README, ROOT, doc_pages
+from .docs_text import README, ROOT, doc_pages, fenced_blocks
 
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -85,18 +85,7 @@ def test_every_docs_page_is_one_link_from_the_readme():
 
 def _plain_blocks(text: str) -> list[list[str]]:
     """The fenced blocks opened with a bare ``` (outputs), not those in a language (```bash, ```python)."""
-    blocks: list[tuple[str, list[str]]] = []
-    current: list[str] | None = None
-    for line in text.splitlines():
-        if line.startswith("```"):
-            if current is None:
-                current = []
-                blocks.append((line[3:], current))
-            else:
-                current = None
-        elif current is not None:
-            current.append(line)
-    return [body for opened, body in blocks if not opened]
+    return fenced_blocks(text)
 
 
 def test_every_output_the_readme_shows_is_an_excerpt_of_one_the_docs_show_in_full():
