@@ -18,6 +18,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from weightdiag.decode.formats.bnb import NF4_TABLE
+
 # folder -> the mechanism a right verdict names (None: nothing in the vocabulary; "unsure" is the only right one)
 PAIRS = {
     "identical": "identical",
@@ -57,26 +59,8 @@ def quantize_int(w: torch.Tensor, bits: int, group: int) -> torch.Tensor:
     return (q * scale).reshape(rows, cols).float()
 
 
-NF4 = torch.tensor(
-    [
-        -1.0,
-        -0.6961928009986877,
-        -0.5250730514526367,
-        -0.39491748809814453,
-        -0.28444138169288635,
-        -0.18477343022823334,
-        -0.09105003625154495,
-        0.0,
-        0.07958029955625534,
-        0.16093020141124725,
-        0.24611230194568634,
-        0.33791524171829224,
-        0.44070982933044434,
-        0.5626170039176941,
-        0.7229568362236023,
-        1.0,
-    ]
-)  # the NormalFloat4 levels of Dettmers et al., "QLoRA: Efficient Finetuning of Quantized LLMs" (2023)
+# the NormalFloat4 levels of Dettmers et al., "QLoRA: Efficient Finetuning of Quantized LLMs" (2023): the decoder's
+NF4 = torch.from_numpy(NF4_TABLE)
 
 
 def quantize_nf4(w: torch.Tensor, group: int = 64) -> torch.Tensor:
