@@ -35,6 +35,7 @@ def test_rows_of_the_torch_pipeline_equal_the_cpu_rows(tmp_path, monkeypatch, dt
         family="gpt_neox", n_layers=2, d_model=96, n_heads=4, n_kv_heads=2, ffn_size=200, vocab=300, dtype=dtype, seed=3
     )
     folder = synthetic.write_model(tmp_path / dtype, spec)
+    monkeypatch.setattr(reduction_torch, "SMALL_PART", 2000)  # parts counted in 16 copies and parts in one
     reads: list[int] = []
     original = reduction_torch.read_back
     monkeypatch.setattr(reduction_torch, "read_back", lambda tensors: reads.append(len(tensors)) or original(tensors))
@@ -69,12 +70,15 @@ def test_sub_histograms_equal_bincount_across_flushes(monkeypatch):
     rng = np.random.default_rng(1)
     codes = torch.from_numpy(rng.integers(0, 300, size=10_000)).to(torch.int64)
     codes[:3000] = 7  # one hot bin, as trained weights fill a few
-    for limit in (50, reduction_torch._INT32_MAX):
-        monkeypatch.setattr(reduction_torch, "_INT32_MAX", limit)
-        hist = reduction_torch.SubHistograms(300, "cpu", 1000)
-        for start in range(0, codes.numel(), 1000):
-            hist.add(codes[start : start + 1000])
-        assert torch.equal(hist.total(), torch.bincount(codes, minlength=300))
+    for small_part in (1 << 20, 100):  # one copy, or COPIES of them
+        monkeypatch.setattr(reduction_torch, "SMALL_PART", small_part)
+        for limit in (50, reduction_torch._INT32_MAX):
+            monkeypatch.setattr(reduction_torch, "_INT32_MAX", limit)
+            hist = reduction_torch.SubHistograms(300, "cpu", 1000, codes.numel())
+            assert hist.copies == (1 if small_part > codes.numel() else reduction_torch.COPIES)
+            for start in range(0, codes.numel(), 1000):
+                hist.add(codes[start : start + 1000])
+            assert torch.equal(hist.total(), torch.bincount(codes, minlength=300))
 
 
 def test_a_chunk_is_staged_once_and_two_slots_bound_the_device(monkeypatch):

@@ -6,7 +6,8 @@ every pending part of a chunk back with one copy (one synchronisation) and build
 F32 needs a second round for its power sums, which are taken around a shift computed from the counts on the
 host (f32_shift: the CPU path's own float sum, so that both paths use the same shift).
 
-Counting is privatised (`SubHistograms`): element i adds 1 to copy i % COPIES of the bins, int32 sub-counters
+Counting is privatised (`SubHistograms`): element i adds 1 to copy i % COPIES of the bins (parts under
+SMALL_PART elements: one copy), int32 sub-counters
 summed into int64 only when a tensor's part ends (or before a copy could reach 2^31), so that the atomics of a
 GPU do not serialise on the few hot bins trained weights fill (issue 19, one H100: bincount at 15 G elements/s
 on one set of bins, 46 G with 16 copies). The counts are integers: equal to the CPU path's whatever the order.
@@ -53,23 +54,42 @@ def upload(raw: np.ndarray, dtype: str, device) -> Any:
     return torch.from_numpy(raw).to(device, non_blocking=True) if dtype in DEVICE_DTYPES else raw
 
 
-class SubHistograms:
-    """`size` bins counted in COPIES int32 copies on the device (privatised: see the module docstring)."""
+SMALL_PART = 1 << 20  # parts of fewer elements are counted in one copy: little contention, 16x less to clear
+_CONSTANTS: dict[tuple[str, int, int, int], tuple[Any, Any]] = {}  # (device, size, copies, length) -> (ones, offsets)
 
-    def __init__(self, size: int, device, step: int) -> None:
+
+def _constants(device, size: int, copies: int, length: int) -> tuple[Any, Any]:
+    """int32 ones and the copies' offsets (i % copies · size), `length` of each, made once per device and shape."""
+    import torch
+
+    key = (str(device), size, copies, length)
+    found = _CONSTANTS.get(key)
+    if found is None:
+        ones = torch.ones(length, dtype=torch.int32, device=device)
+        offsets = (torch.arange(length, device=device, dtype=torch.int64) % copies) * size
+        found = _CONSTANTS[key] = (ones, offsets)
+    return found
+
+
+class SubHistograms:
+    """`size` bins counted in COPIES int32 copies on the device (privatised: see the module docstring), for a part
+    of `n` elements counted `step` at a time."""
+
+    def __init__(self, size: int, device, step: int, n: int) -> None:
         import torch
 
         self.size = size
-        self._sub = torch.zeros(COPIES * size, dtype=torch.int32, device=device)
+        self.copies = COPIES if n >= SMALL_PART else 1
+        length = 1 << max(10, (min(step, max(n, 1)) - 1).bit_length())  # a few shapes, whatever the parts' sizes
+        self._ones, self._offsets = _constants(device, size, self.copies, length)
+        self._sub = torch.zeros(self.copies * size, dtype=torch.int32, device=device)
         self._total = torch.zeros(size, dtype=torch.int64, device=device)
-        self._ones = torch.ones(step, dtype=torch.int32, device=device)
-        self._offsets = (torch.arange(step, device=device, dtype=torch.int64) % COPIES) * size
         self._per_copy = 0  # the most any one sub-counter may hold now
 
     def add(self, codes) -> None:
         """Count `codes` (int64 in [0, size), at most `step` of them)."""
         n = codes.numel()
-        added = -(-n // COPIES)
+        added = -(-n // self.copies)
         if self._per_copy + added > _INT32_MAX:
             self._flush()
         self._sub.scatter_add_(0, codes + self._offsets[:n], self._ones[:n])
@@ -78,7 +98,7 @@ class SubHistograms:
     def _flush(self) -> None:
         import torch
 
-        self._total += self._sub.view(COPIES, self.size).sum(0, dtype=torch.int64)
+        self._total += self._sub.view(self.copies, self.size).sum(0, dtype=torch.int64)
         self._sub.zero_()
         self._per_copy = 0
 
@@ -152,7 +172,7 @@ def launch(raw: Any, dtype: str, device, segments: Segments | None = None) -> Pe
 def _launch16(bits, dtype: str, segments: Segments, step: int) -> Pending:
     import torch
 
-    counts = SubHistograms(65536, bits.device, step)
+    counts = SubHistograms(65536, bits.device, step, bits.numel())
     pending = Pending(dtype, segments)
     tops = []
     for start in range(0, bits.numel(), step):
@@ -173,8 +193,10 @@ def _launch_f32(bits, dtype: str, segments: Segments, step: int) -> Pending:
     thresholds = torch.from_numpy(tables.thresholds.astype(np.int64)).to(device)
     irregular = torch.from_numpy(tables.irregular).to(device)
     n_irr = max(len(tables.irregular_bins), 1)
-    counts = SubHistograms(65536, device, step)
-    pairs = SubHistograms(65536, device, step)  # [2 * key + (reaches its bucket's threshold)], as the C pass
+    counts = SubHistograms(65536, device, step, bits.numel())
+    pairs = SubHistograms(
+        65536, device, step, bits.numel()
+    )  # [2 * key + (reaches its bucket's threshold)], as the C pass
     irregular_hist = torch.zeros(n_irr * 65536, dtype=torch.int64, device=device)
     pending = Pending(dtype, segments, values=bits)
     tops = []
