@@ -114,3 +114,10 @@ def test_a_cpu_only_spectrum_with_auto_imports_no_torch(tmp_path: Path) -> None:
     assert run["device"] == "cpu" and run["spectrum"]["device"] == "cpu"
     assert run["spectrum"]["solver"]["solver"] == "lapack"
     assert run["device_choice"].startswith("auto:") and "no CUDA GPU seen" in run["device_choice"]
+
+
+def test_the_spectrum_device_is_said_unless_quiet(tmp_path: Path) -> None:
+    model = _model(tmp_path)
+    out = run_cli("fit", str(model), "--no-save", "--spectrum", "--device", "cpu")
+    assert out.returncode == 0, out.stderr
+    assert "spectra of 1 matrix taken on cpu in " in out.stdout + out.stderr
