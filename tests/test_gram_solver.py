@@ -103,3 +103,17 @@ def test_the_row_says_which_solver(tmp_path):
     )
     row = api.fit_model(str(path), FitOptions(device="cpu", spectrum=True))
     assert row["run"]["spectrum"]["solver"]["solver"] == "lapack"
+
+
+def test_grams_waiting_are_bounded_by_their_bytes(monkeypatch):
+    """Below BATCH Grams, the bytes held waiting (a Gram, and a wide matrix's rows) start the solves."""
+    monkeypatch.setattr(gram_torch, "BATCH_BYTES", 30 * 30 * 8 * 2)
+    solves = BatchedSolves(Solver("batched", torch.__version__, None, "test"))
+    rng = np.random.default_rng(2)
+    for i in range(3):
+        acc = TorchGramSpectrum(40, 30, "cpu")
+        acc.add(0, rng.standard_normal((40, 30)).astype(np.float32))
+        solves.submit(i, acc)
+        assert len(solves._waiting.get(30, ())) == (0 if i == 1 else 1)  # the second one reached the bound
+    assert sorted(token for token, _ in solves.done(wait=True)) == [0, 1, 2]
+    solves.close()
