@@ -81,25 +81,28 @@ def test_sub_histograms_equal_bincount_across_flushes(monkeypatch):
             assert torch.equal(hist.total(), torch.bincount(codes, minlength=300))
 
 
-def test_a_chunk_is_staged_once_and_two_slots_bound_the_device(monkeypatch):
-    """Three workers, two slots: never more than two chunks held, each chunk's bytes copied once, equal."""
+def test_a_chunk_is_staged_once_and_two_device_buffers_bound_the_device(monkeypatch):
+    """Four workers, three host buffers, two device buffers: never more held at once, each chunk's bytes copied
+    once (a misaligned piece on its own), the counts equal, every buffer given back."""
+    monkeypatch.setattr(device_stage, "HOST_SLOTS", 3)
     staging = device_stage.Staging("cpu")
     staged: list[int] = []
-    original = device_stage._Slot.stage
-    monkeypatch.setattr(device_stage._Slot, "stage", lambda self, buf: staged.append(buf.size) or original(self, buf))
+    original = device_stage.Staged.put
+    monkeypatch.setattr(device_stage.Staged, "put", lambda self, buf: staged.append(buf.size) or original(self, buf))
     held, most, lock = [0], [0], threading.Lock()
     errors: list[str] = []
 
     def worker(seed: int) -> None:
         buf = np.random.default_rng(seed).integers(0, 255, size=4096 + seed, dtype=np.uint8)
-        with staging.slot() as slot:
+        chunk = device_stage.Staged(staging)
+        try:
+            pieces = stream.DevicePieces("cpu", buf, chunk)
+            parts = pieces(buf[2:2050], "BF16", [None], 1)  # an aligned piece: a slice of the staged chunk
+            parts += pieces(buf[3:2051], "BF16", [None], 1)  # a misaligned one: copied on its own
             with lock:
                 held[0] += 1
                 most[0] = max(most[0], held[0])
-            pieces = stream.DevicePieces("cpu", buf, slot)
-            parts = pieces(buf[2:2050], "BF16", [None], 1)  # an aligned piece: a slice of the staged chunk
-            parts += pieces(buf[3:2051], "BF16", [None], 1)  # a misaligned one: copied on its own
-            if not np.array_equal(slot.host[: buf.size].numpy(), buf):
+            if not np.array_equal(chunk._host.data[: buf.size].numpy(), buf):
                 errors.append("staged bytes differ")
             time.sleep(0.05)
             reds = reduction_torch.resolve([p for ps in parts for p in ps])
@@ -109,12 +112,15 @@ def test_a_chunk_is_staged_once_and_two_slots_bound_the_device(monkeypatch):
                     errors.append("counts differ")
             with lock:
                 held[0] -= 1
+        finally:
+            chunk.release()
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors
-    assert most[0] == 2
-    assert sorted(staged) == [4096, 4097, 4098]
+    assert most[0] == device_stage.SLOTS == 2
+    assert sorted(staged) == [4096, 4097, 4098, 4099]
+    assert staging.hosts.qsize() == 3 and staging.devices.qsize() == 2

@@ -1,62 +1,79 @@
-"""Host staging of the chunks for the torch path (issue 41): double-buffered, pinned on CUDA, copies on their own
-stream.
+"""Host staging of the chunks for the torch path (issue 41): pinned on CUDA, copies on their own streams, two device
+buffers in turn.
 
-The reader's worker threads land each chunk in a host buffer (a short-lived mapping or a pooled buffer); the
-torch path used to copy every piece from there to the GPU on its own, from pageable memory (18-20 GB/s on an
-H200 where pinned memory copies at 55) and on the stream that counts, so reading, copying and counting took
-turns. Here a chunk takes one of SLOTS slots: the worker that read it copies it into the slot's host buffer
-(pinned where the device is CUDA: the copy runs in the reader's thread, GIL released), queues the host-to-device
-copy on the slot's own stream and makes the counting stream wait for that copy only (an event), so that one
-slot's copy overlaps the other slot's counting. The slot is given back once its chunk's results are read back
-(reduction_torch.resolve: the chunk's one synchronisation), so the device holds at most SLOTS chunks and a
-slot's buffers are never overwritten while in use. On torch's CPU device there are no streams or pinned memory:
-the slot's host buffer is the "device" buffer, and the same code is what the tests run.
+The reader's worker threads land each chunk in a host buffer (a short-lived mapping whose pages the first reader
+faults in, or a pooled buffer); the torch path used to copy every piece from there to the GPU on its own, from
+pageable memory (18-20 GB/s on an H200 where pinned memory copies at 55) and on the stream that counts, so
+reading, copying and counting took turns. Here a worker that has a chunk for the device:
+
+1. copies it into one of HOST_SLOTS host buffers (pinned on CUDA), in its own thread: up to HOST_SLOTS workers
+   fault in and copy their mappings at once, as the CPU path's workers do;
+2. takes one of SLOTS device buffers (double buffering), queues the host-to-device copy on that buffer's own
+   stream and makes the counting stream wait for that copy only (an event): one buffer's copy overlaps the other
+   buffer's counting;
+3. gives both back once its chunk's results are read back (reduction_torch.resolve: the chunk's one
+   synchronisation, after which the copy and the counting are done), so the device holds at most SLOTS chunks,
+   the host HOST_SLOTS (pinned memory counts in the process's RSS), and no buffer is overwritten while in use.
+
+On torch's CPU device there are no streams or pinned memory and the host buffer is the "device" buffer: the same
+code, which is what the tests run.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-SLOTS = 2  # double buffering: one chunk copied while the other is counted
+SLOTS = 2  # device buffers: one chunk copied while the other is counted
+HOST_SLOTS = 6  # host buffers: workers copying (and faulting in) their chunks at once
 
 
-class _Slot:
+class HostBuffer:
+    """A host buffer that grows to the largest chunk it is given (pinned where the device is CUDA)."""
+
+    def __init__(self, pinned: bool) -> None:
+        self.pinned = pinned
+        self.data: Any = None  # uint8 torch tensor
+
+    def fill(self, buf: np.ndarray) -> Any:
+        """`buf`'s bytes in this buffer (in the caller's thread; numpy releases the GIL for the copy)."""
+        import torch
+
+        n = buf.size
+        if self.data is None or self.data.numel() < n:
+            size = max(n, 2 * (self.data.numel() if self.data is not None else 0))
+            self.data = torch.empty(size, dtype=torch.uint8, pin_memory=self.pinned)
+        host = self.data[:n]
+        host.numpy()[:] = buf
+        return host
+
+
+class DeviceBuffer:
+    """A device buffer with its own copy stream (CUDA), or nothing to copy into (the CPU device)."""
+
     def __init__(self, device: Any) -> None:
         import torch
 
         self.device = device
         self.cuda = device.type == "cuda"
-        self.host: Any = None  # uint8 host tensor, pinned on CUDA
-        self.dev: Any = None  # uint8 device tensor (the host one on the CPU device)
+        self.data: Any = None
         self.stream: Any = torch.cuda.Stream(device) if self.cuda else None
         self.event: Any = torch.cuda.Event() if self.cuda else None
 
-    def _fit(self, nbytes: int) -> None:
+    def copy(self, host: Any) -> Any:
+        """`host` on the device, the counting stream ordered after the copy (which runs on this buffer's stream)."""
         import torch
 
-        if self.host is not None and self.host.numel() >= nbytes:
-            return
-        size = max(nbytes, 2 * (self.host.numel() if self.host is not None else 0))
-        self.host = torch.empty(size, dtype=torch.uint8, pin_memory=self.cuda)
-        self.dev = torch.empty(size, dtype=torch.uint8, device=self.device) if self.cuda else self.host
-
-    def stage(self, buf: np.ndarray) -> Any:
-        """`buf`'s bytes on the device, the counting stream ordered after their copy."""
-        import torch
-
-        n = buf.size
-        self._fit(n)
-        host = self.host[:n]
-        host.numpy()[:] = buf  # in the reader's thread; numpy releases the GIL for the copy
         if not self.cuda:
             return host
-        dev = self.dev[:n]
+        n = host.numel()
+        if self.data is None or self.data.numel() < n:
+            size = max(n, 2 * (self.data.numel() if self.data is not None else 0))
+            self.data = torch.empty(size, dtype=torch.uint8, device=self.device)
+        dev = self.data[:n]
         with torch.cuda.stream(self.stream):
             dev.copy_(host, non_blocking=True)
             self.event.record(self.stream)
@@ -65,24 +82,43 @@ class _Slot:
 
 
 class Staging:
-    """SLOTS slots for one device, shared by the chunk engine's worker threads."""
+    """HOST_SLOTS host buffers and SLOTS device buffers for one device, shared by the chunk engine's workers."""
 
     def __init__(self, device: str) -> None:
         import torch
 
         self.device = torch.device(device)
-        self._free: queue.Queue[_Slot] = queue.Queue()
+        self.hosts: queue.Queue[HostBuffer] = queue.Queue()
+        self.devices: queue.Queue[DeviceBuffer] = queue.Queue()
+        for _ in range(HOST_SLOTS):
+            self.hosts.put(HostBuffer(self.device.type == "cuda"))
         for _ in range(SLOTS):
-            self._free.put(_Slot(self.device))
+            self.devices.put(DeviceBuffer(self.device))
 
-    @contextmanager
-    def slot(self) -> Iterator[_Slot]:
-        """A free slot, held until the block ends (a worker waits here while both are in use)."""
-        taken = self._free.get()
-        try:
-            yield taken
-        finally:
-            self._free.put(taken)
+
+class Staged:
+    """One chunk's staging: `put` its bytes on the device (once), `release` the buffers it took."""
+
+    def __init__(self, staging: Staging) -> None:
+        self._staging = staging
+        self._host: HostBuffer | None = None
+        self._device: DeviceBuffer | None = None
+
+    def put(self, buf: np.ndarray) -> Any:
+        """`buf` on the device: a host buffer taken and filled first, then a device buffer (workers wait here)."""
+        self._host = self._staging.hosts.get()
+        host = self._host.fill(buf)
+        self._device = self._staging.devices.get()
+        return self._device.copy(host)
+
+    def release(self) -> None:
+        """Give the buffers back: only once the chunk's results were read back (nothing on them still runs)."""
+        if self._device is not None:
+            self._staging.devices.put(self._device)
+            self._device = None
+        if self._host is not None:
+            self._staging.hosts.put(self._host)
+            self._host = None
 
 
 _STAGINGS: dict[str, Staging] = {}

@@ -95,9 +95,9 @@ class DevicePieces:
     (reduce/device_stage.py, on first use), each part of each piece launched there (reduction_torch.launch),
     and all of them read back together by `finish`: one synchronisation per chunk (two with F32 parts)."""
 
-    def __init__(self, device: str, buf: np.ndarray | None = None, slot: Any = None) -> None:
+    def __init__(self, device: str, buf: np.ndarray | None = None, staged: Any = None) -> None:
         self.device = device
-        self._buf, self._slot = buf, slot
+        self._buf, self._stage = buf, staged  # device_stage.Staged: the chunk's buffers, taken on first use
         self._staged: Any = None
         self._base = buf.__array_interface__["data"][0] if buf is not None else 0
 
@@ -111,7 +111,7 @@ class DevicePieces:
         inside = self._buf is not None and at >= 0 and at + raw.size <= self._buf.size
         if inside and at % ITEM_BYTES.get(dtype, 1) == 0:
             if self._staged is None:
-                self._staged = self._slot.stage(self._buf)
+                self._staged = self._stage.put(self._buf)
             return self._staged[at : at + raw.size]
         with warnings.catch_warnings():  # mapped chunks are read-only; torch only reads them
             warnings.filterwarnings("ignore", message=".*not writ.*", category=UserWarning)
@@ -204,11 +204,14 @@ def reduce_chunk(
     vector's bytes or its summary. Runs in a worker, one chunk per worker: no further kernel threads."""
     if not uses_torch(device):
         return _reduce_chunk(targets, chunk, buf, piece_reducer(device), _PackingList())
-    from .device_stage import staging
+    from .device_stage import Staged, staging
 
-    with staging(device).slot() as slot:  # held until the chunk's results are read back
-        pieces = DevicePieces(device, buf, slot)
+    staged = Staged(staging(device))
+    try:
+        pieces = DevicePieces(device, buf, staged)
         return pieces.finish(_reduce_chunk(targets, chunk, buf, pieces, []))
+    finally:
+        staged.release()  # after the chunk's results were read back
 
 
 def _reduce_chunk(
