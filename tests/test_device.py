@@ -1,4 +1,5 @@
-"""--device: `auto` is the CPU and imports no torch (issue 19: CUDA measured 3x slower end to end)."""
+"""--device: `auto` fits on the CPU and imports no torch without a driver (issue 19: CUDA measured 3x slower end to
+end); the spectrum goes to a GPU torch sees (issue 41)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,53 @@ def test_env_says_the_cores_and_chunk_workers_even_with_a_bad_setting() -> None:
     bad = run_cli("env", env={"WEIGHTDIAG_THREADS": "many"})
     assert bad.returncode == 0, bad.stderr
     assert "WEIGHTDIAG_THREADS='many'" in bad.stdout
+
+
+def test_auto_puts_the_spectrum_on_a_gpu_torch_sees_and_says_so(monkeypatch) -> None:
+    """Per pass: the fit on the CPU, the spectrum on CUDA where a driver is loaded and torch sees a GPU; on the
+    CPU without a driver (torch not consulted), or where torch sees none; an explicit --device is kept."""
+    torch = pytest.importorskip("torch")
+    auto = device.Execution.from_settings("auto")
+    assert auto.device == "cpu" and auto.requested == "auto"
+    monkeypatch.setattr(device, "nvidia_present", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    spectral = auto.for_spectrum()
+    assert (auto.device, spectral.device) == ("cpu", "cuda")
+    assert "the spectrum on cuda" in auto.device_choice(spectral) and "the fit on the CPU" in auto.device_choice()
+    assert auto.for_node(2).for_spectrum().device == "cpu"  # a cluster node runs on its CPU
+    assert device.Execution.from_settings("cpu").for_spectrum().device == "cpu"
+    assert device.Execution.from_settings("cpu").device_choice() == "cpu: as asked"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert auto.for_spectrum().device == "cpu"
+    monkeypatch.setattr(device, "nvidia_present", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: pytest.fail("torch asked without a driver"))
+    assert auto.for_spectrum().device == "cpu"
+
+
+def test_a_cpu_only_spectrum_with_auto_imports_no_torch(tmp_path: Path) -> None:
+    """No NVIDIA driver: fit --spectrum with --device auto runs both passes on the CPU, says why in the row, and
+    torch is never imported (sys.modules after the fit)."""
+    model = _model(tmp_path)
+    code = (
+        "import sys\nfrom weightdiag import execution as device\ndevice.nvidia_present = lambda: False\n"
+        "from weightdiag.cli import main\n"
+        "try:\n"
+        f"    main(['fit', {str(model)!r}, '--no-save', '--json', '--spectrum', '--device', 'auto'])\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "sys.stderr.write('imported: ' + repr('torch' in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.endswith("imported: False"), out.stderr
+    run = json.loads(out.stdout)["run"]
+    assert run["device"] == "cpu" and run["spectrum"]["device"] == "cpu"
+    assert run["spectrum"]["solver"]["solver"] == "lapack"
+    assert run["device_choice"].startswith("auto:") and "no CUDA GPU seen" in run["device_choice"]
+
+
+def test_the_spectrum_device_is_said_unless_quiet(tmp_path: Path) -> None:
+    model = _model(tmp_path)
+    out = run_cli("fit", str(model), "--no-save", "--spectrum", "--device", "cpu")
+    assert out.returncode == 0, out.stderr
+    assert "spectra of 1 matrix taken on cpu in " in out.stdout + out.stderr

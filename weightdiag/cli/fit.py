@@ -64,7 +64,9 @@ def fit(model: FitModel, given: Given) -> None:
     _say(f"reduced on {run['device']}{took}{why}", given.quiet)
     spectra = run.get("spectrum")
     if spectra:
-        _say(f"spectra of {spectra['matrices']} matrices taken in {spectra['seconds']:.2f} s", given.quiet)
+        where = f" on {spectra['device']}" if spectra.get("device") else ""
+        seconds = f" in {spectra['seconds']:.2f} s" if spectra.get("seconds") is not None else ""
+        _say(f"spectra of {counted(spectra['matrices'], 'matrix', 'matrices')} taken{where}{seconds}", given.quiet)
     resumed = run.get("resumed")
     if resumed:
         size = resumed["bytes"]

@@ -160,10 +160,20 @@ class _SpectrumRunRequired(TypedDict):
     matrices: int
 
 
+class SpectrumSolver(TypedDict, total=False):
+    """`run.spectrum.solver`: how the eigenvalues were solved (reduce/gram_torch.py choose_solver)."""
+
+    solver: str  # lapack (numpy/scipy on the CPU); batched or each (torch.linalg.eigvalsh on a device)
+    why: str
+    torch: str  # the torch build (a device only)
+    cuda: str | None  # its CUDA version (a device only)
+
+
 class SpectrumRun(_SpectrumRunRequired, total=False):
     """`run.spectrum`: the spectrum pass of `fit --spectrum` (a second read of the matrices after the fits)."""
 
     device: str  # where the Gram products and eigensolves ran: cpu, or cuda[:N] (torch)
+    solver: SpectrumSolver
     farms: bool  # FARMS' windows taken too (--farms)
 
 
@@ -171,6 +181,7 @@ class RunInfo(TypedDict, total=False):
     """`run`: where and how long the fit ran."""
 
     device: str
+    device_choice: str  # what --device asked for, where each pass ran and why (execution.py)
     seconds: float | None
     bytes_read: int | None
     include: list[str]

@@ -60,9 +60,15 @@ class Target:
 PieceReducer = Callable[[np.ndarray, str, Sequence[Segments | None], int], list[list[Reduction]]]
 
 
+def uses_torch(device: str) -> bool:
+    """Whether the chunks of a job on `device` are reduced with torch (every device but the CPU; tests run the
+    torch path on torch's CPU device by answering True)."""
+    return device != "cpu"
+
+
 def piece_reducer(device: str) -> PieceReducer:
     """Reduce the elements [lo, lo + n) of a tensor (its raw bytes) over each selection: partial reductions."""
-    if device == "cpu":
+    if not uses_torch(device):
 
         def on_cpu(raw: np.ndarray, dtype: str, selections: Sequence[Segments | None], lo: int):
             flat = raw.view(STORAGE_NUMPY[dtype])
@@ -73,28 +79,81 @@ def piece_reducer(device: str) -> PieceReducer:
 
 
 def torch_piece_reducer(device: str) -> PieceReducer:
-    """The same partial reductions with torch on `device` (CUDA; tested on the CPU device)."""
-    import warnings
+    """The same partial reductions with torch on `device`, each piece on its own (read back at once)."""
+    from .reduction_torch import resolve
 
-    from ..segments import clip
-    from .reduction_torch import reduce_torch, upload
+    pieces = DevicePieces(device)
 
     def on_device(raw: np.ndarray, dtype: str, selections: Sequence[Segments | None], lo: int):
+        return [[_shifted(red, lo) for red in resolve(parts)] for parts in pieces(raw, dtype, selections, lo)]
+
+    return on_device
+
+
+class DevicePieces:
+    """The torch path's piece reducer for one chunk (issue 41): the chunk's bytes staged on the device once
+    (reduce/device_stage.py, on first use), each part of each piece launched there (reduction_torch.launch),
+    and all of them read back together by `finish`: one synchronisation per chunk (two with F32 parts)."""
+
+    def __init__(self, device: str, buf: np.ndarray | None = None, staged: Any = None) -> None:
+        self.device = device
+        self._buf, self._stage = buf, staged  # device_stage.Staged: the chunk's buffers, taken on first use
+        self._staged: Any = None
+        self._base = buf.__array_interface__["data"][0] if buf is not None else 0
+
+    def _device_bytes(self, raw: np.ndarray, dtype: str) -> Any:
+        """`raw` on the device: a slice of the staged chunk when it lies in it at an aligned offset, else a copy."""
+        import warnings
+
+        from .reduction_torch import ITEM_BYTES, upload
+
+        at = raw.__array_interface__["data"][0] - self._base
+        inside = self._buf is not None and at >= 0 and at + raw.size <= self._buf.size
+        if inside and at % ITEM_BYTES.get(dtype, 1) == 0:
+            if self._staged is None:
+                self._staged = self._stage.put(self._buf)
+            return self._staged[at : at + raw.size]
         with warnings.catch_warnings():  # mapped chunks are read-only; torch only reads them
             warnings.filterwarnings("ignore", message=".*not writ.*", category=UserWarning)
-            data = upload(raw, dtype, device)  # once per piece, however many parts it has
+            return upload(raw, dtype, self.device)  # once per piece, however many parts it has
+
+    def __call__(self, raw: np.ndarray, dtype: str, selections: Sequence[Segments | None], lo: int) -> list[list[Any]]:
+        from ..segments import clip
+        from .reduction_torch import DEVICE_DTYPES, launch
+
+        data = self._device_bytes(raw, dtype) if dtype in DEVICE_DTYPES else raw
         n = raw.size // STORAGE_NUMPY[dtype].itemsize
         out = []
         for selection in selections:
             parts = []
             for sub in [Segments.whole(n)] if selection is None else clip(selection, lo, lo + n):
-                red = reduce_torch(data, dtype, device, sub)
-                red.argmax = red.argmax + lo if red.argmax >= 0 else -1
-                parts.append(red)
+                pending = launch(data, dtype, self.device, sub)
+                pending.lo = lo
+                parts.append(pending)
             out.append(parts)
         return out
 
-    return on_device
+    def finish(self, out: ChunkResult) -> ChunkResult:
+        """The chunk's results with every pending part resolved (one read back), packed as the CPU path's."""
+        from .reduction_torch import Pending, resolve
+
+        def queued(result: Any) -> list[Pending]:
+            parts = result if isinstance(result, list) else []
+            return [red for part in parts for red in part if isinstance(red, Pending)]
+
+        reductions = iter(resolve([red for _, result in out for red in queued(result)]))
+        done = _PackingList()
+        for item, result in out:
+            if queued(result):
+                result = [[_shifted(next(reductions), red.lo) for red in parts] for parts in result]
+            done.append((item, result))
+        return done
+
+
+def _shifted(red: Reduction, lo: int) -> Reduction:
+    """A piece's reduction with its argmax in the tensor's flat indices (the piece starts at element `lo`)."""
+    red.argmax = red.argmax + lo if red.argmax >= 0 else -1
+    return red
 
 
 # Results of queued chunks wait for the caller's thread, whose per-tensor work (statistics, fits, the record)
@@ -143,8 +202,27 @@ def reduce_chunk(
 ) -> ChunkResult:
     """The partial result of each piece of one chunk (its bytes `buf`): reductions per selection, a
     vector's bytes or its summary. Runs in a worker, one chunk per worker: no further kernel threads."""
-    reduce_piece = piece_reducer(device)
-    out = _PackingList()  # partial reductions wait for the merge with their nonzero counts only
+    if not uses_torch(device):
+        return _reduce_chunk(targets, chunk, buf, piece_reducer(device), _PackingList())
+    from .device_stage import Staged, staging
+
+    staged = Staged(staging(device))
+    try:
+        pieces = DevicePieces(device, buf, staged)
+        return pieces.finish(_reduce_chunk(targets, chunk, buf, pieces, []))
+    finally:
+        staged.release()  # after the chunk's results were read back
+
+
+def _reduce_chunk(
+    targets: Sequence[Target] | Mapping[int, Target],
+    chunk: Chunk,
+    buf: np.ndarray,
+    reduce_piece: Callable[[np.ndarray, str, Sequence[Segments | None], int], list[list[Any]]],
+    out: list[tuple[int, Any]],
+) -> ChunkResult:
+    """reduce_chunk's pieces through `reduce_piece`, appended to `out` (a _PackingList, or a plain list of
+    pending device parts that DevicePieces.finish resolves)."""
     with kernels.thread_budget(1):
         for piece in chunk.pieces:
             target = targets[piece.item]

@@ -277,6 +277,7 @@ def _measure(
     )
     if samples:  # in file order, those of a resumed fit's journaled tensors too
         row["lineage"] = fingerprint_json(samples, max(v.size for v in samples.values()))
+    row["run"]["device_choice"] = execution.device_choice(execution.for_spectrum() if options.spectra else None)
     cluster = execution.executor.summary()
     if cluster is not None:  # run metadata: which nodes read what
         row["run"]["cluster"] = cluster
@@ -332,7 +333,8 @@ def _spectra(
         if not item.vector
     ]
     planned = plan_spectra(inputs, lambda i: record_names(i.views, i.ref.name))
-    result = spectrum.take_spectra(planned, reader, execution, farms=options.farms, progress=progress, model=plan)
+    spectral = execution.for_spectrum()  # --device auto: the GPU where torch sees one
+    result = spectrum.take_spectra(planned, reader, spectral, farms=options.farms, progress=progress, model=plan)
     attached = attach(result, (m for w in work for m in entries[w.ref.name][0]))
     return run_info(result, attached, options.farms)
 

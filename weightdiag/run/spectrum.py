@@ -252,6 +252,7 @@ class SpectrumResult:
     skipped: dict[Key, str]
     seconds: float
     device: str
+    solver: dict[str, Any] | None = None  # how the eigenvalues were solved (on a device: gram_torch.Solver)
 
 
 TensorSpectra = tuple[dict[Key, dict[str, Any]], dict[Key, str]]  # one tensor's records: spectra, skipped (why)
@@ -373,7 +374,17 @@ def take_spectra(
             skipped.update(why)
             for target in plan.targets[i]:
                 progress.spectrum_taken(flops(target, packed[i], plan.refs[i]))
-    return SpectrumResult(spectra, skipped, time.perf_counter() - started, execution.device)
+    return SpectrumResult(spectra, skipped, time.perf_counter() - started, execution.device, solver_record(execution))
+
+
+def solver_record(execution: Execution) -> dict[str, Any]:
+    """The row's `run.spectrum.solver`: LAPACK on the CPU (numpy/scipy), else what gram_torch.choose_solver chose
+    for the torch build."""
+    if execution.device == "cpu" or not execution.executor.local:
+        return {"solver": "lapack", "why": "numpy/scipy eigvalsh on the CPU"}
+    from ..reduce.gram_torch import current_solver
+
+    return current_solver(execution.device).record()
 
 
 def tensor_spectra(
@@ -403,7 +414,10 @@ def tensor_spectra(
         found[job][0][target.key] = spectrum_record(fit, evals)
         left[job] -= 1
 
+    solves: Any = None  # reduce/gram_torch.py BatchedSolves, made for the first torch Gram
+
     def finish(acc: _Accumulating, job: int) -> None:
+        nonlocal solves
         target = acc.target
         if isinstance(acc.gram, Refinement):  # the second pass's end
             refined = acc.gram.eigenvalues()
@@ -411,9 +425,30 @@ def tensor_spectra(
             record(acc, job, refined, again[target.key][1])
             return
         assert acc.gram is not None
+        windows = (acc.farms.eigenvalues(), acc.farms.plan.count) if acc.farms is not None else None
+        if not isinstance(acc.gram, GramSpectrum):  # torch: solved in batches on a thread (BatchedSolves)
+            from ..reduce.gram_torch import BatchedSolves, TorchGramSpectrum, current_solver
+
+            assert isinstance(acc.gram, TorchGramSpectrum)
+            if solves is None:
+                solves = BatchedSolves(current_solver(str(acc.gram.device)))
+            solves.submit((acc, job, windows), acc.gram)
+            acc.gram = None
+            return
         evals = solve(acc.gram)
         acc.gram = None  # the Gram (or the held rows) go now, before the next target's
-        windows = (acc.farms.eigenvalues(), acc.farms.plan.count) if acc.farms is not None else None
+        settle(acc, job, evals, windows)
+
+    def drain(wait: bool) -> None:
+        """Settle the Grams the solving thread has finished (all of them, with `wait`)."""
+        if solves is not None:
+            for (acc, job, windows), evals in solves.done(wait):
+                settle(acc, job, evals, windows)
+
+    def settle(
+        acc: _Accumulating, job: int, evals: np.ndarray | Refinement | None, windows: tuple[np.ndarray, int] | None
+    ) -> None:
+        target = acc.target
         if evals is None:
             found[job][1][target.key] = "values that are not finite (NaN or infinity): no spectrum"
             left[job] -= 1
@@ -452,22 +487,28 @@ def tensor_spectra(
                 unfinished = [t.key for t in targets[job] if t.key in open_]
                 if unfinished:
                     raise AssertionError(f"{refs[job].name}: rows of {unfinished} never arrived")
+            drain(False)
             yield
 
     handed = 0
-    with blas_threads(execution.threads):
-        per_matrix = PerMatrix()
-        for _ in stream(list(range(len(refs))), first=True):
-            while handed < len(refs) and left[handed] == 0:
-                yield found[handed]
-                handed += 1
-        if again:
-            jobs = [j for j, ts in enumerate(targets) if any(t.key in again for t in ts)]
-            for _ in stream(jobs, first=False):
+    try:
+        with blas_threads(execution.threads):
+            per_matrix = PerMatrix()
+            for _ in stream(list(range(len(refs))), first=True):
                 while handed < len(refs) and left[handed] == 0:
                     yield found[handed]
                     handed += 1
-    while handed < len(refs):  # tensors of no block (none here) or whose last targets were skipped
+            drain(True)  # every first-pass Gram solved before any rows are read again
+            if again:
+                jobs = [j for j, ts in enumerate(targets) if any(t.key in again for t in ts)]
+                for _ in stream(jobs, first=False):
+                    while handed < len(refs) and left[handed] == 0:
+                        yield found[handed]
+                        handed += 1
+    finally:
+        if solves is not None:
+            solves.close()
+    while handed < len(refs):  # tensors of no block (none here), whose last targets were skipped or solved last
         yield found[handed]
         handed += 1
 
@@ -518,5 +559,6 @@ def run_info(result: SpectrumResult, matrices: int, farms: bool) -> dict[str, An
         "seconds": round(result.seconds, 3) if math.isfinite(result.seconds) else None,
         "matrices": matrices,
         "device": result.device,
+        "solver": result.solver,
         "farms": farms,
     }
