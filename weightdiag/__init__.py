@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from .delta.result import DiffOptions, DiffResult, TensorDiff
     from .diagnose.results import CheckResult, CompareReport, HealthReport, TrajectoryResult
     from .errors import BadInputError, ExitCode, HubError, MissingDependencyError, WeightdiagError
+    from .record.result import FitResult, KindFit, MatrixFit
     from .record.schema import Row, RowError, read_row
     from .record.table import MATRIX_COLUMNS, matrices_frame, matrix_records
     from .run.options import FitOptions
@@ -55,6 +56,7 @@ _FRONT = {
     **dict.fromkeys(("CheckResult", "CompareReport", "HealthReport", "TrajectoryResult"), "diagnose.results"),
     **dict.fromkeys(("BadInputError", "ExitCode", "HubError", "MissingDependencyError", "WeightdiagError"), "errors"),
     **dict.fromkeys(("Row", "RowError", "read_row"), "record.schema"),
+    **dict.fromkeys(("FitResult", "KindFit", "MatrixFit"), "record.result"),
     **dict.fromkeys(("MATRIX_COLUMNS", "matrices_frame", "matrix_records"), "record.table"),
     "FitOptions": "run.options",
     **dict.fromkeys(("Plan", "PlannedTensor"), "run.plan"),
@@ -69,10 +71,13 @@ __all__ = [
     "DiffResult",
     "ExitCode",
     "FitOptions",
+    "FitResult",
     "Fitted",
     "HealthReport",
     "HubError",
+    "KindFit",
     "LineageReport",
+    "MatrixFit",
     "MissingDependencyError",
     "Plan",
     "PlannedTensor",

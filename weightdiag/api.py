@@ -25,6 +25,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -34,6 +35,7 @@ from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthRepo
 from .errors import DatabaseError, OptionError, OutputError, RowUseError, note_kept, param
 from .execution import choose_executor
 from .progress import Progress
+from .record.result import FitResult
 from .record.schema import Row, RowError
 from .record.table import DataFrame
 from .run.fitting import check_options, fit_and_save_model, fit_model, fit_path, fit_plan, resolve_row, save_row
@@ -112,6 +114,11 @@ class Fitted:
         from .record.table import matrices_frame
 
         return matrices_frame(self.row)
+
+    @cached_property
+    def fit_result(self) -> FitResult:
+        """The row as a typed, frozen FitResult (the model's identity, per-kind summaries, `.matrices`)."""
+        return FitResult.from_json(self.row)
 
     def to_json(self) -> Row:
         """The row, as written to DATABASE/rows/ (read one back with weightdiag.read_row)."""
@@ -342,6 +349,11 @@ class Report:
     how: str  # where the row came from: fitted, database, row file, cohort
     row: Row  # the row the report was made from
     notes: list[str] = field(default_factory=list)  # what could not be drawn, and why
+
+    @cached_property
+    def fit_result(self) -> FitResult:
+        """The row the report was made from, as a typed, frozen FitResult."""
+        return FitResult.from_json(self.row)
 
 
 def report(
