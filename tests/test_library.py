@@ -230,7 +230,8 @@ def test_a_diffs_per_tensor_frame(small_llama, tmp_path):
         n_layers=3, d_model=128, n_heads=4, n_kv_heads=2, ffn_size=344, vocab=512, shard_bytes=400_000, seed=8
     )
     tuned = synthetic.write_model(tmp_path / "tuned", spec)
-    result = wd.diff(str(small_llama), str(tuned), wd.DiffOptions(device="cpu"))
+    result = wd.diff(str(small_llama), str(tuned), wd.DiffOptions(device="cpu"), db_dir=tmp_path / "db")
+    assert Path(result.run["saved"]).parent == tmp_path / "db" / "diffs"  # saved by default, as the command does
     frame = result.matrices_frame()
     assert len(frame) == len(result.matrices)
     assert list(frame.name) == [m.name for m in result.matrices]
@@ -360,3 +361,69 @@ def test_diff_takes_plot_and_html_as_report_does(tmp_path):
     with pytest.raises(wd.BadInputError, match="plot") as caught:
         wd.diff("no/such-base", "no/such-tuned", plot=tmp_path / "a", plot_dir=tmp_path / "b")
     assert caught.value.exit_code == 2
+
+
+# --- one vocabulary of parameters (docs/usage.md, "From Python: one vocabulary of parameters") --------------------
+
+ROOT_VERBS = ("fit", "diff", "compare", "check", "report", "sweep", "lineage", "plan", "trajectory")
+# parameter -> (annotation, default), wherever a root verb takes it
+VOCABULARY = {
+    "db_dir": ("str | Path | None", None),
+    "revision": ("str | None", None),
+    "token": ("str | None", None),
+    "plot": ("str | Path | None", None),
+    "html": ("str | Path | None", None),
+    "progress": ("Progress | None", None),
+    "executor": ("str", "local"),
+    "ray_address": ("str | None", None),
+    "save": ("bool", "the command's"),
+}
+# other names for the same things, which no verb may take; diff's plot_dir and html_file, its names before plot and
+# html, are still taken there (test_diff_takes_plot_and_html_as_report_does)
+SYNONYMS = {"db", "database", "db_path", "out_dir", "output", "write", "no_save", "plot_dir", "html_file", "cluster"}
+OLDER_NAMES = {("diff", "plot_dir"), ("diff", "html_file")}
+
+
+def test_every_verb_follows_the_one_vocabulary():
+    import inspect
+
+    from weightdiag import api
+    from weightdiag.cli.options import OPTIONS
+
+    seen: set[str] = set()
+    for verb in ROOT_VERBS:
+        parameters = inspect.signature(getattr(api, verb)).parameters
+        for name, parameter in parameters.items():
+            assert name not in SYNONYMS or (verb, name) in OLDER_NAMES, (verb, name)
+            if name not in VOCABULARY:
+                continue
+            seen.add(name)
+            annotation, default = VOCABULARY[name]
+            assert parameter.annotation == annotation, (verb, name, parameter.annotation)
+            if name == "save":  # the library's default is the command's --save/--no-save default
+                default = OPTIONS[f"save@{verb}"].default
+            assert parameter.default == default, (verb, name, parameter.default)
+        if verb not in ("trajectory", "plan"):  # every verb that fits or reads models takes both
+            assert {"db_dir", "progress"} <= set(parameters), verb
+    assert seen == set(VOCABULARY)
+    signatures = {verb: inspect.signature(getattr(api, verb)).parameters for verb in ROOT_VERBS}
+    saves = {verb: parameters["save"].default for verb, parameters in signatures.items() if "save" in parameters}
+    assert saves == {"fit": True, "compare": True, "report": True, "diff": True, "check": False, "lineage": False}
+    # the options' executor means what sweep's does: where the verb's tasks run, local or ray
+    assert wd.FitOptions().executor == wd.DiffOptions().executor == "local"
+    doc = (ROOT / "docs" / "usage.md").read_text()
+    for name in VOCABULARY:
+        assert f"`{name}`" in doc, name
+
+
+def test_sweep_refuses_an_executor_in_its_fit_options(tmp_path):
+    """A sweep's tasks are whole fits: where they run is sweep's executor; FitOptions' one, which would say where
+    each fit's passes run, is refused (exit 2) before anything is read, never ignored."""
+    with pytest.raises(wd.BadInputError, match="sweep") as caught:
+        wd.sweep(str(tmp_path / "run"), options=wd.FitOptions(executor="ray"), db_dir=tmp_path / "db")
+    assert caught.value.exit_code == 2 and "executor" in str(caught.value)
+    with pytest.raises(wd.BadInputError, match="ray_address"):
+        wd.sweep(str(tmp_path / "run"), options=wd.FitOptions(ray_address="10.0.0.1:6379"), db_dir=tmp_path / "db")
+    with pytest.raises(wd.BadInputError) as other:  # the same call without: on to the next check (no such folder)
+        wd.sweep(str(tmp_path / "run"), options=wd.FitOptions(), db_dir=tmp_path / "db")
+    assert "FitOptions(" not in str(other.value) and "not a folder of checkpoints" in str(other.value)

@@ -505,7 +505,8 @@ def sweep(
     Args:
         target: a Hub id (its revisions) or a folder of checkpoint folders.
         revisions, steps ("log:6", "every:1000", ...), everything, glob: which checkpoints (default: a few).
-        jobs: fits at once on this machine; executor ("local" or "ray") and ray_address: where they run.
+        jobs: fits at once on this machine; executor ("local" or "ray") and ray_address: where they run (a
+            sweep's tasks are whole fits, so `options` must leave its executor and ray_address unset).
         model_id: the rows' model id (a folder's default: its name). db_dir, options, token, download, progress:
             as for `fit`. on_plan, on_outcome: called with the chosen revisions, and as each fit ends.
 
@@ -523,6 +524,12 @@ def sweep(
 
     options = options or FitOptions()
     check_options(options)
+    if options.executor != "local" or options.ray_address is not None:  # one place says where the work runs
+        raise OptionError(
+            f"sweep runs each revision's fit whole in one task: give sweep(executor=..., ray_address=...) for where "
+            f"they run, not FitOptions(executor=..., ray_address=...) ({param('executor')} of sweep)",
+            param="executor",
+        )
     if jobs < 1:
         raise OptionError(f"{param('jobs')} must be at least 1", param="jobs")
     chosen = choose_executor(executor, ray_address)  # the revisions' fits: here, or as tasks on a Ray cluster
@@ -798,7 +805,7 @@ def diff(
     options: DiffOptions | None = None,
     *,
     db_dir: str | Path | None = None,
-    save: bool = False,
+    save: bool = True,
     plot: str | Path | None = None,
     html: str | Path | None = None,
     progress: Progress | None = None,
@@ -810,7 +817,7 @@ def diff(
     lora_energy: float | None = None,
 ) -> DiffResult:
     """What changed from `base` to `tuned`, tensor by tensor (weightdiag.run.diff); base None: the base_model its
-    model card names. With save=True the diff row is written to DATABASE/diffs/ (result.run["saved"]);
+    model card names. The diff row is written to DATABASE/diffs/ (result.run["saved"]; save=False: not);
     plot_dir and html_file: relative change and rank90 per block and kind as PNGs, and a page. `revision`: the
     tuned model's, as TUNED@REV (the base's is given as BASE@REV).
 
@@ -818,7 +825,7 @@ def diff(
         base, tuned: two checkpoints of one architecture (as `fit` takes models); base None: the tuned model
             card's base_model.
         options: DiffOptions (device, include/exclude, spectrum, sketch, executor, token, ...).
-        db_dir, save: write the diff row to db_dir/diffs/ (default: not).
+        db_dir, save: write the diff row to db_dir/diffs/ (by default, as `weightdiag diff` does).
         plot: a folder for its PNG figures; html: a file for its page (as `report` takes them; plot_dir and
             html_file, their names before, are still taken).
         progress: as for `fit`; revision: the tuned model's.
