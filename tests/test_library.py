@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import subprocess
 import sys
 import warnings
@@ -201,13 +202,70 @@ def test_minilm_frame_is_the_row_under_weightwatchers_names(minilm_spectrum):
 def test_records_of_a_row_without_spectra_and_of_a_cohort_summary(cpu_fit, small_neox):
     row = cpu_fit(small_neox)
     records = matrix_records(row)
-    assert [r["name"] for r in records] == [m["name"] for m in row["matrices"]]
+    whole = [r for r in records if r["part_of"] is None]
+    assert [r["name"] for r in whole] == [m["name"] for m in row["matrices"]]
     assert all(list(r) == list(MATRIX_COLUMN_NAMES) for r in records)
     assert all(
         r["alpha"] is None and r["k"] == m["fits"][row["protocol"]["trim"]]["k"]
-        for r, m in zip(records, row["matrices"], strict=False)
+        for r, m in zip(whole, row["matrices"], strict=True)
     )
     assert matrix_records({"model": {"id": "x", "source": "cohort"}, "protocol": {"name": "hist1024"}}) == []
+
+
+def test_a_fused_matrixs_parts_are_lines_of_their_own(neox_spectrum_row):
+    """NeoX's fused query_key_value: its line (kind qkv), then one per part (q, k, v: part_of qkv) with the part's
+    own fits, stats and spectrum, its class the row's part_kinds'; the other matrices one line each."""
+    pd = pytest.importorskip("pandas")
+    row = neox_spectrum_row
+    trim = row["protocol"]["trim"]
+    frame = wd.matrices_frame(row)
+    assert isinstance(frame, pd.DataFrame) and list(frame.columns) == list(MATRIX_COLUMN_NAMES)
+    fused = [m for m in row["matrices"] if m.get("parts")]
+    assert fused and len(frame) == len(row["matrices"]) + sum(len(m["parts"]) for m in fused)
+    assert list(frame[frame.part_of.isna()].name) == [m["name"] for m in row["matrices"]]
+    lines = iter(frame.to_dict("records"))
+    for i, matrix in enumerate(row["matrices"]):
+        line = next(lines)
+        assert (line["layer_id"], line["kind"], line["shape"]) == (i, matrix["kind"], matrix["shape"])
+        for part in matrix.get("parts", []):
+            line = next(lines)
+            assert (line["layer_id"], line["name"], line["kind"], line["part_of"]) == (
+                i,
+                matrix["name"],
+                part["kind"],
+                matrix["kind"],
+            )
+            assert line["class"] == row["part_kinds"][part["kind"]]["class"] and line["shape"] is None
+            assert line["k"] == part["fits"][trim]["k"] and line["numel"] == part["numel"]
+            assert line["alpha"] == part["spectrum"]["alpha"] and line["max_abs"] == part["stats"]["max_abs"]
+            assert line["block"] == matrix["block"] and line["dtype"] == matrix["dtype"]
+    assert next(lines, None) is None
+    assert set(frame[frame.part_of == "qkv"].kind) == {"q", "k", "v"}
+
+
+@pytest.fixture(scope="module")
+def neox_spectrum_row(small_neox):
+    return wd.fit(str(small_neox), wd.FitOptions(spectrum=True, device="cpu"), save=False).row
+
+
+def test_the_frame_of_a_diff_row_is_the_diffs_and_of_anything_else_a_type_error(small_llama, tmp_path):
+    pd = pytest.importorskip("pandas")
+    from weightdiag.testing import synthetic
+
+    spec = synthetic.ModelSpec(
+        n_layers=3, d_model=128, n_heads=4, n_kv_heads=2, ffn_size=344, vocab=512, shard_bytes=400_000, seed=8
+    )
+    tuned = synthetic.write_model(tmp_path / "tuned", spec)
+    result = wd.diff(str(small_llama), str(tuned), wd.DiffOptions(device="cpu", spectrum=False), save=False)
+    document = json.loads(json.dumps(result.to_json()))  # as a file of DATABASE/diffs/ reads
+    frame = wd.matrices_frame(document)
+    pd.testing.assert_frame_equal(frame, result.matrices_frame())
+    assert "k" not in frame.columns and frame.relative_change.notna().all()
+    pd.testing.assert_frame_equal(wd.matrices_frame(document, vectors=True), result.matrices_frame(vectors=True))
+    for wrong, said in ((None, "not NoneType"), ("org/model", "a str (a path?"), (tmp_path, "Path (a path?")):
+        with pytest.raises(TypeError, match="takes a row") as caught:
+            wd.matrices_frame(wrong)  # type: ignore[arg-type]
+        assert said in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_without_pandas_the_frame_says_how_to_install_it(cpu_fit, small_neox, monkeypatch):

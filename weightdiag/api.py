@@ -73,6 +73,7 @@ __all__ = [
     "fit_plan",
     "is_hub_id",
     "list_rows",
+    "matrices_frame",
     "open_model",
     "plan",
     "report",
@@ -105,8 +106,8 @@ class Fitted:
     path: Path | None  # where the row was written; None with save=False
 
     def matrices_frame(self) -> DataFrame:
-        """The row's matrix records as a pandas DataFrame, one line per matrix (weightdiag.record.table: the
-        spectral columns under WeightWatcher's names, the Weibull ones under the row's).
+        """The row's matrix records as a pandas DataFrame, one line per matrix and per part of a fused one
+        (weightdiag.record.table: the spectral columns under WeightWatcher's names, the Weibull ones the row's).
 
         Raises:
             MissingDependencyError: pandas is not installed (exit code 2): errors.PANDAS_INSTALL says how.
@@ -1078,6 +1079,33 @@ def plan(
     options = options or FitOptions()
     check_options(options)
     return plan_fit(spec, options, revision=revision, token=token)
+
+
+def matrices_frame(row: Mapping[str, Any], vectors: bool = False) -> DataFrame:
+    """The per-matrix frame of a document: of a row, one line per matrix record and per part of a fused one
+    (record.table.matrices_frame: WeightWatcher's column names); of a diff row (DiffResult.to_json(), a file of
+    DATABASE/diffs/ read as JSON), one line per tensor pair, as DiffResult.matrices_frame gives it.
+
+    Args:
+        row: a row (`wd.fit(...).row`, `wd.read_row(path)`) or a diff row.
+        vectors: of a diff row, the vector pairs too (a row's frame has matrices only).
+
+    Returns:
+        pandas.DataFrame.
+
+    Raises:
+        TypeError: `row` is not a document (None, a path, a model id, ...).
+        MissingDependencyError: pandas is not installed (exit code 2).
+    """
+    from .delta.result import SCHEMA as DIFF_SCHEMA
+    from .delta.result import tensor_records
+    from .record import table
+
+    table.refuse_non_row(row)
+    if row.get("schema") == DIFF_SCHEMA:
+        records = tensor_records(dict(row), vectors)
+        return table.frame(records, list({name: None for record in records for name in record}))
+    return table.matrices_frame(row)
 
 
 def database_frame(
