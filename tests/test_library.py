@@ -321,6 +321,11 @@ def _assert_plan_is_the_row(plan: wd.Plan, row: dict) -> None:
         (s["name"], s["reason"], s["dtype"]) for s in row["skipped"]
     ]
     assert plan.bytes_to_read == row["run"]["bytes_read"]
+    if (row.get("run") or {}).get("spectrum"):  # a fit with --spectrum: the plan said which it would take
+        assert [t.spectrum for t in matrices] == ["spectrum" in m for m in row["matrices"]]
+        assert [t.spectrum_skipped for t in matrices] == [m.get("spectrum_skipped") for m in row["matrices"]]
+        parts = [[p.get("spectrum_skipped") for p in m.get("parts", [])] for m in row["matrices"]]
+        assert all(reason is None for reasons in parts for reason in reasons)  # none of these models' parts
 
 
 @pytest.mark.slow
@@ -353,6 +358,35 @@ def test_plan_is_what_the_fit_records_fused_parts_and_filters(cpu_fit, small_neo
     frame = plan.frame()
     assert list(frame.columns[:4]) == ["name", "fate", "tensor", "file"] and len(frame) == len(plan.tensors)
     assert plan.to_json()["counts"]["not selected"] == len(left_out)
+
+
+def test_plan_says_which_matrices_spectrum_takes(tmp_path, neox_spectrum_row, small_neox):
+    """`fit --plan` marks each matrix with whether --spectrum would take its spectrum, and why not (a tensor of 3
+    dimensions); a fit with --spectrum then takes those and says the same reasons (values that are not finite are
+    found only when read, so the plan cannot say those). A fused qkv and its parts: the plan is the row."""
+    import numpy as np
+
+    from .conftest import run_cli, write_safetensors
+
+    _assert_plan_is_the_row(wd.plan(str(small_neox)), neox_spectrum_row)
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "m"
+    folder.mkdir()
+    tensors = {
+        "model.layers.0.mlp.up_proj.weight": ("F32", rng.standard_normal((64, 32)).astype(np.float32)),
+        "model.layers.0.conv.weight": ("F32", rng.standard_normal((8, 4, 3)).astype(np.float32)),
+        "model.layers.0.mlp.down_proj.weight": ("F32", rng.standard_normal((32, 64)).astype(np.float32)),
+    }
+    write_safetensors(folder / "model.safetensors", tensors)
+    plan = wd.plan(str(folder))
+    marks = {t.name: (t.spectrum, t.spectrum_skipped) for t in plan.of("matrix")}
+    assert marks["model.layers.0.mlp.up_proj.weight"] == (True, None)
+    assert marks["model.layers.0.conv.weight"][0] is False and "3 dimensions" in marks["model.layers.0.conv.weight"][1]
+    assert all(t.spectrum is None for t in plan.tensors if t.fate != "matrix")
+    row = wd.fit(str(folder), wd.FitOptions(device="cpu", spectrum=True), save=False).row
+    _assert_plan_is_the_row(plan, row)
+    out = run_cli("fit", str(folder), "--plan", env={"COLUMNS": "300"})
+    assert out.returncode == 0 and "--spectrum takes 2 of 3" in out.stdout and "3 dimensions" in out.stdout
 
 
 def test_plan_from_the_hub_reads_headers_only(fake_hub, small_llama, knobs):
