@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +99,48 @@ def test_what_is_not_a_row_is_refused():
     assert caught.value.exit_code == 2 and "weightdiag.row/3" in str(caught.value)
     with pytest.raises(wd.RowError, match="model"):
         wd.FitResult.from_json({"schema": "weightdiag.row/1", "model": {"id": 3}})
+
+
+# --- a diff row, typed (weightdiag.record.diff_row) ---------------------------------------------------------------
+
+
+def test_a_diff_row_typed_and_read_back(small_llama, tmp_path):
+    from weightdiag.testing import synthetic
+
+    spec = synthetic.ModelSpec(
+        n_layers=3, d_model=128, n_heads=4, n_kv_heads=2, ffn_size=344, vocab=512, shard_bytes=400_000, seed=8
+    )
+    tuned = synthetic.write_model(tmp_path / "tuned", spec)
+    result = wd.diff(str(small_llama), str(tuned), wd.DiffOptions(device="cpu"), db_dir=tmp_path / "db")
+    document = result.to_json()
+    saved = Path(result.run["saved"])  # the file of DATABASE/diffs/
+    assert wd.DiffRow.read(saved) == wd.DiffRow.from_json(json.loads(saved.read_text()))
+    typed = wd.DiffRow.from_json(document)
+    assert typed.to_json() == document and typed == wd.DiffRow.from_json(json.loads(json.dumps(document)))
+    assert typed.schema == "weightdiag.diff/1" and wd.DiffRow.read(saved).matrices == typed.matrices
+    assert (typed.base, typed.tuned) == (document["base"]["id"], document["tuned"]["id"])
+    assert typed.verdict == document["mechanism"]["verdict"] and typed.findings == tuple(
+        f.code for f in result.findings
+    )
+    assert typed.relative_change == document["totals"]["relative_change"]
+    assert len(typed.matrices) == len(result.matrices) and len(typed.vectors) == len(result.vectors)
+    for change, pair in zip(typed.matrices, result.matrices, strict=True):
+        assert isinstance(change, wd.TensorChange)
+        assert (change.name, change.kind, change.block, change.shape) == (pair.name, pair.kind, pair.block, pair.shape)
+        assert change.relative_change == pytest.approx(pair.relative_change, rel=1e-12)
+        assert change.rank90 == pair.rank90 and change.untouched == pair.untouched
+        assert change.base_k == pair.to_json()["base_weibull"]["k"] and change.delta_k == pair.to_json()["delta_k"]
+    assert any(c.relative_change for c in typed.matrices) and any(c.rank90 for c in typed.matrices)
+    hash(typed)
+
+
+def test_what_is_not_a_diff_row_is_refused(neox_spectrum, tmp_path):
+    with pytest.raises(wd.RowError, match="not a diff row") as caught:
+        wd.DiffRow.from_json(neox_spectrum.row)  # a fit's row
+    assert caught.value.exit_code == 2
+    with pytest.raises(wd.RowError, match="damaged diff row"):
+        wd.DiffRow.from_json({"schema": "weightdiag.diff/1", "base": {"id": "a"}})
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"schema": "weightdiag.diff/1", ')
+    with pytest.raises(wd.RowError, match=r"broken\.json: cannot read a diff row"):
+        wd.DiffRow.read(broken)

@@ -127,7 +127,7 @@ def test_the_exported_modules_pass_mypy_strict():
     project's mypy settings)."""
     pytest.importorskip("mypy")
     modules = ["__init__", "api", "record/table", "run/plan", "delta/result", "errors", "run/options"]
-    modules += ["record/schema", "record/result", "diagnose/results"]
+    modules += ["record/schema", "record/result", "record/diff_row", "diagnose/results"]
     done = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental"]
         + [f"weightdiag/{m}.py" for m in modules],

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .delta.result import DiffOptions, DiffResult, TensorDiff
     from .diagnose.results import CheckResult, CompareReport, HealthReport, TrajectoryResult
     from .errors import BadInputError, ExitCode, HubError, MissingDependencyError, WeightdiagError
+    from .record.diff_row import DiffRow, TensorChange
     from .record.result import FitResult, KindFit, MatrixFit
     from .record.schema import Row, RowError, read_row
     from .record.table import MATRIX_COLUMNS, matrix_records
@@ -58,6 +59,7 @@ _FRONT = {
     **dict.fromkeys(("BadInputError", "ExitCode", "HubError", "MissingDependencyError", "WeightdiagError"), "errors"),
     **dict.fromkeys(("Row", "RowError", "read_row"), "record.schema"),
     **dict.fromkeys(("FitResult", "KindFit", "MatrixFit"), "record.result"),
+    **dict.fromkeys(("DiffRow", "TensorChange"), "record.diff_row"),
     **dict.fromkeys(("MATRIX_COLUMNS", "matrix_records"), "record.table"),
     "FitOptions": "run.options",
     **dict.fromkeys(("Plan", "PlannedTensor"), "run.plan"),
@@ -70,6 +72,7 @@ __all__ = [
     "CompareReport",
     "DiffOptions",
     "DiffResult",
+    "DiffRow",
     "ExitCode",
     "FitOptions",
     "FitResult",
@@ -86,6 +89,7 @@ __all__ = [
     "Row",
     "RowError",
     "SweepRun",
+    "TensorChange",
     "TensorDiff",
     "TrajectoryResult",
     "WeightdiagError",
