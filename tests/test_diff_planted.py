@@ -236,7 +236,12 @@ def test_plot_and_html_show_relative_change_and_rank_per_block_and_kind(planted,
 
     page = tmp_path / "out" / "diff.html"
     result = api.diff(
-        str(planted[0]), str(planted[1]), DiffOptions(device="cpu"), plot_dir=tmp_path / "plots", html_file=page
+        str(planted[0]),
+        str(planted[1]),
+        DiffOptions(device="cpu"),
+        plot_dir=tmp_path / "plots",
+        html_file=page,
+        db_dir=tmp_path / "db",
     )
     names = sorted(p.name for p in (tmp_path / "plots").iterdir())
     assert names == ["diff_blocks.png", "diff_rank90.png", "diff_relative_change.png"]

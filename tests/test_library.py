@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import subprocess
 import sys
 import warnings
@@ -126,7 +127,7 @@ def test_the_exported_modules_pass_mypy_strict():
     project's mypy settings)."""
     pytest.importorskip("mypy")
     modules = ["__init__", "api", "record/table", "run/plan", "delta/result", "errors", "run/options"]
-    modules += ["record/schema", "diagnose/results"]
+    modules += ["record/schema", "record/result", "record/diff_row", "diagnose/results"]
     done = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental"]
         + [f"weightdiag/{m}.py" for m in modules],
@@ -201,13 +202,70 @@ def test_minilm_frame_is_the_row_under_weightwatchers_names(minilm_spectrum):
 def test_records_of_a_row_without_spectra_and_of_a_cohort_summary(cpu_fit, small_neox):
     row = cpu_fit(small_neox)
     records = matrix_records(row)
-    assert [r["name"] for r in records] == [m["name"] for m in row["matrices"]]
+    whole = [r for r in records if r["part_of"] is None]
+    assert [r["name"] for r in whole] == [m["name"] for m in row["matrices"]]
     assert all(list(r) == list(MATRIX_COLUMN_NAMES) for r in records)
     assert all(
         r["alpha"] is None and r["k"] == m["fits"][row["protocol"]["trim"]]["k"]
-        for r, m in zip(records, row["matrices"], strict=False)
+        for r, m in zip(whole, row["matrices"], strict=True)
     )
     assert matrix_records({"model": {"id": "x", "source": "cohort"}, "protocol": {"name": "hist1024"}}) == []
+
+
+def test_a_fused_matrixs_parts_are_lines_of_their_own(neox_spectrum_row):
+    """NeoX's fused query_key_value: its line (kind qkv), then one per part (q, k, v: part_of qkv) with the part's
+    own fits, stats and spectrum, its class the row's part_kinds'; the other matrices one line each."""
+    pd = pytest.importorskip("pandas")
+    row = neox_spectrum_row
+    trim = row["protocol"]["trim"]
+    frame = wd.matrices_frame(row)
+    assert isinstance(frame, pd.DataFrame) and list(frame.columns) == list(MATRIX_COLUMN_NAMES)
+    fused = [m for m in row["matrices"] if m.get("parts")]
+    assert fused and len(frame) == len(row["matrices"]) + sum(len(m["parts"]) for m in fused)
+    assert list(frame[frame.part_of.isna()].name) == [m["name"] for m in row["matrices"]]
+    lines = iter(frame.to_dict("records"))
+    for i, matrix in enumerate(row["matrices"]):
+        line = next(lines)
+        assert (line["layer_id"], line["kind"], line["shape"]) == (i, matrix["kind"], matrix["shape"])
+        for part in matrix.get("parts", []):
+            line = next(lines)
+            assert (line["layer_id"], line["name"], line["kind"], line["part_of"]) == (
+                i,
+                matrix["name"],
+                part["kind"],
+                matrix["kind"],
+            )
+            assert line["class"] == row["part_kinds"][part["kind"]]["class"] and line["shape"] is None
+            assert line["k"] == part["fits"][trim]["k"] and line["numel"] == part["numel"]
+            assert line["alpha"] == part["spectrum"]["alpha"] and line["max_abs"] == part["stats"]["max_abs"]
+            assert line["block"] == matrix["block"] and line["dtype"] == matrix["dtype"]
+    assert next(lines, None) is None
+    assert set(frame[frame.part_of == "qkv"].kind) == {"q", "k", "v"}
+
+
+@pytest.fixture(scope="module")
+def neox_spectrum_row(small_neox):
+    return wd.fit(str(small_neox), wd.FitOptions(spectrum=True, device="cpu"), save=False).row
+
+
+def test_the_frame_of_a_diff_row_is_the_diffs_and_of_anything_else_a_type_error(small_llama, tmp_path):
+    pd = pytest.importorskip("pandas")
+    from weightdiag.testing import synthetic
+
+    spec = synthetic.ModelSpec(
+        n_layers=3, d_model=128, n_heads=4, n_kv_heads=2, ffn_size=344, vocab=512, shard_bytes=400_000, seed=8
+    )
+    tuned = synthetic.write_model(tmp_path / "tuned", spec)
+    result = wd.diff(str(small_llama), str(tuned), wd.DiffOptions(device="cpu", spectrum=False), save=False)
+    document = json.loads(json.dumps(result.to_json()))  # as a file of DATABASE/diffs/ reads
+    frame = wd.matrices_frame(document)
+    pd.testing.assert_frame_equal(frame, result.matrices_frame())
+    assert "k" not in frame.columns and frame.relative_change.notna().all()
+    pd.testing.assert_frame_equal(wd.matrices_frame(document, vectors=True), result.matrices_frame(vectors=True))
+    for wrong, said in ((None, "not NoneType"), ("org/model", "a str (a path?"), (tmp_path, "Path (a path?")):
+        with pytest.raises(TypeError, match="takes a row") as caught:
+            wd.matrices_frame(wrong)  # type: ignore[arg-type]
+        assert said in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_without_pandas_the_frame_says_how_to_install_it(cpu_fit, small_neox, monkeypatch):
@@ -230,7 +288,8 @@ def test_a_diffs_per_tensor_frame(small_llama, tmp_path):
         n_layers=3, d_model=128, n_heads=4, n_kv_heads=2, ffn_size=344, vocab=512, shard_bytes=400_000, seed=8
     )
     tuned = synthetic.write_model(tmp_path / "tuned", spec)
-    result = wd.diff(str(small_llama), str(tuned), wd.DiffOptions(device="cpu"))
+    result = wd.diff(str(small_llama), str(tuned), wd.DiffOptions(device="cpu"), db_dir=tmp_path / "db")
+    assert Path(result.run["saved"]).parent == tmp_path / "db" / "diffs"  # saved by default, as the command does
     frame = result.matrices_frame()
     assert len(frame) == len(result.matrices)
     assert list(frame.name) == [m.name for m in result.matrices]
@@ -262,6 +321,11 @@ def _assert_plan_is_the_row(plan: wd.Plan, row: dict) -> None:
         (s["name"], s["reason"], s["dtype"]) for s in row["skipped"]
     ]
     assert plan.bytes_to_read == row["run"]["bytes_read"]
+    if (row.get("run") or {}).get("spectrum"):  # a fit with --spectrum: the plan said which it would take
+        assert [t.spectrum for t in matrices] == ["spectrum" in m for m in row["matrices"]]
+        assert [t.spectrum_skipped for t in matrices] == [m.get("spectrum_skipped") for m in row["matrices"]]
+        parts = [[p.get("spectrum_skipped") for p in m.get("parts", [])] for m in row["matrices"]]
+        assert all(reason is None for reasons in parts for reason in reasons)  # none of these models' parts
 
 
 @pytest.mark.slow
@@ -294,6 +358,35 @@ def test_plan_is_what_the_fit_records_fused_parts_and_filters(cpu_fit, small_neo
     frame = plan.frame()
     assert list(frame.columns[:4]) == ["name", "fate", "tensor", "file"] and len(frame) == len(plan.tensors)
     assert plan.to_json()["counts"]["not selected"] == len(left_out)
+
+
+def test_plan_says_which_matrices_spectrum_takes(tmp_path, neox_spectrum_row, small_neox):
+    """`fit --plan` marks each matrix with whether --spectrum would take its spectrum, and why not (a tensor of 3
+    dimensions); a fit with --spectrum then takes those and says the same reasons (values that are not finite are
+    found only when read, so the plan cannot say those). A fused qkv and its parts: the plan is the row."""
+    import numpy as np
+
+    from .conftest import run_cli, write_safetensors
+
+    _assert_plan_is_the_row(wd.plan(str(small_neox)), neox_spectrum_row)
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "m"
+    folder.mkdir()
+    tensors = {
+        "model.layers.0.mlp.up_proj.weight": ("F32", rng.standard_normal((64, 32)).astype(np.float32)),
+        "model.layers.0.conv.weight": ("F32", rng.standard_normal((8, 4, 3)).astype(np.float32)),
+        "model.layers.0.mlp.down_proj.weight": ("F32", rng.standard_normal((32, 64)).astype(np.float32)),
+    }
+    write_safetensors(folder / "model.safetensors", tensors)
+    plan = wd.plan(str(folder))
+    marks = {t.name: (t.spectrum, t.spectrum_skipped) for t in plan.of("matrix")}
+    assert marks["model.layers.0.mlp.up_proj.weight"] == (True, None)
+    assert marks["model.layers.0.conv.weight"][0] is False and "3 dimensions" in marks["model.layers.0.conv.weight"][1]
+    assert all(t.spectrum is None for t in plan.tensors if t.fate != "matrix")
+    row = wd.fit(str(folder), wd.FitOptions(device="cpu", spectrum=True), save=False).row
+    _assert_plan_is_the_row(plan, row)
+    out = run_cli("fit", str(folder), "--plan", env={"COLUMNS": "300"})
+    assert out.returncode == 0 and "--spectrum takes 2 of 3" in out.stdout and "3 dimensions" in out.stdout
 
 
 def test_plan_from_the_hub_reads_headers_only(fake_hub, small_llama, knobs):
@@ -360,3 +453,69 @@ def test_diff_takes_plot_and_html_as_report_does(tmp_path):
     with pytest.raises(wd.BadInputError, match="plot") as caught:
         wd.diff("no/such-base", "no/such-tuned", plot=tmp_path / "a", plot_dir=tmp_path / "b")
     assert caught.value.exit_code == 2
+
+
+# --- one vocabulary of parameters (docs/usage.md, "From Python: one vocabulary of parameters") --------------------
+
+ROOT_VERBS = ("fit", "diff", "compare", "check", "report", "sweep", "lineage", "plan", "trajectory")
+# parameter -> (annotation, default), wherever a root verb takes it
+VOCABULARY = {
+    "db_dir": ("str | Path | None", None),
+    "revision": ("str | None", None),
+    "token": ("str | None", None),
+    "plot": ("str | Path | None", None),
+    "html": ("str | Path | None", None),
+    "progress": ("Progress | None", None),
+    "executor": ("str", "local"),
+    "ray_address": ("str | None", None),
+    "save": ("bool", "the command's"),
+}
+# other names for the same things, which no verb may take; diff's plot_dir and html_file, its names before plot and
+# html, are still taken there (test_diff_takes_plot_and_html_as_report_does)
+SYNONYMS = {"db", "database", "db_path", "out_dir", "output", "write", "no_save", "plot_dir", "html_file", "cluster"}
+OLDER_NAMES = {("diff", "plot_dir"), ("diff", "html_file")}
+
+
+def test_every_verb_follows_the_one_vocabulary():
+    import inspect
+
+    from weightdiag import api
+    from weightdiag.cli.options import OPTIONS
+
+    seen: set[str] = set()
+    for verb in ROOT_VERBS:
+        parameters = inspect.signature(getattr(api, verb)).parameters
+        for name, parameter in parameters.items():
+            assert name not in SYNONYMS or (verb, name) in OLDER_NAMES, (verb, name)
+            if name not in VOCABULARY:
+                continue
+            seen.add(name)
+            annotation, default = VOCABULARY[name]
+            assert parameter.annotation == annotation, (verb, name, parameter.annotation)
+            if name == "save":  # the library's default is the command's --save/--no-save default
+                default = OPTIONS[f"save@{verb}"].default
+            assert parameter.default == default, (verb, name, parameter.default)
+        if verb not in ("trajectory", "plan"):  # every verb that fits or reads models takes both
+            assert {"db_dir", "progress"} <= set(parameters), verb
+    assert seen == set(VOCABULARY)
+    signatures = {verb: inspect.signature(getattr(api, verb)).parameters for verb in ROOT_VERBS}
+    saves = {verb: parameters["save"].default for verb, parameters in signatures.items() if "save" in parameters}
+    assert saves == {"fit": True, "compare": True, "report": True, "diff": True, "check": False, "lineage": False}
+    # the options' executor means what sweep's does: where the verb's tasks run, local or ray
+    assert wd.FitOptions().executor == wd.DiffOptions().executor == "local"
+    doc = (ROOT / "docs" / "usage.md").read_text()
+    for name in VOCABULARY:
+        assert f"`{name}`" in doc, name
+
+
+def test_sweep_refuses_an_executor_in_its_fit_options(tmp_path):
+    """A sweep's tasks are whole fits: where they run is sweep's executor; FitOptions' one, which would say where
+    each fit's passes run, is refused (exit 2) before anything is read, never ignored."""
+    with pytest.raises(wd.BadInputError, match="sweep") as caught:
+        wd.sweep(str(tmp_path / "run"), options=wd.FitOptions(executor="ray"), db_dir=tmp_path / "db")
+    assert caught.value.exit_code == 2 and "executor" in str(caught.value)
+    with pytest.raises(wd.BadInputError, match="ray_address"):
+        wd.sweep(str(tmp_path / "run"), options=wd.FitOptions(ray_address="10.0.0.1:6379"), db_dir=tmp_path / "db")
+    with pytest.raises(wd.BadInputError) as other:  # the same call without: on to the next check (no such folder)
+        wd.sweep(str(tmp_path / "run"), options=wd.FitOptions(), db_dir=tmp_path / "db")
+    assert "FitOptions(" not in str(other.value) and "not a folder of checkpoints" in str(other.value)

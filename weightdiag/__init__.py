@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         diff,
         fit,
         lineage,
+        matrices_frame,
         plan,
         report,
         sweep,
@@ -42,20 +43,24 @@ if TYPE_CHECKING:
     from .delta.result import DiffOptions, DiffResult, TensorDiff
     from .diagnose.results import CheckResult, CompareReport, HealthReport, TrajectoryResult
     from .errors import BadInputError, ExitCode, HubError, MissingDependencyError, WeightdiagError
+    from .record.diff_row import DiffRow, TensorChange
+    from .record.result import FitResult, KindFit, MatrixFit
     from .record.schema import Row, RowError, read_row
-    from .record.table import MATRIX_COLUMNS, matrices_frame, matrix_records
+    from .record.table import MATRIX_COLUMNS, matrix_records
     from .run.options import FitOptions
     from .run.plan import Plan, PlannedTensor
 
 # name -> the module that defines it (imported on first use: module __getattr__, PEP 562)
 _FRONT = {
     **dict.fromkeys(("Fitted", "Report", "SweepRun", "check", "compare", "database_frame", "diff"), "api"),
-    **dict.fromkeys(("plan", "report", "sweep", "trajectory", "lineage", "LineageReport"), "api"),
+    **dict.fromkeys(("plan", "report", "sweep", "trajectory", "lineage", "LineageReport", "matrices_frame"), "api"),
     **dict.fromkeys(("DiffOptions", "DiffResult", "TensorDiff"), "delta.result"),
     **dict.fromkeys(("CheckResult", "CompareReport", "HealthReport", "TrajectoryResult"), "diagnose.results"),
     **dict.fromkeys(("BadInputError", "ExitCode", "HubError", "MissingDependencyError", "WeightdiagError"), "errors"),
     **dict.fromkeys(("Row", "RowError", "read_row"), "record.schema"),
-    **dict.fromkeys(("MATRIX_COLUMNS", "matrices_frame", "matrix_records"), "record.table"),
+    **dict.fromkeys(("FitResult", "KindFit", "MatrixFit"), "record.result"),
+    **dict.fromkeys(("DiffRow", "TensorChange"), "record.diff_row"),
+    **dict.fromkeys(("MATRIX_COLUMNS", "matrix_records"), "record.table"),
     "FitOptions": "run.options",
     **dict.fromkeys(("Plan", "PlannedTensor"), "run.plan"),
 }
@@ -67,12 +72,16 @@ __all__ = [
     "CompareReport",
     "DiffOptions",
     "DiffResult",
+    "DiffRow",
     "ExitCode",
     "FitOptions",
+    "FitResult",
     "Fitted",
     "HealthReport",
     "HubError",
+    "KindFit",
     "LineageReport",
+    "MatrixFit",
     "MissingDependencyError",
     "Plan",
     "PlannedTensor",
@@ -80,6 +89,7 @@ __all__ = [
     "Row",
     "RowError",
     "SweepRun",
+    "TensorChange",
     "TensorDiff",
     "TrajectoryResult",
     "WeightdiagError",

@@ -25,6 +25,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -34,6 +35,7 @@ from .diagnose.results import CheckResult, CompareReport, FlatRecord, HealthRepo
 from .errors import DatabaseError, OptionError, OutputError, RowUseError, note_kept, param
 from .execution import choose_executor
 from .progress import Progress
+from .record.result import FitResult
 from .record.schema import Row, RowError
 from .record.table import DataFrame
 from .run.fitting import check_options, fit_and_save_model, fit_model, fit_path, fit_plan, resolve_row, save_row
@@ -71,6 +73,7 @@ __all__ = [
     "fit_plan",
     "is_hub_id",
     "list_rows",
+    "matrices_frame",
     "open_model",
     "plan",
     "report",
@@ -103,8 +106,8 @@ class Fitted:
     path: Path | None  # where the row was written; None with save=False
 
     def matrices_frame(self) -> DataFrame:
-        """The row's matrix records as a pandas DataFrame, one line per matrix (weightdiag.record.table: the
-        spectral columns under WeightWatcher's names, the Weibull ones under the row's).
+        """The row's matrix records as a pandas DataFrame, one line per matrix and per part of a fused one
+        (weightdiag.record.table: the spectral columns under WeightWatcher's names, the Weibull ones the row's).
 
         Raises:
             MissingDependencyError: pandas is not installed (exit code 2): errors.PANDAS_INSTALL says how.
@@ -112,6 +115,11 @@ class Fitted:
         from .record.table import matrices_frame
 
         return matrices_frame(self.row)
+
+    @cached_property
+    def fit_result(self) -> FitResult:
+        """The row as a typed, frozen FitResult (the model's identity, per-kind summaries, `.matrices`)."""
+        return FitResult.from_json(self.row)
 
     def to_json(self) -> Row:
         """The row, as written to DATABASE/rows/ (read one back with weightdiag.read_row)."""
@@ -343,6 +351,11 @@ class Report:
     row: Row  # the row the report was made from
     notes: list[str] = field(default_factory=list)  # what could not be drawn, and why
 
+    @cached_property
+    def fit_result(self) -> FitResult:
+        """The row the report was made from, as a typed, frozen FitResult."""
+        return FitResult.from_json(self.row)
+
 
 def report(
     spec: str,
@@ -493,7 +506,8 @@ def sweep(
     Args:
         target: a Hub id (its revisions) or a folder of checkpoint folders.
         revisions, steps ("log:6", "every:1000", ...), everything, glob: which checkpoints (default: a few).
-        jobs: fits at once on this machine; executor ("local" or "ray") and ray_address: where they run.
+        jobs: fits at once on this machine; executor ("local" or "ray") and ray_address: where they run (a
+            sweep's tasks are whole fits, so `options` must leave its executor and ray_address unset).
         model_id: the rows' model id (a folder's default: its name). db_dir, options, token, download, progress:
             as for `fit`. on_plan, on_outcome: called with the chosen revisions, and as each fit ends.
 
@@ -511,6 +525,12 @@ def sweep(
 
     options = options or FitOptions()
     check_options(options)
+    if options.executor != "local" or options.ray_address is not None:  # one place says where the work runs
+        raise OptionError(
+            f"sweep runs each revision's fit whole in one task: give sweep(executor=..., ray_address=...) for where "
+            f"they run, not FitOptions(executor=..., ray_address=...) ({param('executor')} of sweep)",
+            param="executor",
+        )
     if jobs < 1:
         raise OptionError(f"{param('jobs')} must be at least 1", param="jobs")
     chosen = choose_executor(executor, ray_address)  # the revisions' fits: here, or as tasks on a Ray cluster
@@ -786,7 +806,7 @@ def diff(
     options: DiffOptions | None = None,
     *,
     db_dir: str | Path | None = None,
-    save: bool = False,
+    save: bool = True,
     plot: str | Path | None = None,
     html: str | Path | None = None,
     progress: Progress | None = None,
@@ -798,7 +818,7 @@ def diff(
     lora_energy: float | None = None,
 ) -> DiffResult:
     """What changed from `base` to `tuned`, tensor by tensor (weightdiag.run.diff); base None: the base_model its
-    model card names. With save=True the diff row is written to DATABASE/diffs/ (result.run["saved"]);
+    model card names. The diff row is written to DATABASE/diffs/ (result.run["saved"]; save=False: not);
     plot_dir and html_file: relative change and rank90 per block and kind as PNGs, and a page. `revision`: the
     tuned model's, as TUNED@REV (the base's is given as BASE@REV).
 
@@ -806,7 +826,7 @@ def diff(
         base, tuned: two checkpoints of one architecture (as `fit` takes models); base None: the tuned model
             card's base_model.
         options: DiffOptions (device, include/exclude, spectrum, sketch, executor, token, ...).
-        db_dir, save: write the diff row to db_dir/diffs/ (default: not).
+        db_dir, save: write the diff row to db_dir/diffs/ (by default, as `weightdiag diff` does).
         plot: a folder for its PNG figures; html: a file for its page (as `report` takes them; plot_dir and
             html_file, their names before, are still taken).
         progress: as for `fit`; revision: the tuned model's.
@@ -1059,6 +1079,33 @@ def plan(
     options = options or FitOptions()
     check_options(options)
     return plan_fit(spec, options, revision=revision, token=token)
+
+
+def matrices_frame(row: Mapping[str, Any], vectors: bool = False) -> DataFrame:
+    """The per-matrix frame of a document: of a row, one line per matrix record and per part of a fused one
+    (record.table.matrices_frame: WeightWatcher's column names); of a diff row (DiffResult.to_json(), a file of
+    DATABASE/diffs/ read as JSON), one line per tensor pair, as DiffResult.matrices_frame gives it.
+
+    Args:
+        row: a row (`wd.fit(...).row`, `wd.read_row(path)`) or a diff row.
+        vectors: of a diff row, the vector pairs too (a row's frame has matrices only).
+
+    Returns:
+        pandas.DataFrame.
+
+    Raises:
+        TypeError: `row` is not a document (None, a path, a model id, ...).
+        MissingDependencyError: pandas is not installed (exit code 2).
+    """
+    from .delta.result import SCHEMA as DIFF_SCHEMA
+    from .delta.result import tensor_records
+    from .record import table
+
+    table.refuse_non_row(row)
+    if row.get("schema") == DIFF_SCHEMA:
+        records = tensor_records(dict(row), vectors)
+        return table.frame(records, list({name: None for record in records for name in record}))
+    return table.matrices_frame(row)
 
 
 def database_frame(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
 
 from ..errors import PANDAS_INSTALL, MissingDependencyError
@@ -104,11 +105,12 @@ MATRIX_COLUMNS: tuple[Column, ...] = (
     Column("name", "str", "`matrices[].name`: the tensor's name (`<tensor>[<label>]` for a record cut from one)"),
     Column("block", "int", "`matrices[].block`: the transformer block, None outside the blocks"),
     Column("expert", "int", "`matrices[].expert`: the expert of an MoE layer, else None"),
-    Column("kind", "str", "`matrices[].kind`: q, k, v, o, qkv, gate, up, down, embed, ..."),
+    Column("kind", "str", "`matrices[].kind`: q, k, v, o, qkv, gate, up, down, embed, ...; a part's line: its kind"),
+    Column("part_of", "str", "a fused matrix's part (`matrices[].parts[]`): the fused kind (qkv); else None"),
     Column("class", "str", "`matrices[].class`: selection, transmission, embedding, recurrent, other"),
     Column("dtype", "str", "`matrices[].dtype`: the stored dtype (a quantized weight's format label)"),
-    Column("shape", "list<int>", "`matrices[].shape`: (out, in)"),
-    Column("numel", "int", "`matrices[].numel`"),
+    Column("shape", "list<int>", "`matrices[].shape`: (out, in); None on a part's line"),
+    Column("numel", "int", "`matrices[].numel` (a part's line: `parts[].numel`)"),
     Column("trim", "str", "the row's `protocol.trim`: the trim of k, lambda, r2, ks, points, ok, reason"),
     *[Column(f, t, f"`matrices[].fits.<trim>.{f}`: the Weibull fit of |w| at the row's trim") for f, t in FIT_FIELDS],
     *[Column(f"{f}_{trim}", "float", f"`matrices[].fits.{trim}.{f}`") for trim in TRIMS for f in ("k", "lambda", "r2")],
@@ -141,21 +143,46 @@ ROW_KEY_COLUMNS: tuple[Column, ...] = (
 
 
 def matrix_records(row: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One flat record per `matrices[]` entry of a row, with exactly MATRIX_COLUMNS' keys in their order (a value
-    the record lacks is None). A cohort summary (no per-matrix records) gives an empty list."""
+    """One flat record per `matrices[]` entry of a row, each followed by one per part of a fused matrix (q, k, v
+    of a qkv: `part_of` names the fused kind), with exactly MATRIX_COLUMNS' keys in their order (a value the
+    record lacks is None). A cohort summary (no per-matrix records) gives an empty list."""
     columns = matrix_columns(row)
     return [dict(zip(MATRIX_COLUMN_NAMES, values, strict=True)) for values in zip(*columns.values(), strict=True)]
 
 
+def _lines(row: Mapping[str, Any]) -> tuple[list[int], list[Mapping[str, Any]], list[str | None]]:
+    """The table's lines: each `matrices[]` record (its index, itself), then each of its parts as a record of its
+    own (the matrix's index; the part's fields over the matrix's name, block, dtype, ...; its class the row's
+    `part_kinds` gives), and the fused kind of each part's line (None on a matrix's own)."""
+    matrices = row.get("matrices") or []
+    if not any("parts" in m for m in matrices):  # most rows: the records as they are
+        return list(range(len(matrices))), matrices, [None] * len(matrices)
+    part_kinds = row.get("part_kinds") or {}
+    ids: list[int] = []
+    lines: list[Mapping[str, Any]] = []
+    part_of: list[str | None] = []
+    for i, matrix in enumerate(matrices):
+        ids.append(i)
+        lines.append(matrix)
+        part_of.append(None)
+        for part in matrix.get("parts") or []:
+            role = (part_kinds.get(part.get("kind")) or {}).get("class") or matrix.get("class")
+            ids.append(i)
+            lines.append({**matrix, "shape": None, "spectrum": None, "spectrum_skipped": None, "class": role, **part})
+            part_of.append(matrix.get("kind"))
+    return ids, lines, part_of
+
+
 def matrix_columns(row: Mapping[str, Any], out: dict[str, list[Any]] | None = None) -> dict[str, list[Any]]:
-    """The same table by column: MATRIX_COLUMNS' names -> one value per `matrices[]` entry. With `out`, the values
-    are appended to its lists (a table of many rows, built a row at a time: `db export --per-matrix`)."""
+    """The same table by column: MATRIX_COLUMNS' names -> one value per line (matrix record or part). With `out`,
+    the values are appended to its lists (a table of many rows, built a row at a time: `db export --per-matrix`)."""
     if out is None:
         out = {name: [] for name in MATRIX_COLUMN_NAMES}
-    matrices = row.get("matrices") or []
+    ids, matrices, part_of = _lines(row)
     n = len(matrices)
     trim = (row.get("protocol") or {}).get("trim")
-    out["layer_id"].extend(range(n))
+    out["layer_id"].extend(ids)
+    out["part_of"].extend(part_of)
     for key in _DIRECT:
         out[key].extend([m.get(key) for m in matrices])
     out["shape"].extend([list(m["shape"]) if m.get("shape") is not None else None for m in matrices])
@@ -217,13 +244,31 @@ def frame(records: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> DataF
 
 
 def matrices_frame(row: Mapping[str, Any]) -> DataFrame:
-    """A row's matrix records as a pandas DataFrame, one line per `matrices[]` entry, MATRIX_COLUMNS' columns:
-    WeightWatcher's names for the spectral metrics (`frame[frame.alpha > 6]`), the row's for the Weibull ones.
+    """A row's matrix records as a pandas DataFrame, one line per `matrices[]` entry and one per part of a fused
+    matrix (`part_of` names the fused kind: `frame[frame.part_of.isna()]` keeps the matrices), MATRIX_COLUMNS'
+    columns: WeightWatcher's names for the spectral metrics (`frame[frame.alpha > 6]`), the row's for the Weibull
+    ones.
 
     Raises:
+        TypeError: `row` is not a row or a diff row (a dict): None, a path, a model id, ...
         MissingDependencyError: pandas is not installed (exit code 2).
     """
+    refuse_non_row(row)
     return require_pandas().DataFrame(matrix_columns(row), columns=list(MATRIX_COLUMN_NAMES))
+
+
+def refuse_non_row(row: object) -> None:
+    """TypeError unless `row` is a document (a dict), saying what the frame functions take."""
+    if isinstance(row, Mapping):
+        return
+    if isinstance(row, (str, PurePath)):
+        what = f"a {type(row).__name__} (a path? read the file with weightdiag.read_row; a model? weightdiag.fit)"
+    else:
+        what = type(row).__name__
+    raise TypeError(
+        "matrices_frame takes a row (a dict: weightdiag.fit(...).row, weightdiag.read_row(path)) or a diff row "
+        f"(DiffResult.to_json(), a file of DATABASE/diffs/ as a dict), not {what}"
+    )
 
 
 def flatten(document: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -402,8 +402,9 @@ def plan_table(plan: Mapping[str, Any]) -> Table:
         + (f", {counts['not selected']} not selected" if counts["not selected"] else "")
         + f"; {_amount(plan['bytes_to_read'])} to read"
         + (f" ({_amount(fetched)} fetched to plan)" if fetched is not None else "")
+        + f"; --spectrum takes {sum(bool(t['spectrum']) for t in plan['tensors'])} of {counts['matrix']}"
     )
-    table = Table("fate", "name", "kind", "dtype", "shape", "view/parts", "reason", title=escape(title))
+    table = Table("fate", "name", "kind", "dtype", "shape", "view/parts", "spectrum", "reason", title=escape(title))
     for t in plan["tensors"]:
         cut = t["view"] or "+".join(t["parts"])
         table.add_row(
@@ -413,6 +414,7 @@ def plan_table(plan: Mapping[str, Any]) -> Table:
             t["dtype"],
             "x".join(map(str, t["shape"])),
             cut,
-            escape(t["reason"] or ""),
+            {True: "yes", False: "no"}.get(t["spectrum"], ""),
+            escape(t["reason"] or t["spectrum_skipped"] or ""),
         )
     return table

@@ -13,7 +13,7 @@ where the header is longer.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..decode.group import group_quantized
@@ -45,6 +45,10 @@ class PlannedTensor:
     nbytes: int = 0  # bytes the fit reads for it (its stored tensor's, counted once per tensor)
     format: str | None = None  # a quantized weight's format ("GPTQ int4, group 128", "GGUF Q4_1"), else None
     reason: str | None = None  # why it is skipped or not selected
+    # a matrix: whether `fit --spectrum` takes its spectrum (and its parts'), and why not where it does not: the
+    # row's `spectrum_skipped` (values that are not finite are found only when read: the plan cannot say those)
+    spectrum: bool | None = None
+    spectrum_skipped: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The entry by PLAN_COLUMNS' names, in their order."""
@@ -115,6 +119,12 @@ PLAN_COLUMNS: tuple[Column, ...] = (
     Column("parts", "list<str>", "a fused matrix's parts, fitted apart as well (qkv: q, k, v)"),
     Column("nbytes", "int", "bytes the fit reads for it (a stored tensor's, on the first of its records)"),
     Column("reason", "str", "why it is skipped or not selected"),
+    Column("spectrum", "bool", "a matrix: whether `fit --spectrum` would take its spectrum (None: not a matrix)"),
+    Column(
+        "spectrum_skipped",
+        "str",
+        "why --spectrum would not take it (the row's `spectrum_skipped`), or a fused part's (`part q: ...`)",
+    ),
 )
 
 
@@ -229,8 +239,34 @@ def plan_of(plan: ModelPlan, options: FitOptions, bytes_read: int | None = None)
         plan.location,
         plan.revision,
         files,
-        tensors,
+        _with_spectra(tensors, work, arch, options),
         sum(item.ref.file_nbytes for item in work),
         bytes_read,
         [*plan.notes, *notes],
     )
+
+
+def _with_spectra(tensors: list[PlannedTensor], work: list[Any], arch: Any, options: FitOptions) -> list[PlannedTensor]:
+    """The matrices marked with what `fit --spectrum` would do with them: the spectrum pass's own plan
+    (run/spectrum.py plan_spectra, from the shapes and layouts alone), as the fit makes it."""
+    from .spectrum import SpectrumInput, plan_spectra, record_names
+
+    inputs = [
+        SpectrumInput(item.ref, item.views, [] if item.views else _parts(item, arch, options)[0])
+        for item in work
+        if not item.vector
+    ]
+    planned = plan_spectra(inputs, lambda i: record_names(i.views, i.ref.name))
+    taken = {target.key for targets in planned.targets for target in targets}
+    out = []
+    for t in tensors:
+        if t.fate == "matrix":
+            whole = planned.skipped.get((t.name, None))
+            parts = [
+                f"part {kind}: {planned.skipped[(t.name, i)]}"
+                for i, kind in enumerate(t.parts)
+                if (t.name, i) in planned.skipped
+            ]
+            t = replace(t, spectrum=(t.name, None) in taken, spectrum_skipped=whole or "; ".join(parts) or None)
+        out.append(t)
+    return out
