@@ -37,6 +37,8 @@ PAIRS = {
     "noise": None,
     "merge-ft-lora": "merge",
 }
+# the parents a merge was made of (given to the diff as --parent)
+PARENTS = {"merge-ft-lora": ["finetune", "lora-r16"]}
 
 
 def _script():

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from weightdiag.delta import forensics
+from weightdiag.delta import forensics, merge
 from weightdiag.delta.lora import factor
 from weightdiag.delta.result import DiffOptions
 from weightdiag.run.diff import diff
@@ -406,3 +406,67 @@ def test_export_lora_of_the_minilm_lora_pair_is_its_rank_and_peft_merges_it_back
         if name in merged:
             bound = 4 * float(w.abs().max()) * 2**-24  # float32 rounding of W + B A
             np.testing.assert_allclose(merged[name].float().numpy(), w.numpy(), rtol=0, atol=bound)
+
+
+def test_the_merge_fit_from_difference_norms_equals_numpys_least_squares():
+    rng = np.random.default_rng(5)
+    base, p1, p2 = (rng.standard_normal(300) for _ in range(3))
+    d1, d2 = p1 - base, p2 - base
+    planted = base + 0.3 * d1 + 0.6 * d2 + 0.5 * rng.standard_normal(300)
+    dt = planted - base
+
+    def sq(x):
+        return float(x @ x)
+
+    found = merge.fit("w", sq(dt), [sq(d1), sq(d2)], [sq(planted - p1), sq(planted - p2)], {(0, 1): sq(p1 - p2)})
+    assert found is not None
+    coef, *_ = np.linalg.lstsq(np.stack([d1, d2], 1), dt, rcond=None)
+    assert found.coefficients == pytest.approx(tuple(coef), rel=1e-9)
+    left = dt - np.stack([d1, d2], 1) @ coef
+    assert found.residual == pytest.approx(np.sqrt(sq(left) / sq(dt)), rel=1e-6)
+    assert 0.2 < found.residual < 0.7  # the planted noise is left (about 0.4); a combination of the parents alone would be ~0
+    alone = merge.fit("w", sq(dt), [sq(d1), 0.0], [sq(planted - p1), sq(planted - base)], {(0, 1): sq(d1)})
+    assert alone is not None and np.isnan(alone.coefficients[1])  # a parent that left the tensor alone: no coefficient
+    assert merge.fit("w", 0.0, [1.0, 1.0], [1.0, 1.0], {(0, 1): 1.0}) is None  # nothing changed: nothing to explain
+
+
+@pytest.fixture(scope="module")
+def merged(planted, tmp_path_factory) -> dict[str, Path]:
+    from safetensors.numpy import load_file
+
+    root = tmp_path_factory.mktemp("merges")
+    side = {k: load_file(str(planted[k] / "model.safetensors")) for k in ("base", "lora", "noise")}
+    b, lo, no = side["base"], side["lora"], side["noise"]
+    average = {k: b[k] + 0.5 * (lo[k] - b[k]) + 0.5 * (no[k] - b[k]) for k in b}
+    return {"average": write(root / "average", average)}
+
+
+@pytest.mark.parametrize(
+    ("tuned", "parents", "verdict"),
+    [
+        ("average", ("lora", "noise"), "merge"),
+        ("average", (), "unsure"),  # without its parents a merge is not named
+        ("lora", ("noise", "quantized"), "lora"),  # parents that do not explain the change: the usual rules
+        ("noise", ("noise", "lora"), "unsure"),  # one parent's change alone: not a merge
+    ],
+)
+def test_a_merge_is_named_only_when_its_parents_explain_the_change(planted, merged, tuned, parents, verdict):
+    where = {**planted, **merged}
+    options = DiffOptions(device="cpu", parents=[str(where[p]) for p in parents])
+    mechanism = diff(str(planted["base"]), str(where[tuned]), options).to_json()["mechanism"]
+    assert mechanism["verdict"] == verdict, mechanism
+    if verdict == "merge":
+        assert mechanism["coefficients"] == pytest.approx([0.5, 0.5], abs=1e-3)
+        residual = next(e for e in mechanism["evidence"] if e["signal"] == "merge_residual_median")
+        assert residual["value"] < 1e-3
+
+
+def test_parent_is_a_repeatable_option_of_diff(planted, merged):
+    done = run_cli(
+        "diff", str(planted["base"]), str(merged["average"]), "--parent", str(planted["lora"]),
+        "--parent", str(planted["noise"]), "--json", "--no-save",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["mechanism"]["verdict"] == "merge"
+    missing = run_cli("diff", str(planted["base"]), str(merged["average"]), "--parent", "/nonexistent/model")
+    assert missing.returncode == 2 and "/nonexistent/model" in missing.stderr and "Traceback" not in missing.stderr

@@ -30,11 +30,13 @@ docs/forensics.md).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .merge import MergeFit
 from .result import TensorDiff
 
 VERDICTS = (
@@ -130,10 +132,16 @@ NORM_KEPT = 1e-5  # |‖W_tuned‖ / ‖W_base‖ - 1| below: the values moved, 
 MOVED = 0.05  # ... when the relative change is at least this
 
 
-def judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], unpaired: int = 0) -> Mechanism:
+def judge(
+    matrices: Sequence[TensorDiff],
+    vectors: Sequence[TensorDiff],
+    unpaired: int = 0,
+    merge: Sequence[MergeFit] | None = None,
+) -> Mechanism:
     """The model's verdict (see the module docstring and docs/forensics.md). `unpaired`: tensors found on one side
-    only or with another shape there: then no mechanism is named (a truncated model is not `identical`)."""
-    found = _judge(matrices, vectors)
+    only or with another shape there: then no mechanism is named (a truncated model is not `identical`). `merge`:
+    the per-tensor fits against the parents (delta/merge.py) when parents were given, else None."""
+    found = _judge(matrices, vectors, merge)
     if not unpaired or found.verdict == "unsure":
         return found
     reading = f"{unpaired} tensors on one side only or of another shape; the paired ones read as {found.verdict}"
@@ -144,7 +152,40 @@ def judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], unpaire
     )
 
 
-def _judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff]) -> Mechanism:
+MERGE_RESIDUAL = 0.05  # a tensor's change explained by the parents': at most 5% of its norm left
+MERGE_SHARE = 0.05  # a parent counts in the merge when its median coefficient is at least this
+
+
+def _merge(fits: Sequence[MergeFit], changed: int, say: Any) -> bool:
+    """Whether the parents' changes explain the tuned's: AGREE of the changed tensors fitted to MERGE_RESIDUAL,
+    by at least two parents. Says the evidence either way."""
+    if not fits:
+        say("parents", 0, "no changed tensor is in every parent: no merge fit")
+        return False
+    explained = [f for f in fits if f.residual <= MERGE_RESIDUAL]
+    left = _median([f.residual for f in fits])
+    coefficients = [
+        _median([c for f in explained if math.isfinite(c := f.coefficients[i])]) or 0.0
+        for i in range(len(fits[0].coefficients))
+    ]  # each parent's over the tensors it changed
+    shown = ", ".join(f"{c:.3g}" for c in coefficients)
+    if len(explained) < AGREE * max(changed, len(fits)):
+        say("merge_residual_median", left, f"the parents' changes leave {_g(left)} of the change unexplained")
+        return False
+    say("merge_coefficients", coefficients, f"the change is ({shown}) times the parents' changes")
+    say(
+        "merge_residual_median",
+        left,
+        f"{len(explained)} of {changed} changed tensors fitted, {_g(left)} of the change left (median)",
+    )
+    parents = sum(abs(c) >= MERGE_SHARE for c in coefficients)
+    if parents < 2:
+        say("merge_parents", parents, "but the change is one parent's alone: not a merge of them")
+        return False
+    return True
+
+
+def _judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], merge: Sequence[MergeFit] | None) -> Mechanism:
     everything = [*matrices, *vectors]
     changed = [t for t in everything if not t.untouched]
     changed_matrices = [t for t in matrices if not t.untouched and t.spectrum is not None]
@@ -169,6 +210,10 @@ def _judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff]) -> Mec
         say("dtype_changed_tensors", 0, "same names and dtypes")
         return Mechanism("identical", evidence)
 
+    if merge is not None and _merge(merge, len(changed), say):  # before the rest: a merge mixes their signatures
+        coefficients = next(e["value"] for e in evidence if e["signal"] == "merge_coefficients")
+        say("changed_tensors", len(changed), f"{len(changed)} of {len(everything)} tensors changed")
+        return Mechanism("merge", evidence, {"coefficients": coefficients})
     if not changed_matrices and any(not t.untouched and t.spectrum is None for t in matrices):
         say("spectrum", None, "without the spectrum (--no-spectrum) only identical and re-stored copies are told")
         return Mechanism("unsure", evidence)

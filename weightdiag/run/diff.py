@@ -185,7 +185,12 @@ def diff(
     }
     notes = [*base_plan.notes, *tuned_plan.notes]
     unpaired = len(pairing.only_base) + len(pairing.only_tuned) + len(pairing.shape_mismatches)
-    mechanism = judge(matrices, vectors, unpaired)
+    merge = None
+    if options.parents:  # the parents' passes, each a diff of its own (run/parents.py)
+        from .parents import parent_fits
+
+        merge = parent_fits(base_spec, tuned_spec, everything, options)
+    mechanism = judge(matrices, vectors, unpaired, merge)
     blocks_differ = by_block(matrices, vectors, mechanism.verdict)
     if blocks_differ:
         mechanism.details["blocks"] = blocks_differ
