@@ -266,7 +266,10 @@ def build(out: Path) -> Path:
         base.eval()
         print("RL (GRPO-style) on copies", file=sys.stderr)
         rewards = _rl_train(model, base, RL_STEPS, seed=3)
-        print(f"  mean reward first 5 steps {sum(rewards[:5]) / 5:.3f}, last 5 {sum(rewards[-5:]) / 5:.3f}", file=sys.stderr)
+        print(
+            f"  mean reward first 5 steps {sum(rewards[:5]) / 5:.3f}, last 5 {sum(rewards[-5:]) / 5:.3f}",
+            file=sys.stderr,
+        )
         _save(out / "rl", _state(model))
     if not _cached(out / "lora"):
         from peft import LoraConfig, get_peft_model

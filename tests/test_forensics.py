@@ -424,7 +424,9 @@ def test_the_merge_fit_from_difference_norms_equals_numpys_least_squares():
     assert found.coefficients == pytest.approx(tuple(coef), rel=1e-9)
     left = dt - np.stack([d1, d2], 1) @ coef
     assert found.residual == pytest.approx(np.sqrt(sq(left) / sq(dt)), rel=1e-6)
-    assert 0.2 < found.residual < 0.7  # the planted noise is left (about 0.4); a combination of the parents alone would be ~0
+    assert (
+        0.2 < found.residual < 0.7
+    )  # the planted noise is left (about 0.4); a combination of the parents alone would be ~0
     alone = merge.fit("w", sq(dt), [sq(d1), 0.0], [sq(planted - p1), sq(planted - base)], {(0, 1): sq(d1)})
     assert alone is not None and np.isnan(alone.coefficients[1])  # a parent that left the tensor alone: no coefficient
     assert merge.fit("w", 0.0, [1.0, 1.0], [1.0, 1.0], {(0, 1): 1.0}) is None  # nothing changed: nothing to explain
@@ -470,3 +472,59 @@ def test_parent_is_a_repeatable_option_of_diff(planted, merged):
     assert json.loads(done.stdout)["mechanism"]["verdict"] == "merge"
     missing = run_cli("diff", str(planted["base"]), str(merged["average"]), "--parent", "/nonexistent/model")
     assert missing.returncode == 2 and "/nonexistent/model" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def _off_principal(w: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
+    """Small noise with the base's top-16 right singular directions projected out: an update that avoids them."""
+    v = np.linalg.svd(w.astype(np.float64), full_matrices=False)[2][: forensics.TOP_K].T
+    d = rng.standard_normal(w.shape)
+    d -= (d @ v) @ v.T
+    return (w + scale * float(np.std(w)) * d).astype(np.float32)
+
+
+def _spectrum_scaled(w: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
+    """A large change: the top-16 singular values grown by `scale`, and dense noise of 0.2 relative on top."""
+    u, s, vt = np.linalg.svd(w.astype(np.float64), full_matrices=False)
+    k = forensics.TOP_K
+    grown = w + (u[:, :k] * (scale * s[:k])) @ vt[:k]
+    return (grown + 0.2 * float(np.std(w)) * rng.standard_normal(w.shape)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> dict[str, Path]:
+    """Planted dense trained updates (norms trained too): RL-like (small, off the principal directions),
+    continued-pretraining-like (large, spectrum grown, every embedding row), and that large change with a narrow
+    fine-tune's embedding (a few token rows)."""
+    root = tmp_path_factory.mktemp("trained")
+    base = base_tensors()
+    rng = np.random.default_rng(7)
+    vectors = {
+        k: (v * (1 + 1e-3 * rng.standard_normal(v.shape))).astype(np.float32) for k, v in base.items() if v.ndim == 1
+    }
+    rl = {k: _off_principal(v, 1e-3, rng) for k, v in base.items() if v.ndim == 2}
+    large = {k: _spectrum_scaled(v, 0.5, rng) for k, v in base.items() if v.ndim == 2}
+    narrow = dict(large)
+    rows = base["model.embed_tokens.weight"].copy()
+    rows[:20] += 0.3 * float(np.std(rows)) * rng.standard_normal(rows[:20].shape).astype(np.float32)
+    narrow["model.embed_tokens.weight"] = rows
+    return {
+        "base": write(root / "base", base),
+        "rl": write(root / "rl", {**rl, **vectors}),
+        "cpt": write(root / "cpt", {**large, **vectors}),
+        "narrow": write(root / "narrow", {**narrow, **vectors}),
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "verdict"),
+    [
+        ("rl", "rl_update"),
+        ("cpt", "continued_pretraining"),
+        ("narrow", "full_finetune"),  # the same change but few embedding rows: not broad, so not continued pretraining
+    ],
+)
+def test_dense_trained_updates_are_told_by_size_breadth_and_lean(trained, name, verdict):
+    mechanism = diff(str(trained["base"]), str(trained[name]), DiffOptions(device="cpu")).to_json()["mechanism"]
+    assert mechanism["verdict"] == verdict, mechanism
+    signals = {e["signal"] for e in mechanism["evidence"]}
+    assert "relative_change_median" in signals

@@ -55,6 +55,15 @@ DISTINCT = 0.95  # a fine-tune or LoRA keeps at least 95% of them
 PRINCIPAL_EXCESS = 1.5  # "dense-principal": ΔW's share in the base's top-k subspace >= 1.5x the isotropic k/dim
 FINETUNE_AGREE = 2 / 3  # "full_finetune": this share of the voting matrices "dense-principal", none low-rank
 SMALL = 16  # matrices narrower than this on either side do not vote (as findings.is_low_rank)
+# A dense trained update (every voting matrix dense, norms trained) is told by its size, breadth and lean; the
+# thresholds lie between the bench's pairs (benchmarks/RESULTS.md, "Issue 40"), with the margins said there.
+SMALL_CHANGE = 0.002  # median relative change below: a small update (RL-style, or a short fine-tune)
+RL_OFF = 0.5  # rl_update: ΔW's share in the base's top-16 subspace at most half an isotropic update's (median)
+RL_DRIFT = 1e-3  # rl_update: top singular values moved at most this (Zhu et al.: minimal spectral drift)
+RL_SPARSE = 0.5  # rl_update: at least half the elements changed by less than BF16 resolves (2^-9 relative)
+BROAD = 0.8  # this share of the input embedding's elements changed: nearly every token trained on
+CPT_CHANGE = 0.2  # continued_pretraining: median relative change at least this
+CPT_DRIFT = 0.1  # ... and the top-16 singular values moved at least this (median)
 AGREE = 0.9  # share of the changed matrices that must be in the verdict's class (the rest: "unclassified" only)
 PLAIN = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
 
@@ -137,11 +146,14 @@ def judge(
     vectors: Sequence[TensorDiff],
     unpaired: int = 0,
     merge: Sequence[MergeFit] | None = None,
+    footprint: float | None = None,
 ) -> Mechanism:
     """The model's verdict (see the module docstring and docs/forensics.md). `unpaired`: tensors found on one side
     only or with another shape there: then no mechanism is named (a truncated model is not `identical`). `merge`:
     the per-tensor fits against the parents (delta/merge.py) when parents were given, else None."""
-    found = _judge(matrices, vectors, merge)
+    if footprint is None:
+        footprint = embedding_footprint(matrices)
+    found = _judge(matrices, vectors, merge, footprint)
     if not unpaired or found.verdict == "unsure":
         return found
     reading = f"{unpaired} tensors on one side only or of another shape; the paired ones read as {found.verdict}"
@@ -185,7 +197,12 @@ def _merge(fits: Sequence[MergeFit], changed: int, say: Any) -> bool:
     return True
 
 
-def _judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], merge: Sequence[MergeFit] | None) -> Mechanism:
+def _judge(
+    matrices: Sequence[TensorDiff],
+    vectors: Sequence[TensorDiff],
+    merge: Sequence[MergeFit] | None,
+    footprint: float | None,
+) -> Mechanism:
     everything = [*matrices, *vectors]
     changed = [t for t in everything if not t.untouched]
     changed_matrices = [t for t in matrices if not t.untouched and t.spectrum is not None]
@@ -298,8 +315,42 @@ def _judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], merge:
     say("spectral_drift_median", moved, f"top-16 singular values moved {_g(moved)}")
     say("subspace_overlap_median", kept, f"top-16 subspace overlap {_g(kept)} (1: no rotation)")
     dense = share("dense-principal") + share("dense-isotropic")
-    if voting and share("dense-principal") >= FINETUNE_AGREE and dense == 1.0 and changed_vectors:
-        lean = share("dense-principal")
+    if not (voting and dense == 1.0 and changed_vectors):
+        say("classes", dict(classes), "the changed matrices do not agree on one mechanism")
+        return Mechanism("unsure", evidence, details)
+    # every voting matrix dense and norms trained: a trained update; its size, breadth and lean tell which
+    size = _median([t.figures.relative_change for t in voting]) or 0.0
+    lean = share("dense-principal")
+    say("relative_change_median", size, f"each ΔW {_g(size)} of its matrix (median)")
+    if size < SMALL_CHANGE:
+        near = _median([t.forensics.tolerance_fraction for t in voting if t.forensics]) or 0.0
+        say("bf16_sparsity_median", near, f"{near:.0%} of the elements changed by less than BF16 resolves")
+        if excess is not None and excess <= RL_OFF and (moved or 0.0) <= RL_DRIFT and near >= RL_SPARSE:
+            say("off_principal", excess, "the update avoids the base's principal directions (Zhu et al.)")
+            say("vectors_changed", len(changed_vectors), "norms and biases trained too")
+            return Mechanism("rl_update", evidence, details)
+        say(
+            "small_update",
+            size,
+            f"a small dense update (under {SMALL_CHANGE:g} of each matrix) that does not avoid the base's principal "
+            f"directions ({_x(excess)} the isotropic share): a short fine-tune, an RL-style update or noise, not "
+            "told apart",
+        )
+        return Mechanism("unsure", evidence, details)
+    if footprint is not None:
+        say("embedding_rows_changed", footprint, f"{footprint:.0%} of the input embedding's rows changed")
+    if footprint is not None and footprint >= BROAD:
+        if size >= CPT_CHANGE and (moved or 0.0) >= CPT_DRIFT:
+            say("broad_large_update", size, "every matrix and nearly every token's embedding moved, the spectrum too")
+            return Mechanism("continued_pretraining", evidence, details)
+        say(
+            "broad_update",
+            footprint,
+            "nearly every token's embedding changed, but the change is moderate: continued pretraining, a merge "
+            "or a fine-tune on broad data, not told apart",
+        )
+        return Mechanism("unsure", evidence, details)
+    if lean >= FINETUNE_AGREE:
         say("dense_principal_share", lean, f"{lean:.0%} of the ΔW lean on the base's principal directions")
         say("vectors_changed", len(changed_vectors), "norms and biases trained too")
         return Mechanism("full_finetune", evidence, details)
@@ -307,11 +358,24 @@ def _judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], merge:
     return Mechanism("unsure", evidence, details)
 
 
+def embedding_footprint(matrices: Sequence[TensorDiff]) -> float | None:
+    """The share of the input embedding's elements (of the largest, where there are several) that changed: a
+    fine-tune on a narrow task leaves the rows of the tokens it never saw alone; None without an embedding."""
+    embeds = [t for t in matrices if t.kind == "embed"]
+    if not embeds:
+        return None
+    largest = max(embeds, key=lambda t: t.figures.numel)
+    return 1.0 - largest.figures.unchanged_fraction
+
+
 def by_block(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], model: str) -> list[dict[str, Any]]:
-    """Each block's verdict by the same rules, listed only where some block's differs from the model's."""
+    """Each block's verdict by the same rules (with the model's embedding footprint: a block holds no embedding),
+    listed only where some block's differs from the model's."""
     keys = sorted({t.block for t in [*matrices, *vectors] if t.block is not None})
+    footprint = embedding_footprint(matrices)
     out = []
     for key in keys:
-        verdict = judge([t for t in matrices if t.block == key], [t for t in vectors if t.block == key])
+        in_block = [t for t in matrices if t.block == key]
+        verdict = judge(in_block, [t for t in vectors if t.block == key], footprint=footprint)
         out.append({"block": key, "verdict": verdict.verdict})
     return out if any(b["verdict"] != model for b in out) else []

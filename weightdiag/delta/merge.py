@@ -28,7 +28,9 @@ class MergeFit:
     residual: float  # |d_t - sum a_i d_i| / |d_t|
 
 
-def fit(name: str, tuned: float, parents: Sequence[float], cross: Sequence[float], between: Mapping[tuple[int, int], float]) -> MergeFit | None:
+def fit(
+    name: str, tuned: float, parents: Sequence[float], cross: Sequence[float], between: Mapping[tuple[int, int], float]
+) -> MergeFit | None:
     """tuned: |d_t|^2; parents[i]: |d_i|^2; cross[i]: |W_tuned - W_parent_i|^2; between[(i, j)], i < j:
     |W_parent_i - W_parent_j|^2. None when the tuned did not change (nothing to explain)."""
     if tuned <= 0 or not math.isfinite(tuned):
