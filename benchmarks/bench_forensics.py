@@ -1,9 +1,10 @@
-"""Benchmark the mechanism verdict of `weightdiag diff` (issue 40) on pairs built from MiniLM's real weights.
+"""Benchmark the mechanism verdict of `weightdiag diff` (issue 40) on pairs built from MiniLM's and AntiBERTy's
+real weights and from a tiny causal LM trained here.
 
-Builds (or reuses) the pairs of benchmarks/forensic_pairs.py: identical, re-stored as BF16 and renamed, int8 /
-int4 / int2 / FP8 / NF4 round trips, rank-4 and rank-16 LoRAs merged into q, v and the attention output, a
-30-step AdamW fine-tune (scripts/make_diff_pair.py's), Gaussian noise on every matrix, and a merge (the mean of
-the fine-tune and the rank-16 LoRA). Diffs each against the base and prints:
+Builds (or reuses) the pairs of benchmarks/forensic_pairs.py, from MiniLM and from AntiBERTy: identical,
+re-stored as BF16 and renamed, int8 / int4 / int2 / FP8 / NF4 round trips, rank-4 and rank-16 LoRAs merged into
+q, v and the attention output, a 30-step AdamW fine-tune, Gaussian noise on every matrix, and a merge (the mean
+of the fine-tune and the rank-16 LoRA). Diffs each against the base and prints:
   - the confusion table (true mechanism x verdict); "right" = the true mechanism or unsure; "wrong" = another
     mechanism named (the acceptance: none);
   - per pair: the verdict, its class counts, the damage score and SQNR, the seconds of the diff;
@@ -15,7 +16,7 @@ Then the pairs of a tiny causal LM trained here (benchmarks/causal_pairs.py: con
 RL update, SFT, a merged LoRA, two merges), and every merge diffed twice: with its parents given (`--parent`)
 and without; and one null case for the merge rule, the SFT model given two unrelated parents.
 
-    python benchmarks/bench_forensics.py [--pairs DIR] [--causal DIR] [--steps 30]
+    python benchmarks/bench_forensics.py [--pairs DIR] [--antiberty DIR] [--causal DIR] [--steps 30]
 """
 
 from __future__ import annotations
@@ -43,22 +44,28 @@ from weightdiag.run.export_lora import export_lora  # noqa: E402
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=Path, default=None, help="folder of pairs (built there when missing)")
+    parser.add_argument("--antiberty", type=Path, default=None, help="folder of AntiBERTy's pairs (built there)")
     parser.add_argument("--causal", type=Path, default=None, help="folder of the causal LM's pairs (built there)")
     parser.add_argument("--steps", type=int, default=30)
     args = parser.parse_args(argv)
     root = args.pairs or Path(tempfile.mkdtemp(prefix="forensic-pairs-"))
     if not (root / "pairs.json").exists():
         forensic_pairs.build(root, args.steps)
+    antiberty = args.antiberty or Path(tempfile.mkdtemp(prefix="antiberty-pairs-"))
+    if not (antiberty / "pairs.json").exists():
+        forensic_pairs.build(antiberty, args.steps, model="antiberty")
     causal = args.causal or Path(tempfile.mkdtemp(prefix="causal-pairs-"))
     if not (causal / "pairs.json").exists():
         causal_pairs.build(causal)
-    print(f"machine: {platform.machine()}, {platform.processor() or platform.platform()}; pairs in {root}, {causal}")
+    print(f"machine: {platform.machine()}, {platform.processor() or platform.platform()}")
+    print(f"pairs in {root}, {antiberty}, {causal}")
     # (label, folder of the pairs, derived model, true mechanism, parents given)
     cases: list[tuple[str, Path, str, str | None, list[str]]] = []
-    for name, expected in json.loads((root / "pairs.json").read_text()).items():
-        cases.append((f"minilm {name}", root, name, expected, []))
-        if name in forensic_pairs.PARENTS:
-            cases.append((f"minilm {name} --parent x2", root, name, expected, forensic_pairs.PARENTS[name]))
+    for model, folder in (("minilm", root), ("antiberty", antiberty)):
+        for name, expected in json.loads((folder / "pairs.json").read_text()).items():
+            cases.append((f"{model} {name}", folder, name, expected, []))
+            if name in forensic_pairs.PARENTS:
+                cases.append((f"{model} {name} --parent x2", folder, name, expected, forensic_pairs.PARENTS[name]))
     for name, (expected, parents) in json.loads((causal / "pairs.json").read_text()).items():
         cases.append((f"causal {name}", causal, name, expected, []))
         if parents:

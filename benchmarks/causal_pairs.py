@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-VOCAB = list("0123456789+-*=;><abcdefgh") + ["<pad>"]
+VOCAB = [*"0123456789+-*=;><abcdefgh", "<pad>"]
 PAD = len(VOCAB) - 1
 ID = {c: i for i, c in enumerate(VOCAB)}
 SEQ = 48
