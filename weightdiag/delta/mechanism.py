@@ -315,7 +315,8 @@ def _judge(
     say("spectral_drift_median", moved, f"top-16 singular values moved {_g(moved)}")
     say("subspace_overlap_median", kept, f"top-16 subspace overlap {_g(kept)} (1: no rotation)")
     dense = share("dense-principal") + share("dense-isotropic")
-    if not (voting and dense == 1.0 and changed_vectors):
+    trained = [t for t in vectors if not t.untouched]  # norms and biases (not matrices without a spectrum)
+    if not (voting and dense == 1.0 and trained):
         say("classes", dict(classes), "the changed matrices do not agree on one mechanism")
         return Mechanism("unsure", evidence, details)
     # every voting matrix dense and norms trained: a trained update; its size, breadth and lean tell which
@@ -327,7 +328,7 @@ def _judge(
         say("bf16_sparsity_median", near, f"{near:.0%} of the elements changed by less than BF16 resolves")
         if excess is not None and excess <= RL_OFF and (moved or 0.0) <= RL_DRIFT and near >= RL_SPARSE:
             say("off_principal", excess, "the update avoids the base's principal directions (Zhu et al.)")
-            say("vectors_changed", len(changed_vectors), "norms and biases trained too")
+            say("vectors_changed", len(trained), "norms and biases trained too")
             return Mechanism("rl_update", evidence, details)
         say(
             "small_update",
@@ -352,7 +353,7 @@ def _judge(
         return Mechanism("unsure", evidence, details)
     if lean >= FINETUNE_AGREE:
         say("dense_principal_share", lean, f"{lean:.0%} of the ΔW lean on the base's principal directions")
-        say("vectors_changed", len(changed_vectors), "norms and biases trained too")
+        say("vectors_changed", len(trained), "norms and biases trained too")
         return Mechanism("full_finetune", evidence, details)
     say("classes", dict(classes), "the changed matrices do not agree on one mechanism")
     return Mechanism("unsure", evidence, details)
