@@ -360,13 +360,18 @@ def _judge(
 
 
 def embedding_footprint(matrices: Sequence[TensorDiff]) -> float | None:
-    """The share of the input embedding's elements (of the largest, where there are several) that changed: a
+    """The share of the token embedding's elements (BERT's next to positions; the largest input embedding where
+    none is named so) that changed: a
     fine-tune on a narrow task leaves the rows of the tokens it never saw alone; None without an embedding."""
     embeds = [t for t in matrices if t.kind == "embed"]
     if not embeds:
         return None
-    largest = max(embeds, key=lambda t: t.figures.numel)
+    tokens = [t for t in embeds if any(word in t.name for word in TOKEN_EMBEDDINGS)] or embeds  # not positions
+    largest = max(tokens, key=lambda t: t.figures.numel)
     return 1.0 - largest.figures.unchanged_fraction
+
+
+TOKEN_EMBEDDINGS = ("word_embeddings", "embed_tokens", "wte", "tok_embeddings", "token_embd")
 
 
 def by_block(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], model: str) -> list[dict[str, Any]]:

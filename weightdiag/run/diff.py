@@ -189,7 +189,7 @@ def diff(
     if options.parents:  # the parents' passes, each a diff of its own (run/parents.py)
         from .parents import parent_fits
 
-        merge = parent_fits(base_spec, tuned_spec, everything, options)
+        merge = parent_fits(base_spec, tuned_spec, everything, options, diff)
     mechanism = judge(matrices, vectors, unpaired, merge)
     blocks_differ = by_block(matrices, vectors, mechanism.verdict)
     if blocks_differ:

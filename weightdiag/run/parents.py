@@ -8,29 +8,30 @@ that is P (P + 3) / 2 more passes without the spectrum (5 for two parents).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..delta.merge import MergeFit, fit
-from ..delta.result import DiffOptions, TensorDiff
+from ..delta.result import DiffOptions, DiffResult, TensorDiff
+
+# run/diff.py's diff, handed in by it (this module is its helper: importing it back would be a cycle)
+Diff = Callable[[str, str, DiffOptions], DiffResult]
 
 
-def _norms(base: str, other: str, options: DiffOptions) -> dict[str, tuple[str, float]]:
-    """Each paired tensor's name on the `base` side -> (its name on the other side, |W_other - W_base|^2)."""
-    from .diff import diff
-
-    result = diff(base, other, replace(options, spectrum=False, parents=()))
-    return {t.name: (t.tuned_name, t.figures.delta_norm**2) for t in [*result.matrices, *result.vectors]}
-
-
-def parent_fits(base: str, tuned: str, paired: Sequence[TensorDiff], options: DiffOptions) -> list[MergeFit]:
+def parent_fits(
+    base: str, tuned: str, paired: Sequence[TensorDiff], options: DiffOptions, diff: Diff
+) -> list[MergeFit]:
     """One fit per tensor paired in base, tuned and every parent, whose change is not zero (delta/merge.py)."""
+
+    def norms(first: str, other: str) -> dict[str, tuple[str, float]]:
+        """Each paired tensor's name on the `first` side -> (its name on the other, |W_other - W_first|^2)."""
+        result = diff(first, other, replace(options, spectrum=False, parents=()))
+        return {t.name: (t.tuned_name, t.figures.delta_norm**2) for t in [*result.matrices, *result.vectors]}
+
     parents = list(options.parents)
-    to_parent = [_norms(base, p, options) for p in parents]  # base name -> (parent i's name, |d_i|^2)
-    from_tuned = [_norms(tuned, p, options) for p in parents]  # tuned name -> (parent's name, |W_t - W_i|^2)
-    between = {
-        (i, j): _norms(parents[i], parents[j], options) for i in range(len(parents)) for j in range(i + 1, len(parents))
-    }
+    to_parent = [norms(base, p) for p in parents]  # base name -> (parent i's name, |d_i|^2)
+    from_tuned = [norms(tuned, p) for p in parents]  # tuned name -> (parent's name, |W_t - W_i|^2)
+    between = {(i, j): norms(parents[i], parents[j]) for i in range(len(parents)) for j in range(i + 1, len(parents))}
     fits = []
     for t in paired:
         try:
