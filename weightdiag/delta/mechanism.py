@@ -68,6 +68,14 @@ AGREE = 0.9  # share of the changed matrices that must be in the verdict's class
 PLAIN = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
 
 
+LEAD = {
+    "full_finetune": ("dense_principal_share",),
+    "continued_pretraining": ("broad_large_update", "embedding_rows_changed"),
+    "rl_update": ("off_principal", "relative_change_median"),
+    "unsure": ("small_update", "broad_update"),
+}
+
+
 @dataclass(frozen=True)
 class Mechanism:
     verdict: str
@@ -84,7 +92,8 @@ class Mechanism:
             extra = f" (rank {self.details['rank']})"
         elif self.verdict == "quantized" and self.details.get("format"):
             extra = f" ({self.details['format']})"
-        first = [e for e in self.evidence if e["signal"] == "dense_principal_share"]  # a fine-tune's reason first
+        lead = LEAD.get(self.verdict, ())  # the verdict's deciding readings first
+        first = sorted((e for e in self.evidence if e["signal"] in lead), key=lambda e: lead.index(e["signal"]))
         reasons = "; ".join(e["reading"] for e in [*first, *(e for e in self.evidence if e not in first)][:3])
         return f"mechanism: {self.verdict}{extra}: {reasons}"
 
@@ -339,7 +348,7 @@ def _judge(
         )
         return Mechanism("unsure", evidence, details)
     if footprint is not None:
-        say("embedding_rows_changed", footprint, f"{footprint:.0%} of the input embedding's rows changed")
+        say("embedding_rows_changed", footprint, f"{footprint:.0%} of the token embedding changed")
     if footprint is not None and footprint >= BROAD:
         if size >= CPT_CHANGE and (moved or 0.0) >= CPT_DRIFT:
             say("broad_large_update", size, "every matrix and nearly every token's embedding moved, the spectrum too")
@@ -360,9 +369,9 @@ def _judge(
 
 
 def embedding_footprint(matrices: Sequence[TensorDiff]) -> float | None:
-    """The share of the token embedding's elements (BERT's next to positions; the largest input embedding where
-    none is named so) that changed: a
-    fine-tune on a narrow task leaves the rows of the tokens it never saw alone; None without an embedding."""
+    """The share of the token embedding's elements (BERT's, not its positions'; the largest input embedding where
+    none is named so) that changed: a fine-tune on a narrow task leaves the rows of the tokens it never saw alone;
+    None without an embedding."""
     embeds = [t for t in matrices if t.kind == "embed"]
     if not embeds:
         return None
