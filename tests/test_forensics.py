@@ -507,8 +507,10 @@ def trained(tmp_path_factory) -> dict[str, Path]:
     rows = base["model.embed_tokens.weight"].copy()
     rows[:20] += 0.3 * float(np.std(rows)) * rng.standard_normal(rows[:20].shape).astype(np.float32)
     narrow["model.embed_tokens.weight"] = rows
+    moderate = {k: _spectrum_scaled(v, 0.02, rng) for k, v in base.items() if v.ndim == 2}
     return {
         "base": write(root / "base", base),
+        "moderate": write(root / "moderate", {**moderate, **vectors}),
         "rl": write(root / "rl", {**rl, **vectors}),
         "cpt": write(root / "cpt", {**large, **vectors}),
         "narrow": write(root / "narrow", {**narrow, **vectors}),
@@ -521,6 +523,7 @@ def trained(tmp_path_factory) -> dict[str, Path]:
         ("rl", "rl_update"),
         ("cpt", "continued_pretraining"),
         ("narrow", "full_finetune"),  # the same change but few embedding rows: not broad, so not continued pretraining
+        ("moderate", "unsure"),  # broad but the spectrum barely moved: continued pretraining or a merge, not told
     ],
 )
 def test_dense_trained_updates_are_told_by_size_breadth_and_lean(trained, name, verdict):
@@ -528,3 +531,5 @@ def test_dense_trained_updates_are_told_by_size_breadth_and_lean(trained, name, 
     assert mechanism["verdict"] == verdict, mechanism
     signals = {e["signal"] for e in mechanism["evidence"]}
     assert "relative_change_median" in signals
+    if name == "moderate":
+        assert "broad_update" in signals, mechanism
