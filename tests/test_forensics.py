@@ -469,7 +469,9 @@ def test_parent_is_a_repeatable_option_of_diff(planted, merged):
         "--parent", str(planted["noise"]), "--json", "--no-save",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["mechanism"]["verdict"] == "merge"
+    doc = json.loads(done.stdout)
+    assert doc["mechanism"]["verdict"] == "merge"
+    assert doc["run"]["parents"] == [str(planted["lora"]), str(planted["noise"])]
     missing = run_cli("diff", str(planted["base"]), str(merged["average"]), "--parent", "/nonexistent/model")
     assert missing.returncode == 2 and "/nonexistent/model" in missing.stderr and "Traceback" not in missing.stderr
 

@@ -217,6 +217,7 @@ def diff(
             "seed": options.seed,
             "verification": verification,
             **({"cluster": cluster} if cluster is not None else {}),  # which nodes read what
+            **({"parents": list(options.parents)} if options.parents else {}),  # --parent, in the order given
             "tool": {"name": "weightdiag", "version": __version__},
             "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         },
