@@ -383,14 +383,23 @@ def embedding_footprint(matrices: Sequence[TensorDiff]) -> float | None:
 TOKEN_EMBEDDINGS = ("word_embeddings", "embed_tokens", "wte", "tok_embeddings", "token_embd")
 
 
-def by_block(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], model: str) -> list[dict[str, Any]]:
-    """Each block's verdict by the same rules (with the model's embedding footprint: a block holds no embedding),
-    listed only where some block's differs from the model's."""
+def by_block(
+    matrices: Sequence[TensorDiff],
+    vectors: Sequence[TensorDiff],
+    model: str,
+    merge: Sequence[MergeFit] | None = None,
+) -> list[dict[str, Any]]:
+    """Each block's verdict by the same rules (with the model's embedding footprint: a block holds no embedding;
+    and its own tensors' merge fits when parents were given), listed only where some block's differs from the
+    model's."""
     keys = sorted({t.block for t in [*matrices, *vectors] if t.block is not None})
     footprint = embedding_footprint(matrices)
     out = []
     for key in keys:
         in_block = [t for t in matrices if t.block == key]
-        verdict = judge(in_block, [t for t in vectors if t.block == key], footprint=footprint)
+        block_vectors = [t for t in vectors if t.block == key]
+        names = {t.name for t in [*in_block, *block_vectors]}
+        fits = [f for f in merge if f.name in names] if merge is not None else None
+        verdict = judge(in_block, block_vectors, merge=fits, footprint=footprint)
         out.append({"block": key, "verdict": verdict.verdict})
     return out if any(b["verdict"] != model for b in out) else []

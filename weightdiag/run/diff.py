@@ -191,7 +191,7 @@ def diff(
 
         merge = parent_fits(base_spec, tuned_spec, everything, options, diff)
     mechanism = judge(matrices, vectors, unpaired, merge)
-    blocks_differ = by_block(matrices, vectors, mechanism.verdict)
+    blocks_differ = by_block(matrices, vectors, mechanism.verdict, merge)
     if blocks_differ:
         mechanism.details["blocks"] = blocks_differ
     return DiffResult(
