@@ -1,6 +1,7 @@
 """Issue 40: what was done to a model. The subspace figures of each matrix (principal angles, spectral drift,
 intruder dimensions, principal energy, sparsity at a tolerance, level ratio) against numpy on whole matrices;
-the mechanism verdict on planted pairs (identical, re-stored, renamed, LoRA, quantized, noise: unsure); the
+the mechanism verdict on planted pairs (identical, re-stored, renamed, LoRA, quantized, noise: unsure; RL-like,
+continued-pretraining-like and fine-tune-like dense updates; merges with and without their parents); the
 damage score's order on int8/int4/int2 round trips of MiniLM; `--export-lora` against peft (when installed)
 or our own merge."""
 
