@@ -1,9 +1,10 @@
-"""Benchmark the mechanism verdict of `weightdiag diff` (issue 40) on pairs built from MiniLM's real weights.
+"""Benchmark the mechanism verdict of `weightdiag diff` (issue 40) on pairs built from MiniLM's and AntiBERTy's
+real weights and from a tiny causal LM trained here.
 
-Builds (or reuses) the pairs of benchmarks/forensic_pairs.py: identical, re-stored as BF16 and renamed, int8 /
-int4 / int2 / FP8 / NF4 round trips, rank-4 and rank-16 LoRAs merged into q, v and the attention output, a
-30-step AdamW fine-tune (scripts/make_diff_pair.py's), Gaussian noise on every matrix, and a merge (the mean of
-the fine-tune and the rank-16 LoRA). Diffs each against the base and prints:
+Builds (or reuses) the pairs of benchmarks/forensic_pairs.py, from MiniLM and from AntiBERTy: identical,
+re-stored as BF16 and renamed, int8 / int4 / int2 / FP8 / NF4 round trips, rank-4 and rank-16 LoRAs merged into
+q, v and the attention output, a 30-step AdamW fine-tune, Gaussian noise on every matrix, and a merge (the mean
+of the fine-tune and the rank-16 LoRA). Diffs each against the base and prints:
   - the confusion table (true mechanism x verdict); "right" = the true mechanism or unsure; "wrong" = another
     mechanism named (the acceptance: none);
   - per pair: the verdict, its class counts, the damage score and SQNR, the seconds of the diff;
@@ -11,7 +12,11 @@ the fine-tune and the rank-16 LoRA). Diffs each against the base and prints:
   - `--export-lora` on the rank-4 LoRA (energy 0.99999: the exported rank, the largest relative error) and on
     the fine-tune (energy 0.9: the smallest energy reached per matrix).
 
-    python benchmarks/bench_forensics.py [--pairs DIR] [--steps 30]
+Then the pairs of a tiny causal LM trained here (benchmarks/causal_pairs.py: continued pretraining, a GRPO-style
+RL update, SFT, a merged LoRA, two merges), and every merge diffed twice: with its parents given (`--parent`)
+and without; and one null case for the merge rule, the SFT model given two unrelated parents.
+
+    python benchmarks/bench_forensics.py [--pairs DIR] [--antiberty DIR] [--causal DIR] [--steps 30]
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks import forensic_pairs  # noqa: E402
+from benchmarks import causal_pairs, forensic_pairs  # noqa: E402
 from weightdiag.delta.mechanism import VERDICTS  # noqa: E402
 from weightdiag.delta.result import DiffOptions  # noqa: E402
 from weightdiag.run.diff import diff  # noqa: E402
@@ -39,20 +44,41 @@ from weightdiag.run.export_lora import export_lora  # noqa: E402
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=Path, default=None, help="folder of pairs (built there when missing)")
+    parser.add_argument("--antiberty", type=Path, default=None, help="folder of AntiBERTy's pairs (built there)")
+    parser.add_argument("--causal", type=Path, default=None, help="folder of the causal LM's pairs (built there)")
     parser.add_argument("--steps", type=int, default=30)
     args = parser.parse_args(argv)
     root = args.pairs or Path(tempfile.mkdtemp(prefix="forensic-pairs-"))
     if not (root / "pairs.json").exists():
         forensic_pairs.build(root, args.steps)
-    truth: dict[str, str | None] = json.loads((root / "pairs.json").read_text())
-    print(f"machine: {platform.machine()}, {platform.processor() or platform.platform()}; pairs in {root}")
+    antiberty = args.antiberty or Path(tempfile.mkdtemp(prefix="antiberty-pairs-"))
+    if not (antiberty / "pairs.json").exists():
+        forensic_pairs.build(antiberty, args.steps, model="antiberty")
+    causal = args.causal or Path(tempfile.mkdtemp(prefix="causal-pairs-"))
+    if not (causal / "pairs.json").exists():
+        causal_pairs.build(causal)
+    print(f"machine: {platform.machine()}, {platform.processor() or platform.platform()}")
+    print(f"pairs in {root}, {antiberty}, {causal}")
+    # (label, folder of the pairs, derived model, true mechanism, parents given)
+    cases: list[tuple[str, Path, str, str | None, list[str]]] = []
+    for model, folder in (("minilm", root), ("antiberty", antiberty)):
+        for name, expected in json.loads((folder / "pairs.json").read_text()).items():
+            cases.append((f"{model} {name}", folder, name, expected, []))
+            if name in forensic_pairs.PARENTS:
+                cases.append((f"{model} {name} --parent x2", folder, name, expected, forensic_pairs.PARENTS[name]))
+    for name, (expected, parents) in json.loads((causal / "pairs.json").read_text()).items():
+        cases.append((f"causal {name}", causal, name, expected, []))
+        if parents:
+            cases.append((f"causal {name} --parent x2", causal, name, expected, parents))
+    cases.append(("causal sft --parent cpt --parent rl", causal, "sft", "full_finetune", ["cpt", "rl"]))
     rows = []
-    for name, expected in truth.items():
+    for label, folder, name, expected, parents in cases:
         started = time.perf_counter()
-        result = diff(str(root / "base"), str(root / name), DiffOptions(device="cpu"))
+        options = DiffOptions(device="cpu", parents=[str(folder / p) for p in parents])
+        result = diff(str(folder / "base"), str(folder / name), options)
         seconds = time.perf_counter() - started
         m = result.mechanism
-        rows.append((name, expected, m.verdict, m.details, result.damage, seconds))
+        rows.append((label, expected, m.verdict, m.details, result.damage, seconds))
     print("\n| pair | true | verdict | right | classes | damage score | SQNR dB | seconds |")
     print("|---|---|---|---|---|---|---|---|")
     wrong = 0
@@ -60,6 +86,8 @@ def main(argv: list[str] | None = None) -> None:
         right = verdict == "unsure" or verdict == expected
         wrong += not right
         extra = f" (rank {details['rank']})" if verdict == "lora" else ""
+        if verdict == "merge":
+            extra = " (" + ", ".join(f"{c:.3g}" for c in details["coefficients"]) + ")"
         if verdict == "quantized" and details.get("format"):
             extra = f" ({details['format']})"
         classes = ", ".join(f"{k} {v}" for k, v in sorted((details.get("classes") or {}).items()))
@@ -78,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {true} | " + " | ".join(str(table[(true, v)] or "") for v in seen) + " |")
     named = sum(verdict != "unsure" for _, _, verdict, *_ in rows)
     print(f"\n{len(rows)} pairs: {named} named, {len(rows) - named} unsure, {wrong} wrong")
-    quant = sorted((r for r in rows if r[1] == "quantized"), key=lambda r: r[4]["score"])
+    quant = sorted((r for r in rows if r[1] == "quantized" and r[0].startswith("minilm")), key=lambda r: r[4]["score"])
     print("damage ranking (least first): " + ", ".join(f"{r[0]} {r[4]['score']:.3g}" for r in quant))
     for name, energy in (("lora-r4", 0.99999), ("finetune", 0.9)):
         out = Path(tempfile.mkdtemp()) / "adapter"

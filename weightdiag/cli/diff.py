@@ -26,7 +26,7 @@ DiffTuned = Annotated[
 @takes(
     "include", "exclude", "fail_above", "blocks", "sketch", "spectrum@diff", "db", "device@diff", "revision@diff",
     "token", "cache_dir", "connections", "executor@diff", "ray_address", "node_progress", "save@diff", "all_matrices",
-    "all_matrices_alias", "plot", "html@diff", "export_lora", "rank", "energy", "as_json", "quiet",
+    "all_matrices_alias", "plot", "html@diff", "export_lora", "rank", "energy", "parent", "as_json", "quiet",
 )  # fmt: skip
 def diff(first: DiffBase, second: DiffTuned = None, *, given: Given) -> None:
     """What changed from BASE to TUNED, matrix by matrix: exact figures, rank90, findings, the mechanism; a CI gate."""
@@ -47,6 +47,7 @@ def diff(first: DiffBase, second: DiffTuned = None, *, given: Given) -> None:
     options = DiffOptions(
         include=given.include or (),
         exclude=given.exclude or (),
+        parents=given.parent or (),
         **given.named("device", "sketch", "spectrum", "connections", "token", "executor", "ray_address"),
     )
     progress = _node_progress(_progress(given.quiet), given.node_progress, given.executor, given.quiet)

@@ -41,6 +41,7 @@ FLAGS = {
     "model_id": "--name",
     "node_progress": "--node-progress",
     "output": "--output",
+    "parents": "--parent",
     "plot": "--plot",
     "preset": "--preset",
     "protocol": "--protocol",

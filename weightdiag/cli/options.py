@@ -378,6 +378,9 @@ OPTIONS: dict[str, Entry] = {
     "sketch": Entry(SketchOption, 128),
     "all_matrices": Entry(AllMatricesOption, False),
     "all_matrices_alias": Entry(AllMatricesAliasOption, False),
+    "parent": Entry(
+        _option(list[str] | None, "--parent", metavar="MODEL", help="A model TUNED may merge (repeatable)."), None
+    ),
     # sweep
     "revisions": Entry(RevisionsOption, None),
     "steps": Entry(StepsOption, None),

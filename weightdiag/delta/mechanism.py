@@ -30,11 +30,13 @@ docs/forensics.md).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .merge import MergeFit
 from .result import TensorDiff
 
 VERDICTS = (
@@ -53,8 +55,25 @@ DISTINCT = 0.95  # a fine-tune or LoRA keeps at least 95% of them
 PRINCIPAL_EXCESS = 1.5  # "dense-principal": ΔW's share in the base's top-k subspace >= 1.5x the isotropic k/dim
 FINETUNE_AGREE = 2 / 3  # "full_finetune": this share of the voting matrices "dense-principal", none low-rank
 SMALL = 16  # matrices narrower than this on either side do not vote (as findings.is_low_rank)
+# A dense trained update (every voting matrix dense, norms trained) is told by its size, breadth and lean; the
+# thresholds lie between the bench's pairs (benchmarks/RESULTS.md, "Issue 40"), with the margins said there.
+SMALL_CHANGE = 0.002  # median relative change below: a small update (RL-style, or a short fine-tune)
+RL_OFF = 0.5  # rl_update: ΔW's share in the base's top-16 subspace at most half an isotropic update's (median)
+RL_DRIFT = 1e-3  # rl_update: top singular values moved at most this (Zhu et al.: minimal spectral drift)
+RL_SPARSE = 0.5  # rl_update: at least half the elements changed by less than BF16 resolves (2^-9 relative)
+BROAD = 0.8  # this share of the input embedding's elements changed: nearly every token trained on
+CPT_CHANGE = 0.2  # continued_pretraining: median relative change at least this
+CPT_DRIFT = 0.1  # ... and the top-16 singular values moved at least this (median)
 AGREE = 0.9  # share of the changed matrices that must be in the verdict's class (the rest: "unclassified" only)
 PLAIN = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
+
+
+LEAD = {
+    "full_finetune": ("dense_principal_share",),
+    "continued_pretraining": ("broad_large_update", "embedding_rows_changed"),
+    "rl_update": ("off_principal", "relative_change_median"),
+    "unsure": ("small_update", "broad_update"),
+}
 
 
 @dataclass(frozen=True)
@@ -73,7 +92,8 @@ class Mechanism:
             extra = f" (rank {self.details['rank']})"
         elif self.verdict == "quantized" and self.details.get("format"):
             extra = f" ({self.details['format']})"
-        first = [e for e in self.evidence if e["signal"] == "dense_principal_share"]  # a fine-tune's reason first
+        lead = LEAD.get(self.verdict, ())  # the verdict's deciding readings first
+        first = sorted((e for e in self.evidence if e["signal"] in lead), key=lambda e: lead.index(e["signal"]))
         reasons = "; ".join(e["reading"] for e in [*first, *(e for e in self.evidence if e not in first)][:3])
         return f"mechanism: {self.verdict}{extra}: {reasons}"
 
@@ -130,10 +150,19 @@ NORM_KEPT = 1e-5  # |‖W_tuned‖ / ‖W_base‖ - 1| below: the values moved, 
 MOVED = 0.05  # ... when the relative change is at least this
 
 
-def judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], unpaired: int = 0) -> Mechanism:
+def judge(
+    matrices: Sequence[TensorDiff],
+    vectors: Sequence[TensorDiff],
+    unpaired: int = 0,
+    merge: Sequence[MergeFit] | None = None,
+    footprint: float | None = None,
+) -> Mechanism:
     """The model's verdict (see the module docstring and docs/forensics.md). `unpaired`: tensors found on one side
-    only or with another shape there: then no mechanism is named (a truncated model is not `identical`)."""
-    found = _judge(matrices, vectors)
+    only or with another shape there: then no mechanism is named (a truncated model is not `identical`). `merge`:
+    the per-tensor fits against the parents (delta/merge.py) when parents were given, else None."""
+    if footprint is None:
+        footprint = embedding_footprint(matrices)
+    found = _judge(matrices, vectors, merge, footprint)
     if not unpaired or found.verdict == "unsure":
         return found
     reading = f"{unpaired} tensors on one side only or of another shape; the paired ones read as {found.verdict}"
@@ -144,7 +173,45 @@ def judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], unpaire
     )
 
 
-def _judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff]) -> Mechanism:
+MERGE_RESIDUAL = 0.05  # a tensor's change explained by the parents': at most 5% of its norm left
+MERGE_SHARE = 0.05  # a parent counts in the merge when its median coefficient is at least this
+
+
+def _merge(fits: Sequence[MergeFit], changed: int, say: Any) -> bool:
+    """Whether the parents' changes explain the tuned's: AGREE of the changed tensors fitted to MERGE_RESIDUAL,
+    by at least two parents. Says the evidence either way."""
+    if not fits:
+        say("parents", 0, "no changed tensor is in every parent: no merge fit")
+        return False
+    explained = [f for f in fits if f.residual <= MERGE_RESIDUAL]
+    left = _median([f.residual for f in fits])
+    coefficients = [
+        _median([c for f in explained if math.isfinite(c := f.coefficients[i])]) or 0.0
+        for i in range(len(fits[0].coefficients))
+    ]  # each parent's over the tensors it changed
+    shown = ", ".join(f"{c:.3g}" for c in coefficients)
+    if len(explained) < AGREE * max(changed, len(fits)):
+        say("merge_residual_median", left, f"the parents' changes leave {_g(left)} of the change unexplained")
+        return False
+    say("merge_coefficients", coefficients, f"the change is ({shown}) times the parents' changes")
+    say(
+        "merge_residual_median",
+        left,
+        f"{len(explained)} of {changed} changed tensors fitted, {_g(left)} of the change left (median)",
+    )
+    parents = sum(abs(c) >= MERGE_SHARE for c in coefficients)
+    if parents < 2:
+        say("merge_parents", parents, "but the change is one parent's alone: not a merge of them")
+        return False
+    return True
+
+
+def _judge(
+    matrices: Sequence[TensorDiff],
+    vectors: Sequence[TensorDiff],
+    merge: Sequence[MergeFit] | None,
+    footprint: float | None,
+) -> Mechanism:
     everything = [*matrices, *vectors]
     changed = [t for t in everything if not t.untouched]
     changed_matrices = [t for t in matrices if not t.untouched and t.spectrum is not None]
@@ -169,6 +236,10 @@ def _judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff]) -> Mec
         say("dtype_changed_tensors", 0, "same names and dtypes")
         return Mechanism("identical", evidence)
 
+    if merge is not None and _merge(merge, len(changed), say):  # before the rest: a merge mixes their signatures
+        coefficients = next(e["value"] for e in evidence if e["signal"] == "merge_coefficients")
+        say("changed_tensors", len(changed), f"{len(changed)} of {len(everything)} tensors changed")
+        return Mechanism("merge", evidence, {"coefficients": coefficients})
     if not changed_matrices and any(not t.untouched and t.spectrum is None for t in matrices):
         say("spectrum", None, "without the spectrum (--no-spectrum) only identical and re-stored copies are told")
         return Mechanism("unsure", evidence)
@@ -253,20 +324,82 @@ def _judge(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff]) -> Mec
     say("spectral_drift_median", moved, f"top-16 singular values moved {_g(moved)}")
     say("subspace_overlap_median", kept, f"top-16 subspace overlap {_g(kept)} (1: no rotation)")
     dense = share("dense-principal") + share("dense-isotropic")
-    if voting and share("dense-principal") >= FINETUNE_AGREE and dense == 1.0 and changed_vectors:
-        lean = share("dense-principal")
+    trained = [t for t in vectors if not t.untouched]  # norms and biases (not matrices without a spectrum)
+    if not (voting and dense == 1.0 and trained):
+        say("classes", dict(classes), "the changed matrices do not agree on one mechanism")
+        return Mechanism("unsure", evidence, details)
+    # every voting matrix dense and norms trained: a trained update; its size, breadth and lean tell which
+    size = _median([t.figures.relative_change for t in voting]) or 0.0
+    lean = share("dense-principal")
+    say("relative_change_median", size, f"each ΔW {_g(size)} of its matrix (median)")
+    if size < SMALL_CHANGE:
+        near = _median([t.forensics.tolerance_fraction for t in voting if t.forensics]) or 0.0
+        say("bf16_sparsity_median", near, f"{near:.0%} of the elements changed by less than BF16 resolves")
+        if excess is not None and excess <= RL_OFF and (moved or 0.0) <= RL_DRIFT and near >= RL_SPARSE:
+            say("off_principal", excess, "the update avoids the base's principal directions (Zhu et al.)")
+            say("vectors_changed", len(trained), "norms and biases trained too")
+            return Mechanism("rl_update", evidence, details)
+        say(
+            "small_update",
+            size,
+            f"a small dense update (under {SMALL_CHANGE:g} of each matrix) that does not avoid the base's principal "
+            f"directions ({_x(excess)} the isotropic share): a short fine-tune, an RL-style update or noise, not "
+            "told apart",
+        )
+        return Mechanism("unsure", evidence, details)
+    if footprint is not None:
+        say("embedding_rows_changed", footprint, f"{footprint:.0%} of the token embedding changed")
+    if footprint is not None and footprint >= BROAD:
+        if size >= CPT_CHANGE and (moved or 0.0) >= CPT_DRIFT:
+            say("broad_large_update", size, "every matrix and nearly every token's embedding moved, the spectrum too")
+            return Mechanism("continued_pretraining", evidence, details)
+        say(
+            "broad_update",
+            footprint,
+            "nearly every token's embedding changed, but the change is moderate: continued pretraining, a merge "
+            "or a fine-tune on broad data, not told apart",
+        )
+        return Mechanism("unsure", evidence, details)
+    if lean >= FINETUNE_AGREE:
         say("dense_principal_share", lean, f"{lean:.0%} of the ΔW lean on the base's principal directions")
-        say("vectors_changed", len(changed_vectors), "norms and biases trained too")
+        say("vectors_changed", len(trained), "norms and biases trained too")
         return Mechanism("full_finetune", evidence, details)
     say("classes", dict(classes), "the changed matrices do not agree on one mechanism")
     return Mechanism("unsure", evidence, details)
 
 
-def by_block(matrices: Sequence[TensorDiff], vectors: Sequence[TensorDiff], model: str) -> list[dict[str, Any]]:
-    """Each block's verdict by the same rules, listed only where some block's differs from the model's."""
+def embedding_footprint(matrices: Sequence[TensorDiff]) -> float | None:
+    """The share of the token embedding's elements (BERT's, not its positions'; the largest input embedding where
+    none is named so) that changed: a fine-tune on a narrow task leaves the rows of the tokens it never saw alone;
+    None without an embedding."""
+    embeds = [t for t in matrices if t.kind == "embed"]
+    if not embeds:
+        return None
+    tokens = [t for t in embeds if any(word in t.name for word in TOKEN_EMBEDDINGS)] or embeds  # not positions
+    largest = max(tokens, key=lambda t: t.figures.numel)
+    return 1.0 - largest.figures.unchanged_fraction
+
+
+TOKEN_EMBEDDINGS = ("word_embeddings", "embed_tokens", "wte", "tok_embeddings", "token_embd")
+
+
+def by_block(
+    matrices: Sequence[TensorDiff],
+    vectors: Sequence[TensorDiff],
+    model: str,
+    merge: Sequence[MergeFit] | None = None,
+) -> list[dict[str, Any]]:
+    """Each block's verdict by the same rules (with the model's embedding footprint: a block holds no embedding;
+    and its own tensors' merge fits when parents were given), listed only where some block's differs from the
+    model's."""
     keys = sorted({t.block for t in [*matrices, *vectors] if t.block is not None})
+    footprint = embedding_footprint(matrices)
     out = []
     for key in keys:
-        verdict = judge([t for t in matrices if t.block == key], [t for t in vectors if t.block == key])
+        in_block = [t for t in matrices if t.block == key]
+        block_vectors = [t for t in vectors if t.block == key]
+        names = {t.name for t in [*in_block, *block_vectors]}
+        fits = [f for f in merge if f.name in names] if merge is not None else None
+        verdict = judge(in_block, block_vectors, merge=fits, footprint=footprint)
         out.append({"block": key, "verdict": verdict.verdict})
     return out if any(b["verdict"] != model for b in out) else []

@@ -36,6 +36,9 @@ class DiffOptions:
     # ray_address, else RAY_ADDRESS (diff/cluster.py); the result is the same.
     executor: str = "local"
     ray_address: str | None = None
+    # models the tuned one may be a merge of (`--parent`, repeatable): each diffed against the base, the tuned and
+    # each other without the spectrum (run/parents.py), so that the verdict can name `merge` (delta/merge.py)
+    parents: Sequence[str] = ()
 
 
 def num(value: float | None) -> float | None:

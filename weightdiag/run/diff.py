@@ -185,8 +185,13 @@ def diff(
     }
     notes = [*base_plan.notes, *tuned_plan.notes]
     unpaired = len(pairing.only_base) + len(pairing.only_tuned) + len(pairing.shape_mismatches)
-    mechanism = judge(matrices, vectors, unpaired)
-    blocks_differ = by_block(matrices, vectors, mechanism.verdict)
+    merge = None
+    if options.parents:  # the parents' passes, each a diff of its own (run/parents.py)
+        from .parents import parent_fits
+
+        merge = parent_fits(base_spec, tuned_spec, everything, options, diff)
+    mechanism = judge(matrices, vectors, unpaired, merge)
+    blocks_differ = by_block(matrices, vectors, mechanism.verdict, merge)
     if blocks_differ:
         mechanism.details["blocks"] = blocks_differ
     return DiffResult(
@@ -212,6 +217,7 @@ def diff(
             "seed": options.seed,
             "verification": verification,
             **({"cluster": cluster} if cluster is not None else {}),  # which nodes read what
+            **({"parents": list(options.parents)} if options.parents else {}),  # --parent, in the order given
             "tool": {"name": "weightdiag", "version": __version__},
             "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         },
