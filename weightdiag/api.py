@@ -955,10 +955,10 @@ def _lineage_row(
     return row, how
 
 
-def _database_refs(db: Path | None, row: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
-    """Every fitted row of the database but the candidate's own (of the same files), with its fingerprint or
-    why it has none."""
-    from .database.store import iter_rows
+def _database_refs(db: Path | None, row: Mapping[str, Any]) -> Iterator[tuple[str, bytes | str]]:
+    """Every fitted row of the database but the candidate's own (of the same files), with its packed fingerprint
+    (from the database's index: no row parsed) or why it has none."""
+    from .database.store import iter_lineage
     from .diagnose.lineage import Fingerprint
 
     def same(r: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -967,9 +967,9 @@ def _database_refs(db: Path | None, row: Mapping[str, Any]) -> Iterator[tuple[st
 
     if db is not None and not db.exists():
         return
-    for _, ref in iter_rows(db):  # one row at a time: judged as it is read, never all held
-        if same(ref) != same(row):
-            yield _label(ref), Fingerprint.of_or_why(_plain(ref))
+    for _, summary, packed in iter_lineage(db):  # one row at a time, judged in chunks, never all held
+        if same(summary) != same(row):
+            yield _label(summary), packed or str(Fingerprint.of_or_why(_plain(summary)))
 
 
 def lineage(
@@ -989,6 +989,7 @@ def lineage(
     `declared`: the reference is the base_model the candidate's model card names (a row of that id, else the model
     fitted), and the report says whether the weights confirm it (with the database's nearest derived row when not)."""
     from .diagnose.lineage import Fingerprint, judge_all
+    from .diagnose.lineage_batch import judge_packed
 
     options = options or FitOptions()
     check_options(options)
@@ -1017,14 +1018,14 @@ def lineage(
         (judged,) = judge_all(cand, [(_label(ref), Fingerprint.of_or_why(_plain(ref)))])
         report = LineageReport(_label(row), how, [judged], 1, base, DECLARED.get(judged.verdict, "inconclusive"))
         if report.declaration == "contradicted":  # what it derives from instead, if the database holds it
-            found = [j for j in judge_all(cand, _database_refs(db, row)) if j.verdict == "derived"]
+            found = [j for j in judge_packed(cand, _database_refs(db, row)) if j.verdict == "derived"]
             report.nearest = found[0].reference if found else None
         return report
     refs: list[tuple[str, Any]] = []
     for spec in against:
         ref, _ = _lineage_row(spec, db, options, progress, token, save)
         refs.append((_label(ref), Fingerprint.of_or_why(_plain(ref))))
-    judgements = judge_all(cand, refs if against else _database_refs(db, row))
+    judgements = judge_all(cand, refs) if against else judge_packed(cand, _database_refs(db, row))
     return LineageReport(_label(row), how, judgements, len(judgements))
 
 
