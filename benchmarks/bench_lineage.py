@@ -210,30 +210,46 @@ def cost(model: Path, rounds: int) -> None:
 
 
 def many(rows: int) -> None:
-    """`lineage` of a fitted MiniLM against `rows` fingerprinted rows in a database (copies of MiniLM's row under
-    other ids, half of them with noise added to their samples): seconds and peak memory (RSS high-water mark)."""
+    """`lineage` against a database of `rows` fingerprinted rows: MiniLM's row and copies of it under other ids,
+    every other one with its samples replaced by independent values and its statistics moved by about 1% (an
+    unrelated model of the same shapes), so
+    that half the references are `derived` and half `independent`. Times the candidate named by its row id (a
+    fitted candidate: issue 39's acceptance 3) and as a folder (fitted on the way, not saved), with the peak RSS
+    (the high-water mark of the process) before and after."""
+    import base64
     import copy
     import resource
 
     from weightdiag.database.store import write_row
 
+    rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "db"
-        row = api.fit(str(_minilm()), FitOptions(device="cpu"), save=False).row
-        for i in range(rows):
+        row = api.fit(str(_minilm()), FitOptions(device="cpu"), db_dir=db).row
+        for i in range(rows - 1):
             other = copy.deepcopy(row)
             other["model"]["id"] = f"copy-{i}"
             other["model"]["fingerprint"] = f"local-{i}"
+            if i % 2:  # another model of the same shapes: other values, other statistics (by about 1%)
+                for entry in other["lineage"]["matrices"].values():
+                    size = len(base64.b64decode(entry["values"])) // 2
+                    fresh = rng.standard_normal(size).astype("<f2")
+                    entry["values"] = base64.b64encode(fresh.tobytes()).decode("ascii")
+                for record in other["matrices"]:
+                    for stat in ("std", "max_abs", "q99_abs"):
+                        record["stats"][stat] *= 1 + 0.01 * abs(rng.standard_normal())
             write_row(other, db)
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        started = time.perf_counter()
-        report = api.lineage(str(_minilm()), db_dir=db)
-        seconds = time.perf_counter() - started
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(
-        f"lineage of MiniLM (fitted, {row['run']['seconds']:.2f} s) against {report.references} rows: {seconds:.2f} s "
-        f"in all; peak RSS {peak / 1024:.0f} MB ({before / 1024:.0f} MB before)"
-    )
+        for candidate, what in [(row["model"]["id"], "its row id (fitted)"), (str(_minilm()), "its folder")]:
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            started = time.perf_counter()
+            report = api.lineage(candidate, db_dir=db)
+            seconds = time.perf_counter() - started
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            verdicts = {v: sum(j.verdict == v for j in report.judgements) for v in ("derived", "independent")}
+            print(
+                f"lineage of MiniLM by {what} against {report.references} rows ({verdicts}): {seconds:.2f} s; "
+                f"peak RSS {peak / 1024:.0f} MB ({before / 1024:.0f} MB before)"
+            )
 
 
 def null(seeds: int, steps: int) -> None:

@@ -114,7 +114,7 @@ def test_lineage_against_the_database_reads_the_index_not_the_rows(rows, tmp_pat
     db = _db_with(rows, tmp_path, ["noise", "minilm", "random-init", "old", "dropped"])
     reads = []
     real = store._summary_and_lineage_from_file
-    monkeypatch.setattr(store, "_summary_and_lineage_from_file", lambda *a: reads.append(a[0]) or real(*a))
+    monkeypatch.setattr(store, "_summary_and_lineage_from_file", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
     first = api.lineage("noise", db_dir=db)
     assert reads == []
     assert [(j.reference, j.verdict) for j in first.judgements] == [

@@ -634,14 +634,15 @@ def _stat_key(st: os.stat_result) -> tuple[int, int]:
 def _summary_from_file(path: Path, index: RowIndex | None, on_skip: SkipHandler | None) -> Row | None:
     """The summary of the row file `path` whose index entry (if any) does not match its stat: by the hash of
     its bytes when the index knows them, else from the row read whole (then recorded). None: not a row."""
-    found = _summary_and_lineage_from_file(path, index, on_skip)
+    found = _summary_and_lineage_from_file(path, index, on_skip, lineage=False)
     return None if found is None else found[0]
 
 
 def _summary_and_lineage_from_file(
-    path: Path, index: RowIndex | None, on_skip: SkipHandler | None
+    path: Path, index: RowIndex | None, on_skip: SkipHandler | None, lineage: bool = True
 ) -> tuple[Row, bytes] | None:
-    """_summary_from_file's summary, and the row's packed lineage fingerprint (b"": it has none)."""
+    """_summary_from_file's summary, and the row's packed lineage fingerprint (b"": it has none; not made when
+    neither `lineage` asks for it nor the index takes it: listing rows past a locked index imports no scipy)."""
     before: os.stat_result | None
     after: os.stat_result | None
     try:
@@ -678,12 +679,13 @@ def _summary_and_lineage_from_file(
         _skip(exc, on_skip)
         return None
     summary = summary_of(row_or_summary)
-    lineage = _pack(row_or_summary)
+    indexed = index is not None and index.writable and steady and before is not None
+    packed = _pack(row_or_summary) if lineage or indexed else b""
     if index is not None and steady and before is not None:
         checked = row_or_summary == json.loads(data)  # parsed, the bytes are the row: no conversion needed
         identity = _index_identity(summary)
-        index.put(path.name, _stat_key(before), sha, identity, _summary_text(summary), checked, lineage)
-    return summary, lineage
+        index.put(path.name, _stat_key(before), sha, identity, _summary_text(summary), checked, packed)
+    return summary, packed
 
 
 @functools.cache
