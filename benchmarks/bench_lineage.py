@@ -7,7 +7,8 @@ on the independent same-architecture pairs.
 
     python benchmarks/bench_lineage.py [--seeds 6] [--steps 150] [--json FILE]
     python benchmarks/bench_lineage.py --cost MODEL ROUNDS   # the fingerprint's share of a fit's time
-    python benchmarks/bench_lineage.py --many ROWS            # lineage against a database of ROWS rows
+    python benchmarks/bench_lineage.py --many ROWS [ROUNDS]   # lineage against a database of ROWS rows; ROUNDS:
+                                                              # also interleaved against judging row by row
     python benchmarks/bench_lineage.py --null SEEDS STEPS     # p-values of models trained alike (calibration)
 
 Needs torch and transformers. Every model is fitted with `api.fit(save=False)` (CPU) and judged with
@@ -209,7 +210,18 @@ def cost(model: Path, rounds: int) -> None:
     print(f"the row's lineage: {size} bytes ({len(row['lineage']['matrices'])} matrices, k {row['lineage']['k']})")
 
 
-def many(rows: int) -> None:
+def _row_by_row(candidate: str, db: Path) -> list[Any]:
+    """The judging before the index (issue 39's first version): every row read whole and judged alone."""
+    from weightdiag.database.store import iter_rows, row_by_id
+    from weightdiag.diagnose.lineage import judge_all
+
+    cand = Fingerprint.of(row_by_id(candidate, db))
+    assert cand is not None
+    refs = ((r["model"]["id"], Fingerprint.of_or_why(r)) for _, r in iter_rows(db) if r["model"]["id"] != candidate)
+    return judge_all(cand, refs)
+
+
+def many(rows: int, rounds: int = 0) -> None:
     """`lineage` against a database of `rows` fingerprinted rows: MiniLM's row and copies of it under other ids,
     every other one with its samples replaced by independent values and its statistics moved by about 1% (an
     unrelated model of the same shapes), so
@@ -250,6 +262,24 @@ def many(rows: int) -> None:
                 f"lineage of MiniLM by {what} against {report.references} rows ({verdicts}): {seconds:.2f} s; "
                 f"peak RSS {peak / 1024:.0f} MB ({before / 1024:.0f} MB before)"
             )
+        import os
+        import statistics
+
+        times: dict[str, list[float]] = {"row by row": [], "index and chunks": []}
+        ways = {"row by row": lambda: _row_by_row(row["model"]["id"], db), "index and chunks": None}
+        ways["index and chunks"] = lambda: api.lineage(row["model"]["id"], db_dir=db).judgements
+        for r in range(rounds):  # interleaved, the order alternating
+            for name in list(ways) if r % 2 == 0 else list(ways)[::-1]:
+                started = time.perf_counter()
+                ways[name]()
+                times[name].append(time.perf_counter() - started)
+        if rounds:
+            print(
+                f"{rounds} rounds interleaved (load {os.getloadavg()[0]:.1f}): "
+                + ", ".join(
+                    f"{k} median {statistics.median(v):.2f} s ({min(v):.2f}-{max(v):.2f})" for k, v in times.items()
+                )
+            )
 
 
 def null(seeds: int, steps: int) -> None:
@@ -288,6 +318,7 @@ if __name__ == "__main__" and "--null" in sys.argv:
 elif __name__ == "__main__" and "--cost" in sys.argv:
     cost(Path(sys.argv[sys.argv.index("--cost") + 1]), int(sys.argv[sys.argv.index("--cost") + 2]))
 elif __name__ == "__main__" and "--many" in sys.argv:
-    many(int(sys.argv[sys.argv.index("--many") + 1]))
+    at = sys.argv.index("--many")
+    many(int(sys.argv[at + 1]), int(sys.argv[at + 2]) if len(sys.argv) > at + 2 else 0)
 elif __name__ == "__main__":
     main()
