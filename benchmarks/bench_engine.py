@@ -17,6 +17,7 @@ largest |w| and its position, the per-matrix fits and the row), so 100% is out o
                                                        # BF16's: it counts 16-bit codes)
     python benchmarks/bench_engine.py --before /tmp/old  # also the API and command of another checkout, in the
                                                        # same interleaved rounds
+    python benchmarks/bench_engine.py --fingerprint     # also API fits with and without the lineage fingerprint
 """
 
 from __future__ import annotations
@@ -96,12 +97,15 @@ def bare_loop(files: list[Path]) -> float:
 
 
 API_CODE = """
-import sys, time
+import contextlib, sys, time
+from weightdiag import tuning
 from weightdiag.run.fitting import fit_path
 from weightdiag.run.measure import FitOptions
-fit_path(sys.argv[1], FitOptions(device="cpu"))
-for _ in range(int(sys.argv[2])):
-    t = time.perf_counter(); fit_path(sys.argv[1], FitOptions(device="cpu")); print(time.perf_counter() - t)
+off = sys.argv[3:] == ["no-fingerprint"]
+with tuning.override(lineage_fingerprint=False) if off else contextlib.nullcontext():
+    fit_path(sys.argv[1], FitOptions(device="cpu"))
+    for _ in range(int(sys.argv[2])):
+        t = time.perf_counter(); fit_path(sys.argv[1], FitOptions(device="cpu")); print(time.perf_counter() - t)
 """
 
 
@@ -113,6 +117,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results here too")
     parser.add_argument("--dtype", choices=("BF16", "F32"), default="BF16")
     parser.add_argument("--before", type=Path, help="a checkout of the code before (C kernels built): measured too")
+    parser.add_argument(
+        "--fingerprint",
+        action="store_true",
+        help="also the API fit without the lineage fingerprint (issue 39), interleaved, the order alternating",
+    )
     args = parser.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
     itemsize = 2 if args.dtype == "BF16" else 4
@@ -122,7 +131,7 @@ def main() -> None:
     subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
     checkouts = {"": REPO} | ({" before": args.before.resolve()} if args.before else {})
     times: dict[str, list[float]] = {"cat": [], "bare": []}
-    for _ in range(args.repeat):
+    for round_ in range(args.repeat):
         t = time.perf_counter()
         subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)
         times["cat"].append(time.perf_counter() - t)
@@ -135,6 +144,13 @@ def main() -> None:
             if out.returncode:
                 raise SystemExit(out.stderr[-2000:])
             times.setdefault("api" + tag, []).append(float(out.stdout.split()[-1]))
+            if args.fingerprint and not tag:  # with and without it, in alternating order
+                for off in ("no-fingerprint", "") if round_ % 2 else ("", "no-fingerprint"):
+                    out = subprocess.run([*api, off], capture_output=True, text=True, env=env, cwd=checkout)
+                    if out.returncode:
+                        raise SystemExit(out.stderr[-2000:])
+                    name = "api without fingerprint" if off else "api with fingerprint"
+                    times.setdefault(name, []).append(float(out.stdout.split()[-1]))
             t = time.perf_counter()
             cmd = [sys.executable, "-m", "weightdiag", "fit", str(folder), "--device", "cpu", "--no-save", "-q"]
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=checkout)
@@ -150,6 +166,8 @@ def main() -> None:
         ("cat", "`cat`"),
         ("bare", "bare loop: 2 threads pread + hist16"),
         ("api", "API fit"),
+        ("api with fingerprint", "API fit (fingerprint on: the default)"),
+        ("api without fingerprint", "API fit, lineage fingerprint off"),
         ("cmd", "command"),
         ("api before", "API fit, --before checkout"),
         ("cmd before", "command, --before checkout"),

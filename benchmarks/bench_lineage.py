@@ -7,7 +7,8 @@ on the independent same-architecture pairs.
 
     python benchmarks/bench_lineage.py [--seeds 6] [--steps 150] [--json FILE]
     python benchmarks/bench_lineage.py --cost MODEL ROUNDS   # the fingerprint's share of a fit's time
-    python benchmarks/bench_lineage.py --many ROWS            # lineage against a database of ROWS rows
+    python benchmarks/bench_lineage.py --many ROWS [ROUNDS]   # lineage against a database of ROWS rows; ROUNDS:
+                                                              # also interleaved against judging row by row
     python benchmarks/bench_lineage.py --null SEEDS STEPS     # p-values of models trained alike (calibration)
 
 Needs torch and transformers. Every model is fitted with `api.fit(save=False)` (CPU) and judged with
@@ -209,31 +210,76 @@ def cost(model: Path, rounds: int) -> None:
     print(f"the row's lineage: {size} bytes ({len(row['lineage']['matrices'])} matrices, k {row['lineage']['k']})")
 
 
-def many(rows: int) -> None:
-    """`lineage` of a fitted MiniLM against `rows` fingerprinted rows in a database (copies of MiniLM's row under
-    other ids, half of them with noise added to their samples): seconds and peak memory (RSS high-water mark)."""
+def _row_by_row(candidate: str, db: Path) -> list[Any]:
+    """The judging before the index (issue 39's first version): every row read whole and judged alone."""
+    from weightdiag.database.store import iter_rows, row_by_id
+    from weightdiag.diagnose.lineage import judge_all
+
+    cand = Fingerprint.of(row_by_id(candidate, db))
+    assert cand is not None
+    refs = ((r["model"]["id"], Fingerprint.of_or_why(r)) for _, r in iter_rows(db) if r["model"]["id"] != candidate)
+    return judge_all(cand, refs)
+
+
+def many(rows: int, rounds: int = 0) -> None:
+    """`lineage` against a database of `rows` fingerprinted rows: MiniLM's row and copies of it under other ids,
+    every other one with its samples replaced by independent values and its statistics moved by about 1% (an
+    unrelated model of the same shapes), so
+    that half the references are `derived` and half `independent`. Times the candidate named by its row id (a
+    fitted candidate: issue 39's acceptance 3) and as a folder (fitted on the way, not saved), with the peak RSS
+    (the high-water mark of the process) before and after."""
+    import base64
     import copy
     import resource
 
     from weightdiag.database.store import write_row
 
+    rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "db"
-        row = api.fit(str(_minilm()), FitOptions(device="cpu"), save=False).row
-        for i in range(rows):
+        row = api.fit(str(_minilm()), FitOptions(device="cpu"), db_dir=db).row
+        for i in range(rows - 1):
             other = copy.deepcopy(row)
             other["model"]["id"] = f"copy-{i}"
             other["model"]["fingerprint"] = f"local-{i}"
+            if i % 2:  # another model of the same shapes: other values, other statistics (by about 1%)
+                for entry in other["lineage"]["matrices"].values():
+                    size = len(base64.b64decode(entry["values"])) // 2
+                    fresh = rng.standard_normal(size).astype("<f2")
+                    entry["values"] = base64.b64encode(fresh.tobytes()).decode("ascii")
+                for record in other["matrices"]:
+                    for stat in ("std", "max_abs", "q99_abs"):
+                        record["stats"][stat] *= 1 + 0.01 * abs(rng.standard_normal())
             write_row(other, db)
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        started = time.perf_counter()
-        report = api.lineage(str(_minilm()), db_dir=db)
-        seconds = time.perf_counter() - started
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(
-        f"lineage of MiniLM (fitted, {row['run']['seconds']:.2f} s) against {report.references} rows: {seconds:.2f} s "
-        f"in all; peak RSS {peak / 1024:.0f} MB ({before / 1024:.0f} MB before)"
-    )
+        for candidate, what in [(row["model"]["id"], "its row id (fitted)"), (str(_minilm()), "its folder")]:
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            started = time.perf_counter()
+            report = api.lineage(candidate, db_dir=db)
+            seconds = time.perf_counter() - started
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            verdicts = {v: sum(j.verdict == v for j in report.judgements) for v in ("derived", "independent")}
+            print(
+                f"lineage of MiniLM by {what} against {report.references} rows ({verdicts}): {seconds:.2f} s; "
+                f"peak RSS {peak / 1024:.0f} MB ({before / 1024:.0f} MB before)"
+            )
+        import os
+        import statistics
+
+        times: dict[str, list[float]] = {"row by row": [], "index and chunks": []}
+        ways = {"row by row": lambda: _row_by_row(row["model"]["id"], db), "index and chunks": None}
+        ways["index and chunks"] = lambda: api.lineage(row["model"]["id"], db_dir=db).judgements
+        for r in range(rounds):  # interleaved, the order alternating
+            for name in list(ways) if r % 2 == 0 else list(ways)[::-1]:
+                started = time.perf_counter()
+                ways[name]()
+                times[name].append(time.perf_counter() - started)
+        if rounds:
+            print(
+                f"{rounds} rounds interleaved (load {os.getloadavg()[0]:.1f}): "
+                + ", ".join(
+                    f"{k} median {statistics.median(v):.2f} s ({min(v):.2f}-{max(v):.2f})" for k, v in times.items()
+                )
+            )
 
 
 def null(seeds: int, steps: int) -> None:
@@ -272,6 +318,7 @@ if __name__ == "__main__" and "--null" in sys.argv:
 elif __name__ == "__main__" and "--cost" in sys.argv:
     cost(Path(sys.argv[sys.argv.index("--cost") + 1]), int(sys.argv[sys.argv.index("--cost") + 2]))
 elif __name__ == "__main__" and "--many" in sys.argv:
-    many(int(sys.argv[sys.argv.index("--many") + 1]))
+    at = sys.argv.index("--many")
+    many(int(sys.argv[at + 1]), int(sys.argv[at + 2]) if len(sys.argv) > at + 2 else 0)
 elif __name__ == "__main__":
     main()

@@ -224,23 +224,68 @@ def compare(
     # alpha is compared with the database's other rows that have spectra (the cohort's have none)
     wanted = any(row.get("spectrum_kinds") for row in rows)
     peers = spectrum_peers(Path(db_dir) if db_dir else default_db_dir()) if wanted else []
-    return [compare_row(_plain(row), [(i, p) for i, p in peers if not _same_row(p, row)]) for row in rows]
+    db = Path(db_dir) if db_dir else None
+    out = []
+    for row in rows:
+        report = compare_row(_plain(row), [(i, p) for i, p in peers if not _same_row(p, row)])
+        out.append(_with_relatives(report, _lineage_relatives(row, db)))
+    return out
+
+
+RELATIVES_MAX_ROWS = 100  # compare over the whole database judges every pair: beyond, the relatives are not named
+
+
+def _relative_line(found: dict[str, Any]) -> str:
+    from .diagnose.relatives import describe
+
+    said = describe(found)
+    return f"appears to be {said} in the database (lineage)" if found["copy"] else f"{said} in the database (lineage)"
+
+
+def _lineage_relatives(row: Mapping[str, Any], db: Path | None) -> dict[str, Any]:
+    """The database's rows `row` derives from (diagnose.relatives): `compare` names them beside its nearest by
+    statistics, `report` says when it is a copy. One pass of lineage's over the index (no row parsed)."""
+    from .diagnose.lineage import Fingerprint
+    from .diagnose.lineage_batch import judge_packed
+    from .diagnose.relatives import relatives
+
+    cand = Fingerprint.of(_plain(row))
+    if cand is None:
+        return {"relatives": [], "judged": 0, "note": "its row has no lineage fingerprint: a refit adds it"}
+    judgements = judge_packed(cand, _database_refs(db, row))
+    judged = sum(j.verdict != "not judged" for j in judgements)
+    return {"relatives": relatives(judgements), "judged": judged, "note": None}
+
+
+def _with_relatives(report: CompareReport, lineage: dict[str, Any]) -> CompareReport:
+    from .diagnose.relatives import describe
+
+    report["lineage"] = lineage
+    if lineage["relatives"]:
+        report["findings"].append(f"nearest relative by lineage: {describe(lineage['relatives'][0])}")
+    return report
 
 
 def compare_database(db_dir: str | Path | None = None) -> Iterator[CompareReport]:
     """`weightdiag compare` without a model: each fitted row's comparison in turn, one row read at a time
     (a database of 20,000 rows held whole took gigabytes)."""
-    from .database.store import iter_rows, require_database
+    from .database.store import iter_rows, iter_summaries, require_database
     from .diagnose.compare import compare as compare_row
 
     db = Path(db_dir) if db_dir else None
     require_database(db)
     peers: list[tuple[str, Any]] | None = None
     compared = 0
+    many = sum(1 for _ in iter_summaries(db)) > RELATIVES_MAX_ROWS
     for _, row in iter_rows(db):
         if row.get("spectrum_kinds") and peers is None:  # alpha is compared with the other rows that have spectra
             peers = spectrum_peers(db or default_db_dir())
-        yield compare_row(_plain(row), [(i, p) for i, p in peers or [] if not _same_row(p, row)])
+        report = compare_row(_plain(row), [(i, p) for i, p in peers or [] if not _same_row(p, row)])
+        if many:  # every row against every other: N^2 judgements
+            note = f"not judged over more than {RELATIVES_MAX_ROWS} rows: `weightdiag compare MODEL` names them"
+            yield _with_relatives(report, {"relatives": [], "judged": 0, "note": note})
+        else:
+            yield _with_relatives(report, _lineage_relatives(row, db))
         compared += 1
     if not compared:
         raise DatabaseError(
@@ -410,6 +455,8 @@ def report(
     row, how = resolve_row(spec, db_dir, options, progress, token=token, save=save)
     result = health_report(_plain(row), top=top)
     result["model"]["how"] = how
+    result["lineage"] = _lineage_relatives(row, Path(db_dir) if db_dir else None)
+    result["observations"] += [_relative_line(found) for found in result["lineage"]["relatives"]]
     out = Report(result, how, row=row)
     if plot_dir or html_file:
         import tempfile  # here, not at start-up: only plots need a scratch folder
@@ -975,10 +1022,10 @@ def _lineage_row(
     return row, how
 
 
-def _database_refs(db: Path | None, row: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
-    """Every fitted row of the database but the candidate's own (of the same files), with its fingerprint or
-    why it has none."""
-    from .database.store import iter_rows
+def _database_refs(db: Path | None, row: Mapping[str, Any]) -> Iterator[tuple[str, bytes | str]]:
+    """Every fitted row of the database but the candidate's own (of the same files), with its packed fingerprint
+    (from the database's index: no row parsed) or why it has none."""
+    from .database.store import iter_lineage
     from .diagnose.lineage import Fingerprint
 
     def same(r: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -987,9 +1034,9 @@ def _database_refs(db: Path | None, row: Mapping[str, Any]) -> Iterator[tuple[st
 
     if db is not None and not db.exists():
         return
-    for _, ref in iter_rows(db):  # one row at a time: judged as it is read, never all held
-        if same(ref) != same(row):
-            yield _label(ref), Fingerprint.of_or_why(_plain(ref))
+    for _, summary, packed in iter_lineage(db):  # one row at a time, judged in chunks, never all held
+        if same(summary) != same(row):
+            yield _label(summary), packed or str(Fingerprint.of_or_why(_plain(summary)))
 
 
 def lineage(
@@ -1009,6 +1056,7 @@ def lineage(
     `declared`: the reference is the base_model the candidate's model card names (a row of that id, else the model
     fitted), and the report says whether the weights confirm it (with the database's nearest derived row when not)."""
     from .diagnose.lineage import Fingerprint, judge_all
+    from .diagnose.lineage_batch import judge_packed
 
     options = options or FitOptions()
     check_options(options)
@@ -1037,14 +1085,14 @@ def lineage(
         (judged,) = judge_all(cand, [(_label(ref), Fingerprint.of_or_why(_plain(ref)))])
         report = LineageReport(_label(row), how, [judged], 1, base, DECLARED.get(judged.verdict, "inconclusive"))
         if report.declaration == "contradicted":  # what it derives from instead, if the database holds it
-            found = [j for j in judge_all(cand, _database_refs(db, row)) if j.verdict == "derived"]
+            found = [j for j in judge_packed(cand, _database_refs(db, row)) if j.verdict == "derived"]
             report.nearest = found[0].reference if found else None
         return report
     refs: list[tuple[str, Any]] = []
     for spec in against:
         ref, _ = _lineage_row(spec, db, options, progress, token, save)
         refs.append((_label(ref), Fingerprint.of_or_why(_plain(ref))))
-    judgements = judge_all(cand, refs if against else _database_refs(db, row))
+    judgements = judge_all(cand, refs) if against else judge_packed(cand, _database_refs(db, row))
     return LineageReport(_label(row), how, judgements, len(judgements))
 
 

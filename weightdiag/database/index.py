@@ -3,16 +3,19 @@ every row file nor one summary file per row.
 
 One table, one entry per row file: its name, the sha256 of its bytes, the (size, mtime_ns) the file had when it
 was hashed, the row's identity (model id, revision, fingerprint, protocol, fit variant, created), its summary
-(the row less its per-matrix and per-vector records, as JSON), which checker found its bytes to need no change,
-and a seal. An entry is used for a file whose size and mtime are those it was hashed at (`cp -a`, `rsync -a`, a
-restore that keeps times: still valid, inodes are not part of it), else the file is hashed again and a sealed
-entry of the same bytes (under any name) answers; only a row whose bytes the index has never seen is read and
-checked whole. A row file rewritten in place keeping both its size and its mtime to the nanosecond would not be
-noticed: rows are only ever replaced by a rename of a new file, which gets the time of its own write.
+(the row less its per-matrix and per-vector records, as JSON), its lineage fingerprint packed in binary
+(diagnose.lineage_packed: `lineage` against thousands of rows parses none of them), which checker found its
+bytes to need no change, and a seal. An entry is used for a file whose size and mtime are those it was hashed at
+(`cp -a`, `rsync -a`, a restore that keeps times: still valid, inodes are not part of it), else the file is
+hashed again and a sealed entry of the same bytes (under any name) answers; only a row whose bytes the index has
+never seen is read and checked whole. A row file rewritten in place keeping both its size and its mtime to the
+nanosecond would not be noticed: rows are only ever replaced by a rename of a new file, which gets the time of
+its own write.
 
 The index is a cache, never believed over the row files (issue 42: two summaries exchanged, `db show X@step_100`
 answered step_500's row, and an edited value was listed for ever):
-- each entry carries a seal, the sha256 of everything else in it (its name included, its summary by hash): an
+- each entry carries a seal, the sha256 of everything else in it (its name included, its summary and packed
+  fingerprint by hash): an
   entry edited, cut, or moved to another name fails it and is passed over, as if missing: the row file is read
   and the entry written again (where the folder is writable). The seal is no signature: whoever can write the
   index can write the rows beside it; it tells damage and stray edits from an entry weightdiag wrote;
@@ -46,19 +49,20 @@ from pathlib import Path
 from typing import NamedTuple, TypeVar
 
 INDEX_NAME = ".index.sqlite"  # hidden, not *.json: never taken for a row
-INDEX_SCHEMA = "weightdiag.row-index/2"
+INDEX_SCHEMA = "weightdiag.row-index/3"  # /3: the packed lineage fingerprint (issue 39)
 SIDECARS = ("-journal", "-wal", "-shm")  # files SQLite opens beside the index
 QUIET_WAIT_SECONDS = 0.25  # writers of the index hold it for milliseconds: a wait this short goes unsaid
 LOCK_WAIT_SECONDS = 3.0  # then at most this long, said on stderr; past it the row files answer
 LOCKED_MEMO_SECONDS = 30.0  # an index given up as locked is not waited for again by this process meanwhile
 COMMIT_ENTRIES, COMMIT_SECONDS = 500, 0.5  # a rebuild commits as it goes: other writers wait for no long transaction
 _COLUMNS = ("model_id", "revision", "fingerprint", "protocol", "variant", "created")
-_ENTRY = "name, stat, sha256, " + ", ".join(_COLUMNS) + ", checked_by, summary_sha, seal"
+_ENTRY = "name, stat, sha256, " + ", ".join(_COLUMNS) + ", checked_by, summary_sha, lineage_sha, seal"
 _DDL = (  # the whole schema: a file holding anything else is not our index
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)",
     "CREATE TABLE rows (name BLOB PRIMARY KEY, stat TEXT NOT NULL, sha256 TEXT NOT NULL, "
     + ", ".join(f"{c} BLOB" for c in _COLUMNS)
-    + ", checked_by TEXT NOT NULL, summary_sha TEXT NOT NULL, seal TEXT NOT NULL, summary TEXT NOT NULL)",
+    + ", checked_by TEXT NOT NULL, summary_sha TEXT NOT NULL, lineage_sha TEXT NOT NULL, seal TEXT NOT NULL, "
+    "summary TEXT NOT NULL, lineage BLOB NOT NULL)",
     "CREATE INDEX rows_sha256 ON rows (sha256)",
     "CREATE INDEX rows_model ON rows (model_id)",
 )
@@ -110,11 +114,18 @@ def _text(blob: object) -> str | None:
 
 
 def _seal(
-    name: bytes, stat_text: str, sha256: str, identity: Sequence[object], checked_by: str, summary_sha: str
+    name: bytes,
+    stat_text: str,
+    sha256: str,
+    identity: Sequence[object],
+    checked_by: str,
+    summary_sha: str,
+    lineage_sha: str,
 ) -> str:
     """The sha256 of an entry's other columns, each length-prefixed (no two entries' columns hash alike)."""
     digest = hashlib.sha256(INDEX_SCHEMA.encode())
-    for part in (name, stat_text.encode(), sha256.encode(), *identity, checked_by.encode(), summary_sha.encode()):
+    ends = (checked_by.encode(), summary_sha.encode(), lineage_sha.encode())
+    for part in (name, stat_text.encode(), sha256.encode(), *identity, *ends):
         if part is None:
             digest.update(b"\x00")
         else:
@@ -139,23 +150,26 @@ class Sealed(NamedTuple):
     entry: Entry
     checked_by: str
     summary_sha: str
+    lineage_sha: str
 
 
 def _entry(columns: Sequence[object]) -> Sealed | None:
     """The entry in a row of _ENTRY's columns, None unless its seal holds."""
     name, stat_text, sha, *rest = columns
-    identity, (checked_by, summary_sha, seal) = rest[: len(_COLUMNS)], rest[len(_COLUMNS) :]
+    identity, (checked_by, summary_sha, lineage_sha, seal) = rest[: len(_COLUMNS)], rest[len(_COLUMNS) :]
     if not (isinstance(name, bytes) and isinstance(stat_text, str) and isinstance(sha, str)):
         return None
     if not (isinstance(checked_by, str) and isinstance(summary_sha, str) and isinstance(seal, str)):
         return None
+    if not isinstance(lineage_sha, str):
+        return None
     try:
-        if _seal(name, stat_text, sha, identity, checked_by, summary_sha) != seal:
+        if _seal(name, stat_text, sha, identity, checked_by, summary_sha, lineage_sha) != seal:
             return None
         entry = Entry(_parse_stat(stat_text), sha, tuple(_text(v) for v in identity))
     except (TypeError, ValueError):
         return None
-    return Sealed(os.fsdecode(name), entry, checked_by, summary_sha)
+    return Sealed(os.fsdecode(name), entry, checked_by, summary_sha, lineage_sha)
 
 
 def warn(text: str) -> None:
@@ -396,21 +410,34 @@ class RowIndex:
         sealed = (_entry(columns_of) for columns_of in found)
         return {s.name: s.entry for s in sealed if s is not None}
 
-    def _sealed(self, where: str, args: tuple[object, ...]) -> Iterable[tuple[Entry, str, str]]:
-        """(Entry, checked_by, summary) of the entries that match, whose seal and summary hold."""
-        for columns in self._query(f"SELECT {_ENTRY}, summary FROM rows WHERE {where}", args):
-            sealed, summary = _entry(columns[:-1]), columns[-1]
-            if sealed is None or not isinstance(summary, str):
+    def _sealed(self, where: str, args: tuple[object, ...]) -> Iterable[tuple[Entry, str, str, bytes]]:
+        """(Entry, checked_by, summary, packed lineage fingerprint) of the entries that match, whose seal, summary
+        and fingerprint hold."""
+        for columns in self._query(f"SELECT {_ENTRY}, summary, lineage FROM rows WHERE {where}", args):
+            sealed, summary, lineage = _entry(columns[:-2]), columns[-2], columns[-1]
+            if sealed is None or not isinstance(summary, str) or not isinstance(lineage, bytes):
                 continue
-            if hashlib.sha256(summary.encode("utf-8", "surrogatepass")).hexdigest() == sealed.summary_sha:
-                yield sealed.entry, sealed.checked_by, summary
+            if hashlib.sha256(summary.encode("utf-8", "surrogatepass")).hexdigest() != sealed.summary_sha:
+                continue
+            if hashlib.sha256(lineage).hexdigest() == sealed.lineage_sha:
+                yield sealed.entry, sealed.checked_by, summary, lineage
 
     def summary(self, name: str, entry: Entry | None = None) -> str | None:
         """The summary of `name`'s sealed entry, while that is still `entry` when given (the one whose stat was
         found to match the file)."""
-        for found, _, summary in self._sealed("name = ?", (_key(name),)):
-            if entry is None or found == entry:
-                return summary
+        found = self.summary_and_lineage(name, entry)
+        return None if found is None else found[0]
+
+    def summary_and_lineage(self, name: str, entry: Entry | None = None) -> tuple[str, bytes] | None:
+        """(summary, packed lineage fingerprint: b"" for a row without one) of `name`'s sealed entry, while that
+        is still `entry` when given."""
+        found = self.entry_of(name)
+        return None if found is None or (entry is not None and found[0] != entry) else found[1:]
+
+    def entry_of(self, name: str) -> tuple[Entry, str, bytes] | None:
+        """(Entry, summary, packed lineage fingerprint) of `name`'s sealed entry, if it has one."""
+        for found, _, summary, lineage in self._sealed("name = ?", (_key(name),)):
+            return found, summary, lineage
         return None
 
     def checked(self, sha256: str) -> bool:
@@ -421,24 +448,36 @@ class RowIndex:
         query = f"SELECT {_ENTRY} FROM rows WHERE sha256 = ? AND checked_by = ? LIMIT 8"
         return any(_entry(columns) is not None for columns in self._query(query, (sha256, self._checker)))
 
-    def summary_of_content(self, sha256: str) -> tuple[str, Identity, bool] | None:
-        """(summary, identity, checked by this checker) of a row of these exact bytes, under whatever name."""
-        for entry, checked_by, summary in self._sealed("sha256 = ? LIMIT 8", (sha256,)):
+    def summary_of_content(self, sha256: str) -> tuple[str, Identity, bool, bytes] | None:
+        """(summary, identity, checked by this checker, packed lineage fingerprint) of a row of these exact bytes,
+        under whatever name."""
+        for entry, checked_by, summary, lineage in self._sealed("sha256 = ? LIMIT 8", (sha256,)):
             if entry.sha256 == sha256:
-                return summary, entry.identity, bool(self._checker) and checked_by == self._checker
+                return summary, entry.identity, bool(self._checker) and checked_by == self._checker, lineage
         return None
 
-    def put(self, name: str, stat_key: Stat, sha256: str, identity: Identity, summary: str, checked: bool) -> None:
+    def put(
+        self,
+        name: str,
+        stat_key: Stat,
+        sha256: str,
+        identity: Identity,
+        summary: str,
+        checked: bool,
+        lineage: bytes,
+    ) -> None:
         """Record (or replace) a row file's entry; kept in the open transaction until commit(). `checked`: its
-        bytes were checked as a row by this session's checker and need no change."""
+        bytes were checked as a row by this session's checker and need no change. `lineage`: the row's packed
+        lineage fingerprint (diagnose.lineage_packed; b"" when it has none)."""
         checked_by = self._checker if checked else ""
         stat_text = _stat_text(stat_key)
         blobs = tuple(_blob(v) for v in identity)
         summary_sha = hashlib.sha256(summary.encode("utf-8", "surrogatepass")).hexdigest()
-        seal = _seal(_key(name), stat_text, sha256, blobs, checked_by, summary_sha)
+        lineage_sha = hashlib.sha256(lineage).hexdigest()
+        seal = _seal(_key(name), stat_text, sha256, blobs, checked_by, summary_sha, lineage_sha)
         self._write(
-            f"INSERT OR REPLACE INTO rows ({_ENTRY}, summary) VALUES ({', '.join('?' * (len(_COLUMNS) + 7))})",
-            (_key(name), stat_text, sha256, *blobs, checked_by, summary_sha, seal, summary),
+            f"INSERT OR REPLACE INTO rows ({_ENTRY}, summary, lineage) VALUES ({', '.join('?' * (len(_COLUMNS) + 9))})",
+            (_key(name), stat_text, sha256, *blobs, checked_by, summary_sha, lineage_sha, seal, summary, lineage),
         )
 
     def forget(self, names: Iterable[str]) -> None:

@@ -612,11 +612,19 @@ def _index_written(folder: Path, path: Path, data: bytes, written: os.stat_resul
                 _index_identity(row),
                 _summary_text(summary_of(row)),
                 _needs_no_change(path, data),
+                _pack(row),
             )
     except (OSError, ValueError):
         pass
     finally:
         index.close()
+
+
+def _pack(row: Row) -> bytes:
+    """The row's packed lineage fingerprint for its index entry (imported here: listing rows needs no scipy)."""
+    from ..diagnose.lineage_packed import pack
+
+    return pack(row)
 
 
 def _stat_key(st: os.stat_result) -> tuple[int, int]:
@@ -626,6 +634,15 @@ def _stat_key(st: os.stat_result) -> tuple[int, int]:
 def _summary_from_file(path: Path, index: RowIndex | None, on_skip: SkipHandler | None) -> Row | None:
     """The summary of the row file `path` whose index entry (if any) does not match its stat: by the hash of
     its bytes when the index knows them, else from the row read whole (then recorded). None: not a row."""
+    found = _summary_and_lineage_from_file(path, index, on_skip, lineage=False)
+    return None if found is None else found[0]
+
+
+def _summary_and_lineage_from_file(
+    path: Path, index: RowIndex | None, on_skip: SkipHandler | None, lineage: bool = True
+) -> tuple[Row, bytes] | None:
+    """_summary_from_file's summary, and the row's packed lineage fingerprint (b"": it has none; not made when
+    neither `lineage` asks for it nor the index takes it: listing rows past a locked index imports no scipy)."""
     before: os.stat_result | None
     after: os.stat_result | None
     try:
@@ -654,18 +671,21 @@ def _summary_from_file(path: Path, index: RowIndex | None, on_skip: SkipHandler 
     known = _parse_summary(content[0], content[1]) if content is not None else None
     if known is not None and content is not None and index is not None and before is not None:
         # touched, copied without its times, renamed: the same bytes, an entry of this name and stat
-        index.put(path.name, _stat_key(before), sha, content[1], content[0], content[2])
-        return known
+        index.put(path.name, _stat_key(before), sha, content[1], content[0], content[2], content[3])
+        return known, content[3]
     try:
         row_or_summary = _load_bytes(path, data) if before is not None else read_row(path)
     except RowError as exc:
         _skip(exc, on_skip)
         return None
     summary = summary_of(row_or_summary)
+    indexed = index is not None and index.writable and steady and before is not None
+    packed = _pack(row_or_summary) if lineage or indexed else b""
     if index is not None and steady and before is not None:
         checked = row_or_summary == json.loads(data)  # parsed, the bytes are the row: no conversion needed
-        index.put(path.name, _stat_key(before), sha, _index_identity(summary), _summary_text(summary), checked)
-    return summary
+        identity = _index_identity(summary)
+        index.put(path.name, _stat_key(before), sha, identity, _summary_text(summary), checked, packed)
+    return summary, packed
 
 
 @functools.cache
@@ -828,6 +848,37 @@ def _summaries(
             yield path, summary
         if index is not None and whole:  # a whole listing: entries of files gone are dropped
             index.forget(set(known) - {p.name for p in paths})
+    finally:
+        if index is not None:
+            index.close()
+
+
+def iter_lineage(db_dir: Path | None = None) -> Iterator[tuple[Path, Row, bytes]]:
+    """(path, summary, packed lineage fingerprint: b"" when the row has none) of each fitted row of the database,
+    from the index where its entry holds the file's content (no row parsed), else from the row read whole (then
+    indexed where the index is writable: the next command reads the index). One row at a time."""
+    folder = _rows_folder(db_dir)
+    paths = _row_paths(folder)
+    if not paths:
+        return
+    index = RowIndex.open(folder, _checker())
+    try:
+        for path in paths:
+            cached = index.entry_of(path.name) if index is not None else None
+            found = None
+            if cached is not None:
+                try:
+                    fresh = _stat_key(os.stat(path)) == cached[0].stat
+                except OSError:
+                    fresh = False
+                summary = _parse_summary(cached[1], cached[0].identity) if fresh else None
+                if summary is not None:
+                    found = summary, cached[2]
+            if found is None:
+                found = _summary_and_lineage_from_file(path, index, None)
+                if found is None:
+                    continue
+            yield path, found[0], found[1]
     finally:
         if index is not None:
             index.close()

@@ -320,14 +320,27 @@ def judge(reference: str, cand: Fingerprint, ref: Fingerprint | str | None) -> J
         norm = float(np.linalg.norm(b))
         change = float(np.linalg.norm(a - b)) / norm if norm > 0 else None
         evidence.append(MatrixEvidence(name, other, rho, m, compared, _log_p_max(z, compared) / LN10, change))
-    inv = _invariants(cand, ref)
+    return conclude(reference, cand, ref, evidence, not_compared, _invariants(cand, ref))
+
+
+def conclude(
+    reference: str,
+    cand: Fingerprint,
+    ref: Fingerprint,
+    evidence: list[MatrixEvidence],
+    not_compared: list[str],
+    inv: dict[str, float | int | None],
+    log10_p: float | None = None,
+) -> Judgement:
+    """The verdict from the matrices' evidence and the invariants' agreement (judge's, and lineage_batch's for
+    many references at once: `log10_p` the combined p-value it computed, else Fisher's of the evidence)."""
     out = Judgement(reference, "inconclusive", evidence=evidence, not_compared=not_compared, invariants=inv)
     out.matrices_compared = len(evidence)
     evidence.sort(key=lambda e: e.log10_p)
     if not evidence:
         out.reason = "no matrix of a shape in common: nothing to compare"
         return _by_invariants(out, cand, ref)
-    out.log10_p = fisher_log_p([e.log10_p * LN10 for e in evidence]) / LN10
+    out.log10_p = fisher_log_p([e.log10_p * LN10 for e in evidence]) / LN10 if log10_p is None else log10_p
     carrying = [e for e in evidence if e.log10_p <= EVIDENCE_LOG10P]
     if out.log10_p <= DERIVED_LOG10P:
         out.verdict = "derived"
@@ -407,6 +420,10 @@ def _relation(cand: Fingerprint, ref: Fingerprint, carrying: list[MatrixEvidence
 def judge_all(cand: Fingerprint, refs: Iterable[tuple[str, Fingerprint | str | None]]) -> list[Judgement]:
     """Every reference's judgement, strongest evidence first (the not judged last); `refs` may be a generator
     (read one at a time: a judgement keeps nothing of its reference's row)."""
-    out = [judge(label, cand, ref) for label, ref in refs]
+    return ranked([judge(label, cand, ref) for label, ref in refs])
+
+
+def ranked(judgements: Iterable[Judgement]) -> list[Judgement]:
+    """Derived first, then inconclusive, independent and not judged; strongest evidence first within each."""
     order = {"derived": 0, "inconclusive": 1, "independent": 2, "not judged": 3}
-    return sorted(out, key=lambda j: (order[j.verdict], j.strength()))
+    return sorted(judgements, key=lambda j: (order[j.verdict], j.strength()))

@@ -147,6 +147,7 @@ class CompareReport(_CompareReportRequired, total=False):
 
     shallow_ffn: ShallowFfnRegime  # only when the row has fitted FFN matrices in blocks 0-5
     spectrum: dict[str, Any]  # only for a row with spectra: diagnose.spectrum.compare_spectra
+    lineage: dict[str, Any]  # api.compare: the database's rows it derives from (diagnose.relatives)
 
 
 # --- check (diagnose.check.check; api.check) -------------------------------------------------------------
@@ -407,6 +408,7 @@ class HealthReport(_HealthReportRequired, total=False):
     plots: list[ReportPlot]  # api.report with plot or html
     html: str  # api.report with html: the file written
     spectrum: dict[str, Any]  # health.spectrum.spectrum_section: only for a row with spectra (fit --spectrum)
+    lineage: dict[str, Any]  # api.report: the database's rows it derives from, copies said (diagnose.relatives)
 
 
 # --- db list / export (db.flat_record) -------------------------------------------------------------------

@@ -39,6 +39,7 @@ SCHEMA = "weightdiag.row/1"  # a row without spectra: as every earlier version w
 SCHEMA_SPECTRUM = "weightdiag.row/2"
 READ_SCHEMAS = (SCHEMA, SCHEMA_SPECTRUM)
 SCHEMA_PREFIX = "weightdiag.row/"
+DIFF_SCHEMA_PREFIX = "weightdiag.diff/"  # delta.result's rows (DATABASE/diffs/): named where a row is wanted, said
 MAX_ROW_BYTES = 1 << 31  # a row of a 1000-layer MoE is tens of MB; anything near this is not a row
 
 
@@ -709,6 +710,8 @@ def load_row(doc: object, file: str | Path | None = None) -> Row:
     """`doc` as a Row, checked field by field; RowError (naming `file` and the field) when it is not one."""
     where = str(file) if file is not None else None
     schema = doc.get("schema") if isinstance(doc, dict) else None
+    if isinstance(schema, str) and schema.startswith(DIFF_SCHEMA_PREFIX) and isinstance(doc, dict):
+        raise RowError(where, f"a diff row ({schema}: {_sides(doc)}), not a model's row", advice=_diff_advice(doc))
     if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
         raise RowError(where, "not a weightdiag row (no 'schema' field)", advice="give a row written by weightdiag")
     if schema not in READ_SCHEMAS:
@@ -726,6 +729,23 @@ def load_row(doc: object, file: str | Path | None = None) -> Row:
     except _Bad as bad:
         raise RowError(where, bad.problem, field=bad.field, model_id=_model_id(doc)) from None
     return cast(Row, doc)
+
+
+def _side(doc: Mapping[str, Any], key: str) -> str | None:
+    side = doc.get(key)
+    found = side.get("id") if isinstance(side, dict) else None
+    return found if isinstance(found, str) and found else None
+
+
+def _sides(doc: Mapping[str, Any]) -> str:
+    return f"{_side(doc, 'base') or 'BASE'} -> {_side(doc, 'tuned') or 'TUNED'}"
+
+
+def _diff_advice(doc: Mapping[str, Any]) -> str:
+    """What to name instead of a diff row (DATABASE/diffs/, `weightdiag diff`'s): either model it compares."""
+    base, tuned = _side(doc, "base"), _side(doc, "tuned")
+    named = " or ".join(repr(s) for s in (base, tuned) if s) or "the base or the tuned model"
+    return f"name a model instead: {named} (a row id, folder or Hub id); `weightdiag db list` lists the rows"
 
 
 def _read_regular(path: Path) -> bytes:

@@ -49,6 +49,15 @@ def compare_view(report: CompareReport) -> Group:
         for n in report["nearest"]:
             near.add_row(n["entry"], f"{n['distance']:.2f}", n["group"], ", ".join(n["kinds"]))
         parts.append(FitWidth(near))
+    related = (report.get("lineage") or {}).get("relatives") or []
+    if related:  # beside the nearest by statistics: the database's rows its weights derive from
+        kin = Table(title="nearest relatives by lineage (the database's rows its weights derive from)")
+        for col in ("row", "relation", "p"):
+            kin.add_column(col, no_wrap=col != "relation")
+        for r in related:
+            p = "-" if r["log10_p"] is None else f"1e{r['log10_p']:.0f}"
+            kin.add_row(r["reference"], ("copy: " if r["copy"] else "") + "; ".join(r["relation"]), p)
+        parts.append(FitWidth(kin))
     if report.get("spectrum"):  # a row with spectra (fit --spectrum)
         from .spectrum_view import compare_spectrum_table
 
