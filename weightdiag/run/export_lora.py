@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..delta.lora import factor
+from ..delta.lora import DEFAULT_ENERGY, factor
 from ..delta.paired import matrix_shape, stream_pairs
 from ..delta.pairing import pair_tensors
 from ..delta.result import DiffOptions
@@ -69,8 +69,6 @@ def export_lora(
 
     options = options or DiffOptions()
     check(out, rank, energy)
-    if rank is None and energy is None:
-        energy = 0.9
     base_plan, base_reader = open_side(base_spec, options)
     try:
         tuned_plan, tuned_reader = open_side(tuned_spec, options)
@@ -95,7 +93,7 @@ def export_lora(
 
         def work(block: Any, b: Any, t: Any) -> None:
             n = matrix_shape(pairs[block.pair].base.shape)[1]
-            delta = (t.values.astype(np.float64) - b.values.astype(np.float64)).astype(np.float32)
+            delta = np.subtract(t.values, b.values, dtype=np.float32)  # within 2^-24 relative, as the diff's
             held[block.pair][block.r0 : block.r1] = delta.reshape(block.r1 - block.r0, n)
 
         workers = options.workers or 2
@@ -120,6 +118,7 @@ def export_lora(
                     "rank": f.rank,
                     "energy": f.energy,
                     "relative_error": f.error,
+                    "exact": f.exact,
                 }
             )
     finally:
@@ -165,7 +164,13 @@ def export_lora(
         ) from None
     return {
         "folder": str(out),
-        "rank": {"requested": rank} if rank is not None else {"energy": energy},
+        "rank": (
+            {"requested": rank}
+            if rank is not None
+            else {"energy": energy}
+            if energy is not None
+            else {"default": f"ΔW's own rank where exactly low-rank, else energy {DEFAULT_ENERGY}"}
+        ),
         "modules": modules,
         "max_rank": top,
         "max_relative_error": max((m["relative_error"] for m in modules), default=0.0),
