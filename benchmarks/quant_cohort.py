@@ -140,7 +140,7 @@ def make(out: Path, model: str, names: list[str] | None = None) -> dict[str, tup
             path = folder / "model.gguf"
             made[name] = (path, _gguf(path, base, how))
             continue
-        values = {k: (how(v.float()) if quantizable(k, v) else v) for k, v in base.items()}
+        values = {k: (how(v.float()) if quantizable(k, v) else v.clone()) for k, v in base.items()}  # .bin: shared
         save_file({k: v.contiguous() for k, v in values.items()}, str(folder / "model.safetensors"))
         shutil.copy(source / "config.json", folder / "config.json")
         made[name] = (folder, values)

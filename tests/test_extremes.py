@@ -1,7 +1,8 @@
 """Issue 40: whether outliers and super weights survived a quantization, and the change of the Weibull k and of
 alpha, per matrix of `diff BASE QUANTIZED`. The streamed top-k sets against numpy's sort of the whole matrix
 (every storage dtype, NaN and Inf left out, any block cut); null cases (an identical copy, an absmax int4 code:
-every outlier kept) and planted ones (a quantizer that clips the tails: the planted super weight lost, named)."""
+every outlier kept) and planted ones (a quantizer that clips the tails: the planted super weight lost, named); the
+cohort's GGUF files, made by gguf-py's quantizers, diffed on exactly the values gguf-py dequantizes."""
 
 from __future__ import annotations
 
@@ -157,3 +158,34 @@ def test_without_the_spectrum_the_outliers_are_still_tracked(pairs):
     result = diff(str(pairs["base"]), str(pairs["clipped"]), DiffOptions(device="cpu", spectrum=False))
     s = result.survival
     assert s is not None and s["lost"] and s["delta_alpha_median"] is None
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q8_0", "MXFP4"])
+def test_a_gguf_made_by_gguf_py_is_diffed_on_the_values_gguf_py_dequantizes(tmp_path, qtype):
+    """The cohort's GGUF members (benchmarks/quant_cohort.py): written by gguf-py's own quantizer under the base's
+    tensor names; the diff's relative error per matrix equals numpy's on gguf-py's dequantized values."""
+    gguf = pytest.importorskip("gguf")
+    from gguf import quants
+
+    base = base_tensors()
+    write(tmp_path / "base", base)
+    kind = gguf.GGMLQuantizationType[qtype]
+    writer = gguf.GGUFWriter(str(tmp_path / "model.gguf"), "bert")
+    expected = {}
+    for name, w in base.items():
+        if w.ndim == 2:
+            packed = quants.quantize(w, kind)
+            writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=kind)
+            back = quants.dequantize(packed, kind).reshape(w.shape).astype(np.float64)
+            expected[name] = np.linalg.norm(back - w) / np.linalg.norm(w.astype(np.float64))
+        else:
+            writer.add_tensor(name, w)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    result = diff(str(tmp_path / "base"), str(tmp_path / "model.gguf"), DiffOptions(device="cpu", spectrum=False))
+    got = {t.name: t.relative_change for t in result.matrices}
+    assert set(got) == set(expected)
+    for name, rel in expected.items():
+        assert got[name] == pytest.approx(rel, rel=1e-6), name
