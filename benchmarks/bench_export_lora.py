@@ -5,7 +5,7 @@ BASE: bench_diff.py's synthetic Llama-shaped BF16 checkpoint (seed 1); TUNED: BA
 the LoRA plus BF16 rounding: not exactly low-rank, and the default falls back to the energy rule). Runs the
 command in a child process and reads its peak RSS (VmHWM), for the default, `--rank 8` and `--energy 0.9`.
 
-    python benchmarks/bench_export_lora.py [--size-gb 1]
+    python benchmarks/bench_export_lora.py [--size-gb 1] [--default-only]
 """
 
 from __future__ import annotations
@@ -83,12 +83,14 @@ def run(base: Path, tuned: Path, extra: list[str]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-gb", type=float, default=1.0)
+    parser.add_argument("--default-only", action="store_true", help="only the default (no --rank, no --energy)")
     parser.add_argument("--root", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "weightdiag-bench-diff")
     args = parser.parse_args()
     base = make(args.root, layers_for(args.size_gb * 1e9), 1)
     tuned = planted(base, args.root)
     size = sum(f.stat().st_size for folder in (base, tuned) for f in folder.glob("*.safetensors"))
-    results = [run(base, tuned, extra) for extra in ([], ["--rank", str(RANK)], ["--energy", "0.9"])]
+    runs = [[]] if args.default_only else [[], ["--rank", str(RANK)], ["--energy", "0.9"]]
+    results = [run(base, tuned, extra) for extra in runs]
     print(
         json.dumps(
             {

@@ -28,7 +28,7 @@ from .spectrum import rank_at
 
 DEFAULT_ENERGY = 0.9
 EXACT = 1e-6  # ΔW of rank r: the singular values beyond r hold at most this share of ||ΔW||_F^2
-ROWS = 4096  # rows of ΔW multiplied at a time (the float64 copy of one slab, not of ΔW)
+ROWS = 512  # rows (or columns) of ΔW multiplied at a time: the float64 copy of one slab (8 MB at 2,048 wide)
 
 
 @dataclass(frozen=True)
@@ -42,17 +42,18 @@ class Factors:
 
 
 def _gram(d: np.ndarray, side: str) -> np.ndarray:
-    """ΔW^T ΔW ("right") or ΔW ΔW^T ("left"), float64, summed over slabs of rows."""
-    if side == "left":
-        g = np.zeros((d.shape[0], d.shape[0]))
-        for c0 in range(0, d.shape[1], ROWS):
-            x = d[:, c0 : c0 + ROWS].astype(np.float64)
-            g += x @ x.T
-        return g
-    g = np.zeros((d.shape[1], d.shape[1]))
-    for r0 in range(0, d.shape[0], ROWS):
-        x = d[r0 : r0 + ROWS].astype(np.float64)
-        g += x.T @ x
+    """ΔW^T ΔW ("right") or ΔW ΔW^T ("left"), float64, its lower triangle summed in place over slabs (BLAS dsyrk:
+    no product-sized temporary); the upper triangle is not filled (eigh reads the lower one)."""
+    from scipy.linalg.blas import dsyrk
+
+    dim = d.shape[1] if side == "right" else d.shape[0]
+    g = np.zeros((dim, dim), order="F")
+    steps = d.shape[0] if side == "right" else d.shape[1]
+    for lo in range(0, steps, ROWS):
+        # a: dim x slab (Fortran order), a a^T summed into g
+        x = d[lo : lo + ROWS].T if side == "right" else d[:, lo : lo + ROWS]
+        a = np.asfortranarray(x, dtype=np.float64)
+        g = dsyrk(1.0, a, beta=1.0, c=g, trans=0, lower=1, overwrite_c=1)
     return g
 
 
@@ -78,7 +79,9 @@ def factor(delta: np.ndarray, *, rank: int | None = None, energy: float | None =
     d = np.asarray(delta, dtype=np.float32) if delta.dtype != np.float64 else delta
     m, n = d.shape
     side = "right" if n <= m else "left"
-    lam, vecs = np.linalg.eigh(_gram(d, side))
+    from scipy.linalg import eigh
+
+    lam, vecs = eigh(_gram(d, side), lower=True, overwrite_a=True, check_finite=False)
     lam, vecs = np.clip(lam[::-1], 0.0, None), vecs[:, ::-1]
     total = float(np.sum(lam))
     exact = False

@@ -2,8 +2,9 @@
 
 A second read of both sides after the diff, in lockstep row blocks as the diff reads them (delta/paired.py):
 each matrix's ΔW = W_tuned - W_base (float32, each element within 2^-24 relative of the exact difference) is
-assembled from its blocks, factored by its truncated SVD (delta/lora.py) and dropped before the next matrix's
-is complete, so memory holds one matrix's ΔW (and its SVD's float64 workspace), never a whole model.
+assembled from its blocks, factored by its truncated SVD (delta/lora.py: from the Gram of its narrower side) and
+dropped before the next matrix's is complete, so memory holds one matrix's ΔW (float32) and one Gram with its
+eigendecomposition (min(m, n)^2 float64 a few times), never a whole model; one block is read at a time.
 
 What is exported: the 2-D weights named `<module>.weight` that changed, but embeddings and output heads (PEFT
 adapts them with other layers). The folder holds `adapter_config.json` (peft_type LORA, target_modules the
@@ -96,7 +97,7 @@ def export_lora(
             delta = np.subtract(t.values, b.values, dtype=np.float32)  # within 2^-24 relative, as the diff's
             held[block.pair][block.r0 : block.r1] = delta.reshape(block.r1 - block.r0, n)
 
-        workers = options.workers or 2
+        workers = options.workers or 1  # one block in flight: the memory is ΔW and its Gram, not blocks
         for block, _ in stream_pairs(pairs, base_reader, tuned_reader, work, workers=workers, before_tensor=start):
             if not block.last:
                 continue
