@@ -13,6 +13,11 @@ it would take at the GEMM rate.
 
     python benchmarks/bench_diff.py                       # 2 x 1 GB
     python benchmarks/bench_diff.py --size-gb 0.2 --repeat 1   # quick look
+    python benchmarks/bench_diff.py --before /work/main --rounds 6 --no-spectrum   # this checkout against another
+
+With --before CHECKOUT, only (n) (or (d) without --no-spectrum) is run: this checkout and CHECKOUT (another
+worktree, its C kernels built) alternately, `--rounds` times each, the order alternating every round (a loaded
+machine's drift falls on both); prints each run's seconds and peak RSS, the medians and their ratio.
 """
 
 from __future__ import annotations
@@ -114,17 +119,54 @@ def gemm_rate(seconds: float = 2.0) -> float:
     return done * 2.0 * block.size * (128 + 273) / (time.perf_counter() - start)
 
 
+def interleaved(base: Path, tuned: Path, before: Path, rounds: int, extra: list[str]) -> dict:
+    """The same diff from this checkout and from `before`, alternately (see the module docstring)."""
+    runs: dict[str, list[tuple[float, int | None]]] = {"after": [], "before": []}
+    checkouts = {"after": REPO, "before": before.resolve()}
+    for r in range(rounds):
+        for label in ("after", "before") if r % 2 == 0 else ("before", "after"):
+            env = {**CHILD_ENV, "PYTHONPATH": str(checkouts[label])}
+            cmd = [sys.executable, "-c", CHILD, "diff", str(base), str(tuned), "--device", "cpu", "--no-save"]
+            t = time.perf_counter()
+            out = subprocess.run([*cmd, "--json", "-q", *extra], capture_output=True, text=True, cwd=REPO, env=env)
+            seconds = time.perf_counter() - t
+            if out.returncode not in (0, 1):
+                raise RuntimeError(f"{label} failed: {out.stderr[-2000:]}")
+            peak = next((int(x.split()[1]) * 1024 for x in out.stderr.splitlines() if x.startswith("VmHWM")), None)
+            runs[label].append((seconds, peak))
+            print(f"round {r} {label}: {seconds:.2f} s, peak {peak and round(peak / 1e6)} MB", file=sys.stderr)
+    med = {label: float(np.median([s for s, _ in v])) for label, v in runs.items()}
+    return {
+        "flags": extra,
+        "rounds": rounds,
+        "seconds": {label: [round(s, 2) for s, _ in v] for label, v in runs.items()},
+        "peak_rss_MB": {label: max((p or 0) // 10**6 for _, p in v) for label, v in runs.items()},
+        "median_s": {label: round(v, 2) for label, v in med.items()},
+        "ratio_after_before": round(med["after"] / med["before"], 3),
+        "load": os.getloadavg(),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-gb", type=float, default=1.0, help="size of each checkpoint (default 1)")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--root", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "weightdiag-bench-diff")
+    parser.add_argument("--before", type=Path, help="another checkout to run interleaved with this one")
+    parser.add_argument("--rounds", type=int, default=6, help="with --before: runs of each")
+    parser.add_argument("--no-spectrum", action="store_true", help="with --before: time diff --no-spectrum")
     args = parser.parse_args()
     n_layers = layers_for(args.size_gb * 1e9)
     base, tuned = make(args.root, n_layers, 1), make(args.root, n_layers, 2)
     files = [str(f) for folder in (base, tuned) for f in sorted(folder.glob("*.safetensors"))]
     total = sum(os.path.getsize(f) for f in files)
     subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
+    if args.before is not None:
+        extra = ["--no-spectrum"] if args.no_spectrum else []
+        report = interleaved(base, tuned, args.before, args.rounds, extra)
+        report |= {"bytes": total, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        print(json.dumps(report, indent=1))
+        return
     cat = min(timed(["sh", "-c", 'cat "$@" > /dev/null', "cat", *files])[0] for _ in range(args.repeat))
     runs = {
         "diff": [],

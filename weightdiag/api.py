@@ -493,6 +493,16 @@ def report(
     return out
 
 
+def _check_parent(option: str, path: Path) -> None:
+    """Refuse a file path under something that is not a folder (/dev/null/x.csv), before anything is read:
+    the write's own error there ("File exists", "Not a directory") names neither the option nor the cause."""
+    parent = path.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputError(f"{option} {path}: {parent} is not a folder; give a file path in a folder", path=path)
+
+
 def _unwritable(option: str, path: Path, exc: OSError) -> OutputError:
     return OutputError(
         f"{option} {path}: cannot write it ({exc.strerror or type(exc).__name__}); give a writable "
@@ -807,6 +817,8 @@ def export_rows(
     )
     from .database.store import iter_rows, require_database, write_text_atomic
 
+    if output is not None and not str(output).strip():
+        raise OptionError(f"{param('output')} names no file; give a file path such as rows.{fmt}", param="output")
     out_path = Path(output) if output is not None else None
     check_format(fmt, out_path)
     if fmt == "parquet":
@@ -820,6 +832,8 @@ def export_rows(
         raise OutputError(
             f"--output {out_path}: is a folder; give a file path such as {out_path / ('rows.' + fmt)}", path=out_path
         )
+    if out_path is not None:
+        _check_parent("--output", out_path)
     db = Path(db_dir) if db_dir else None
     if per_matrix:
         require_database(db)

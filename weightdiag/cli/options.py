@@ -290,7 +290,8 @@ FormatOption = _option(
 )
 PerMatrixOption = _option(bool, "--per-matrix", help="One record per matrix of every fitted row (docs/tables.md).")
 PlanOption = _option(bool, "--plan", help="Only list what the fit would read and skip, from the headers; fit nothing.")
-OutputOption = _option(Path | None, "--output", metavar="FILE", help="Write here (atomically) instead of stdout.")
+OutputOption = _option(str | None, "--output", metavar="FILE", help="Write here (atomically) instead of stdout.")
+ENERGY_HELP = "--export-lora: ||ΔW||² kept (default: ΔW's own rank where it is exactly low-rank, else 0.9)."
 
 
 # --- the table: the options by name, with their defaults; what @takes("db", "device", ...) names (takes.py) ---
@@ -364,7 +365,7 @@ OPTIONS: dict[str, Entry] = {
     "html@diff": Entry(DiffHtmlOption, None),
     "export_lora": Entry(_option(Path | None, "--export-lora", metavar="OUT", help="Write ΔW as a PEFT LoRA."), None),
     "rank": Entry(_option(int | None, "--rank", metavar="R", help="--export-lora: this rank per module."), None),
-    "energy": Entry(_option(float | None, "--energy", metavar="E", help="--export-lora: ||ΔW||² kept (0.9)."), None),
+    "energy": Entry(_option(float | None, "--energy", metavar="E", help=ENERGY_HELP), None),
     "html@report": Entry(ReportHtmlOption, None),
     # check
     "baseline": Entry(BaselineOption, REQUIRED),

@@ -27,6 +27,7 @@ from ..executor import TASK_BASE_MEMORY, Verified
 from ..layout import ArchInfo, classify_tensor
 from ..source.plan import ModelPlan, TensorRef
 from ..source.reader import Reader
+from . import extremes as tails
 from . import forensics as geometry
 from .findings import is_low_rank, is_scaled
 from .measures import Totals, block_part, figures
@@ -174,11 +175,14 @@ def compare(
     totals: dict[int, Totals] = {}
     spectra: dict[int, Accumulator | None] = {}
     shapes: dict[int, geometry.Accumulator | None] = {}
+    tops: dict[int, tails.Accumulator | None] = {}
 
     def start(i: int) -> None:
         pair = pairs[i]
         totals[i] = Totals()
         m, n = matrix_shape(pair.base.shape)
+        # outliers and super weights: every matrix, with or without the spectrum (a few passes over the codes)
+        tops[i] = tails.Accumulator(n) if len(pair.base.shape) >= 2 else None
         spectral = options.spectrum and len(pair.base.shape) >= 2 and min(m, n) > 1
         if spectral:
             step = block_rows(pair)
@@ -194,7 +198,7 @@ def compare(
             cast = geometry.cast_of(_dtype_label(pair.base), _dtype_label(pair.tuned))
             shapes[i] = geometry.Accumulator(m, n, None, cast) if options.spectrum else None
 
-    def work(block: Rows, b: Any, t: Any) -> tuple[Any, Any, Any]:
+    def work(block: Rows, b: Any, t: Any) -> tuple[Any, Any, Any, Any]:
         acc = spectra[block.pair]
         part, delta = block_part(b, t, delta=acc is not None)
         n = matrix_shape(pairs[block.pair].base.shape)[1]
@@ -203,11 +207,12 @@ def compare(
         geo = None
         if shape is not None:
             geo = shape.block_part(b.values.reshape(rows, n), t.values.reshape(rows, n), first=block.r0 == 0)
+        top = tails.block_part(b, t, block.r0 * n) if tops[block.pair] is not None else None
         if acc is None or delta is None:
-            return part, None, geo
-        return part, acc.block_part(block.r0, delta.reshape(rows, n)), geo
+            return part, None, geo, top
+        return part, acc.block_part(block.r0, delta.reshape(rows, n)), geo, top
 
-    for block, (part, spec, geo) in stream_pairs(
+    for block, (part, spec, geo, top) in stream_pairs(
         pairs,
         base_reader,
         tuned_reader,
@@ -227,6 +232,9 @@ def compare(
         shape = shapes[i]
         if shape is not None and geo is not None:
             shape.fold(geo)
+        held = tops[i]
+        if held is not None and top is not None:
+            held.fold(top)
         if not block.last:
             continue
         pair = pairs[i]
@@ -234,6 +242,7 @@ def compare(
         fig = figures(totals.pop(i), fits=is_matrix)
         spectrum = acc.result(fig.delta_norm**2) if acc is not None else None
         shapes.pop(i)
+        tops.pop(i)
         found = None
         if shape is not None:
             gram = getattr(acc, "gram", None)  # ΔW's Gram on the same side (Gram: right, _Whole: left)
@@ -256,6 +265,7 @@ def compare(
             low_rank=is_matrix and is_low_rank((m, n), spectrum.rank90 if spectrum else None, fig.relative_change),
             scaled=is_matrix and is_scaled(fig.alignment, fig.relative_change),
             forensics=found,
+            extremes=held.result(fig.base_norm / max(fig.numel, 1) ** 0.5) if held is not None else None,
         )
 
 

@@ -72,6 +72,16 @@ class Forensics:
     # (bits, group) when every group of the tuned side's first rows is whole multiples of its own absmax /
     # (2^(bits-1) - 1): a symmetric absmax integer code, dequantized (`integer_grid`; group 0: the row); else None
     integer_grid: tuple[int, int] | None = None
+    # WeightWatcher's power-law alpha of each side's ESD (fit.esd.fit_power_law on the Grams' eigenvalues, the
+    # σ^2 of W); None without a Gram or where the fit failed
+    alpha_base: float | None = None
+    alpha_tuned: float | None = None
+
+    @property
+    def delta_alpha(self) -> float | None:
+        if self.alpha_base is None or self.alpha_tuned is None:
+            return None
+        return self.alpha_tuned - self.alpha_base
 
     def to_json(self) -> dict[str, Any]:
         def num(x: float | None) -> float | None:
@@ -99,6 +109,9 @@ class Forensics:
             "integer_grid": (
                 {"bits": self.integer_grid[0], "group": self.integer_grid[1]} if self.integer_grid is not None else None
             ),
+            "alpha_base": num(self.alpha_base),
+            "alpha_tuned": num(self.alpha_tuned),
+            "delta_alpha": num(self.delta_alpha),
         }
 
 
@@ -255,6 +268,14 @@ def _eig(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.sqrt(lam[keep]), vecs[:, keep]
 
 
+def power_alpha(singular: np.ndarray) -> float | None:
+    """WeightWatcher's power-law alpha of the ESD λ = σ^2 (fit.esd.fit_power_law); None where it fails."""
+    from ..fit.esd import fit_power_law
+
+    fit = fit_power_law(np.asarray(singular, dtype=np.float64) ** 2)
+    return fit.alpha if fit.status == "success" else None
+
+
 def subspaces(
     base_gram: np.ndarray,
     tuned_gram: np.ndarray,
@@ -279,6 +300,8 @@ def subspaces(
     ranks = tuple(int(j) + 1 for j in np.flatnonzero(best < INTRUDER_EPS))
     strength = max((float(st[j - 1] / st[0]) for j in ranks), default=0.0)
     energy = None
+    alpha = power_alpha(sb)  # an untouched matrix's sides have one ESD: fitted once (each fit is ~10 ms)
+    alphas = (alpha, alpha if np.array_equal(base_gram, tuned_gram) else power_alpha(st))
     if delta_gram is not None:
         total = float(np.trace(delta_gram))
         if total > 0:
@@ -298,4 +321,6 @@ def subspaces(
         k / dim,
         tolerance_fraction,
         level_ratio,
+        alpha_base=alphas[0],
+        alpha_tuned=alphas[1],
     )

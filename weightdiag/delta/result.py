@@ -12,6 +12,7 @@ from typing import Any
 
 from ..fit.weibull import WeibullFit
 from ..record.table import DataFrame
+from .extremes import Extremes
 from .forensics import Forensics
 from .measures import Figures
 from .spectrum import SKETCH_CAP, Spectrum
@@ -76,6 +77,7 @@ class TensorDiff:
     low_rank: bool
     scaled: bool
     forensics: Forensics | None = None  # the subspace figures and counts (with the spectrum)
+    extremes: Extremes | None = None  # the largest entries of each side: outliers and super weights
 
     @property
     def sqnr_db(self) -> float | None:
@@ -127,6 +129,7 @@ class TensorDiff:
             "scaled": self.scaled,
             "sqnr_db": num(self.sqnr_db),
             "forensics": self.forensics.to_json() if self.forensics is not None else None,
+            "extremes": self.extremes.to_json() if self.extremes is not None else None,
         }
         if self.tuned_name != self.name:
             out["tuned_name"] = self.tuned_name
@@ -187,6 +190,7 @@ class DiffResult:
     mechanism: Any = None  # delta.mechanism.Mechanism (the verdict and its evidence)
     damage: dict[str, Any] | None = None  # the model-level damage score (damage())
     export_lora: dict[str, Any] | None = None  # what --export-lora wrote (run/export_lora.py)
+    survival: dict[str, Any] | None = None  # outliers, super weights, change of k and alpha (extremes.summary)
 
     def tensor_records(self, vectors: bool = False) -> list[dict[str, Any]]:
         """One flat record per matrix pair (and vector pair, with vectors), for tables: see tensor_records()."""
@@ -225,6 +229,7 @@ class DiffResult:
             "notes": self.notes,
             "mechanism": self.mechanism.to_json() if self.mechanism is not None else None,
             "damage": self.damage,
+            "survival": self.survival,
             **({"export_lora": self.export_lora} if self.export_lora is not None else {}),
         }
 

@@ -87,6 +87,10 @@ def diff_view(result: DiffResult, every: bool = False, gate: GateResult | None =
                 f"matrices (RMS relative error {result.damage['score']:.3g})"
             )
         )
+    kept = result.survival
+    line = survival_line(kept) if kept is not None else None
+    if line is not None and kept is not None and (quantized or kept["outliers_survived"] < kept["outliers"]):
+        parts.append(Text("  " + line))
     for f in result.findings:
         parts.append(Text("  • " + f.message))
     for label, names in (("only in base", result.only_base), ("only in tuned", result.only_tuned)):
@@ -101,6 +105,23 @@ def diff_view(result: DiffResult, every: bool = False, gate: GateResult | None =
     if gate is not None:
         parts.append(Text(gate_line(gate)))
     return Group(*parts)
+
+
+def survival_line(s: dict[str, Any]) -> str | None:
+    """Outliers and super weights kept, and the change of k and alpha, in one line (None: no outlier tracked)."""
+    if not s["outliers"]:
+        return None
+    words = (
+        f"outliers (|w| > {s['outlier_rms']:g} RMS): {s['outliers_survived']} of {s['outliers']} kept within "
+        f"{s['survival']:.0%}"
+    )
+    if s["super_weights"]:
+        words += f"; super-weight candidates: {s['super_weights_survived']} of {len(s['super_weights'])} kept"
+    if s["delta_k_median"] is not None:
+        words += f"; Weibull k {s['delta_k_median']:+.3g} (median)"
+    if s["delta_alpha_median"] is not None:
+        words += f", alpha {s['delta_alpha_median']:+.3g}"
+    return words
 
 
 def gate_line(gate: GateResult) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import __version__, settings
 from ..delta.compare import PairsPass, hashing
+from ..delta.extremes import summary as survival
 from ..delta.findings import block_key, find, summarize
 from ..delta.mechanism import by_block, judge
 from ..delta.pairing import pair_tensors
@@ -224,6 +225,7 @@ def diff(
         notes=notes,
         mechanism=mechanism,
         damage=damage(matrices),
+        survival=survival(matrices),
     )
 
 

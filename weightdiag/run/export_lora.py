@@ -2,8 +2,9 @@
 
 A second read of both sides after the diff, in lockstep row blocks as the diff reads them (delta/paired.py):
 each matrix's ΔW = W_tuned - W_base (float32, each element within 2^-24 relative of the exact difference) is
-assembled from its blocks, factored by its truncated SVD (delta/lora.py) and dropped before the next matrix's
-is complete, so memory holds one matrix's ΔW (and its SVD's float64 workspace), never a whole model.
+assembled from its blocks, factored by its truncated SVD (delta/lora.py: from the Gram of its narrower side) and
+dropped before the next matrix's is complete, so memory holds one matrix's ΔW (float32) and one Gram with its
+eigendecomposition (min(m, n)^2 float64 a few times), never a whole model; one block is read at a time.
 
 What is exported: the 2-D weights named `<module>.weight` that changed, but embeddings and output heads (PEFT
 adapts them with other layers). The folder holds `adapter_config.json` (peft_type LORA, target_modules the
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..delta.lora import factor
+from ..delta.lora import DEFAULT_ENERGY, factor
 from ..delta.paired import matrix_shape, stream_pairs
 from ..delta.pairing import pair_tensors
 from ..delta.result import DiffOptions
@@ -69,8 +70,6 @@ def export_lora(
 
     options = options or DiffOptions()
     check(out, rank, energy)
-    if rank is None and energy is None:
-        energy = 0.9
     base_plan, base_reader = open_side(base_spec, options)
     try:
         tuned_plan, tuned_reader = open_side(tuned_spec, options)
@@ -95,10 +94,10 @@ def export_lora(
 
         def work(block: Any, b: Any, t: Any) -> None:
             n = matrix_shape(pairs[block.pair].base.shape)[1]
-            delta = (t.values.astype(np.float64) - b.values.astype(np.float64)).astype(np.float32)
+            delta = np.subtract(t.values, b.values, dtype=np.float32)  # within 2^-24 relative, as the diff's
             held[block.pair][block.r0 : block.r1] = delta.reshape(block.r1 - block.r0, n)
 
-        workers = options.workers or 2
+        workers = options.workers or 1  # one block in flight: the memory is ΔW and its Gram, not blocks
         for block, _ in stream_pairs(pairs, base_reader, tuned_reader, work, workers=workers, before_tensor=start):
             if not block.last:
                 continue
@@ -120,6 +119,7 @@ def export_lora(
                     "rank": f.rank,
                     "energy": f.energy,
                     "relative_error": f.error,
+                    "exact": f.exact,
                 }
             )
     finally:
@@ -165,7 +165,13 @@ def export_lora(
         ) from None
     return {
         "folder": str(out),
-        "rank": {"requested": rank} if rank is not None else {"energy": energy},
+        "rank": (
+            {"requested": rank}
+            if rank is not None
+            else {"energy": energy}
+            if energy is not None
+            else {"default": f"ΔW's own rank where exactly low-rank, else energy {DEFAULT_ENERGY}"}
+        ),
         "modules": modules,
         "max_rank": top,
         "max_relative_error": max((m["relative_error"] for m in modules), default=0.0),
