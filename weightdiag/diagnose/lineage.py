@@ -490,6 +490,11 @@ def _relation(
         said.append(f"modified: fine-tuned, merged, noised or quantized (median relative change {change:.1%})")
     if dtypes:
         said.append(f"re-stored as {', '.join(sorted(dtypes))}")
+    upcycled = {
+        e.candidate for e in carrying if _expert(cand, e.candidate) is not None and _expert(ref, e.reference) is None
+    }
+    if upcycled:
+        said.append(f"experts copied from a dense FFN (upcycled: {len(upcycled)} expert matrices match dense ones)")
     renamed = sum(e.candidate != e.reference for e in carrying)
     if renamed > len(carrying) / 2:
         said.append("tensors renamed or layers moved")
@@ -502,6 +507,11 @@ def _relation(
             word = "added" if a[0] > b[0] else "removed"
             said.append(f"rows {word} in {e.candidate} ({a[0]} against {b[0]}): an extended or cut vocabulary")
     return said
+
+
+def _expert(fp: Fingerprint, name: str) -> int | None:
+    expert = fp.records[name].get("expert")
+    return expert if isinstance(expert, int) else None
 
 
 def judge_all(cand: Fingerprint, refs: Iterable[tuple[str, Fingerprint | str | None]]) -> list[Judgement]:
