@@ -412,3 +412,55 @@ def test_api_lineage_takes_one_reference_as_a_string_and_needs_a_database_withou
     assert len(one.judgements) == 1 and one.judgements[0].verdict == "derived"
     with pytest.raises(DatabaseError):
         api.lineage(str(minilm_dir), db_dir=tmp_path / "nodb", save=False)
+
+
+# --- --declared: sampled reads of a base without a row, every base named, the card's values ----------------
+
+
+def test_declared_base_without_a_row_is_read_by_samples_from_the_hub(fake_hub, minilm_dir, tmp_path, capsys):
+    """The base on the loopback Hub, in no database: its samples are read by ranged reads, at most 10% of its
+    bytes (what the server sent, and what the report says), and the declaration is confirmed."""
+    fake_hub.add_folder("acme/minilm", minilm_dir)
+    state = lc.load_state(minilm_dir)
+    tuned = lc.save_state(lc.noise(state, 0.02), tmp_path / "tuned", minilm_dir / "config.json")
+    (tuned / "README.md").write_text("---\nbase_model: acme/minilm\n---\n")
+    weights = sum(p.stat().st_size for p in minilm_dir.glob("*.safetensors"))
+    fake_hub.reset_counters()
+    report = api.lineage(str(tuned), db_dir=tmp_path / "no-db", declared=True)
+    assert report.declaration == "confirmed", report.judgements[0].reason
+    (nbytes,) = report.bytes_read.values()
+    assert 0 < nbytes <= 0.10 * weights
+    assert fake_hub.file_bytes_sent <= 0.10 * weights
+    assert report.to_json()[0]["declared"]["bytes_read"] == nbytes
+    code, out, _ = _main(capsys, "lineage", str(tuned), "--declared", "--db", str(tmp_path / "no-db"))
+    assert code == 0 and "declared base_model acme/minilm: confirmed" in out and "bytes read" in out, out
+
+
+def test_declared_bases_each_judged_paths_from_the_card_folder_and_bad_values(
+    fake_hub, minilm_dir, tmp_path, monkeypatch, capsys
+):
+    """A list of bases judges each (one contradicted: the declaration is); `./path` resolves against the
+    candidate's folder whatever the working directory; a value that names no model is one line, exit 2, and
+    nothing is asked of the Hub."""
+    from transformers import BertConfig, BertModel
+
+    fake_hub.add_folder("acme/minilm", minilm_dir)
+    state = lc.load_state(minilm_dir)
+    models = tmp_path / "models"
+    tuned = lc.save_state(lc.noise(state, 0.02), models / "tuned", minilm_dir / "config.json")
+    torch.manual_seed(6)
+    init = {k: v.detach() for k, v in BertModel(BertConfig.from_pretrained(str(minilm_dir))).state_dict().items()}
+    lc.save_state({k: v for k, v in init.items() if k in state}, models / "other", minilm_dir / "config.json")
+    (tuned / "README.md").write_text("---\nbase_model:\n  - acme/minilm\n  - ../other\n---\n")
+    monkeypatch.chdir(tmp_path)  # not the card's folder: ../other from here is no model
+    report = api.lineage(str(tuned), db_dir=tmp_path / "no-db", declared=True)
+    verdicts = {base: verdict for base, _, verdict in report.declarations}
+    assert verdicts["acme/minilm"] == "confirmed" and report.declaration == "contradicted", verdicts
+    assert [v for b, v in verdicts.items() if b.endswith("other")] == ["contradicted"]
+    assert len(report.judgements) == 2
+    for bad in ("{name: acme/minilm}", "[acme/minilm, ", "a model with spaces"):
+        (tuned / "README.md").write_text(f"---\nbase_model: {bad}\n---\n")
+        fake_hub.reset_counters()
+        code, _, err = _main(capsys, "lineage", str(tuned), "--declared", "--db", str(tmp_path / "no-db"))
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "not a model id" in err, (bad, err)
+        assert not fake_hub.requests, (bad, [r.path for r in fake_hub.requests])

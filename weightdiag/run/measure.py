@@ -502,13 +502,10 @@ def _gathered(shape: tuple[int, ...], k: int, axis: int | None) -> _Gathered:
     return _Gathered(positions, np.searchsorted(positions, sampled), np.searchsorted(positions, paired), lines)
 
 
-def _sampled_positions(work: list[_Work]) -> dict[int, _Gathered]:
-    """The lineage samples of each matrix stored whole and unquantized (reduce/sample.py) and, for those indexed
-    by hidden units, its paired lines (reduce/pairs.py), by work index. Experts past the first MAX_EXPERTS of a
-    layer and tensors cut into records are not sampled; of a model of more than MAX_MATRICES such matrices, only
-    the layers whose index is a multiple of a stride (layer_stride)."""
-    if not tuning.current().lineage_fingerprint:
-        return {}
+def fingerprinted(work: list[_Work]) -> list[int]:
+    """The indices of the matrices the lineage fingerprint samples: stored whole and unquantized, the first
+    MAX_EXPERTS experts of a layer, and of a model of more than MAX_MATRICES such matrices only the layers whose
+    index is a multiple of a stride (layer_stride)."""
     chosen = [
         i
         for i, item in enumerate(work)
@@ -519,7 +516,17 @@ def _sampled_positions(work: list[_Work]) -> dict[int, _Gathered]:
         and (item.role.expert is None or item.role.expert < MAX_EXPERTS)
     ]
     stride = layer_stride([work[i].role.block for i in chosen])
-    chosen = [i for i in chosen if (work[i].role.block or 0) % stride == 0]
+    return [i for i in chosen if (work[i].role.block or 0) % stride == 0]
+
+
+def _sampled_positions(work: list[_Work]) -> dict[int, _Gathered]:
+    """The lineage samples of each matrix stored whole and unquantized (reduce/sample.py) and, for those indexed
+    by hidden units, its paired lines (reduce/pairs.py), by work index. Experts past the first MAX_EXPERTS of a
+    layer and tensors cut into records are not sampled; of a model of more than MAX_MATRICES such matrices, only
+    the layers whose index is a multiple of a stride (layer_stride)."""
+    if not tuning.current().lineage_fingerprint:
+        return {}
+    chosen = fingerprinted(work)
     k = samples_per_matrix(len(chosen))
     out = {}
     by_shape: dict[tuple[tuple[int, ...], int | None], _Gathered] = {}  # most matrices share a few shapes
