@@ -274,7 +274,7 @@ def cost(model: Path, rounds: int) -> None:
     from weightdiag import tuning
 
     times: dict[bool, list[float]] = {True: [], False: []}
-    size = 0
+    size, lineage = 0, {}
     api.fit(str(model), FitOptions(device="cpu"), save=False)  # the page cache warm
     for r in range(rounds):
         for on in (True, False) if r % 2 == 0 else (False, True):
@@ -283,11 +283,11 @@ def cost(model: Path, rounds: int) -> None:
                 row = api.fit(str(model), FitOptions(device="cpu"), save=False).row
                 times[on].append(time.perf_counter() - started)
             if on:
-                size = len(json.dumps(row["lineage"]))
+                size, lineage = len(json.dumps(row["lineage"])), row["lineage"]
     with_, without = statistics.median(times[True]), statistics.median(times[False])
     print(f"fit of {model} ({rounds} rounds each, interleaved): with the fingerprint median {with_:.3f} s, without")
     print(f"{without:.3f} s: ratio {with_ / without:.3f}; min {min(times[True]):.3f} / {min(times[False]):.3f} s")
-    print(f"the row's lineage: {size} bytes ({len(row['lineage']['matrices'])} matrices, k {row['lineage']['k']})")
+    print(f"the row's lineage: {size} bytes ({len(lineage['matrices'])} matrices, k {lineage['k']})")
 
 
 def many(rows: int) -> None:
@@ -332,19 +332,24 @@ def null(seeds: int, steps: int) -> None:
             state, _, cfg = lc.tiny_llama(100 + seed, steps)
             row = api.fit(str(lc.save_state(state, Path(tmp) / f"s{seed}", cfg)), FitOptions(device="cpu"), save=False)
             fps.append(Fingerprint.of(row.row))
-    combined, per = [], []
+    combined, per, pairs, per_pair = [], [], [], []
     for a, b in itertools.combinations(fps, 2):
         assert a is not None and b is not None
         judged = judge("b", a, b)
-        assert judged.log10_p is not None
+        assert judged.log10_p is not None and judged.log10_p_pairs is not None
         combined.append(10**judged.log10_p)
+        pairs.append(10**judged.log10_p_pairs)
         per += [math.exp(lin._log_p_max(z, n)) for z, _, _, _, n in lin._same_shape_z(a, b).values()]
-    c, m = np.array(combined), np.array(per)
+        per_pair += [10**e.log10_p for e in lin._pairs_evidence(a, b)]
+    c, m, q, r = np.array(combined), np.array(per), np.array(pairs), np.array(per_pair)
     print(
-        f"{seeds} tiny Llamas ({steps} steps, trained alike), {c.size} pairs: combined p min {c.min():.3g}, "
-        f"below 0.05 {np.mean(c < 0.05):.1%}, KS p {stats.kstest(c, 'uniform').pvalue:.3g}; {m.size} per-matrix p: "
-        f"below 0.05 {np.mean(m < 0.05):.1%}, below 0.01 {np.mean(m < 0.01):.1%}, KS p "
-        f"{stats.kstest(m, 'uniform').pvalue:.3g}; {time.perf_counter() - started:.0f} s"
+        f"{seeds} tiny Llamas ({steps} steps, trained alike), {c.size} pairs: verdict p (2 x the smaller test's) min "
+        f"{c.min():.3g}, below 0.05 {np.mean(c < 0.05):.1%}; samples' test: {m.size} per-matrix p below 0.05 "
+        f"{np.mean(m < 0.05):.1%}, below 0.01 {np.mean(m < 0.01):.1%}, KS p {stats.kstest(m, 'uniform').pvalue:.3g}; "
+        f"pair cosines' test: combined p min {q.min():.3g}, below 0.05 {np.mean(q < 0.05):.1%}, KS p "
+        f"{stats.kstest(q, 'uniform').pvalue:.3g}; {r.size} per-matrix p below 0.05 {np.mean(r < 0.05):.1%}, below "
+        f"0.01 {np.mean(r < 0.01):.1%}, KS p {stats.kstest(r, 'uniform').pvalue:.3g}; "
+        f"{time.perf_counter() - started:.0f} s"
     )
 
 

@@ -72,10 +72,11 @@ def pair_positions(shape: tuple[int, ...], axis: int) -> np.ndarray:
 def pair_cosines(values: np.ndarray, lines: int) -> np.ndarray:
     """The cosine of each pair (float64) from the paired lines' values (as pair_positions orders them); 0 where a
     line is zero or a value is not finite (a constant or broken matrix carries no evidence: ties)."""
-    v = np.asarray(values, dtype=np.float64).reshape(lines, -1)
+    v = np.asarray(values).reshape(lines, -1)
     a, b = v[0::2], v[1::2]
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    dots = np.sum(a * b, axis=1)
+    # sums in float64 over float32 values: no float64 copy of the lines
+    norms = np.sqrt(np.einsum("ij,ij->i", a, a, dtype=np.float64) * np.einsum("ij,ij->i", b, b, dtype=np.float64))
+    dots = np.einsum("ij,ij->i", a, b, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         cos = np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 0.0)
     return np.where(np.isfinite(cos), cos, 0.0)
