@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from scipy.stats import rankdata
 
 from ..reduce.sample import SEED
 
@@ -32,9 +31,16 @@ def fingerprint_json(
         matrices[name] = {"scale": float(f"{rms:.6g}"), "values": base64.b64encode(stored.tobytes()).decode("ascii")}
         cos = (pairs or {}).get(name)
         if cos is not None and 0 < cos.size <= 127:
-            ranks = np.rint(2 * rankdata(cos)).astype(np.uint8)
+            ranks = np.rint(2 * _average_ranks(cos)).astype(np.uint8)
             matrices[name]["pairs"] = base64.b64encode(ranks.tobytes()).decode("ascii")
     return {"method": METHOD, "seed": SEED, "k": k, "matrices": matrices}
+
+
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing their average (scipy's rankdata: not imported by a fit, which would cost its
+    memory to every fit)."""
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    return (np.cumsum(counts) - (counts - 1) / 2)[inverse]
 
 
 def read_fingerprint(row: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
