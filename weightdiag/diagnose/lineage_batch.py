@@ -5,11 +5,14 @@ layout (rows of one architecture: lineage_packed.Layout) at a time: which candid
 of the reference's depends on the layout alone, so it is worked out once, and the correlations, p-values,
 relative changes, position-free statistics and Fisher's combination are arrays over the references. Judged one
 at a time, 2,000 rows took seconds of Python per command; here a chunk's arithmetic is a few products and sorts.
-tests/test_lineage_fast.py checks that both give the same judgements.
+The pair cosines (reduce/pairs.py) are standardised once per chunk and layout; their test, the Bonferroni of the
+two tests and the relation are diagnose.lineage.conclude's, given each reference's pair stacks and position-free
+statistics from the packed rows. tests/test_lineage_fast.py checks that both give the same judgements.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,11 +31,12 @@ from .lineage import (
     MatrixEvidence,
     _common,
     _key,
+    _standard_ranks,
     conclude,
     judge,
     ranked,
 )
-from .lineage_packed import Layout, layout_in, unpack
+from .lineage_packed import Layout, Packed, layout_in, unpack
 
 CHUNK = 128  # references judged together: their samples take CHUNK x 2 x 8 x (samples per row) bytes
 
@@ -199,6 +203,7 @@ def _judge_chunk(
         chosen[:, positions] = options[best]
     combined: list[float | None] = _fisher(np.sort(log_p * LN10, axis=1)).tolist() if count else [None] * refs
     invariants = _invariants(cand, plan, packed.roles)
+    pair_stacks = _pair_stacks(packed)
     names = [c.name for c in plan.compared]
     compared = [len(c.options) for c in plan.compared]
     theirs_names = np.array(layout.names, dtype=object)[chosen].tolist() if count else [[]] * refs
@@ -209,13 +214,33 @@ def _judge_chunk(
         evidence = list(map(MatrixEvidence, *row, changes_or_none[r]))
         fisher = combined[r]
         log10_p = None if fisher is None else fisher / LN10
-        out.append(conclude(label, cand, _shell(layout), evidence, list(plan.not_compared), invariants[r], log10_p))
+        ref = _reference(
+            layout, packed.roles[r], {key: (names, ranks[r].copy()) for key, (names, ranks) in pair_stacks}
+        )
+        out.append(conclude(label, cand, ref, evidence, list(plan.not_compared), invariants[r], log10_p))
     return out
 
 
-def _shell(layout: Layout) -> Fingerprint:
+def _pair_stacks(packed: Packed) -> list[tuple[tuple[tuple[int, ...], int, int], tuple[list[str], np.ndarray]]]:
+    """Fingerprint.pair_stacks of every row of the chunk at once: per key, the names and the standardised ranks
+    (rows x names x pairs; _standard_ranks row by row, exact: the ranks are halves, their sums integers)."""
+    out = []
+    refs = packed.pairs.shape[0]
+    for key, (names, columns) in packed.layout.pair_stacks.items():
+        ranks = packed.pairs[:, columns].astype(np.float64) / 2  # as record.lineage.read_pairs
+        flat = ranks.reshape(refs * len(names), key[2])
+        out.append((key, (names, _standard_ranks(list(flat), key[2]).reshape(refs, len(names), key[2]))))
+    return out
+
+
+def _reference(layout: Layout, roles: np.ndarray, pair_stacks: dict) -> Fingerprint:
+    """A reference of the layout as conclude needs it: its records (the layout's), position-free statistics and
+    pair stacks (its own); no samples (compared here already)."""
     assert layout.shell is not None
-    return layout.shell
+    ref = copy.copy(layout.shell)
+    ref.role_values = np.array(roles, dtype=np.float64)
+    ref.pair_stacks = pair_stacks
+    return ref
 
 
 def _invariants(cand: Fingerprint, plan: _Plan, roles: np.ndarray) -> list[dict[str, float | int | None]]:
