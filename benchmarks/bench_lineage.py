@@ -304,7 +304,8 @@ def _row_by_row(candidate: str, db: Path) -> list[Any]:
 
 def many(rows: int, rounds: int = 0) -> None:
     """`lineage` against a database of `rows` fingerprinted rows: MiniLM's row and copies of it under other ids,
-    every other one with its samples replaced by independent values and its statistics moved by about 1% (an
+    every other one with its samples replaced by independent values, its pair cosines' ranks shuffled and its
+    statistics moved by about 1% (an
     unrelated model of the same shapes), so
     that half the references are `derived` and half `independent`. Times the candidate named by its row id (a
     fitted candidate: issue 39's acceptance 3) and as a folder (fitted on the way, not saved), with the peak RSS
@@ -328,6 +329,9 @@ def many(rows: int, rounds: int = 0) -> None:
                     size = len(base64.b64decode(entry["values"])) // 2
                     fresh = rng.standard_normal(size).astype("<f2")
                     entry["values"] = base64.b64encode(fresh.tobytes()).decode("ascii")
+                    if "pairs" in entry:  # its pair cosines' ranks shuffled: unrelated too
+                        ranks = np.frombuffer(base64.b64decode(entry["pairs"]), dtype=np.uint8)
+                        entry["pairs"] = base64.b64encode(rng.permutation(ranks).tobytes()).decode("ascii")
                 for record in other["matrices"]:
                     for stat in ("std", "max_abs", "q99_abs"):
                         record["stats"][stat] *= 1 + 0.01 * abs(rng.standard_normal())
