@@ -380,29 +380,35 @@ def conclude(
     not_compared: list[str],
     inv: dict[str, float | int | None],
     log10_p: float | None = None,
+    paired: tuple[list[MatrixEvidence], float | None] | None = None,
 ) -> Judgement:
     """The verdict from the matrices' evidence, the pair cosines' and the invariants' agreement (judge's, and
     lineage_batch's for many references at once: `log10_p` the samples' combined p-value it computed, else
-    Fisher's of the evidence; `ref` with its pair stacks and position-free statistics, as Fingerprint has them)."""
+    Fisher's of the evidence; `paired` its pair cosines' evidence, strongest first, and their combined p-value,
+    else _pairs_evidence's; `ref` with its position-free statistics, as Fingerprint has them)."""
     out = Judgement(reference, "inconclusive", evidence=evidence, not_compared=not_compared, invariants=inv)
     out.matrices_compared = len(evidence)
     evidence.sort(key=lambda e: e.log10_p)
-    paired = _pairs_evidence(cand, ref)
-    out.pairs_compared = len(paired)
+    paired_p: float | None = None
+    if paired is None:
+        pairs = _pairs_evidence(cand, ref)
+    else:
+        pairs, paired_p = paired
+    out.pairs_compared = len(pairs)
     if evidence:
         samples_p = fisher_log_p([e.log10_p * LN10 for e in evidence]) / LN10 if log10_p is None else log10_p
         out.log10_p_samples = samples_p
-    if paired:
-        out.log10_p_pairs = fisher_log_p([e.log10_p * LN10 for e in paired]) / LN10
+    if pairs:
+        out.log10_p_pairs = fisher_log_p([e.log10_p * LN10 for e in pairs]) / LN10 if paired_p is None else paired_p
     tests = [p for p in (out.log10_p_samples, out.log10_p_pairs) if p is not None]
     if not tests:
         out.reason = "no matrix of a shape in common: nothing to compare"
         return _by_invariants(out, cand, ref)
     out.log10_p = min(0.0, min(tests) + math.log10(len(tests)))  # Bonferroni over the two tests
     by_pairs = out.log10_p_samples is None or (out.log10_p_pairs or 0.0) < out.log10_p_samples
-    shown = paired if by_pairs else evidence
+    shown = pairs if by_pairs else evidence
     compared = len(shown)
-    out.matrices_compared = max(len(evidence), len(paired))
+    out.matrices_compared = max(len(evidence), len(pairs))
     carrying = [e for e in shown if e.log10_p <= EVIDENCE_LOG10P]
     if out.log10_p <= DERIVED_LOG10P:
         out.verdict = "derived"
@@ -455,12 +461,12 @@ def _equal_stats(cand: Fingerprint, ref: Fingerprint) -> set[str]:
     to a part in a million: the same values, wherever they sit."""
     where = {key: i for i, key in enumerate(ref.role_keys)}
     names = list(cand.records)
-    out = set()
-    for i, key in enumerate(cand.role_keys):
-        j = where.get(key)
-        if j is not None and np.all(np.abs(cand.role_values[i, :3] - ref.role_values[j, :3]) <= EXACT):
-            out.add(names[i])
-    return out
+    mine = [(i, where[key]) for i, key in enumerate(cand.role_keys) if key in where]
+    if not mine:
+        return set()
+    a, b = np.array(mine).T
+    equal = np.all(np.abs(cand.role_values[a, :3] - ref.role_values[b, :3]) <= EXACT, axis=1)  # NaN: not equal
+    return {names[i] for i in a[equal].tolist()}
 
 
 def _rotated(

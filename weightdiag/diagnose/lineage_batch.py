@@ -203,7 +203,7 @@ def _judge_chunk(
         chosen[:, positions] = options[best]
     combined: list[float | None] = _fisher(np.sort(log_p * LN10, axis=1)).tolist() if count else [None] * refs
     invariants = _invariants(cand, plan, packed.roles)
-    pair_stacks = _pair_stacks(packed)
+    paired = _pairs_evidence(cand, packed)
     names = [c.name for c in plan.compared]
     compared = [len(c.options) for c in plan.compared]
     theirs_names = np.array(layout.names, dtype=object)[chosen].tolist() if count else [[]] * refs
@@ -214,32 +214,56 @@ def _judge_chunk(
         evidence = list(map(MatrixEvidence, *row, changes_or_none[r]))
         fisher = combined[r]
         log10_p = None if fisher is None else fisher / LN10
-        ref = _reference(
-            layout, packed.roles[r], {key: (names, ranks[r].copy()) for key, (names, ranks) in pair_stacks}
-        )
-        out.append(conclude(label, cand, ref, evidence, list(plan.not_compared), invariants[r], log10_p))
+        ref = _reference(layout, packed.roles[r])
+        out.append(conclude(label, cand, ref, evidence, list(plan.not_compared), invariants[r], log10_p, paired[r]))
     return out
 
 
-def _pair_stacks(packed: Packed) -> list[tuple[tuple[tuple[int, ...], int, int], tuple[list[str], np.ndarray]]]:
-    """Fingerprint.pair_stacks of every row of the chunk at once: per key, the names and the standardised ranks
-    (rows x names x pairs; _standard_ranks row by row, exact: the ranks are halves, their sums integers)."""
-    out = []
+def _pairs_evidence(cand: Fingerprint, packed: Packed) -> list[tuple[list[MatrixEvidence], float | None]]:
+    """lineage._pairs_evidence and the pair test's combined p-value for every row of the chunk: the rows' pair
+    ranks standardised at once (_standard_ranks row by row, exact: the ranks are halves, their sums integers),
+    one product per reference as its own, the p-values and Fisher's combination as arrays."""
     refs = packed.pairs.shape[0]
-    for key, (names, columns) in packed.layout.pair_stacks.items():
+    names: list[str] = []
+    theirs: list[np.ndarray] = []
+    rhos, log_ps, sizes, counts = [], [], [], []
+    for key, (mine, ra) in cand.pair_stacks.items():
+        found = packed.layout.pair_stacks.get(key)
+        if found is None:
+            continue
+        options, columns = found
         ranks = packed.pairs[:, columns].astype(np.float64) / 2  # as record.lineage.read_pairs
-        flat = ranks.reshape(refs * len(names), key[2])
-        out.append((key, (names, _standard_ranks(list(flat), key[2]).reshape(refs, len(names), key[2]))))
+        flat = _standard_ranks(list(ranks.reshape(refs * len(options), key[2])), key[2])
+        stack = flat.reshape(refs, len(options), key[2]).transpose(0, 2, 1)
+        rho = np.clip(np.matmul(ra, stack), -0.999999, 0.999999)  # (refs, mine, options)
+        z = np.arctanh(rho) * math.sqrt((key[2] - 3) / SPEARMAN_VARIANCE)
+        best = np.argmax(z, axis=2)
+        z_best = np.take_along_axis(z, best[..., None], axis=2)[..., 0]
+        rhos.append(np.take_along_axis(rho, best[..., None], axis=2)[..., 0])
+        log_ps.append(_log_p_max(z_best.ravel(), len(options)).reshape(z_best.shape) / LN10)
+        theirs.append(np.array(options, dtype=object)[best])
+        names += mine
+        sizes += [key[2]] * len(mine)
+        counts += [len(options)] * len(mine)
+    if not names:
+        return [([], None)] * refs
+    rho_all, log_p_all = np.concatenate(rhos, axis=1), np.concatenate(log_ps, axis=1)
+    their_all = np.concatenate(theirs, axis=1).tolist()
+    combined = (_fisher(np.sort(log_p_all * LN10, axis=1)) / LN10).tolist()
+    out = []
+    for r in range(refs):
+        row = (names, their_all[r], rho_all[r].tolist(), sizes, counts, log_p_all[r].tolist())
+        evidence = list(map(MatrixEvidence, *row, [None] * len(names)))
+        out.append((sorted(evidence, key=lambda e: e.log10_p), combined[r]))
     return out
 
 
-def _reference(layout: Layout, roles: np.ndarray, pair_stacks: dict) -> Fingerprint:
-    """A reference of the layout as conclude needs it: its records (the layout's), position-free statistics and
-    pair stacks (its own); no samples (compared here already)."""
+def _reference(layout: Layout, roles: np.ndarray) -> Fingerprint:
+    """A reference of the layout as conclude needs it: its records (the layout's) and its own position-free
+    statistics; no samples or pair stacks (compared here already)."""
     assert layout.shell is not None
     ref = copy.copy(layout.shell)
     ref.role_values = np.array(roles, dtype=np.float64)
-    ref.pair_stacks = pair_stacks
     return ref
 
 
