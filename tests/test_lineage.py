@@ -13,7 +13,8 @@ from scipy import stats
 
 from weightdiag import api, tuning
 from weightdiag.diagnose.lineage import Fingerprint, fisher_log_p, judge
-from weightdiag.record.lineage import fingerprint_json, read_fingerprint
+from weightdiag.record.lineage import fingerprint_json, read_fingerprint, read_pairs
+from weightdiag.reduce.pairs import pair_axis, pair_cosines, pair_lines, pair_positions
 from weightdiag.reduce.sample import sample_positions, samples_per_matrix
 from weightdiag.run.measure import FitOptions
 
@@ -61,6 +62,34 @@ def test_the_fit_gathers_the_sampled_values_across_chunk_boundaries(small_llama)
         expected = flat[sample_positions(tuple(stored[name].shape), row["lineage"]["k"])].astype(np.float64)
         np.testing.assert_allclose(values, expected, rtol=2e-3, atol=1e-7)
     assert len(json.dumps(row["lineage"])) < 64 << 10
+    # the pair cosines of every matrix indexed by hidden units, gathered across the same chunks
+    ranks = read_pairs(row)
+    kinds = {m["name"]: m["kind"] for m in row["matrices"]}
+    paired = {n for n in found if pair_axis(kinds[n]) is not None and pair_lines(tuple(stored[n].shape), 0).size}
+    assert paired and set(ranks) == paired
+    for name in paired:
+        shape, axis = tuple(stored[name].shape), pair_axis(kinds[name])
+        flat = stored[name].float().numpy().astype(np.float64).reshape(-1)
+        cos = pair_cosines(flat[pair_positions(shape, axis)], pair_lines(shape, axis).size)
+        assert stats.spearmanr(cos, ranks[name]).statistic > 0.99, name
+
+
+def test_pair_cosines_are_unchanged_by_a_rotation_of_the_shared_side():
+    """Rows of a reader W [units, d] against W R^T, columns of a writer W [d, units] against R W: the same
+    cosines; the other side's, or another matrix's, are not."""
+    rng = np.random.default_rng(7)
+    q, _ = np.linalg.qr(rng.normal(size=(64, 64)))
+    reader, writer = rng.normal(size=(176, 64)), rng.normal(size=(64, 176))
+
+    def cos(w, axis):
+        return pair_cosines(w.reshape(-1)[pair_positions(w.shape, axis)], pair_lines(w.shape, axis).size)
+
+    assert pair_axis("up") == 0 and pair_axis("down") == 1 and pair_axis("embed") is None
+    assert pair_lines((176, 64), 0).size == 64 and len(set(pair_lines((176, 64), 0).tolist())) == 64  # disjoint
+    np.testing.assert_allclose(cos(reader @ q.T, 0), cos(reader, 0), atol=1e-12)
+    np.testing.assert_allclose(cos(q @ writer, 1), cos(writer, 1), atol=1e-12)
+    assert abs(stats.spearmanr(cos(reader @ q.T, 0), cos(rng.normal(size=(176, 64)), 0)).statistic) < 0.6
+    assert np.all(pair_cosines(np.zeros(64 * 64), 64) == 0)  # a zero matrix: ties, no evidence
 
 
 def test_rows_without_a_fingerprint_read_and_are_not_judged(minilm_dir):
@@ -93,6 +122,7 @@ DERIVED = {
     "vocab-added": lambda base, cfg: lc.add_vocab(base),
     "heads-permuted": lambda base, cfg: lc.bert_permute_heads(base, cfg["num_attention_heads"]),
     "residual-permuted": lambda base, cfg: lc.bert_permute_residual(base),
+    "ffn-permuted": lambda base, cfg: lc.bert_permute_ffn(base),
 }
 
 
@@ -110,6 +140,9 @@ def test_derivations_of_minilm_are_derived(minilm, case):
         assert any("rows added" in r for r in judged.relation)
     if case == "residual-permuted":
         assert any("permuted" in r for r in judged.relation)
+    if case in ("heads-permuted", "ffn-permuted"):  # permuted, not "same weights"
+        assert any(r.startswith("permuted") for r in judged.relation), judged.relation
+        assert not any("same weights" in r for r in judged.relation), judged.relation
 
 
 def test_dropped_layers_are_derived_and_said(minilm):
@@ -142,6 +175,7 @@ def trained(tmp_path_factory):
         state, first, cfg = lc.tiny_llama(seed, steps=40)
         rows[seed] = _fit(lc.save_state(state, root / f"s{seed}", cfg))
         rows[f"init{seed}"] = _fit(lc.save_state(first, root / f"i{seed}", cfg))
+        rows[f"folder{seed}"] = root / f"s{seed}"
     return rows
 
 
@@ -150,6 +184,22 @@ def test_independently_trained_seeds_are_never_derived(trained):
         judged = judge(str(b), Fingerprint.of(trained[a]), Fingerprint.of(trained[b]))
         assert judged.verdict != "derived", (a, b, judged.log10_p)
         assert judged.log10_p is not None and judged.log10_p > -4
+
+
+def test_rotated_and_tuned_then_permuted_copies_are_derived(trained, tmp_path):
+    """The two derivations the samples cannot see (docs/lineage.md): the residual stream rotated with the norm
+    gains folded in, and a fine-tune followed by a residual permutation; both by their pair cosines."""
+    from safetensors.torch import load_file
+
+    base = {k: v for k, v in load_file(str(trained["folder0"] / "model.safetensors")).items()}
+    tuned, _, cfg = lc.tiny_llama(0, 20, lr=1e-3, init=base)
+    for case, state in (("rotated", lc.llama_rotate(base)), ("tuned-permuted", lc.llama_permute_residual(tuned))):
+        judged = judge(
+            "s0", Fingerprint.of(_fit(lc.save_state(state, tmp_path / case, cfg))), Fingerprint.of(trained[0])
+        )
+        assert judged.verdict == "derived", (case, judged.log10_p_samples, judged.log10_p_pairs)
+        assert judged.log10_p_samples is not None and judged.log10_p_samples > -3  # the samples alone: nothing
+        assert any("permuted or rotated" in r for r in judged.relation), judged.relation
 
 
 def test_a_trained_model_derives_from_its_own_initialisation(trained):
@@ -187,6 +237,40 @@ def test_p_values_are_uniform_under_the_null(heavy):
         ps.append(10**judged.log10_p)
     assert stats.kstest(ps, "uniform").pvalue > 1e-3
     assert 0.02 <= np.mean(np.array(ps) < 0.05) <= 0.09
+
+
+def _paired(rng, kinds, k):
+    """A fingerprint of independent values and pair cosines (those of independent Gaussian matrices) of tiny-Llama
+    shaped matrices of the given kinds."""
+    shapes = {"q": (64, 64), "up": (176, 64), "down": (64, 176)}
+    records, samples, pairs = [], {}, {}
+    for i, kind in enumerate(kinds):
+        name, shape = f"layers.{i // len(set(kinds))}.{kind}{i}", shapes[kind]
+        w = rng.normal(size=shape) + 0.3 * rng.normal(size=(1, shape[1]))  # a shared mean row: cosines biased
+        samples[name] = w.reshape(-1)[sample_positions(shape, k)]
+        axis = pair_axis(kind)
+        assert axis is not None
+        pairs[name] = pair_cosines(w.reshape(-1)[pair_positions(shape, axis)], pair_lines(shape, axis).size)
+        records.append({"name": name, "kind": kind, "block": i // 3, "expert": None, "shape": list(shape)})
+    return Fingerprint.of({"matrices": records, "lineage": fingerprint_json(samples, k, pairs)})
+
+
+def test_pair_p_values_are_uniform_under_the_null():
+    """300 pairs of independent fingerprints with pair cosines (9 matrices, readers and writers): the pair test's
+    combined p-values are uniform (Kolmogorov-Smirnov); the verdict's, the smaller of the two tests' times 2, is
+    below 0.05 at most 5% of the time (conservative) and never `derived`."""
+    rng = np.random.default_rng(39)
+    kinds = ["q", "up", "down"] * 3
+    pair_ps, ps = [], []
+    for _ in range(300):
+        judged = judge("b", _paired(rng, kinds, 64), _paired(rng, kinds, 64))
+        assert judged.verdict != "derived" and judged.pairs_compared == 9
+        assert judged.log10_p_pairs is not None and judged.log10_p is not None
+        pair_ps.append(10**judged.log10_p_pairs)
+        ps.append(10**judged.log10_p)
+    assert stats.kstest(pair_ps, "uniform").pvalue > 1e-3
+    assert 0.02 <= np.mean(np.array(pair_ps) < 0.05) <= 0.09
+    assert np.mean(np.array(ps) < 0.05) <= 0.07
 
 
 def test_fisher_combination_is_exact_and_never_underflows():
@@ -328,3 +412,55 @@ def test_api_lineage_takes_one_reference_as_a_string_and_needs_a_database_withou
     assert len(one.judgements) == 1 and one.judgements[0].verdict == "derived"
     with pytest.raises(DatabaseError):
         api.lineage(str(minilm_dir), db_dir=tmp_path / "nodb", save=False)
+
+
+# --- --declared: sampled reads of a base without a row, every base named, the card's values ----------------
+
+
+def test_declared_base_without_a_row_is_read_by_samples_from_the_hub(fake_hub, minilm_dir, tmp_path, capsys):
+    """The base on the loopback Hub, in no database: its samples are read by ranged reads, at most 10% of its
+    bytes (what the server sent, and what the report says), and the declaration is confirmed."""
+    fake_hub.add_folder("acme/minilm", minilm_dir)
+    state = lc.load_state(minilm_dir)
+    tuned = lc.save_state(lc.noise(state, 0.02), tmp_path / "tuned", minilm_dir / "config.json")
+    (tuned / "README.md").write_text("---\nbase_model: acme/minilm\n---\n")
+    weights = sum(p.stat().st_size for p in minilm_dir.glob("*.safetensors"))
+    fake_hub.reset_counters()
+    report = api.lineage(str(tuned), db_dir=tmp_path / "no-db", declared=True)
+    assert report.declaration == "confirmed", report.judgements[0].reason
+    (nbytes,) = report.bytes_read.values()
+    assert 0 < nbytes <= 0.10 * weights
+    assert fake_hub.file_bytes_sent <= 0.10 * weights
+    assert report.to_json()[0]["declared"]["bytes_read"] == nbytes
+    code, out, _ = _main(capsys, "lineage", str(tuned), "--declared", "--db", str(tmp_path / "no-db"))
+    assert code == 0 and "declared base_model acme/minilm: confirmed" in out and "bytes read" in out, out
+
+
+def test_declared_bases_each_judged_paths_from_the_card_folder_and_bad_values(
+    fake_hub, minilm_dir, tmp_path, monkeypatch, capsys
+):
+    """A list of bases judges each (one contradicted: the declaration is); `./path` resolves against the
+    candidate's folder whatever the working directory; a value that names no model is one line, exit 2, and
+    nothing is asked of the Hub."""
+    from transformers import BertConfig, BertModel
+
+    fake_hub.add_folder("acme/minilm", minilm_dir)
+    state = lc.load_state(minilm_dir)
+    models = tmp_path / "models"
+    tuned = lc.save_state(lc.noise(state, 0.02), models / "tuned", minilm_dir / "config.json")
+    torch.manual_seed(6)
+    init = {k: v.detach() for k, v in BertModel(BertConfig.from_pretrained(str(minilm_dir))).state_dict().items()}
+    lc.save_state({k: v for k, v in init.items() if k in state}, models / "other", minilm_dir / "config.json")
+    (tuned / "README.md").write_text("---\nbase_model:\n  - acme/minilm\n  - ../other\n---\n")
+    monkeypatch.chdir(tmp_path)  # not the card's folder: ../other from here is no model
+    report = api.lineage(str(tuned), db_dir=tmp_path / "no-db", declared=True)
+    verdicts = {base: verdict for base, _, verdict in report.declarations}
+    assert verdicts["acme/minilm"] == "confirmed" and report.declaration == "contradicted", verdicts
+    assert [v for b, v in verdicts.items() if b.endswith("other")] == ["contradicted"]
+    assert len(report.judgements) == 2
+    for bad in ("{name: acme/minilm}", "[acme/minilm, ", "a model with spaces"):
+        (tuned / "README.md").write_text(f"---\nbase_model: {bad}\n---\n")
+        fake_hub.reset_counters()
+        code, _, err = _main(capsys, "lineage", str(tuned), "--declared", "--db", str(tmp_path / "no-db"))
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "not a model id" in err, (bad, err)
+        assert not fake_hub.requests, (bad, [r.path for r in fake_hub.requests])

@@ -82,8 +82,51 @@ def test_chunked_judging_of_packed_rows_is_judge_reference_by_reference(rows, ca
     _same(expected, judge_packed(cand, iter(packed)))
 
 
+@pytest.fixture(scope="module")
+def llamas(tmp_path_factory):
+    """The derivations only the pair cosines see (docs/lineage.md): a tiny Llama, its residual stream rotated with
+    the norm gains folded in, a fine-tune of it then permuted; and a second seed trained alike (independent)."""
+    from safetensors.torch import load_file
+
+    root = tmp_path_factory.mktemp("lineage-fast-llamas")
+    state, _, cfg = lc.tiny_llama(0, steps=40)
+    folder = lc.save_state(state, root / "s0", cfg)
+    base = dict(load_file(str(folder / "model.safetensors")))
+    tuned, _, _ = lc.tiny_llama(0, 20, lr=1e-3, init=base)
+    other, _, _ = lc.tiny_llama(1, steps=40)
+    out = {"llama": _fit(folder)}
+    for name, st in [
+        ("rotated", lc.llama_rotate(base)),
+        ("tuned-permuted", lc.llama_permute_residual(tuned)),
+        ("llama-seed1", other),
+    ]:
+        out[name] = _fit(lc.save_state(st, root / name, cfg))
+    return out
+
+
+@pytest.mark.parametrize("candidate", ["rotated", "tuned-permuted", "llama", "minilm"])
+def test_the_pair_cosines_judged_in_chunks_are_judge_reference_by_reference(rows, llamas, candidate, monkeypatch):
+    """With the pair cosines' test in: a rotated copy and a fine-tuned-then-permuted one (derived by their pair
+    cosines alone), references of two architectures interleaved; the same log10_p_pairs, Bonferroni and relations."""
+    every = {**llamas, "minilm": rows["minilm"], "residual-permuted": rows["residual-permuted"], "old": rows["old"]}
+    cand = Fingerprint.of(every[candidate])
+    assert cand is not None
+    refs = [(label, every[label]) for label in ("llama", "minilm", "rotated", "old", "tuned-permuted")]
+    refs += [(label, every[label]) for label in ("llama-seed1", "residual-permuted", "llama", "rotated")]
+    expected = judge_all(cand, [(label, Fingerprint.of_or_why(row)) for label, row in refs])
+    if candidate in ("rotated", "tuned-permuted"):
+        (base,) = {j.reference: j for j in expected if j.reference == "llama"}.values()
+        assert base.verdict == "derived" and base.log10_p_pairs is not None, base.to_json()
+        assert any("permuted or rotated" in r for r in base.relation), base.relation
+    assert any(j.pairs_compared for j in expected)
+    packed = [(label, pack(row) or Fingerprint.of_or_why(row)) for label, row in refs]
+    _same(expected, judge_packed(cand, packed))
+    monkeypatch.setattr(lineage_batch, "CHUNK", 2)
+    _same(expected, judge_packed(cand, iter(packed)))
+
+
 def test_a_packed_fingerprint_decodes_to_the_rows_values(rows):
-    from weightdiag.record.lineage import read_fingerprint
+    from weightdiag.record.lineage import read_fingerprint, read_pairs
 
     row = rows["vocab-added"]
     packed = unpack([pack(row)])
@@ -92,6 +135,11 @@ def test_a_packed_fingerprint_decodes_to_the_rows_values(rows):
     for i, name in enumerate(packed.layout.names):
         got = packed.values(i, __import__("numpy").arange(packed.layout.sizes[i]))[0]
         assert got.tobytes() == samples[name].tobytes()  # bit for bit
+    pairs = read_pairs(row)
+    assert pairs and list(pairs) == packed.layout.pair_names
+    for name, at in zip(packed.layout.pair_names, packed.layout.pair_offsets, strict=True):
+        got = packed.pairs[0, at : at + pairs[name].size].astype("float64") / 2
+        assert got.tobytes() == pairs[name].tobytes()  # as read_pairs gives them
     assert pack(rows["old"]) == b"" and len(pack(row)) < 64 << 10
 
 

@@ -964,43 +964,68 @@ class LineageReport:
     how: str  # where the candidate's row came from: fitted, database, row file
     judgements: list[Any]  # diagnose.lineage.Judgement
     references: int  # references looked at (judged or not)
-    # --declared: the base_model the candidate's card names, and whether its weights confirm it
+    # --declared: the base_model(s) the candidate's card names (joined by ", "), and whether its weights confirm
+    # them: confirmed (each one), contradicted (one at least) or inconclusive
     declared: str | None = None
-    declaration: str | None = None  # confirmed, contradicted or inconclusive
+    declaration: str | None = None
     nearest: str | None = None  # contradicted: the database's row the candidate derives from, if any
+    # each base_model named: (the name, the reference judged, its verdict confirmed/contradicted/inconclusive)
+    declarations: list[tuple[str, str, str]] = field(default_factory=list)
+    bytes_read: dict[str, int] = field(default_factory=dict)  # sampled reads of a base without a row: its bytes read
 
     def to_json(self) -> list[dict[str, Any]]:
         out = [{"candidate": self.candidate, **j.to_json()} for j in self.judgements]
-        if self.declared is not None:
+        for base, reference, verdict in self.declarations:
             for item in out:
-                if item["reference"] == self.judgements[0].reference:
-                    item["declared"] = {"base_model": self.declared, "verdict": self.declaration}
-                    item["declared"]["nearest_in_database"] = self.nearest
+                if item["reference"] == reference and "declared" not in item:
+                    item["declared"] = {"base_model": base, "verdict": verdict, "nearest_in_database": self.nearest}
+                    if reference in self.bytes_read:
+                        item["declared"]["bytes_read"] = self.bytes_read[reference]
+                    break
         return out
 
 
 DECLARED = {"derived": "confirmed", "independent": "contradicted"}  # else inconclusive
 
 
-def _declared_base(candidate: str, row: Mapping[str, Any], token: str | None) -> str:
-    """The base_model the candidate's model card names (its folder's README.md front matter, or the Hub repo's)."""
-    from .run.diff import base_of
-    from .source.files import load_base_model
+def _declared_bases(candidate: str, row: Mapping[str, Any], token: str | None) -> list[str]:
+    """Every base_model the candidate's model card names (its folder's README.md front matter, or the Hub repo's),
+    each a model id or a path (`./path` against the candidate's folder, not the working directory). A value that
+    cannot name a model (a YAML mapping, a broken list) is a one-line error, never looked up on the Hub."""
+    from .run.diff import hub_card_bases
+    from .source.files import CARD_HEAD, MODEL_CARD, base_models_of, is_model_name
+    from .source.open import open_model
 
     model = row["model"]
     where = Path(model.get("location") or candidate).expanduser()
     folder = where if where.is_dir() else where.parent
-    base = load_base_model(folder) if model.get("source") == "local" and folder.is_dir() else None
-    if base is None and model.get("source") == "hub":
+    bases: list[str] = []
+    if model.get("source") == "local" and (folder / MODEL_CARD).is_file():
+        with contextlib.suppress(OSError), (folder / MODEL_CARD).open("rb") as card:
+            bases = base_models_of(card.read(CARD_HEAD).decode("utf-8", errors="replace"))
+    if not bases and model.get("source") == "hub":
         with contextlib.suppress(OptionError):
-            base = base_of(_label(row), DiffOptions(token=token))
-    if not base:
+            plan, reader = open_model(_label(row), token=token)
+            reader.close()
+            bases = hub_card_bases(_label(row), plan, DiffOptions(token=token))
+    if not bases:
         raise OptionError(
             f"{candidate}: its model card names no base_model to check; name the references with "
             f"{param('against')} instead of {param('declared')}",
             param="declared",
         )
-    return base
+    out = []
+    for base in bases:
+        if not is_model_name(base):
+            raise OptionError(
+                f"{candidate}: its model card's base_model {base[:80]!r} is not a model id or a path; fix the card's "
+                f"front matter, or name the base with {param('against')}",
+                param="declared",
+            )
+        if base.startswith(("./", "../")) and model.get("source") == "local":
+            base = str((folder / base).resolve())
+        out.append(base)
+    return out
 
 
 def _label(row: Mapping[str, Any]) -> str:
@@ -1034,6 +1059,26 @@ def _lineage_row(
     if read_fingerprint(row) is None and how != "row file" and row["model"].get("source") != "cohort":
         row, how = resolve_row(spec, db, options, progress, token=token, save=save, reuse=False)
     return row, how
+
+
+def _declared_row(
+    base: str, db: Path | None, options: FitOptions, progress: Progress | None, token: str | None, save: bool
+) -> tuple[Mapping[str, Any], int | None]:
+    """A declared base's row: its database row when it has one (by id) with a fingerprint; else its samples read by
+    ranged reads (run/lineage_read.py: a few percent of its bytes; with the bytes read); else the model fitted."""
+    from .database.store import missing_database, row_by_id
+    from .record.lineage import read_fingerprint
+    from .run.lineage_read import sampled_base
+
+    with contextlib.suppress(RowNotFoundError):
+        row = row_by_id(base, db) if missing_database(db) is None else None  # no database: no row to have
+        if row is not None and read_fingerprint(row) is not None:
+            return row, None
+    if not save:
+        sampled = sampled_base(base, token)
+        if sampled is not None:
+            return sampled.row, sampled.bytes_read
+    return _lineage_row(base, db, options, progress, token, save)[0], None
 
 
 def _database_refs(db: Path | None, row: Mapping[str, Any]) -> Iterator[tuple[str, bytes | str]]:
@@ -1094,10 +1139,22 @@ def lineage(
             model_id=row["model"].get("id"),
         )
     if declared:
-        base = _declared_base(candidate, row, token)
-        ref, _ = _lineage_row(base, db, options, progress, token, save)
-        (judged,) = judge_all(cand, [(_label(ref), Fingerprint.of_or_why(_plain(ref)))])
-        report = LineageReport(_label(row), how, [judged], 1, base, DECLARED.get(judged.verdict, "inconclusive"))
+        bases = _declared_bases(candidate, row, token)
+        judgements, declarations = [], []
+        bytes_read: dict[str, int] = {}
+        for base in bases:  # each named base judged, not the first only (a merge names several)
+            ref, nbytes = _declared_row(base, db, options, progress, token, save)
+            (judged,) = judge_all(cand, [(_label(ref), Fingerprint.of_or_why(_plain(ref)))])
+            if nbytes is not None:
+                bytes_read[judged.reference] = nbytes
+            judgements.append(judged)
+            declarations.append((base, judged.reference, DECLARED.get(judged.verdict, "inconclusive")))
+        verdicts = {verdict for _, _, verdict in declarations}
+        overall = "contradicted" if "contradicted" in verdicts else "confirmed" if verdicts == {"confirmed"} else None
+        report = LineageReport(
+            _label(row), how, judgements, len(judgements), ", ".join(bases), overall or "inconclusive"
+        )
+        report.declarations, report.bytes_read = declarations, bytes_read
         if report.declaration == "contradicted":  # what it derives from instead, if the database holds it
             found = [j for j in judge_packed(cand, _database_refs(db, row)) if j.verdict == "derived"]
             report.nearest = found[0].reference if found else None

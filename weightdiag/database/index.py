@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import NamedTuple, TypeVar
 
 INDEX_NAME = ".index.sqlite"  # hidden, not *.json: never taken for a row
-INDEX_SCHEMA = "weightdiag.row-index/3"  # /3: the packed lineage fingerprint (issue 39)
+INDEX_SCHEMA = "weightdiag.row-index/4"  # /3: the packed lineage fingerprint (issue 39); /4: with its pair cosines
 SIDECARS = ("-journal", "-wal", "-shm")  # files SQLite opens beside the index
 QUIET_WAIT_SECONDS = 0.25  # writers of the index hold it for milliseconds: a wait this short goes unsaid
 LOCK_WAIT_SECONDS = 3.0  # then at most this long, said on stderr; past it the row files answer

@@ -10,11 +10,13 @@ reordered layers match by shape, not by name); its p-value is that of the larges
 quantized, re-stored, merged, truncated, with rows added) keeps large correlations; an independent one, even
 trained the same way on the same data, has none, because its hidden units sit at unrelated coordinates.
 
-Permuted or rotated copies move every value to another position: the samples no longer correlate. What stays are
-statistics that do not depend on positions (each matrix's std, largest |w| and 99th percentile of |w|, and with
---spectrum its largest singular value). Independent models trained alike have close values of those, so they
-never make a verdict `derived` alone, with one exception: the same values to a part in a million in many
-matrices (a pure permutation of the same weights), which independent training does not produce.
+Permuted or rotated copies of the residual stream move every value to another position: the samples no longer
+correlate. The cosines of fixed pairs of each matrix's hidden-unit lines (reduce/pairs.py) do not move: a second
+test, the same rank correlations at the same pairs, matched by shape and side, Fisher-combined; the verdict's
+p-value is the smaller of the two tests' times 2 (Bonferroni: valid whatever their dependence). Statistics that
+do not depend on positions (each matrix's std, largest |w| and 99th percentile of |w|) say "permuted": the same
+values to a part in a million in many matrices, which independent training does not produce; independent models
+trained alike have close values of those otherwise, so they never make a verdict `derived` alone.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ import numpy as np
 from scipy.special import gammaln, log_ndtr, logsumexp
 from scipy.stats import rankdata
 
-from ..record.lineage import read_fingerprint
+from ..record.lineage import read_fingerprint, read_pairs
+from ..reduce.pairs import pair_axis
 from ..reduce.sample import sample_positions
 
 DERIVED_LOG10P = -10.0  # combined p-value at or below: derived
 INDEPENDENT_LOG10P = -3.0  # above: no evidence of shared weights
 MIN_COMMON = 16  # samples two matrices must share to be compared
+MIN_PAIRS = 8  # pair cosines a matrix must have to be compared
 MIN_MATRICES = 4  # matrices compared before `independent` is said
 EVIDENCE_LOG10P = -3.0  # a matrix whose own p-value is below carries evidence
 # Position-free statistics: closer than this (median |log ratio| of std, max|w| and q99|w| over the matched
@@ -85,6 +89,9 @@ class Judgement:
     not_compared: list[str] = field(default_factory=list)  # candidate matrices with no reference of their shape
     invariants: dict[str, float | int | None] = field(default_factory=dict)  # position-free statistics' agreement
     reason: str = ""
+    log10_p_samples: float | None = None  # the samples' test alone (combined over matrices), log10
+    log10_p_pairs: float | None = None  # the pair cosines' test alone (reduce/pairs.py), log10
+    pairs_compared: int = 0  # matrices whose pair cosines were compared
 
     @property
     def p_value(self) -> float | None:
@@ -103,6 +110,9 @@ class Judgement:
             "relation": self.relation,
             "reason": self.reason,
             "matrices_compared": self.matrices_compared,
+            "log10_p_samples": None if self.log10_p_samples is None else round(self.log10_p_samples, 2),
+            "log10_p_pairs": None if self.log10_p_pairs is None else round(self.log10_p_pairs, 2),
+            "pairs_compared": self.pairs_compared,
             "evidence": [e.to_json() for e in self.evidence],
             "not_compared": self.not_compared,
             "invariants": self.invariants,
@@ -121,6 +131,9 @@ class Fingerprint:
     stacks: dict[tuple[tuple[int, ...], int], tuple[list[str], np.ndarray]] = field(default_factory=dict)
     role_keys: list[tuple[Any, ...]] = field(default_factory=list)  # the position-free statistics (_role_stats)
     role_values: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
+    pairs: dict[str, np.ndarray] = field(default_factory=dict)  # pair-cosine ranks (reduce/pairs.py), where stored
+    # per (shape, side, pairs): the names and their pair-cosine ranks standardised (rows)
+    pair_stacks: dict[tuple[tuple[int, ...], int, int], tuple[list[str], np.ndarray]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.role_keys, self.role_values = _role_stats(self.records)
@@ -130,6 +143,8 @@ class Fingerprint:
                 names[(tuple(self.records[name]["shape"]), values.size)].append(name)
         for key, group in names.items():
             self.stacks[key] = (group, _standard_ranks([self.samples[n] for n in group], key[1]))
+        for pkey, group in pair_groups(self.records, {n: r.size for n, r in self.pairs.items()}).items():
+            self.pair_stacks[pkey] = (group, _standard_ranks([self.pairs[n] for n in group], pkey[2]))
 
     @classmethod
     def of_or_why(cls, row: Mapping[str, Any]) -> Fingerprint | str:
@@ -147,7 +162,21 @@ class Fingerprint:
         records = {m["name"]: m for m in row.get("matrices", [])}
         blocks = [m.get("block") for m in records.values() if m.get("block") is not None]
         found = row.get("lineage") or {}
-        return cls(samples, records, int(found.get("k", 0)), (max(blocks) + 1) if blocks else None)
+        blocks_n = (max(blocks) + 1) if blocks else None
+        return cls(samples, records, int(found.get("k", 0)), blocks_n, pairs=read_pairs(row))
+
+
+def pair_groups(
+    records: Mapping[str, Mapping[str, Any]], sizes: Mapping[str, int]
+) -> dict[tuple[tuple[int, ...], int, int], list[str]]:
+    """The matrices whose pair cosines are compared, by (shape, side, pairs), in the order of `sizes` (each
+    matrix's number of pair cosines, in the row's order): Fingerprint.pair_stacks' groups."""
+    paired: dict[tuple[tuple[int, ...], int, int], list[str]] = defaultdict(list)
+    for name, size in sizes.items():
+        axis = pair_axis(records[name].get("kind")) if name in records else None
+        if axis is not None and size >= MIN_PAIRS:
+            paired[(tuple(records[name]["shape"]), axis, size)].append(name)
+    return dict(paired)
 
 
 def _key(shape: Sequence[int]) -> tuple[int, int]:
@@ -223,6 +252,26 @@ def _same_shape_z(cand: Fingerprint, ref: Fingerprint) -> dict[str, tuple[float,
             j = int(best[i])
             out[name] = (float(z[i, j]), float(rho[i, j]), key[1], theirs[0][j], len(theirs[0]))
     return out
+
+
+def _pairs_evidence(cand: Fingerprint, ref: Fingerprint) -> list[MatrixEvidence]:
+    """For each candidate matrix with pair cosines, its best match among the reference's of the same shape and
+    side (reduce/pairs.py): the rank correlation of the cosines of the same pairs, unchanged by a rotation or
+    permutation of the residual stream. Strongest first."""
+    out = []
+    for key, (mine, ra) in cand.pair_stacks.items():
+        theirs = ref.pair_stacks.get(key)
+        if theirs is None:
+            continue
+        rho = np.clip(ra @ theirs[1].T, -0.999999, 0.999999)
+        z = np.arctanh(rho) * math.sqrt((key[2] - 3) / SPEARMAN_VARIANCE)
+        best = np.argmax(z, axis=1)
+        for i, name in enumerate(mine):
+            j = int(best[i])
+            n = len(theirs[0])
+            log_p = _log_p_max(float(z[i, j]), n) / LN10
+            out.append(MatrixEvidence(name, theirs[0][j], float(rho[i, j]), key[2], n, log_p, None))
+    return sorted(out, key=lambda e: e.log10_p)
 
 
 def _stat(record: Mapping[str, Any], name: str) -> float | None:
@@ -331,30 +380,55 @@ def conclude(
     not_compared: list[str],
     inv: dict[str, float | int | None],
     log10_p: float | None = None,
+    paired: tuple[list[MatrixEvidence], float | None] | None = None,
 ) -> Judgement:
-    """The verdict from the matrices' evidence and the invariants' agreement (judge's, and lineage_batch's for
-    many references at once: `log10_p` the combined p-value it computed, else Fisher's of the evidence)."""
+    """The verdict from the matrices' evidence, the pair cosines' and the invariants' agreement (judge's, and
+    lineage_batch's for many references at once: `log10_p` the samples' combined p-value it computed, else
+    Fisher's of the evidence; `paired` its pair cosines' evidence, strongest first, and their combined p-value,
+    else _pairs_evidence's; `ref` with its position-free statistics, as Fingerprint has them)."""
     out = Judgement(reference, "inconclusive", evidence=evidence, not_compared=not_compared, invariants=inv)
     out.matrices_compared = len(evidence)
     evidence.sort(key=lambda e: e.log10_p)
-    if not evidence:
+    paired_p: float | None = None
+    if paired is None:
+        pairs = _pairs_evidence(cand, ref)
+    else:
+        pairs, paired_p = paired
+    out.pairs_compared = len(pairs)
+    if evidence:
+        samples_p = fisher_log_p([e.log10_p * LN10 for e in evidence]) / LN10 if log10_p is None else log10_p
+        out.log10_p_samples = samples_p
+    if pairs:
+        out.log10_p_pairs = fisher_log_p([e.log10_p * LN10 for e in pairs]) / LN10 if paired_p is None else paired_p
+    tests = [p for p in (out.log10_p_samples, out.log10_p_pairs) if p is not None]
+    if not tests:
         out.reason = "no matrix of a shape in common: nothing to compare"
         return _by_invariants(out, cand, ref)
-    out.log10_p = fisher_log_p([e.log10_p * LN10 for e in evidence]) / LN10 if log10_p is None else log10_p
-    carrying = [e for e in evidence if e.log10_p <= EVIDENCE_LOG10P]
+    out.log10_p = min(0.0, min(tests) + math.log10(len(tests)))  # Bonferroni over the two tests
+    by_pairs = out.log10_p_samples is None or (out.log10_p_pairs or 0.0) < out.log10_p_samples
+    shown = pairs if by_pairs else evidence
+    compared = len(shown)
+    out.matrices_compared = max(len(evidence), len(pairs))
+    carrying = [e for e in shown if e.log10_p <= EVIDENCE_LOG10P]
     if out.log10_p <= DERIVED_LOG10P:
         out.verdict = "derived"
         out.evidence = carrying
-        out.relation = _relation(cand, ref, carrying, len(evidence))
-        out.reason = f"{len(carrying)} of {len(evidence)} matrices compared correlate with the reference's"
+        if by_pairs:
+            out.relation = _rotated(cand, ref, carrying, compared, evidence)
+            out.reason = (
+                f"the cosines of hidden-unit pairs correlate in {len(carrying)} of {compared} matrices compared"
+            )
+        else:
+            out.relation = _relation(cand, ref, carrying, evidence)
+            out.reason = f"{len(carrying)} of {compared} matrices compared correlate with the reference's"
         return out
-    out.evidence = carrying or evidence[:3]
+    out.evidence = carrying or shown[:3]
     if out.log10_p > INDEPENDENT_LOG10P:
         out.verdict = "independent"
-        out.reason = f"no correlation in {len(evidence)} matrices compared"
-        if len(evidence) < MIN_MATRICES:
+        out.reason = f"no correlation in {out.matrices_compared} matrices compared"
+        if out.matrices_compared < MIN_MATRICES:
             out.verdict = "inconclusive"
-            out.reason = f"only {len(evidence)} matrices compared"
+            out.reason = f"only {out.matrices_compared} matrices compared"
     else:
         out.reason = "weak evidence: below the threshold of `derived`"
     return _by_invariants(out, cand, ref)
@@ -382,10 +456,51 @@ def _by_invariants(out: Judgement, cand: Fingerprint, ref: Fingerprint) -> Judge
     return out
 
 
-def _relation(cand: Fingerprint, ref: Fingerprint, carrying: list[MatrixEvidence], compared: int) -> list[str]:
-    """What the relation looks like, from the matrices that carry the evidence."""
+def _equal_stats(cand: Fingerprint, ref: Fingerprint) -> set[str]:
+    """The candidate matrices whose std, max|w| and q99|w| equal those of the reference's matrix of the same role
+    to a part in a million: the same values, wherever they sit."""
+    where = {key: i for i, key in enumerate(ref.role_keys)}
+    names = list(cand.records)
+    mine = [(i, where[key]) for i, key in enumerate(cand.role_keys) if key in where]
+    if not mine:
+        return set()
+    a, b = np.array(mine).T
+    equal = np.all(np.abs(cand.role_values[a, :3] - ref.role_values[b, :3]) <= EXACT, axis=1)  # NaN: not equal
+    return {names[i] for i in a[equal].tolist()}
+
+
+def _rotated(
+    cand: Fingerprint, ref: Fingerprint, carrying: list[MatrixEvidence], compared: int, samples: list[MatrixEvidence]
+) -> list[str]:
+    """The relation of a candidate derived by its pair cosines while its samples do not say so: the residual stream
+    permuted (the same values: statistics equal) or rotated, with or without changes."""
+    equal = _equal_stats(cand, ref) & {e.candidate for e in carrying}
+    moved = f"the cosines of hidden-unit pairs correlate in {len(carrying)} of {compared} matrices"
+    if len(equal) >= 0.9 * len(carrying):
+        return [f"permuted: the same values at other positions (residual stream; {moved}, std, max|w|, q99|w| equal)"]
+    said = [f"permuted or rotated residual stream, then changed or with norm gains folded in ({moved})"]
+    if any(e.log10_p <= EVIDENCE_LOG10P for e in samples):
+        said.append("some matrices' samples correlate too (those the residual stream does not reach)")
+    return said
+
+
+def _relation(
+    cand: Fingerprint, ref: Fingerprint, carrying: list[MatrixEvidence], compared_ev: list[MatrixEvidence]
+) -> list[str]:
+    """What the relation looks like, from the matrices that carry the evidence (of the samples' test)."""
     said: list[str] = []
-    if len(carrying) < 0.5 * compared:
+    compared = len(compared_ev)
+    still = {e.candidate for e in carrying}
+    # matrices whose samples do not correlate but whose values are the same: hidden units reordered
+    permuted = sorted((_equal_stats(cand, ref) & {e.candidate for e in compared_ev}) - still)
+    if permuted and len(carrying) + len(permuted) >= 0.9 * compared:
+        kinds = sorted({str(cand.records[n].get("kind")) for n in permuted})
+        said.append(
+            f"permuted: {len(permuted)} of {compared} matrices hold the same values at other positions "
+            f"({', '.join(kinds)}: hidden units or heads reordered)"
+        )
+        carrying = [e for e in carrying if e.candidate not in permuted]
+    elif len(carrying) < 0.5 * compared:
         kinds = sorted({str(cand.records[e.candidate].get("kind")) for e in carrying})
         said.append(f"shares some matrices only ({len(carrying)} of {compared}: {', '.join(kinds)})")
     changes = [e.relative_change for e in carrying if e.relative_change is not None]
@@ -396,13 +511,19 @@ def _relation(cand: Fingerprint, ref: Fingerprint, carrying: list[MatrixEvidence
     grid = any("grid" in cand.records[e.candidate] for e in carrying)
     same = SAME_WEIGHTS if dtypes else SAME_BITS  # rounding to another dtype changes values by up to 0.4%
     if change is not None and change < same:
-        said.append(f"same weights (median relative change {change:.2%})")
+        word = "the other matrices unchanged" if said else "same weights"
+        said.append(f"{word} (median relative change {change:.2%})")
     elif grid:
         said.append(f"quantized: values on a 4-bit grid (median relative change {change:.1%})")
     elif change is not None:
         said.append(f"modified: fine-tuned, merged, noised or quantized (median relative change {change:.1%})")
     if dtypes:
         said.append(f"re-stored as {', '.join(sorted(dtypes))}")
+    upcycled = {
+        e.candidate for e in carrying if _expert(cand, e.candidate) is not None and _expert(ref, e.reference) is None
+    }
+    if upcycled:
+        said.append(f"experts copied from a dense FFN (upcycled: {len(upcycled)} expert matrices match dense ones)")
     renamed = sum(e.candidate != e.reference for e in carrying)
     if renamed > len(carrying) / 2:
         said.append("tensors renamed or layers moved")
@@ -415,6 +536,11 @@ def _relation(cand: Fingerprint, ref: Fingerprint, carrying: list[MatrixEvidence
             word = "added" if a[0] > b[0] else "removed"
             said.append(f"rows {word} in {e.candidate} ({a[0]} against {b[0]}): an extended or cut vocabulary")
     return said
+
+
+def _expert(fp: Fingerprint, name: str) -> int | None:
+    expert = fp.records[name].get("expert")
+    return expert if isinstance(expert, int) else None
 
 
 def judge_all(cand: Fingerprint, refs: Iterable[tuple[str, Fingerprint | str | None]]) -> list[Judgement]:

@@ -5,11 +5,14 @@ layout (rows of one architecture: lineage_packed.Layout) at a time: which candid
 of the reference's depends on the layout alone, so it is worked out once, and the correlations, p-values,
 relative changes, position-free statistics and Fisher's combination are arrays over the references. Judged one
 at a time, 2,000 rows took seconds of Python per command; here a chunk's arithmetic is a few products and sorts.
-tests/test_lineage_fast.py checks that both give the same judgements.
+The pair cosines (reduce/pairs.py) are standardised once per chunk and layout; their test, the Bonferroni of the
+two tests and the relation are diagnose.lineage.conclude's, given each reference's pair stacks and position-free
+statistics from the packed rows. tests/test_lineage_fast.py checks that both give the same judgements.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,11 +31,12 @@ from .lineage import (
     MatrixEvidence,
     _common,
     _key,
+    _standard_ranks,
     conclude,
     judge,
     ranked,
 )
-from .lineage_packed import Layout, layout_in, unpack
+from .lineage_packed import Layout, Packed, layout_in, unpack
 
 CHUNK = 128  # references judged together: their samples take CHUNK x 2 x 8 x (samples per row) bytes
 
@@ -199,6 +203,7 @@ def _judge_chunk(
         chosen[:, positions] = options[best]
     combined: list[float | None] = _fisher(np.sort(log_p * LN10, axis=1)).tolist() if count else [None] * refs
     invariants = _invariants(cand, plan, packed.roles)
+    paired = _pairs_evidence(cand, packed)
     names = [c.name for c in plan.compared]
     compared = [len(c.options) for c in plan.compared]
     theirs_names = np.array(layout.names, dtype=object)[chosen].tolist() if count else [[]] * refs
@@ -209,13 +214,57 @@ def _judge_chunk(
         evidence = list(map(MatrixEvidence, *row, changes_or_none[r]))
         fisher = combined[r]
         log10_p = None if fisher is None else fisher / LN10
-        out.append(conclude(label, cand, _shell(layout), evidence, list(plan.not_compared), invariants[r], log10_p))
+        ref = _reference(layout, packed.roles[r])
+        out.append(conclude(label, cand, ref, evidence, list(plan.not_compared), invariants[r], log10_p, paired[r]))
     return out
 
 
-def _shell(layout: Layout) -> Fingerprint:
+def _pairs_evidence(cand: Fingerprint, packed: Packed) -> list[tuple[list[MatrixEvidence], float | None]]:
+    """lineage._pairs_evidence and the pair test's combined p-value for every row of the chunk: the rows' pair
+    ranks standardised at once (_standard_ranks row by row, exact: the ranks are halves, their sums integers),
+    one product per reference as its own, the p-values and Fisher's combination as arrays."""
+    refs = packed.pairs.shape[0]
+    names: list[str] = []
+    theirs: list[np.ndarray] = []
+    rhos, log_ps, sizes, counts = [], [], [], []
+    for key, (mine, ra) in cand.pair_stacks.items():
+        found = packed.layout.pair_stacks.get(key)
+        if found is None:
+            continue
+        options, columns = found
+        ranks = packed.pairs[:, columns].astype(np.float64) / 2  # as record.lineage.read_pairs
+        flat = _standard_ranks(list(ranks.reshape(refs * len(options), key[2])), key[2])
+        stack = flat.reshape(refs, len(options), key[2]).transpose(0, 2, 1)
+        rho = np.clip(np.matmul(ra, stack), -0.999999, 0.999999)  # (refs, mine, options)
+        z = np.arctanh(rho) * math.sqrt((key[2] - 3) / SPEARMAN_VARIANCE)
+        best = np.argmax(z, axis=2)
+        z_best = np.take_along_axis(z, best[..., None], axis=2)[..., 0]
+        rhos.append(np.take_along_axis(rho, best[..., None], axis=2)[..., 0])
+        log_ps.append(_log_p_max(z_best.ravel(), len(options)).reshape(z_best.shape) / LN10)
+        theirs.append(np.array(options, dtype=object)[best])
+        names += mine
+        sizes += [key[2]] * len(mine)
+        counts += [len(options)] * len(mine)
+    if not names:
+        return [([], None)] * refs
+    rho_all, log_p_all = np.concatenate(rhos, axis=1), np.concatenate(log_ps, axis=1)
+    their_all = np.concatenate(theirs, axis=1).tolist()
+    combined = (_fisher(np.sort(log_p_all * LN10, axis=1)) / LN10).tolist()
+    out = []
+    for r in range(refs):
+        row = (names, their_all[r], rho_all[r].tolist(), sizes, counts, log_p_all[r].tolist())
+        evidence = list(map(MatrixEvidence, *row, [None] * len(names)))
+        out.append((sorted(evidence, key=lambda e: e.log10_p), combined[r]))
+    return out
+
+
+def _reference(layout: Layout, roles: np.ndarray) -> Fingerprint:
+    """A reference of the layout as conclude needs it: its records (the layout's) and its own position-free
+    statistics; no samples or pair stacks (compared here already)."""
     assert layout.shell is not None
-    return layout.shell
+    ref = copy.copy(layout.shell)
+    ref.role_values = np.array(roles, dtype=np.float64)
+    return ref
 
 
 def _invariants(cand: Fingerprint, plan: _Plan, roles: np.ndarray) -> list[dict[str, float | int | None]]:

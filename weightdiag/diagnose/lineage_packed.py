@@ -6,8 +6,10 @@ The blob: a magic line, the length and bytes of a JSON header (k, the number of 
 name, shape, kind, block, expert and dtype, and the sampled matrices by record index and size), then the records'
 position-free statistics as they are compared (_role_stats: float64), the samples' scales (float64, as the row
 states them), their float16 values and their ranks (ties averaged, times two: uint16). Decoded, the values and
-ranks are bit for bit those the row gives (record.lineage.read_fingerprint, scipy's rankdata). Rows of one
-architecture share their header: it is parsed once per command (Layout).
+ranks are bit for bit those the row gives (record.lineage.read_fingerprint, scipy's rankdata). Then the pair
+cosines' one-byte ranks (reduce/pairs.py; the header names the matrices that have them, by record index and
+count): twice the ranks record.lineage.read_pairs gives, as the row stores them. Rows of one architecture share
+their header: it is parsed once per command (Layout).
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from typing import Any
 import numpy as np
 from scipy.stats import rankdata
 
-from ..record.lineage import read_fingerprint
-from .lineage import Fingerprint, _key, _role_stats
+from ..record.lineage import read_fingerprint, read_pairs
+from .lineage import Fingerprint, _key, _role_stats, pair_groups
 
-MAGIC = b"weightdiag.lineage-packed/1\n"
+MAGIC = b"weightdiag.lineage-packed/2\n"  # /2: the pair cosines' ranks
 _LEN = struct.Struct("<I")
 
 
@@ -42,6 +44,8 @@ def pack(row: Mapping[str, Any]) -> bytes:
     blocks = [m.get("block") for m in records.values() if m.get("block") is not None]
     where = {name: i for i, name in enumerate(records)}
     sampled = [(name, v) for name, v in samples.items() if name in records]  # the others are never compared
+    paired = [name for name in read_pairs(row) if name in records]
+    pair_bytes = [_pair_bytes(row, name) for name in paired]
     header = {
         "k": int((row.get("lineage") or {}).get("k", 0)),
         "blocks": (max(blocks) + 1) if blocks else None,
@@ -50,6 +54,7 @@ def pack(row: Mapping[str, Any]) -> bytes:
             for name, rec in records.items()
         ],
         "sampled": [[where[name], int(v.size)] for name, v in sampled],
+        "paired": [[where[name], int(b.size)] for name, b in zip(paired, pair_bytes, strict=True)],
     }
     text = json.dumps(header, separators=(",", ":")).encode("utf-8", "surrogatepass")
     _, role_values = _role_stats(records)
@@ -59,6 +64,7 @@ def pack(row: Mapping[str, Any]) -> bytes:
     ranks = [rankdata(v) * 2 for _, v in stored]  # average ranks are halves: twice them are integers <= 512
     doubled = np.concatenate(ranks).astype("<u2") if ranks else np.zeros(0, "<u2")
     body = [role_values.astype("<f8").tobytes(), scales.tobytes(), values.astype("<f2").tobytes(), doubled.tobytes()]
+    body += [b.tobytes() for b in pair_bytes]
     return MAGIC + _LEN.pack(len(text)) + text + b"".join(body)
 
 
@@ -73,6 +79,11 @@ def _stored_order(keys: list[tuple[tuple[int, ...], int]]) -> list[int]:
 
 def _scale(row: Mapping[str, Any], name: str) -> float:
     return float(row["lineage"]["matrices"][name]["scale"])
+
+
+def _pair_bytes(row: Mapping[str, Any], name: str) -> np.ndarray:
+    """The matrix's pair-cosine ranks as stored (twice read_pairs' ranks: uint8)."""
+    return np.frombuffer(base64.b64decode(row["lineage"]["matrices"][name]["pairs"]), dtype=np.uint8)
 
 
 def _halves(row: Mapping[str, Any], name: str) -> np.ndarray:
@@ -94,6 +105,11 @@ class Layout:
     stacks: dict[tuple[tuple[int, ...], int], list[int]] = field(default_factory=dict)
     groups: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # per _key: indices into `names`
     shell: Fingerprint | None = None
+    pair_names: list[str] = field(default_factory=list)  # the matrices with pair cosines, in the row's order
+    pair_offsets: list[int] = field(default_factory=list)  # of each one's ranks in the blob's pair section
+    pair_total: int = 0
+    # per (shape, side, pairs), as Fingerprint.pair_stacks: the names and their ranks' columns in the pair section
+    pair_stacks: dict[tuple[tuple[int, ...], int, int], tuple[list[str], np.ndarray]] = field(default_factory=dict)
 
     @property
     def n_records(self) -> int:
@@ -131,6 +147,16 @@ def layout_of(header: bytes) -> Layout:
         groups[_key(records[name]["shape"])].append(i)
     out.stacks, out.groups = dict(stacks), dict(groups)
     out.shell = Fingerprint({}, records, int(doc["k"]), doc["blocks"])
+    sizes_of: dict[str, int] = {}
+    for i, size in doc.get("paired", []):
+        out.pair_names.append(order[i])
+        out.pair_offsets.append(out.pair_total)
+        sizes_of[order[i]] = int(size)
+        out.pair_total += int(size)
+    offset_of = dict(zip(out.pair_names, out.pair_offsets, strict=True))
+    for pkey, group in pair_groups(records, sizes_of).items():
+        columns = np.concatenate([np.arange(offset_of[n], offset_of[n] + pkey[2]) for n in group])
+        out.pair_stacks[pkey] = (group, columns)
     return out
 
 
@@ -151,27 +177,30 @@ def unpack(blobs: list[bytes]) -> Packed:
     """Packed fingerprints of one layout, side by side (rows: the blobs)."""
     layout, at = _header(blobs[0])
     n, s, t = layout.n_records, len(layout.names), layout.total
-    size = at + n * 32 + s * 8 + t * 4
+    size = at + n * 32 + s * 8 + t * 4 + layout.pair_total
     if any(len(blob) != size or not blob.startswith(blobs[0][:at]) for blob in blobs):
         raise ValueError("packed lineage fingerprints of different layouts")
     whole = np.frombuffer(b"".join(blobs), np.uint8).reshape(len(blobs), size)
     role = whole[:, at : at + n * 32].view("<f8").reshape(len(blobs), n, 4)
     scales = whole[:, at + n * 32 : at + n * 32 + s * 8].view("<f8")
     halves = whole[:, at + n * 32 + s * 8 : at + n * 32 + s * 8 + t * 2].view("<f2")
-    doubled = whole[:, at + n * 32 + s * 8 + t * 2 :].view("<u2")
-    return Packed(layout, role, scales, halves, doubled)
+    doubled = whole[:, at + n * 32 + s * 8 + t * 2 : at + n * 32 + s * 8 + t * 4].view("<u2")
+    pairs = whole[:, at + n * 32 + s * 8 + t * 4 :]
+    return Packed(layout, role, scales, halves, doubled, pairs)
 
 
 @dataclass
 class Packed:
     """Rows of one layout: their role values (rows x records x 4), the samples' scales (rows x sampled matrices),
-    float16 values and doubled ranks (rows x samples, the matrices' concatenated)."""
+    float16 values and doubled ranks (rows x samples, the matrices' concatenated), and the pair cosines' doubled
+    ranks (rows x pair cosines: uint8)."""
 
     layout: Layout
     roles: np.ndarray
     scales: np.ndarray
     halves: np.ndarray
     doubled: np.ndarray
+    pairs: np.ndarray
 
     def values(self, matrix: int, samples: np.ndarray) -> np.ndarray:
         """float64 values (as read_fingerprint gives them) of each row's sampled matrix `matrix` at the sample

@@ -462,11 +462,16 @@ class SpectrumKindSummary(TypedDict):
     alpha_farms_median: float | None  # --farms only; null otherwise
 
 
-class LineageSample(TypedDict):
-    """One matrix's lineage samples (docs/lineage.md): float16 little-endian of value / scale, base64."""
-
+class _LineageSampleRequired(TypedDict):
     scale: float  # the samples' root mean square
     values: str
+
+
+class LineageSample(_LineageSampleRequired, total=False):
+    """One matrix's lineage samples (docs/lineage.md): float16 little-endian of value / scale, base64; and, for a
+    matrix indexed by hidden units, twice the average ranks of its pair cosines (reduce/pairs.py), uint8, base64."""
+
+    pairs: str
 
 
 class LineageInfo(TypedDict):

@@ -52,9 +52,9 @@ class Target:
     # gathered whole; for vectors too long to hold as float64.
     summarize: bool = False
     offset: float = 0.0
-    # A matrix's lineage samples (reduce/sample.py): the sorted flat positions whose values the whole
-    # reduction (selection None) carries in `Reduction.sample`, gathered as its pieces stream.
-    sample: tuple[int, ...] = ()
+    # A matrix's lineage samples (reduce/sample.py, reduce/pairs.py): the sorted flat positions (int64) whose
+    # values the whole reduction (selection None) carries in `Reduction.sample`, gathered as its pieces stream.
+    sample: tuple[int, ...] | np.ndarray = ()
 
 
 PieceReducer = Callable[[np.ndarray, str, Sequence[Segments | None], int], list[list[Reduction]]]
@@ -254,18 +254,20 @@ def _reduce_chunk(
             shape = target.ref.shape
             if lo == 0 and len(shape) >= 2 and result and result[0]:  # look for a quantization grid once
                 result[0][0].grid = grid_probe(raw.view(STORAGE_NUMPY[dtype]), shape[-1])
-            if target.sample and result and target.selections[0] is None:
+            if len(target.sample) and result and target.selections[0] is None:
                 result[0][0].sample = _sampled(raw, dtype, target.sample, lo)
             out.append((piece.item, result))
     return out
 
 
-def _sampled(raw: np.ndarray, dtype: str, positions: tuple[int, ...], lo: int) -> np.ndarray:
+def _sampled(raw: np.ndarray, dtype: str, positions: tuple[int, ...] | np.ndarray, lo: int) -> np.ndarray:
     """float32 values of the sampled positions (sorted) that fall in this piece's elements [lo, ...)."""
     flat = raw.view(STORAGE_NUMPY[dtype])
     at = np.asarray(positions, dtype=np.int64)
     a, b = np.searchsorted(at, [lo, lo + flat.size])
     picked = np.ascontiguousarray(flat[at[a:b] - lo])
+    if dtype == "BF16":  # the upper half of a float32: no table lookup through float64 (the pairs' lines are long)
+        return (picked.astype(np.uint32) << 16).view(np.float32)
     return values_of(picked.view(np.uint8), dtype).astype(np.float32)
 
 

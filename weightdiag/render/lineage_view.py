@@ -19,6 +19,10 @@ def lineage_view(report: Any) -> str:
     if report.declared is not None:
         nearest = f"; it derives from {report.nearest} instead" if report.nearest else ""
         lines.append(f"declared base_model {report.declared}: {report.declaration}{nearest}")
+        for base, _, verdict in report.declarations if len(report.declarations) > 1 else []:
+            lines.append(f"    {base}: {verdict}")
+        for reference, nbytes in report.bytes_read.items():
+            lines.append(f"    {reference}: no row; sampled reads of its matrices, {nbytes:,} bytes read")
     if not report.judgements:
         lines.append("  no references: fit models into the database, or name them with --against")
     for j in report.judgements:

@@ -65,10 +65,16 @@ def base_of(tuned: str, options: DiffOptions) -> str:
 
 def _hub_card_base(spec: str, plan: ModelPlan, options: DiffOptions) -> str | None:
     """base_model from a Hub repo's README.md (the Hub source reads the card of quantized repos only)."""
+    names = hub_card_bases(spec, plan, options)
+    return names[0] if names else None
+
+
+def hub_card_bases(spec: str, plan: ModelPlan, options: DiffOptions) -> list[str]:
+    """Every base_model a Hub repo's README.md names (empty without a card or a base_model)."""
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
 
-    from ..source.files import CARD_HEAD, base_model_of
+    from ..source.files import CARD_HEAD, base_models_of
     from ..source.open import split_revision
 
     try:
@@ -80,9 +86,9 @@ def _hub_card_base(spec: str, plan: ModelPlan, options: DiffOptions) -> str | No
             cache_dir=settings.hf_cache_dir(),  # a command's --cache-dir too
         )
     except (EntryNotFoundError, HfHubHTTPError):  # no card, or none to be had: the caller says so in one line
-        return None
+        return []
     with open(path, "rb") as card:
-        return base_model_of(card.read(CARD_HEAD).decode("utf-8", errors="replace"))
+        return base_models_of(card.read(CARD_HEAD).decode("utf-8", errors="replace"))
 
 
 def describe_side(plan: ModelPlan) -> dict[str, Any]:

@@ -47,8 +47,9 @@ from ..progress import SILENT, Progress
 from ..record.journal import Expected, Journal, Resumed
 from ..record.lineage import fingerprint_json
 from ..record.row import SCHEMA, matrix_record, vector_offset, vector_record
+from ..reduce.pairs import pair_axis, pair_cosines, pair_lines, pair_positions
 from ..reduce.reduction import Reduction
-from ..reduce.sample import MAX_EXPERTS, gather_order, layer_stride, sample_positions, samples_per_matrix
+from ..reduce.sample import MAX_EXPERTS, layer_stride, sample_positions, samples_per_matrix
 from ..reduce.stream import ChunkReport, Target, reduce_chunked
 from ..reduce.vectors import VectorSummary, values_of
 from ..segments import Segments
@@ -243,6 +244,8 @@ def _measure(
                 )
             if reduced.sample is not None and matrices:  # journaled with its record; moved to `lineage` below
                 matrices[0][SAMPLE_KEY] = reduced.sample.tolist()
+                if reduced.pairs is not None:
+                    matrices[0][PAIRS_KEY] = reduced.pairs.tolist()
             entries[ref.name] = (matrices, vectors)
             if journal is not None:
                 journal.add(ref.name, ref.shard, matrices, vectors)
@@ -271,12 +274,13 @@ def _measure(
     elapsed = time.perf_counter() - started
     matrices = [m for w in work for m in entries[w.ref.name][0]]  # file order, whichever run measured them
     samples = {m["name"]: np.asarray(m.pop(SAMPLE_KEY), dtype=np.float32) for m in matrices if SAMPLE_KEY in m}
+    pairs = {m["name"]: np.asarray(m.pop(PAIRS_KEY), dtype=np.float64) for m in matrices if PAIRS_KEY in m}
     vectors = [v for w in work for v in entries[w.ref.name][1]]
     row = build_row(
         plan, arch, matrices, vectors, skipped, options, device, elapsed, total_bytes, verification, spectrum_run
     )
     if samples:  # in file order, those of a resumed fit's journaled tensors too
-        row["lineage"] = fingerprint_json(samples, max(v.size for v in samples.values()))
+        row["lineage"] = fingerprint_json(samples, max(v.size for v in samples.values()), pairs)
     row["run"]["device_choice"] = execution.device_choice(execution.for_spectrum() if options.spectra else None)
     cluster = execution.executor.summary()
     if cluster is not None:  # run metadata: which nodes read what
@@ -414,6 +418,7 @@ class _Reduced:
     view_vectors: list[tuple[View, VectorSummary]] = field(default_factory=list)
     decoder_note: str | None = None  # what a quantized weight's decoder said about how it read it
     sample: np.ndarray | None = None  # the lineage samples, in sampling order (reduce/sample.py)
+    pairs: np.ndarray | None = None  # the cosines of the paired lines (reduce/pairs.py), where the matrix has them
 
 
 def _parts(item: _Work, arch: ArchInfo, options: FitOptions) -> tuple[list[tuple[str, Segments]], str | None]:
@@ -449,7 +454,7 @@ def _reduce_all(
             # a vector cut into records (experts' biases) is gathered whole: small, [experts, width]
             summarize=item.vector and not item.views and item.ref.nbytes > gather,
             offset=vector_offset(item.role, arch.norm_offset),
-            sample=sampled[i][0] if i in sampled else (),
+            sample=sampled[i].positions if i in sampled else (),
         )
         for i, (item, (segs, _)) in enumerate(zip(work, parts, strict=True))
     ]
@@ -466,23 +471,44 @@ def _reduce_all(
         reduced = _as_reduced(work[index], result, *parts[index], arch.norm_offset)
         reduced.decoder_note = report.notes.get(index)
         if index in sampled and reduced.whole is not None and reduced.whole.sample is not None:
-            positions, back = sampled[index]
-            if reduced.whole.sample.size == len(positions):  # in sampling order (a prefix for any k)
-                reduced.sample = reduced.whole.sample[back]
+            at = sampled[index]
+            got = reduced.whole.sample
+            if got.size == at.positions.size:  # the samples in sampling order (a prefix for any k)
+                reduced.sample = got[at.samples]
+                if at.pairs.size:
+                    reduced.pairs = pair_cosines(got[at.pairs], at.lines)
             reduced.whole.sample = None
         yield work[index], reduced
 
 
 SAMPLE_KEY = "lineage_sample"  # a matrix record's samples while it is measured and journaled (never in a row)
+PAIRS_KEY = "lineage_pairs"  # and its pair cosines (reduce/pairs.py)
 
 
-def _sampled_positions(work: list[_Work]) -> dict[int, tuple[tuple[int, ...], np.ndarray]]:
-    """The lineage samples of each matrix stored whole and unquantized (reduce/sample.py), by work index:
-    (sorted positions, the permutation back to sampling order). Experts past the first MAX_EXPERTS of a layer
-    and tensors cut into records are not sampled; of a model of more than MAX_MATRICES such matrices, only
-    the layers whose index is a multiple of a stride (layer_stride)."""
-    if not tuning.current().lineage_fingerprint:
-        return {}
+@dataclass(frozen=True)
+class _Gathered:
+    """A sampled matrix's positions gathered in the chunk pass (sorted, int64), and where in them its lineage
+    samples (in sampling order) and its paired lines' elements (in pair order; empty: no pairs) are."""
+
+    positions: np.ndarray
+    samples: np.ndarray
+    pairs: np.ndarray
+    lines: int
+
+
+def _gathered(shape: tuple[int, ...], k: int, axis: int | None) -> _Gathered:
+    sampled = sample_positions(shape, k)
+    paired = pair_positions(shape, axis) if axis is not None else np.zeros(0, dtype=np.int64)
+    both = np.sort(np.concatenate([sampled, paired]))  # sorted, repeats dropped (np.unique hashes: 5x slower)
+    positions = both[np.concatenate([[True], np.diff(both) > 0])] if both.size else both
+    lines = pair_lines(shape, axis).size if axis is not None else 0
+    return _Gathered(positions, np.searchsorted(positions, sampled), np.searchsorted(positions, paired), lines)
+
+
+def fingerprinted(work: list[_Work]) -> list[int]:
+    """The indices of the matrices the lineage fingerprint samples: stored whole and unquantized, the first
+    MAX_EXPERTS experts of a layer, and of a model of more than MAX_MATRICES such matrices only the layers whose
+    index is a multiple of a stride (layer_stride)."""
     chosen = [
         i
         for i, item in enumerate(work)
@@ -493,16 +519,25 @@ def _sampled_positions(work: list[_Work]) -> dict[int, tuple[tuple[int, ...], np
         and (item.role.expert is None or item.role.expert < MAX_EXPERTS)
     ]
     stride = layer_stride([work[i].role.block for i in chosen])
-    chosen = [i for i in chosen if (work[i].role.block or 0) % stride == 0]
+    return [i for i in chosen if (work[i].role.block or 0) % stride == 0]
+
+
+def _sampled_positions(work: list[_Work]) -> dict[int, _Gathered]:
+    """The lineage samples of each matrix stored whole and unquantized (reduce/sample.py) and, for those indexed
+    by hidden units, its paired lines (reduce/pairs.py), by work index. Experts past the first MAX_EXPERTS of a
+    layer and tensors cut into records are not sampled; of a model of more than MAX_MATRICES such matrices, only
+    the layers whose index is a multiple of a stride (layer_stride)."""
+    if not tuning.current().lineage_fingerprint:
+        return {}
+    chosen = fingerprinted(work)
     k = samples_per_matrix(len(chosen))
     out = {}
-    by_shape: dict[tuple[int, ...], tuple[tuple[int, ...], np.ndarray]] = {}  # most matrices share a few shapes
+    by_shape: dict[tuple[tuple[int, ...], int | None], _Gathered] = {}  # most matrices share a few shapes
     for i in chosen:
-        shape = tuple(work[i].ref.shape)
-        if shape not in by_shape:
-            at, back = gather_order(sample_positions(shape, k))
-            by_shape[shape] = (tuple(at.tolist()), back)
-        out[i] = by_shape[shape]
+        key = (tuple(work[i].ref.shape), pair_axis(work[i].role.kind))
+        if key not in by_shape:
+            by_shape[key] = _gathered(key[0], k, key[1])
+        out[i] = by_shape[key]
     return out
 
 

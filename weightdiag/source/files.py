@@ -85,23 +85,47 @@ CARD_HEAD = 64 << 10  # the front matter sits at the top of the card; more is ne
 def base_model_of(card: str) -> str | None:
     """The first `base_model` of a model card's YAML front matter (a name or a list of names), else None.
     Only this one key is read, so a few lines of parsing instead of a YAML dependency."""
+    names = base_models_of(card)
+    return names[0] if names else None
+
+
+def base_models_of(card: str) -> list[str]:
+    """Every `base_model` a model card's YAML front matter names (one value, a [flow, list] or a block list of
+    "- name" lines), as written (unquoted, comments dropped); empty without one."""
     lines = card.lstrip("\ufeff").splitlines()
     if not lines or lines[0].strip() != "---":
-        return None
+        return []
     for i, line in enumerate(lines[1:], 1):
         if line.strip() == "---":
-            return None
+            return []
         if not line.startswith("base_model:"):
             continue
-        value = line[len("base_model:") :].strip()
-        if value.startswith("["):
-            value = value.strip("[]").split(",")[0]
+        value = line[len("base_model:") :].split(" #")[0].strip()
+        if value.startswith("[") and value.endswith("]"):
+            values = value[1:-1].split(",")
         elif not value:  # a block list on the next lines: "- name"
-            following = lines[i + 1] if i + 1 < len(lines) else ""
-            value = following.strip()[1:] if following.strip().startswith("-") else ""
-        name = value.split("#")[0].strip().strip("'\"")
-        return name or None
-    return None
+            values = []
+            for following in lines[i + 1 :]:
+                item = following.strip()
+                if not item.startswith("-") or item.startswith("---"):  # the list ends (or the front matter)
+                    break
+                values.append(item[1:])
+        else:
+            values = [value]
+        names = [v.split(" #")[0].strip().strip("'\"") for v in values]
+        return [n for n in names if n]
+    return []
+
+
+BASE_MODEL_NAME = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*(?:@[\w./-]+)?$")
+
+
+def is_model_name(value: str) -> bool:
+    """Whether a card's base_model value can name a model: a Hub id (owner/name, an optional @revision), a row id,
+    or a path (./, ../, / or ~); a YAML mapping, a broken list or words with spaces cannot."""
+    if value.startswith(("./", "../", "/", "~")):
+        return "\n" not in value
+    return bool(BASE_MODEL_NAME.match(value))
 
 
 def load_base_model(folder: Path) -> str | None:

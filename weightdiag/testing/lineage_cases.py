@@ -288,8 +288,9 @@ def llama_rotate(state: State, seed: int = 8) -> State:
         out[pre + "post_attention_layernorm.weight"] = torch.ones_like(g2)
     gf = state["model.norm.weight"].float()
     out["model.embed_tokens.weight"] = state["model.embed_tokens.weight"].float() @ q.T
-    out["lm_head.weight"] = (state["lm_head.weight"].float() * gf) @ q.T
-    out["model.norm.weight"] = torch.ones_like(gf)
+    if "lm_head.weight" in state:
+        out["lm_head.weight"] = (state["lm_head.weight"].float() * gf) @ q.T
+        out["model.norm.weight"] = torch.ones_like(gf)  # tied embeddings: the final gain stays (it cannot fold)
     return out
 
 
@@ -308,3 +309,95 @@ def llama_permute_residual(state: State, seed: int = 9) -> State:
         else:
             out[k] = v
     return out
+
+
+def llama_upcycle(state: State, experts: int = 4, level: float = 0.01, seed: int = 10) -> State:
+    """A Mixtral-style MoE upcycled from a dense Llama: each layer's FFN copied into `experts` experts (w1 gate,
+    w2 down, w3 up), each copy with Gaussian noise of `level` times the matrix's std, and a random router; the
+    rest of the model kept (the case of the dispute over an MoE upcycled from a dense model)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    out: State = {}
+    for k, v in state.items():
+        if ".mlp." not in k:
+            out[k] = v
+            continue
+        pre, name = k.split(".mlp.")
+        w = {"gate_proj.weight": "w1", "down_proj.weight": "w2", "up_proj.weight": "w3"}[name]
+        for e in range(experts):
+            jitter = level * v.float().std() * torch.randn(v.shape, generator=g)
+            out[f"{pre}.block_sparse_moe.experts.{e}.{w}.weight"] = (v.float() + jitter).to(v.dtype)
+        if name == "gate_proj.weight":
+            router = torch.randn(experts, v.shape[1], generator=g) * 0.02
+            out[f"{pre}.block_sparse_moe.gate.weight"] = router.to(v.dtype)
+    return out
+
+
+def mixtral_config(llama: Mapping[str, Any], experts: int = 4) -> dict[str, Any]:
+    """The config of llama_upcycle's MoE for a Llama config."""
+    keep = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+    return {
+        **{k: llama[k] for k in keep},
+        "num_key_value_heads": llama.get("num_key_value_heads", llama["num_attention_heads"]),
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "num_local_experts": experts,
+        "num_experts_per_tok": 2,
+        "tie_word_embeddings": False,
+    }
+
+
+GGUF_LLAMA_NAMES = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+
+
+def gguf_llama_state(path: Path, dtype: str = "bfloat16") -> tuple[State, dict[str, Any]]:
+    """A Llama GGUF's tensors dequantized (gguf.quants.dequantize: Q4_1, Q8_0, ...) under Hugging Face names,
+    stored as `dtype`, and a LlamaConfig dict from its metadata (embeddings tied when it has no output.weight)."""
+    import gguf
+    import torch
+
+    reader = gguf.GGUFReader(str(path))
+
+    def field(name: str) -> Any:
+        f = reader.fields[name]
+        return f.parts[f.data[0]].tolist()[0]
+
+    to = getattr(torch, dtype)
+    state: State = {}
+    for t in reader.tensors:
+        values = torch.from_numpy(gguf.quants.dequantize(t.data, t.tensor_type).copy()).to(to)
+        if t.name == "token_embd.weight":
+            state["model.embed_tokens.weight"] = values
+        elif t.name == "output_norm.weight":
+            state["model.norm.weight"] = values
+        elif t.name == "output.weight":
+            state["lm_head.weight"] = values
+        else:
+            _, i, kind, _ = t.name.split(".")
+            state[f"model.layers.{i}.{GGUF_LLAMA_NAMES[kind]}.weight"] = values
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": int(state["model.embed_tokens.weight"].shape[0]),
+        "hidden_size": int(field("llama.embedding_length")),
+        "intermediate_size": int(field("llama.feed_forward_length")),
+        "num_hidden_layers": int(field("llama.block_count")),
+        "num_attention_heads": int(field("llama.attention.head_count")),
+        "num_key_value_heads": int(field("llama.attention.head_count_kv")),
+        "rms_norm_eps": float(field("llama.attention.layer_norm_rms_epsilon")),
+        "rope_theta": float(field("llama.rope.freq_base")),
+        "max_position_embeddings": int(field("llama.context_length")),
+        "tie_word_embeddings": "lm_head.weight" not in state,
+    }
+    return state, config
