@@ -126,13 +126,7 @@ def antiberty_fine_tune(base: dict[str, torch.Tensor], steps: int, seed: int = 0
     model.train()
     ids = torch.randint(5, 15, (64, 16))
     targets = torch.randn(64, 512) * 0.1
-    opt = torch.optim.AdamW(list(model.parameters()), lr=5e-5, weight_decay=0.0)
-    for step in range(steps):
-        batch = slice((step * 8) % 64, (step * 8) % 64 + 8)
-        loss = torch.nn.functional.mse_loss(model(input_ids=ids[batch]).last_hidden_state.mean(dim=1), targets[batch])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    _script().pull_toward_targets(model, ids, targets, lr=5e-5, steps=steps)
     state = model.state_dict()
     return {k: state[k[len(prefix) :]].detach().clone() if k[len(prefix) :] in state else v for k, v in base.items()}
 

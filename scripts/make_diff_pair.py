@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch is imported where it is used, after require() said what to install (issue 42)
     import torch
@@ -87,17 +87,27 @@ def fine_tune(source: Path, steps: int, seed: int = 0, on_step: OnStep | None = 
     model.train()
     ids = torch.randint(1000, 20000, (64, 16))
     targets = torch.randn(64, 384) * 0.1
-    opt = torch.optim.AdamW(list(model.parameters()), lr=2e-5, weight_decay=0.0)
+    pull_toward_targets(model, ids, targets, lr=2e-5, steps=steps, on_step=on_step)
+    state = model.state_dict()
+    return {k: (state[k].detach().clone() if k in state else v) for k, v in shipped.items()}
+
+
+def pull_toward_targets(
+    model: Any, ids: torch.Tensor, targets: torch.Tensor, lr: float, steps: int, on_step: OnStep | None = None
+) -> None:
+    """The task of every full fine-tune made here (MiniLM's; benchmarks/forensic_pairs.py's AntiBERTy too): the
+    mean-pooled hidden states of batches of 8 of `ids` regressed on `targets` with AdamW, in place."""
+    import torch
+
+    opt = torch.optim.AdamW(list(model.parameters()), lr=lr, weight_decay=0.0)
     for step in range(steps):
-        batch = slice((step * 8) % 64, (step * 8) % 64 + 8)
+        batch = slice((step * 8) % len(ids), (step * 8) % len(ids) + 8)
         loss = torch.nn.functional.mse_loss(model(input_ids=ids[batch]).last_hidden_state.mean(dim=1), targets[batch])
         opt.zero_grad()
         loss.backward()
         opt.step()
         if on_step is not None:
             on_step(step + 1, steps, loss.item())
-    state = model.state_dict()
-    return {k: (state[k].detach().clone() if k in state else v) for k, v in shipped.items()}
 
 
 def lora_merge(source: Path, rank: int = 4, seed: int = 1) -> dict[str, torch.Tensor]:
