@@ -23,6 +23,7 @@ from weightdiag.api import fit_path
 from weightdiag.delta.result import DiffOptions
 from weightdiag.run.diff import diff
 from weightdiag.run.measure import FitOptions
+from weightdiag.testing.lineage_cases import GGUF_LLAMA_NAMES
 
 from .conftest import run_cli
 
@@ -51,20 +52,7 @@ TYPES = {
     "blk.1.ffn_down.weight": "MXFP4",
     "output.weight": "Q8_0",
 }
-HF_NAMES = {
-    "token_embd": "model.embed_tokens",
-    "output": "lm_head",
-    "output_norm": "model.norm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-}
+HF_NAMES = {"token_embd": "model.embed_tokens", "output": "lm_head", "output_norm": "model.norm", **GGUF_LLAMA_NAMES}
 # The types gguf-py cannot quantize: random blocks whose f16 scales (at these byte offsets) are set small.
 SCALES = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_NL": (0,)}
 SCALES |= {"IQ4_XS": (0,)}

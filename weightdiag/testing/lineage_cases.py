@@ -348,7 +348,7 @@ def mixtral_config(llama: Mapping[str, Any], experts: int = 4) -> dict[str, Any]
     }
 
 
-GGUF_LLAMA_NAMES = {
+GGUF_LLAMA_NAMES = {  # a block tensor's GGUF name -> its Hugging Face name (tests/test_gguf_stream.py too)
     "attn_q": "self_attn.q_proj",
     "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj",
