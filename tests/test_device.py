@@ -25,6 +25,24 @@ def _model(tmp_path: Path) -> Path:
     )
 
 
+def _fit_without_torch(model: Path, args: list[str], driver: bool) -> tuple[dict, str]:
+    """`weightdiag fit MODEL --no-save --json ARGS` in a fresh interpreter where an NVIDIA driver is (or is not)
+    loaded: the row and stderr, after checking that the fit succeeded and never imported torch."""
+    code = (
+        f"import sys\nfrom weightdiag import execution as device\ndevice.nvidia_present = lambda: {driver}\n"
+        "from weightdiag.cli import main\n"
+        "try:\n"
+        f"    main(['fit', {str(model)!r}, '--no-save', '--json', *{args!r}])\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "sys.stderr.write('imported: ' + repr('torch' in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.endswith("imported: False"), out.stderr
+    return json.loads(out.stdout), out.stderr
+
+
 def test_auto_is_the_cpu_even_where_a_gpu_driver_is(monkeypatch) -> None:
     monkeypatch.setattr(device, "nvidia_present", lambda: True)
     assert device.resolve_device("auto") == "cpu"
@@ -38,21 +56,9 @@ def test_auto_is_the_cpu_even_where_a_gpu_driver_is(monkeypatch) -> None:
 def test_fit_with_auto_or_the_default_imports_no_torch_even_with_a_driver(tmp_path: Path, flags: list[str]) -> None:
     """In a fresh interpreter that believes an NVIDIA driver is loaded: the fit runs on the CPU, says so, records
     it in the row, and torch is never imported."""
-    model = _model(tmp_path)
-    code = (
-        "import sys\nfrom weightdiag import execution as device\ndevice.nvidia_present = lambda: True\n"
-        "from weightdiag.cli import main\n"
-        "try:\n"
-        f"    main(['fit', {str(model)!r}, '--no-save', '--json', *{flags!r}])\n"
-        "except SystemExit as exc:\n"
-        "    assert not exc.code, exc.code\n"
-        "sys.stderr.write('imported: ' + repr('torch' in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stderr.endswith("imported: False"), out.stderr
-    assert json.loads(out.stdout)["run"]["device"] == "cpu"
-    assert "reduced on cpu" in out.stderr
+    row, stderr = _fit_without_torch(_model(tmp_path), flags, driver=True)
+    assert row["run"]["device"] == "cpu"
+    assert "reduced on cpu" in stderr
 
 
 def test_the_device_that_ran_is_said_unless_quiet(tmp_path: Path) -> None:
@@ -97,20 +103,8 @@ def test_auto_puts_the_spectrum_on_a_gpu_torch_sees_and_says_so(monkeypatch) -> 
 def test_a_cpu_only_spectrum_with_auto_imports_no_torch(tmp_path: Path) -> None:
     """No NVIDIA driver: fit --spectrum with --device auto runs both passes on the CPU, says why in the row, and
     torch is never imported (sys.modules after the fit)."""
-    model = _model(tmp_path)
-    code = (
-        "import sys\nfrom weightdiag import execution as device\ndevice.nvidia_present = lambda: False\n"
-        "from weightdiag.cli import main\n"
-        "try:\n"
-        f"    main(['fit', {str(model)!r}, '--no-save', '--json', '--spectrum', '--device', 'auto'])\n"
-        "except SystemExit as exc:\n"
-        "    assert not exc.code, exc.code\n"
-        "sys.stderr.write('imported: ' + repr('torch' in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stderr.endswith("imported: False"), out.stderr
-    run = json.loads(out.stdout)["run"]
+    row, _ = _fit_without_torch(_model(tmp_path), ["--spectrum", "--device", "auto"], driver=False)
+    run = row["run"]
     assert run["device"] == "cpu" and run["spectrum"]["device"] == "cpu"
     assert run["spectrum"]["solver"]["solver"] == "lapack"
     assert run["device_choice"].startswith("auto:") and "no CUDA GPU seen" in run["device_choice"]
