@@ -49,6 +49,7 @@ EXACT_MATRICES = 8
 SAME_WEIGHTS = 0.005  # median relative change below: the same weights, re-stored (BF16 rounding is 0.2%)
 SAME_BITS = 1e-3  # the same, in the same dtype (the samples are float16 of value / rms: 0.05% steps)
 SPEARMAN_VARIANCE = 1.06  # Fieller, Hartley and Pearson (1957): var(atanh rho) ~ 1.06 / (m - 3)
+RHO_CAP = 0.999999  # |rho| kept below 1: atanh's poles
 LN10 = math.log(10.0)
 
 
@@ -221,8 +222,15 @@ def _spearman_z(ra: np.ndarray, rb: np.ndarray) -> tuple[float, float]:
     if sa == 0 or sb == 0:
         return 0.0, 0.0
     rho = float(np.mean((ra - ra.mean()) * (rb - rb.mean())) / (sa * sb))
-    rho = max(-0.999999, min(0.999999, rho))
+    rho = max(-RHO_CAP, min(RHO_CAP, rho))
     return rho, math.atanh(rho) * math.sqrt((ra.size - 3) / SPEARMAN_VARIANCE)
+
+
+def fisher_z(rho: np.ndarray, samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rank correlations over `samples` shared ranks, capped off +-1, and their z under independence (as
+    _spearman_z's, for arrays: every candidate matrix against every option at once)."""
+    rho = np.clip(rho, -RHO_CAP, RHO_CAP)
+    return rho, np.arctanh(rho) * math.sqrt((samples - 3) / SPEARMAN_VARIANCE)
 
 
 def _standard_ranks(rows: list[np.ndarray], k: int) -> np.ndarray:
@@ -245,8 +253,7 @@ def _same_shape_z(cand: Fingerprint, ref: Fingerprint) -> dict[str, tuple[float,
         theirs = ref.stacks.get(key)
         if theirs is None or key[1] < MIN_COMMON:
             continue
-        rho = np.clip(ra @ theirs[1].T, -0.999999, 0.999999)
-        z = np.arctanh(rho) * math.sqrt((key[1] - 3) / SPEARMAN_VARIANCE)
+        rho, z = fisher_z(ra @ theirs[1].T, key[1])
         best = np.argmax(z, axis=1)
         for i, name in enumerate(mine):
             j = int(best[i])
@@ -263,8 +270,7 @@ def _pairs_evidence(cand: Fingerprint, ref: Fingerprint) -> list[MatrixEvidence]
         theirs = ref.pair_stacks.get(key)
         if theirs is None:
             continue
-        rho = np.clip(ra @ theirs[1].T, -0.999999, 0.999999)
-        z = np.arctanh(rho) * math.sqrt((key[2] - 3) / SPEARMAN_VARIANCE)
+        rho, z = fisher_z(ra @ theirs[1].T, key[2])
         best = np.argmax(z, axis=1)
         for i, name in enumerate(mine):
             j = int(best[i])

@@ -25,6 +25,7 @@ from .lineage import (
     EXACT,
     LN10,
     MIN_COMMON,
+    RHO_CAP,
     SPEARMAN_VARIANCE,
     Fingerprint,
     Judgement,
@@ -33,6 +34,7 @@ from .lineage import (
     _key,
     _standard_ranks,
     conclude,
+    fisher_z,
     judge,
     ranked,
 )
@@ -138,7 +140,7 @@ def _spearman(ra: np.ndarray, rb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return zero, zero
     with np.errstate(divide="ignore", invalid="ignore"):
         rho = np.mean((ra - ra.mean())[None, :] * (rb - rb.mean(axis=1, keepdims=True)), axis=1) / (sa * sb)
-    rho = np.clip(np.where(sb == 0, 0.0, rho), -0.999999, 0.999999)
+    rho = np.clip(np.where(sb == 0, 0.0, rho), -RHO_CAP, RHO_CAP)
     scale = math.sqrt((ra.size - 3) / SPEARMAN_VARIANCE)
     z = np.array([math.atanh(r) * scale for r in rho.tolist()])  # math's, as _spearman_z: bit for bit
     return rho, np.where(sb == 0, 0.0, z)
@@ -188,10 +190,8 @@ def _judge_chunk(
         names, ra = cand.stacks[key]
         options = np.array(layout.stacks[key])
         theirs = _standard(packed.stack_doubled(key)).transpose(0, 2, 1)
-        rho = np.clip(np.matmul(ra, theirs), -0.999999, 0.999999)
         rows = [names.index(plan.compared[m].name) for m in positions]
-        rho = rho[:, rows, :]  # (refs, the plan's matrices of this stack, options)
-        z = np.arctanh(rho) * math.sqrt((key[1] - 3) / SPEARMAN_VARIANCE)
+        rho, z = fisher_z(np.matmul(ra, theirs)[:, rows, :], key[1])  # (refs, the plan's matrices, options)
         best = np.argmax(z, axis=2)
         mine = np.stack([cand.samples[plan.compared[m].name] for m in positions])
         b = packed.stack_values(key, best)  # (refs, matrices, samples)
@@ -235,8 +235,7 @@ def _pairs_evidence(cand: Fingerprint, packed: Packed) -> list[tuple[list[Matrix
         ranks = packed.pairs[:, columns].astype(np.float64) / 2  # as record.lineage.read_pairs
         flat = _standard_ranks(list(ranks.reshape(refs * len(options), key[2])), key[2])
         stack = flat.reshape(refs, len(options), key[2]).transpose(0, 2, 1)
-        rho = np.clip(np.matmul(ra, stack), -0.999999, 0.999999)  # (refs, mine, options)
-        z = np.arctanh(rho) * math.sqrt((key[2] - 3) / SPEARMAN_VARIANCE)
+        rho, z = fisher_z(np.matmul(ra, stack), key[2])  # (refs, mine, options)
         best = np.argmax(z, axis=2)
         z_best = np.take_along_axis(z, best[..., None], axis=2)[..., 0]
         rhos.append(np.take_along_axis(rho, best[..., None], axis=2)[..., 0])
