@@ -21,6 +21,7 @@ import numpy as np
 from scipy.special import gammaln, log_ndtr, logsumexp
 from scipy.stats import rankdata
 
+from ..record.lineage import pair_ranks
 from .lineage import (
     EXACT,
     LN10,
@@ -232,7 +233,7 @@ def _pairs_evidence(cand: Fingerprint, packed: Packed) -> list[tuple[list[Matrix
         if found is None:
             continue
         options, columns = found
-        ranks = packed.pairs[:, columns].astype(np.float64) / 2  # as record.lineage.read_pairs
+        ranks = pair_ranks(packed.pairs[:, columns])
         flat = _standard_ranks(list(ranks.reshape(refs * len(options), key[2])), key[2])
         stack = flat.reshape(refs, len(options), key[2]).transpose(0, 2, 1)
         rho, z = fisher_z(np.matmul(ra, stack), key[2])  # (refs, mine, options)

@@ -56,6 +56,11 @@ def read_fingerprint(row: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
     return out
 
 
+def pair_ranks(stored: np.ndarray) -> np.ndarray:
+    """The average ranks (float64) of the pair cosines from their stored uint8 codes (twice the rank)."""
+    return stored.astype(np.float64) / 2
+
+
 def read_pairs(row: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Each matrix's pair-cosine ranks (float64, in pair order) from a row's fingerprint; empty for rows written
     before they existed."""
@@ -64,7 +69,7 @@ def read_pairs(row: Mapping[str, Any]) -> dict[str, np.ndarray]:
         return {}
     matrices = found.get("matrices") or {}
     return {
-        name: np.frombuffer(base64.b64decode(entry["pairs"]), dtype=np.uint8).astype(np.float64) / 2
+        name: pair_ranks(np.frombuffer(base64.b64decode(entry["pairs"]), dtype=np.uint8))
         for name, entry in matrices.items()
         if isinstance(entry, dict) and isinstance(entry.get("pairs"), str)
     }
