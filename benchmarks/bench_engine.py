@@ -105,7 +105,9 @@ off = sys.argv[3:] == ["no-fingerprint"]
 with tuning.override(lineage_fingerprint=False) if off else contextlib.nullcontext():
     fit_path(sys.argv[1], FitOptions(device="cpu"))
     for _ in range(int(sys.argv[2])):
-        t = time.perf_counter(); fit_path(sys.argv[1], FitOptions(device="cpu")); print(time.perf_counter() - t)
+        t, c = time.perf_counter(), time.process_time()
+        fit_path(sys.argv[1], FitOptions(device="cpu"))
+        print(time.perf_counter() - t, time.process_time() - c)  # wall, and CPU time of all the fit's threads
 """
 
 
@@ -143,14 +145,16 @@ def main() -> None:
             out = subprocess.run(api, capture_output=True, text=True, env=env, cwd=checkout)
             if out.returncode:
                 raise SystemExit(out.stderr[-2000:])
-            times.setdefault("api" + tag, []).append(float(out.stdout.split()[-1]))
+            times.setdefault("api" + tag, []).append(float(out.stdout.split()[-2]))
             if args.fingerprint and not tag:  # with and without it, in alternating order
                 for off in ("no-fingerprint", "") if round_ % 2 else ("", "no-fingerprint"):
                     out = subprocess.run([*api, off], capture_output=True, text=True, env=env, cwd=checkout)
                     if out.returncode:
                         raise SystemExit(out.stderr[-2000:])
                     name = "api without fingerprint" if off else "api with fingerprint"
-                    times.setdefault(name, []).append(float(out.stdout.split()[-1]))
+                    wall, cpu = map(float, out.stdout.split()[-2:])
+                    times.setdefault(name, []).append(wall)
+                    times.setdefault(name + " cpu", []).append(cpu)
             t = time.perf_counter()
             cmd = [sys.executable, "-m", "weightdiag", "fit", str(folder), "--device", "cpu", "--no-save", "-q"]
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=checkout)
@@ -178,6 +182,11 @@ def main() -> None:
         rate, cat = tensor_bytes / m / 1e9, medians["cat"] / m
         bare = f"{medians['bare'] / m:.0%}" if "bare" in medians else "-"
         print(f"| {label} | {m:.3f} | {rate:.2f} | {bare} | {cat:.0%} |")
+    if "api with fingerprint" in medians:  # on a loaded machine the CPU seconds are steadier than the wall's
+        on, off = medians["api with fingerprint"], medians["api without fingerprint"]
+        on_cpu, off_cpu = medians["api with fingerprint cpu"], medians["api without fingerprint cpu"]
+        print(f"the fingerprint's cost: wall {on / off:.3f}x ({on:.3f} / {off:.3f} s), CPU time of the fit")
+        print(f"{on_cpu / off_cpu:.3f}x ({on_cpu:.3f} / {off_cpu:.3f} s), ratios of the medians of interleaved rounds")
     if args.json:
         args.json.write_text(json.dumps({"machine": platform.platform(), "bytes": tensor_bytes, "times": times}))
 

@@ -275,19 +275,23 @@ def cost(model: Path, rounds: int) -> None:
     from weightdiag import tuning
 
     times: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float]] = {True: [], False: []}  # all threads' CPU seconds: steadier on a loaded machine
     size, lineage = 0, {}
     api.fit(str(model), FitOptions(device="cpu"), save=False)  # the page cache warm
     for r in range(rounds):
         for on in (True, False) if r % 2 == 0 else (False, True):
             with tuning.override(lineage_fingerprint=on):
-                started = time.perf_counter()
+                started, used = time.perf_counter(), time.process_time()
                 row = api.fit(str(model), FitOptions(device="cpu"), save=False).row
                 times[on].append(time.perf_counter() - started)
+                cpu[on].append(time.process_time() - used)
             if on:
                 size, lineage = len(json.dumps(row["lineage"])), row["lineage"]
     with_, without = statistics.median(times[True]), statistics.median(times[False])
     print(f"fit of {model} ({rounds} rounds each, interleaved): with the fingerprint median {with_:.3f} s, without")
     print(f"{without:.3f} s: ratio {with_ / without:.3f}; min {min(times[True]):.3f} / {min(times[False]):.3f} s")
+    on_cpu, off_cpu = statistics.median(cpu[True]), statistics.median(cpu[False])
+    print(f"CPU time of the fit: median {on_cpu:.3f} s with, {off_cpu:.3f} s without: ratio {on_cpu / off_cpu:.3f}")
     print(f"the row's lineage: {size} bytes ({len(lineage['matrices'])} matrices, k {lineage['k']})")
 
 

@@ -92,6 +92,27 @@ def test_pair_cosines_are_unchanged_by_a_rotation_of_the_shared_side():
     assert np.all(pair_cosines(np.zeros(64 * 64), 64) == 0)  # a zero matrix: ties, no evidence
 
 
+@pytest.mark.parametrize("shape", [(96, 40), (40, 96), (128, 33), (17, 200)])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_lines_gathered_piece_by_piece_are_the_paired_lines(shape, axis):
+    """The chunk pass gathers rows as slices and columns as 2-D takes (LineGather), pieces cut anywhere (inside
+    a row, across one, one element long): in pair order they are the lines pair_positions names."""
+    from itertools import pairwise
+
+    from weightdiag.reduce.pairs import as_lines, gather_lines, line_gather
+
+    rng = np.random.default_rng(11)
+    flat = rng.normal(size=math.prod(shape)).astype(np.float32)
+    spec = line_gather(shape, axis)
+    assert spec is not None
+    expected = flat[pair_positions(shape, axis)].reshape(pair_lines(shape, axis).size, -1)
+    anywhere = [0, *sorted(set(rng.choice(flat.size, 30).tolist()) - {0}), flat.size]
+    for cuts in ([0, flat.size], [0, 1, 2, 41, 100, 333, flat.size], anywhere):
+        got = np.concatenate([gather_lines(flat[a:b], a, spec) for a, b in pairwise(cuts)])
+        np.testing.assert_array_equal(as_lines(got, spec, shape), expected)
+    assert line_gather((10, 8), 0) is None and line_gather(shape, None) is None  # too few lines; not paired
+
+
 def test_rows_without_a_fingerprint_read_and_are_not_judged(minilm_dir):
     row = _fit(minilm_dir)
     old = {k: v for k, v in row.items() if k != "lineage"}
@@ -200,6 +221,31 @@ def test_rotated_and_tuned_then_permuted_copies_are_derived(trained, tmp_path):
         assert judged.verdict == "derived", (case, judged.log10_p_samples, judged.log10_p_pairs)
         assert judged.log10_p_samples is not None and judged.log10_p_samples > -3  # the samples alone: nothing
         assert any("permuted or rotated" in r for r in judged.relation), judged.relation
+
+
+def test_a_model_of_many_paired_matrices_pairs_every_few_layers_and_still_tells(trained, tmp_path, monkeypatch):
+    """Past MAX_PAIRED matrices with pairs (the gather's cost on a fit), only the layers whose index is a multiple
+    of a stride have them: here 8 of the tiny Llama's 28, so layer 0 only; the rotated copy is still derived by
+    them, and an independent seed is not."""
+    import weightdiag.run.measure as measure
+    from weightdiag.reduce.sample import layer_stride
+
+    monkeypatch.setattr(measure, "MAX_PAIRED", 8)
+    rows = {seed: _fit(trained[f"folder{seed}"]) for seed in (0, 1)}
+    blocks = {m["name"]: m.get("block") for m in rows[0]["matrices"]}
+    paired = read_pairs(rows[0])
+    assert layer_stride([0] * 7 + [1] * 7 + [2] * 7 + [3] * 7, 8) == 4
+    assert len(paired) == 7 and {blocks[n] for n in paired} == {0}
+    assert set(read_pairs(trained[0])) > set(paired)  # unpatched: every layer
+    from safetensors.torch import load_file
+
+    base = dict(load_file(str(trained["folder0"] / "model.safetensors")))
+    cfg = json.loads((trained["folder0"] / "config.json").read_text())
+    rotated = Fingerprint.of(_fit(lc.save_state(lc.llama_rotate(base), tmp_path / "rotated", cfg)))
+    judged = judge("s0", rotated, Fingerprint.of(rows[0]))
+    assert judged.verdict == "derived" and judged.pairs_compared == 7, (judged.log10_p_pairs, judged.pairs_compared)
+    assert judge("s1", rotated, Fingerprint.of(rows[1])).verdict != "derived"
+    assert judge("s0 unpatched", rotated, Fingerprint.of(trained[0])).verdict == "derived"  # old rows still compare
 
 
 def test_a_trained_model_derives_from_its_own_initialisation(trained):

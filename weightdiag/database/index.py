@@ -410,9 +410,9 @@ class RowIndex:
         sealed = (_entry(columns_of) for columns_of in found)
         return {s.name: s.entry for s in sealed if s is not None}
 
-    def _sealed(self, where: str, args: tuple[object, ...]) -> Iterable[tuple[Entry, str, str, bytes]]:
-        """(Entry, checked_by, summary, packed lineage fingerprint) of the entries that match, whose seal, summary
-        and fingerprint hold."""
+    def _sealed(self, where: str, args: tuple[object, ...]) -> Iterable[tuple[str, Entry, str, str, bytes]]:
+        """(name, Entry, checked_by, summary, packed lineage fingerprint) of the entries that match, whose seal,
+        summary and fingerprint hold."""
         for columns in self._query(f"SELECT {_ENTRY}, summary, lineage FROM rows WHERE {where}", args):
             sealed, summary, lineage = _entry(columns[:-2]), columns[-2], columns[-1]
             if sealed is None or not isinstance(summary, str) or not isinstance(lineage, bytes):
@@ -420,7 +420,7 @@ class RowIndex:
             if hashlib.sha256(summary.encode("utf-8", "surrogatepass")).hexdigest() != sealed.summary_sha:
                 continue
             if hashlib.sha256(lineage).hexdigest() == sealed.lineage_sha:
-                yield sealed.entry, sealed.checked_by, summary, lineage
+                yield sealed.name, sealed.entry, sealed.checked_by, summary, lineage
 
     def summary(self, name: str, entry: Entry | None = None) -> str | None:
         """The summary of `name`'s sealed entry, while that is still `entry` when given (the one whose stat was
@@ -436,9 +436,20 @@ class RowIndex:
 
     def entry_of(self, name: str) -> tuple[Entry, str, bytes] | None:
         """(Entry, summary, packed lineage fingerprint) of `name`'s sealed entry, if it has one."""
-        for found, _, summary, lineage in self._sealed("name = ?", (_key(name),)):
-            return found, summary, lineage
-        return None
+        return self.entries_of([name]).get(name)
+
+    def entries_of(self, names: Sequence[str]) -> dict[str, tuple[Entry, str, bytes]]:
+        """entry_of for several names in one query (lineage reads the index's entries 128 at a time): name ->
+        (Entry, summary, packed lineage fingerprint) of those with a sealed entry."""
+        if not names:
+            return {}
+        keys = tuple(_key(n) for n in names)
+        wanted = set(names)
+        found: dict[str, tuple[Entry, str, bytes]] = {}
+        for name, entry, _, summary, lineage in self._sealed(f"name IN ({', '.join('?' * len(keys))})", keys):
+            if name in wanted:
+                found[name] = (entry, summary, lineage)
+        return found
 
     def checked(self, sha256: str) -> bool:
         """Whether bytes of this hash were checked as a row, by this session's checker, and found to need no
@@ -451,7 +462,7 @@ class RowIndex:
     def summary_of_content(self, sha256: str) -> tuple[str, Identity, bool, bytes] | None:
         """(summary, identity, checked by this checker, packed lineage fingerprint) of a row of these exact bytes,
         under whatever name."""
-        for entry, checked_by, summary, lineage in self._sealed("sha256 = ? LIMIT 8", (sha256,)):
+        for _, entry, checked_by, summary, lineage in self._sealed("sha256 = ? LIMIT 8", (sha256,)):
             if entry.sha256 == sha256:
                 return summary, entry.identity, bool(self._checker) and checked_by == self._checker, lineage
         return None

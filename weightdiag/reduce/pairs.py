@@ -16,12 +16,15 @@ side, so that the cosines of one matrix are nearly independent of each other (pa
 their ranks correlate and Spearman's null variance wrong). Token- or position-indexed matrices (embeddings, the
 output head) are left out: their rows are not hidden units, and models trained on the same data share them.
 
-The chunk pass gathers the lines' elements with the lineage samples (reduce/sample.py's positions and these in
-one sorted set); run/measure.py turns them into cosines, stored as their ranks (record/lineage.py).
+The chunk pass gathers the lines' elements apart from the lineage samples (reduce/sample.py), as blocks rather
+than as positions (LineGather): a row line is one contiguous slice, and column lines are one 2-D take per piece,
+with no position array of tens of thousands of entries to build, search and index (issue 39's cost on a fit).
+run/measure.py turns them into cosines, stored as their ranks (record/lineage.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -31,6 +34,11 @@ from ..vocabulary import RECURRENT_KINDS, RESIDUAL_WRITERS, WEIGHT_KINDS
 SEED = 0x5EED_3A  # never change: rows of another seed could not be compared
 PAIRS = 32  # per matrix (fewer where it has fewer than 64 lines); stored as ranks, one byte each
 MIN_PAIRS = 8
+# Matrices paired per model: beyond, only the layers whose index is a multiple of a stride (reduce/sample.py's
+# layer_stride). Gathering 2 x PAIRS whole lines costs about 1 ms a matrix, the fit's ~5% on a 300-matrix model
+# if every matrix were paired; 64 matrices of 32 pairs are 2,048 cosines, evidence enough for any model (the
+# samples carry the rest), and a model with layers dropped or added keeps the same stride or one near it.
+MAX_PAIRED = 64
 
 
 def pair_axis(kind: str | None) -> int | None:
@@ -60,6 +68,56 @@ def _lines(shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
     return tuple(rng.permutation(n)[: 2 * pairs].tolist())
 
 
+@dataclass(frozen=True)
+class LineGather:
+    """Which lines of a matrix the chunk pass gathers for the pair cosines: `lines` sorted ascending (rows for
+    axis 0, columns for axis 1) of a matrix whose rows hold `cols` elements. Pieces of the matrix hand back the
+    lines' elements in flat order (gather_lines); concatenated in piece order they are as_lines' input."""
+
+    axis: int
+    lines: np.ndarray  # int64, sorted
+    cols: int
+
+
+def line_gather(shape: tuple[int, ...], axis: int | None) -> LineGather | None:
+    """The gather of a matrix's paired lines (None: the matrix has no pairs)."""
+    if axis is None:
+        return None
+    lines = pair_lines(shape, axis)
+    if not lines.size:
+        return None
+    return LineGather(axis, np.sort(lines), int(np.prod(shape[1:])))
+
+
+def gather_lines(flat: np.ndarray, lo: int, spec: LineGather) -> np.ndarray:
+    """The elements of the paired lines that fall in a piece holding a matrix's elements [lo, lo + flat.size),
+    in flat order (raw storage values: the caller converts them)."""
+    hi, cols, lines = lo + flat.size, spec.cols, spec.lines
+    if spec.axis == 0:  # whole rows: one slice each
+        a, b = np.searchsorted(lines, [lo // cols, (hi - 1) // cols + 1])
+        parts = [flat[max(r * cols, lo) - lo : min((r + 1) * cols, hi) - lo] for r in lines[a:b].tolist()]
+        return np.concatenate(parts) if parts else flat[:0].copy()
+    first, last = -(-lo // cols), hi // cols  # the rows wholly inside the piece
+    if first >= last:  # within one row, or across one row boundary: by positions (at most 2 x the lines)
+        rows = np.arange(lo // cols, (hi - 1) // cols + 1)
+        at = (rows[:, None] * cols + lines[None, :]).reshape(-1)
+        return flat[at[(at >= lo) & (at < hi)] - lo]
+    head = (first - 1) * cols + lines
+    tail = last * cols + lines
+    block = flat[first * cols - lo : last * cols - lo].reshape(-1, cols)[:, lines]
+    return np.concatenate([flat[head[head >= lo] - lo], block.reshape(-1), flat[tail[tail < hi] - lo]])
+
+
+def as_lines(values: np.ndarray, spec: LineGather, shape: tuple[int, ...]) -> np.ndarray:
+    """The paired lines' values [2P, line length] in pair order (pair i: lines 2i and 2i + 1, as pair_lines)
+    from the pieces' gathered values concatenated in flat order."""
+    if spec.axis == 0:
+        sorted_lines = values.reshape(spec.lines.size, spec.cols)
+    else:
+        sorted_lines = values.reshape(int(shape[0]), spec.lines.size).T
+    return sorted_lines[np.searchsorted(spec.lines, pair_lines(shape, spec.axis))]
+
+
 def pair_positions(shape: tuple[int, ...], axis: int) -> np.ndarray:
     """The flat positions of the paired lines' elements, line by line (each line in order along it)."""
     rows, cols = int(shape[0]), int(np.prod(shape[1:]))
@@ -72,11 +130,10 @@ def pair_positions(shape: tuple[int, ...], axis: int) -> np.ndarray:
 def pair_cosines(values: np.ndarray, lines: int) -> np.ndarray:
     """The cosine of each pair (float64) from the paired lines' values (as pair_positions orders them); 0 where a
     line is zero or a value is not finite (a constant or broken matrix carries no evidence: ties)."""
-    v = np.asarray(values).reshape(lines, -1)
+    v = np.asarray(values, dtype=np.float64).reshape(lines, -1)  # a float64 copy: einsum casting is 2x slower
     a, b = v[0::2], v[1::2]
-    # sums in float64 over float32 values: no float64 copy of the lines
-    norms = np.sqrt(np.einsum("ij,ij->i", a, a, dtype=np.float64) * np.einsum("ij,ij->i", b, b, dtype=np.float64))
-    dots = np.einsum("ij,ij->i", a, b, dtype=np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", a, a) * np.einsum("ij,ij->i", b, b))
+    dots = np.einsum("ij,ij->i", a, b)
     with np.errstate(invalid="ignore", divide="ignore"):
         cos = np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 0.0)
     return np.where(np.isfinite(cos), cos, 0.0)

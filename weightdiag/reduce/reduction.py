@@ -37,6 +37,7 @@ class Reduction:
     n_inf: int | None = None  # F32 only (its buckets mix Inf with NaN); exact dtypes read it from codes
     grid: tuple[int, int] | None = None  # (bits, group): float values on a quantization grid (see grid_probe)
     sample: np.ndarray | None = None  # float32 values at the lineage positions (reduce/sample.py), in flat order
+    lines: np.ndarray | None = None  # float32 elements of the paired lines (reduce/pairs.py), in flat order
     # While a partial reduction waits between a worker and the merge, `counts` may be held as its nonzero
     # entries (pack/unpack): a chunk of thousands of small tensors then holds kilobytes each, not 512 KiB.
     packed: tuple[np.ndarray, np.ndarray, int] | None = None  # (codes, their counts, len(counts))
@@ -274,6 +275,8 @@ def merge(parts: list[Reduction]) -> Reduction:
     merged.grid = next((p.grid for p in parts if p.grid is not None), None)
     samples = [p.sample for p in parts if p.sample is not None]
     merged.sample = np.concatenate(samples) if samples else None  # parts in flat order: positions in order
+    lines = [p.lines for p in parts if p.lines is not None]
+    merged.lines = np.concatenate(lines) if lines else None
     return merged
 
 

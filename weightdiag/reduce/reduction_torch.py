@@ -141,6 +141,7 @@ class Pending:
     # set by the chunk engine between launch and resolve (reduce/stream.py)
     grid: tuple[int, int] | None = None
     sample: np.ndarray | None = None
+    lines: np.ndarray | None = None
 
 
 def launch(raw: Any, dtype: str, device, segments: Segments | None = None) -> Pending:
@@ -252,6 +253,7 @@ def resolve(pendings: list[Pending]) -> list[Reduction]:
         else:
             red = _finish_f32(p, firsts[id(p)], shifts[id(p)], next(sums))
         red.grid, red.sample = p.grid or red.grid, p.sample if p.sample is not None else red.sample
+        red.lines = p.lines if p.lines is not None else red.lines
         out.append(red)
     return out
 

@@ -31,14 +31,14 @@ def samples_per_matrix(matrices: int) -> int:
     return max(MIN_SAMPLES, min(MAX_SAMPLES, TOTAL_SAMPLES // max(1, matrices)))
 
 
-def layer_stride(blocks: list[int | None]) -> int:
+def layer_stride(blocks: list[int | None], most: int = MAX_MATRICES) -> int:
     """Sample the matrices of every layer whose index is a multiple of this (1: all), for matrices in `blocks`
-    (their layer indices, None outside the layers), so that at most about MAX_MATRICES are sampled."""
+    (their layer indices, None outside the layers), so that at most about `most` are sampled."""
     in_layers = sum(b is not None for b in blocks)
     outside = len(blocks) - in_layers
-    if len(blocks) <= MAX_MATRICES or not in_layers:
+    if len(blocks) <= most or not in_layers:
         return 1
-    return math.ceil(in_layers / max(1, MAX_MATRICES - outside))
+    return math.ceil(in_layers / max(1, most - outside))
 
 
 def _rows_cols(shape: tuple[int, ...]) -> tuple[int, int]:

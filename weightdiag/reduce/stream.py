@@ -33,6 +33,7 @@ from ..source.plan import STORAGE_NUMPY, ModelPlan, Quantized, TensorRef
 from ..source.reader import Reader, Verification
 from ..source.reopen import reopen
 from ..source.spec import SourceSpec
+from .pairs import LineGather, gather_lines
 from .reduction import Reduction, grid_probe, merge, reduce_counted, reduce_range
 from .vectors import VectorSummary, summarize_vector, values_of
 
@@ -52,9 +53,11 @@ class Target:
     # gathered whole; for vectors too long to hold as float64.
     summarize: bool = False
     offset: float = 0.0
-    # A matrix's lineage samples (reduce/sample.py, reduce/pairs.py): the sorted flat positions (int64) whose
-    # values the whole reduction (selection None) carries in `Reduction.sample`, gathered as its pieces stream.
+    # A matrix's lineage samples (reduce/sample.py): the sorted flat positions (int64) whose values the whole
+    # reduction (selection None) carries in `Reduction.sample`, gathered as its pieces stream; and its paired
+    # lines (reduce/pairs.py), whose elements it carries in `Reduction.lines`.
     sample: tuple[int, ...] | np.ndarray = ()
+    lines: LineGather | None = None
 
 
 PieceReducer = Callable[[np.ndarray, str, Sequence[Segments | None], int], list[list[Reduction]]]
@@ -254,8 +257,12 @@ def _reduce_chunk(
             shape = target.ref.shape
             if lo == 0 and len(shape) >= 2 and result and result[0]:  # look for a quantization grid once
                 result[0][0].grid = grid_probe(raw.view(STORAGE_NUMPY[dtype]), shape[-1])
-            if len(target.sample) and result and target.selections[0] is None:
-                result[0][0].sample = _sampled(raw, dtype, target.sample, lo)
+            if result and target.selections[0] is None:
+                if len(target.sample):
+                    result[0][0].sample = _sampled(raw, dtype, target.sample, lo)
+                if target.lines is not None:
+                    flat = raw.view(STORAGE_NUMPY[dtype])
+                    result[0][0].lines = _float32(gather_lines(flat, lo, target.lines), dtype)
             out.append((piece.item, result))
     return out
 
@@ -265,7 +272,12 @@ def _sampled(raw: np.ndarray, dtype: str, positions: tuple[int, ...] | np.ndarra
     flat = raw.view(STORAGE_NUMPY[dtype])
     at = np.asarray(positions, dtype=np.int64)
     a, b = np.searchsorted(at, [lo, lo + flat.size])
-    picked = np.ascontiguousarray(flat[at[a:b] - lo])
+    return _float32(flat[at[a:b] - lo], dtype)
+
+
+def _float32(picked: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 values of elements gathered in their storage dtype."""
+    picked = np.ascontiguousarray(picked)
     if dtype == "BF16":  # the upper half of a float32: no table lookup through float64 (the pairs' lines are long)
         return (picked.astype(np.uint32) << 16).view(np.float32)
     with np.errstate(over="ignore"):  # F64 beyond float32 is inf here, as the fit counts it (silently)

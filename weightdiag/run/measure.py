@@ -47,9 +47,9 @@ from ..progress import SILENT, Progress
 from ..record.journal import Expected, Journal, Resumed
 from ..record.lineage import fingerprint_json
 from ..record.row import SCHEMA, matrix_record, vector_offset, vector_record
-from ..reduce.pairs import pair_axis, pair_cosines, pair_lines, pair_positions
+from ..reduce.pairs import MAX_PAIRED, LineGather, as_lines, line_gather, pair_axis, pair_cosines
 from ..reduce.reduction import Reduction
-from ..reduce.sample import MAX_EXPERTS, layer_stride, sample_positions, samples_per_matrix
+from ..reduce.sample import MAX_EXPERTS, gather_order, layer_stride, sample_positions, samples_per_matrix
 from ..reduce.stream import ChunkReport, Target, reduce_chunked
 from ..reduce.vectors import VectorSummary, values_of
 from ..segments import Segments
@@ -455,6 +455,7 @@ def _reduce_all(
             summarize=item.vector and not item.views and item.ref.nbytes > gather,
             offset=vector_offset(item.role, arch.norm_offset),
             sample=sampled[i].positions if i in sampled else (),
+            lines=sampled[i].lines if i in sampled else None,
         )
         for i, (item, (segs, _)) in enumerate(zip(work, parts, strict=True))
     ]
@@ -471,13 +472,13 @@ def _reduce_all(
         reduced = _as_reduced(work[index], result, *parts[index], arch.norm_offset)
         reduced.decoder_note = report.notes.get(index)
         if index in sampled and reduced.whole is not None and reduced.whole.sample is not None:
-            at = sampled[index]
-            got = reduced.whole.sample
-            if got.size == at.positions.size:  # the samples in sampling order (a prefix for any k)
-                reduced.sample = got[at.samples]
-                if at.pairs.size:
-                    reduced.pairs = pair_cosines(got[at.pairs], at.lines)
-            reduced.whole.sample = None
+            at, whole = sampled[index], reduced.whole
+            if whole.sample.size == at.positions.size:  # the samples in sampling order (a prefix for any k)
+                reduced.sample = whole.sample[at.order]
+                if at.lines is not None and whole.lines is not None:
+                    shape = tuple(work[index].ref.shape)
+                    reduced.pairs = pair_cosines(as_lines(whole.lines, at.lines, shape), at.lines.lines.size)
+            whole.sample = whole.lines = None
         yield work[index], reduced
 
 
@@ -487,22 +488,17 @@ PAIRS_KEY = "lineage_pairs"  # and its pair cosines (reduce/pairs.py)
 
 @dataclass(frozen=True)
 class _Gathered:
-    """A sampled matrix's positions gathered in the chunk pass (sorted, int64), and where in them its lineage
-    samples (in sampling order) and its paired lines' elements (in pair order; empty: no pairs) are."""
+    """A sampled matrix's sample positions gathered in the chunk pass (sorted, int64), where in them its lineage
+    samples are in sampling order, and the gather of its paired lines (None: no pairs)."""
 
     positions: np.ndarray
-    samples: np.ndarray
-    pairs: np.ndarray
-    lines: int
+    order: np.ndarray
+    lines: LineGather | None
 
 
 def _gathered(shape: tuple[int, ...], k: int, axis: int | None) -> _Gathered:
-    sampled = sample_positions(shape, k)
-    paired = pair_positions(shape, axis) if axis is not None else np.zeros(0, dtype=np.int64)
-    both = np.sort(np.concatenate([sampled, paired]))  # sorted, repeats dropped (np.unique hashes: 5x slower)
-    positions = both[np.concatenate([[True], np.diff(both) > 0])] if both.size else both
-    lines = pair_lines(shape, axis).size if axis is not None else 0
-    return _Gathered(positions, np.searchsorted(positions, sampled), np.searchsorted(positions, paired), lines)
+    positions, back = gather_order(sample_positions(shape, k))
+    return _Gathered(positions, back, line_gather(shape, axis))
 
 
 def fingerprinted(work: list[_Work]) -> list[int]:
@@ -526,15 +522,19 @@ def _sampled_positions(work: list[_Work]) -> dict[int, _Gathered]:
     """The lineage samples of each matrix stored whole and unquantized (reduce/sample.py) and, for those indexed
     by hidden units, its paired lines (reduce/pairs.py), by work index. Experts past the first MAX_EXPERTS of a
     layer and tensors cut into records are not sampled; of a model of more than MAX_MATRICES such matrices, only
-    the layers whose index is a multiple of a stride (layer_stride)."""
+    the layers whose index is a multiple of a stride (layer_stride); of more than MAX_PAIRED matrices with pairs,
+    only those of the layers whose index is a multiple of a second stride have them."""
     if not tuning.current().lineage_fingerprint:
         return {}
     chosen = fingerprinted(work)
     k = samples_per_matrix(len(chosen))
+    paired = [i for i in chosen if pair_axis(work[i].role.kind) is not None]
+    stride = layer_stride([work[i].role.block for i in paired], MAX_PAIRED)
+    paired_set = {i for i in paired if (work[i].role.block or 0) % stride == 0}
     out = {}
     by_shape: dict[tuple[tuple[int, ...], int | None], _Gathered] = {}  # most matrices share a few shapes
     for i in chosen:
-        key = (tuple(work[i].ref.shape), pair_axis(work[i].role.kind))
+        key = (tuple(work[i].ref.shape), pair_axis(work[i].role.kind) if i in paired_set else None)
         if key not in by_shape:
             by_shape[key] = _gathered(key[0], k, key[1])
         out[i] = by_shape[key]
