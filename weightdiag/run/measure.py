@@ -471,10 +471,11 @@ def _reduce_all(
     for index, result in results:
         reduced = _as_reduced(work[index], result, *parts[index], arch.norm_offset)
         reduced.decoder_note = report.notes.get(index)
-        if index in sampled and reduced.whole is not None and reduced.whole.sample is not None:
-            at, whole = sampled[index], reduced.whole
-            if whole.sample.size == at.positions.size:  # the samples in sampling order (a prefix for any k)
-                reduced.sample = whole.sample[at.order]
+        whole = reduced.whole
+        if index in sampled and whole is not None and whole.sample is not None:
+            at, got = sampled[index], whole.sample
+            if got.size == at.positions.size:  # the samples in sampling order (a prefix for any k)
+                reduced.sample = got[at.order]
                 if at.lines is not None and whole.lines is not None:
                     shape = tuple(work[index].ref.shape)
                     reduced.pairs = pair_cosines(as_lines(whole.lines, at.lines, shape), at.lines.lines.size)
