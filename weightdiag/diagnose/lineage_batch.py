@@ -21,7 +21,6 @@ import numpy as np
 from scipy.special import gammaln, log_ndtr, logsumexp
 from scipy.stats import rankdata
 
-from ..record.lineage import pair_ranks
 from .lineage import (
     EXACT,
     LN10,
@@ -33,7 +32,6 @@ from .lineage import (
     MatrixEvidence,
     _common,
     _key,
-    _standard_ranks,
     conclude,
     fisher_z,
     judge,
@@ -222,7 +220,7 @@ def _judge_chunk(
 
 def _pairs_evidence(cand: Fingerprint, packed: Packed) -> list[tuple[list[MatrixEvidence], float | None]]:
     """lineage._pairs_evidence and the pair test's combined p-value for every row of the chunk: the rows' pair
-    ranks standardised at once (_standard_ranks row by row, exact: the ranks are halves, their sums integers),
+    ranks standardised at once from their stored codes (_standard: _standard_ranks' floats, bit for bit),
     one product per reference as its own, the p-values and Fisher's combination as arrays."""
     refs = packed.pairs.shape[0]
     names: list[str] = []
@@ -233,9 +231,8 @@ def _pairs_evidence(cand: Fingerprint, packed: Packed) -> list[tuple[list[Matrix
         if found is None:
             continue
         options, columns = found
-        ranks = pair_ranks(packed.pairs[:, columns])
-        flat = _standard_ranks(list(ranks.reshape(refs * len(options), key[2])), key[2])
-        stack = flat.reshape(refs, len(options), key[2]).transpose(0, 2, 1)
+        doubled = packed.pairs[:, columns].reshape(refs, len(options), key[2])  # stored as twice the ranks
+        stack = _standard(doubled).transpose(0, 2, 1)
         rho, z = fisher_z(np.matmul(ra, stack), key[2])  # (refs, mine, options)
         best = np.argmax(z, axis=2)
         z_best = np.take_along_axis(z, best[..., None], axis=2)[..., 0]
