@@ -335,12 +335,34 @@ def test_export_lora_of_planted_pair_has_its_rank_and_merges_back(planted, tmp_p
 # --- MiniLM (real weights) -------------------------------------------------------------------------------------
 
 
-def _pairs_module():
-    path = ROOT / "benchmarks" / "forensic_pairs.py"
-    spec = importlib.util.spec_from_file_location("forensic_pairs", path)
+def _pairs_module(name: str = "forensic_pairs"):
+    path = ROOT / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_the_causal_lms_copies_that_train_nothing_are_read_as_made(tmp_path):
+    """benchmarks/causal_pairs.py's byte copy, BF16 re-store, `language_model.` names, int8 and int4 round trips of
+    its Llama (untrained weights: these pairs do not depend on training), each with the verdict it is made as."""
+    pytest.importorskip("transformers")
+    from transformers import LlamaForCausalLM
+
+    causal = _pairs_module("causal_pairs")
+    torch.manual_seed(0)
+    causal._save(tmp_path / "base", causal._state(LlamaForCausalLM(causal.config())))
+    causal.stored_copies(tmp_path)
+    made = [name for name in causal.PAIRS if (tmp_path / name).exists()]
+    assert made == ["identical", "restored-bf16", "restored-renamed", "quant-int8", "quant-int4-g32"]
+    base_bytes = (tmp_path / "base" / "model.safetensors").read_bytes()
+    assert (tmp_path / "identical" / "model.safetensors").read_bytes() == base_bytes
+    formats = {"quant-int8": "int8, a symmetric absmax scale per row", "quant-int4-g32": "int4, a symmetric absmax"}
+    for name in made:
+        mechanism = diff(str(tmp_path / "base"), str(tmp_path / name), DiffOptions(device="cpu")).mechanism
+        assert mechanism.verdict == causal.PAIRS[name][0], (name, mechanism)
+        if name in formats:
+            assert formats[name] in mechanism.details["format"]
 
 
 @pytest.fixture(scope="module")
