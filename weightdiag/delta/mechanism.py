@@ -24,8 +24,8 @@ Each changed matrix is put in one class first (`matrix_class`):
 
 A verdict needs the voting matrices to agree: all of them for "lora" and "restored", AGREE (90%) for
 "quantized", FINETUNE_AGREE (2/3) "dense-principal" and the rest "dense-isotropic" for "full_finetune" (a
-fine-tune's attention value and output matrices were seen without a principal preference; see
-docs/forensics.md).
+fine-tune's attention value and output matrices were seen without a principal preference), with the spectrum
+moved beyond what an RL-style update moves it (RL_DRIFT); see docs/forensics.md.
 """
 
 from __future__ import annotations
