@@ -346,15 +346,16 @@ def _judge(
             say("vectors_changed", len(trained), "norms and biases trained too")
             return Mechanism("rl_update", evidence, details)
         what = (
-            f"top-16 singular values moved {_g(moved)}, no more than an RL-style update moves them ({RL_DRIFT:g})"
+            f"a dense update that barely moved the spectrum (top-16 singular values by {_g(moved)}, at most "
+            f"{RL_DRIFT:g} as an RL-style update)"
             if still
-            else f"under {SMALL_CHANGE:g} of each matrix"
+            else f"a small dense update (under {SMALL_CHANGE:g} of each matrix)"
         )
         say(
             "small_update",
             size,
-            f"a small dense update ({what}) that does not avoid the base's principal directions ({_x(excess)} the "
-            "isotropic share): a short fine-tune, an RL-style update or noise, not told apart",
+            f"{what}, not avoiding the base's principal directions ({_x(excess)} the isotropic share): a short "
+            "fine-tune, an RL-style update or noise, not told apart",
         )
         return Mechanism("unsure", evidence, details)
     if footprint is not None:
