@@ -61,7 +61,7 @@ SMALL_CHANGE = 0.002  # median relative change below: a small update (RL-style, 
 RL_OFF = 0.5  # rl_update: ΔW's share in the base's top-16 subspace at most half an isotropic update's (median)
 RL_DRIFT = 1e-3  # rl_update: top singular values moved at most this (Zhu et al.: minimal spectral drift)
 # RL_DRIFT also bounds what is named a fine-tune: a dense update whose top singular values moved no more (median)
-# is a short fine-tune or an RL-style update, not told apart (the causal LMs' RL runs moved them 0.0002-0.0004)
+# is a short fine-tune or an RL-style update, not told apart (the causal LMs' RL runs moved them 0.0002-0.0006)
 RL_SPARSE = 0.5  # rl_update: at least half the elements changed by less than BF16 resolves (2^-9 relative)
 BROAD = 0.8  # this share of the input embedding's elements changed: nearly every token trained on
 CPT_CHANGE = 0.2  # continued_pretraining: median relative change at least this
