@@ -12,11 +12,15 @@ of the fine-tune and the rank-16 LoRA). Diffs each against the base and prints:
   - `--export-lora` on the rank-4 LoRA (energy 0.99999: the exported rank, the largest relative error) and on
     the fine-tune (energy 0.9: the smallest energy reached per matrix).
 
-Then the pairs of a tiny causal LM trained here (benchmarks/causal_pairs.py: continued pretraining, a GRPO-style
-RL update, SFT, a merged LoRA, two merges), and every merge diffed twice: with its parents given (`--parent`)
-and without; and one null case for the merge rule, the SFT model given two unrelated parents.
+Then the pairs of a tiny causal LM trained here (benchmarks/causal_pairs.py: identical, re-stored as BF16 and
+renamed, int8 and int4 round trips, continued pretraining, a GRPO-style RL update, SFT, a merged LoRA, two
+merges), and every merge diffed twice: with its parents given (`--parent`) and without; and one null case for
+the merge rule, the SFT model given two unrelated parents. `--causal` is repeatable: one set per folder (each
+labelled by its folder's name), e.g. a second model trained from another seed (`causal_pairs.py --seed 2`), on
+which no threshold was set. The confusion table is printed for all models and for each model apart, with the
+mechanisms each model covers.
 
-    python benchmarks/bench_forensics.py [--pairs DIR] [--antiberty DIR] [--causal DIR] [--steps 30]
+    python benchmarks/bench_forensics.py [--pairs DIR] [--antiberty DIR] [--causal DIR ...] [--steps 30]
 """
 
 from __future__ import annotations
@@ -41,36 +45,62 @@ from weightdiag.run.diff import diff  # noqa: E402
 from weightdiag.run.export_lora import export_lora  # noqa: E402
 
 
+def confusion(rows: list) -> None:
+    """The confusion table of `rows` (true mechanism x verdict) and its counts: named, unsure, wrong."""
+    table = Counter((expected or "none", verdict) for _, expected, verdict, *_ in rows)
+    seen = [v for v in VERDICTS if any(v == verdict for _, _, verdict, *_ in rows)]
+    print("| true \\ verdict | " + " | ".join(seen) + " |")
+    print("|---|" + "---|" * len(seen))
+    for true in dict.fromkeys(expected or "none" for _, expected, *_ in rows):
+        print(f"| {true} | " + " | ".join(str(table[(true, v)] or "") for v in seen) + " |")
+    named = sum(verdict != "unsure" for _, _, verdict, *_ in rows)
+    wrong = sum(verdict not in ("unsure", expected) for _, expected, verdict, *_ in rows)
+    print(f"{len(rows)} pairs: {named} named, {len(rows) - named} unsure, {wrong} wrong")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=Path, default=None, help="folder of pairs (built there when missing)")
     parser.add_argument("--antiberty", type=Path, default=None, help="folder of AntiBERTy's pairs (built there)")
-    parser.add_argument("--causal", type=Path, default=None, help="folder of the causal LM's pairs (built there)")
+    parser.add_argument(
+        "--causal",
+        type=Path,
+        action="append",
+        default=None,
+        help="folder of a causal LM's pairs (built there with seed 0 when missing; repeatable)",
+    )
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--causal-only", action="store_true", help="the causal sets alone (no MiniLM, AntiBERTy)")
     args = parser.parse_args(argv)
-    root = args.pairs or Path(tempfile.mkdtemp(prefix="forensic-pairs-"))
-    if not (root / "pairs.json").exists():
-        forensic_pairs.build(root, args.steps)
-    antiberty = args.antiberty or Path(tempfile.mkdtemp(prefix="antiberty-pairs-"))
-    if not (antiberty / "pairs.json").exists():
-        forensic_pairs.build(antiberty, args.steps, model="antiberty")
-    causal = args.causal or Path(tempfile.mkdtemp(prefix="causal-pairs-"))
-    if not (causal / "pairs.json").exists():
-        causal_pairs.build(causal)
+    berts: list[tuple[str, Path]] = []
+    if not args.causal_only:
+        root = args.pairs or Path(tempfile.mkdtemp(prefix="forensic-pairs-"))
+        if not (root / "pairs.json").exists():
+            forensic_pairs.build(root, args.steps)
+        antiberty = args.antiberty or Path(tempfile.mkdtemp(prefix="antiberty-pairs-"))
+        if not (antiberty / "pairs.json").exists():
+            forensic_pairs.build(antiberty, args.steps, model="antiberty")
+        berts = [("minilm", root), ("antiberty", antiberty)]
+    causals = args.causal or [Path(tempfile.mkdtemp(prefix="causal-pairs-"))]
+    for causal in causals:
+        if not (causal / "pairs.json").exists():
+            causal_pairs.build(causal)
     print(f"machine: {platform.machine()}, {platform.processor() or platform.platform()}")
-    print(f"pairs in {root}, {antiberty}, {causal}")
+    print(f"pairs in {', '.join(str(f) for f in [*(f for _, f in berts), *causals])}")
     # (label, folder of the pairs, derived model, true mechanism, parents given)
     cases: list[tuple[str, Path, str, str | None, list[str]]] = []
-    for model, folder in (("minilm", root), ("antiberty", antiberty)):
+    for model, folder in berts:
         for name, expected in json.loads((folder / "pairs.json").read_text()).items():
             cases.append((f"{model} {name}", folder, name, expected, []))
             if name in forensic_pairs.PARENTS:
                 cases.append((f"{model} {name} --parent x2", folder, name, expected, forensic_pairs.PARENTS[name]))
-    for name, (expected, parents) in json.loads((causal / "pairs.json").read_text()).items():
-        cases.append((f"causal {name}", causal, name, expected, []))
-        if parents:
-            cases.append((f"causal {name} --parent x2", causal, name, expected, parents))
-    cases.append(("causal sft --parent cpt --parent rl", causal, "sft", "full_finetune", ["cpt", "rl"]))
+    for causal in causals:
+        model = causal.name
+        for name, (expected, parents) in json.loads((causal / "pairs.json").read_text()).items():
+            cases.append((f"{model} {name}", causal, name, expected, []))
+            if parents:
+                cases.append((f"{model} {name} --parent x2", causal, name, expected, parents))
+        cases.append((f"{model} sft --parent cpt --parent rl", causal, "sft", "full_finetune", ["cpt", "rl"]))
     rows = []
     for label, folder, name, expected, parents in cases:
         started = time.perf_counter()
@@ -81,10 +111,8 @@ def main(argv: list[str] | None = None) -> None:
         rows.append((label, expected, m.verdict, m.details, result.damage, seconds))
     print("\n| pair | true | verdict | right | classes | damage score | SQNR dB | seconds |")
     print("|---|---|---|---|---|---|---|---|")
-    wrong = 0
     for name, expected, verdict, details, damage, seconds in rows:
         right = verdict == "unsure" or verdict == expected
-        wrong += not right
         extra = f" (rank {details['rank']})" if verdict == "lora" else ""
         if verdict == "merge":
             extra = " (" + ", ".join(f"{c:.3g}" for c in details["coefficients"]) + ")"
@@ -97,15 +125,17 @@ def main(argv: list[str] | None = None) -> None:
             f"| {name} | {expected or 'none'} | {verdict}{extra} | {'yes' if right else 'NO'} | {classes} | {score} | "
             f"{sqnr} | {seconds:.1f} |"
         )
-    print("\nconfusion (rows: true mechanism, columns: verdict)")
-    table = Counter((expected or "none", verdict) for _, expected, verdict, *_ in rows)
-    seen = [v for v in VERDICTS if any(v == verdict for _, _, verdict, *_ in rows)]
-    print("| true \\ verdict | " + " | ".join(seen) + " |")
-    print("|---|" + "---|" * len(seen))
-    for true in dict.fromkeys(expected or "none" for _, expected, *_ in rows):
-        print(f"| {true} | " + " | ".join(str(table[(true, v)] or "") for v in seen) + " |")
-    named = sum(verdict != "unsure" for _, _, verdict, *_ in rows)
-    print(f"\n{len(rows)} pairs: {named} named, {len(rows) - named} unsure, {wrong} wrong")
+    print("\nconfusion, all models (rows: true mechanism, columns: verdict)")
+    confusion(rows)
+    models = list(dict.fromkeys(label.split()[0] for label, *_ in rows))
+    for model in models:
+        mine = [r for r in rows if r[0].split()[0] == model]
+        covered = [m for m in VERDICTS if any(r[1] == m for r in mine)]
+        print(f"\n{model}: {len(covered)} mechanisms ({', '.join(covered)})")
+        confusion(mine)
+    if not berts:
+        return
+    root = berts[0][1]
     quant = sorted((r for r in rows if r[1] == "quantized" and r[0].startswith("minilm")), key=lambda r: r[4]["score"])
     print("damage ranking (least first): " + ", ".join(f"{r[0]} {r[4]['score']:.3g}" for r in quant))
     for name, energy in (("lora-r4", 0.99999), ("finetune", 0.9)):

@@ -1,13 +1,17 @@
-"""Base/derived pairs from a tiny Llama-like causal LM trained from scratch here on the CPU, for the mechanisms
-MiniLM cannot show (bench_forensics.py, issue 40): continued pretraining, an RL-style update, SFT, a merged
-LoRA, and merges of two derived models with their parents. Every step is seeded; each model is cached in its
-folder (a folder with a model.safetensors is not made again).
+"""Base/derived pairs from a tiny Llama-like causal LM trained from scratch here on the CPU, for bench_forensics.py
+(issue 40): the mechanisms MiniLM cannot show (continued pretraining, an RL-style update) and the others of the
+vocabulary on the same model. Every step is seeded; each model is cached in its folder (a folder with a
+model.safetensors is not made again, so pairs added later train nothing already there).
 
-    python benchmarks/causal_pairs.py OUT
+    python benchmarks/causal_pairs.py OUT [--seed 0]
 
-The model: 4 layers, hidden 128, 4 heads, MLP 352, a 24-token character vocabulary (digits, + - * = ; and a
+The model: 4 layers, hidden 128, 4 heads, MLP 352, a 26-token character vocabulary (digits, + - * = ; and a
 few letters), untied embeddings. The base is pretrained on corpus A (additions "12+34=46;" and copies
-"abc>abc;"). Derived, all from the base unless said:
+"abc>abc;"). `--seed S` seeds step k (base 0, cpt 1, sft 2, rl 3, lora 4) with 10 S + k: another S is the same
+recipe from other initial weights and data, a held-out model. Derived, all from the base unless said:
+  - identical: a byte copy of the base's file; restored-bf16: re-stored as BF16; restored-renamed: the tensors
+    under `language_model.` (a wrapper's names); quant-int8 (per row), quant-int4-g32: symmetric absmax round
+    trips (forensic_pairs.py's), embeddings and output head left as they were;
   - cpt: continued pretraining on corpus B (subtractions and products, reversals "abc<cba;") for CPT_STEPS steps,
     every tensor trained (embeddings too), lr 1e-3;
   - rl: an RL-style update after the RLVR papers (Shao et al., DeepSeekMath's GRPO): copies of 4-letter words, 8
@@ -24,11 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: `benchmarks` importable
 
 VOCAB = [*"0123456789+-*=;><abcdefgh", "<pad>"]
 PAD = len(VOCAB) - 1
@@ -42,6 +49,11 @@ RL_STEPS = 30
 
 # folder -> (true mechanism, parents given to the diff)
 PAIRS: dict[str, tuple[str, list[str]]] = {
+    "identical": ("identical", []),
+    "restored-bf16": ("restored", []),
+    "restored-renamed": ("restored", []),
+    "quant-int8": ("quantized", []),
+    "quant-int4-g32": ("quantized", []),
     "cpt": ("continued_pretraining", []),
     "rl": ("rl_update", []),
     "sft": ("full_finetune", []),
@@ -236,36 +248,38 @@ def _cached(folder: Path) -> bool:
     return (folder / "model.safetensors").exists()
 
 
-def build(out: Path) -> Path:
-    """Make (or reuse) OUT/base and every folder of PAIRS; OUT/pairs.json: folder -> [mechanism, parents]."""
+def build(out: Path, seed: int = 0) -> Path:
+    """Make (or reuse) OUT/base and every folder of PAIRS; OUT/pairs.json: folder -> [mechanism, parents].
+    Step k (base 0, cpt 1, sft 2, rl 3, lora 4) is seeded 10 * seed + k: seed 0 is the set first built."""
     from transformers import LlamaForCausalLM
 
+    s = 10 * seed
     torch.set_num_threads(1)  # the machine is shared
     if not _cached(out / "base"):
-        torch.manual_seed(0)
+        torch.manual_seed(s)
         model = LlamaForCausalLM(config())
         print("pretraining the base on corpus A", file=sys.stderr)
-        _lm_train(model, lm_batches(0, corpus_a), PRETRAIN_STEPS, lr=2e-3, warm=100)
+        _lm_train(model, lm_batches(s, corpus_a), PRETRAIN_STEPS, lr=2e-3, warm=100)
         _save(out / "base", _state(model))
     base = _load(out / "base")
     if not _cached(out / "cpt"):
-        torch.manual_seed(1)
+        torch.manual_seed(s + 1)
         model = _load(out / "base")
         print("continued pretraining on corpus B", file=sys.stderr)
-        _lm_train(model, lm_batches(1, corpus_b), CPT_STEPS, lr=1e-3, warm=50)
+        _lm_train(model, lm_batches(s + 1, corpus_b), CPT_STEPS, lr=1e-3, warm=50)
         _save(out / "cpt", _state(model))
     if not _cached(out / "sft"):
-        torch.manual_seed(2)
+        torch.manual_seed(s + 2)
         model = _load(out / "base")
         print("SFT on copies", file=sys.stderr)
-        _sft_train(model, SFT_STEPS, 3e-4, seed=2)
+        _sft_train(model, SFT_STEPS, 3e-4, seed=s + 2)
         _save(out / "sft", _state(model))
     if not _cached(out / "rl"):
-        torch.manual_seed(3)
+        torch.manual_seed(s + 3)
         model = _load(out / "base")
         base.eval()
         print("RL (GRPO-style) on copies", file=sys.stderr)
-        rewards = _rl_train(model, base, RL_STEPS, seed=3)
+        rewards = _rl_train(model, base, RL_STEPS, seed=s + 3)
         print(
             f"  mean reward first 5 steps {sum(rewards[:5]) / 5:.3f}, last 5 {sum(rewards[-5:]) / 5:.3f}",
             file=sys.stderr,
@@ -274,10 +288,10 @@ def build(out: Path) -> Path:
     if not _cached(out / "lora"):
         from peft import LoraConfig, get_peft_model
 
-        torch.manual_seed(4)
+        torch.manual_seed(s + 4)
         model = get_peft_model(_load(out / "base"), LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
         print("LoRA on copies", file=sys.stderr)
-        _sft_train(model, LORA_STEPS, 2e-3, seed=4)
+        _sft_train(model, LORA_STEPS, 2e-3, seed=s + 4)
         _save(out / "lora", _state(model.merge_and_unload()))
     from safetensors.torch import load_file
 
@@ -289,15 +303,38 @@ def build(out: Path) -> Path:
         _save(out / "merge-avg", {k: (sft[k] + cpt[k]) / 2 for k in b})
     if not _cached(out / "merge-ta"):
         _save(out / "merge-ta", {k: b[k] + 0.7 * (sft[k] - b[k]) + 0.5 * (rl[k] - b[k]) for k in b})
+    stored_copies(out)
     (out / "pairs.json").write_text(json.dumps({k: list(v) for k, v in PAIRS.items()}, indent=1))
     return out
+
+
+def stored_copies(out: Path) -> None:
+    """The derived models that train nothing, from OUT/base: a byte copy, a BF16 re-store, the tensors under a
+    wrapper's names (`language_model.`), int8 per row and int4 in groups of 32 (forensic_pairs.py's transforms)."""
+    from safetensors.torch import load_file
+
+    from benchmarks import forensic_pairs
+
+    if not _cached(out / "identical"):
+        (out / "identical").mkdir(parents=True, exist_ok=True)
+        config().save_pretrained(out / "identical")
+        shutil.copyfile(out / "base" / "model.safetensors", out / "identical" / "model.safetensors")
+    base = load_file(str(out / "base" / "model.safetensors"))
+    for name in ("restored-bf16", "restored-renamed", "quant-int8", "quant-int4-g32"):
+        if not _cached(out / name):
+            wrapped = name == "restored-renamed"
+            _save(
+                out / name,
+                forensic_pairs.renamed(base, "language_model.") if wrapped else forensic_pairs.STORED[name](base),
+            )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
+    parser.add_argument("--seed", type=int, default=0, help="seeds every step (0: the set first built)")
     args = parser.parse_args(argv)
-    build(args.out)
+    build(args.out, args.seed)
     print(f"pairs written to {args.out}", file=sys.stderr)
 
 

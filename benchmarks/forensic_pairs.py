@@ -16,6 +16,7 @@ import importlib.util
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -82,9 +83,31 @@ def quantize_fp8(w: torch.Tensor) -> torch.Tensor:
     return (w / scale).to(torch.float8_e4m3fn).float() * scale
 
 
+KEPT = ("embeddings", "embed_tokens", "lm_head")  # BERT's and Llama's embeddings and output head
+
+
 def quantized(tensors: dict[str, torch.Tensor], fn) -> dict[str, torch.Tensor]:
-    """Every 2-D weight but the embeddings through `fn` (as quantizers leave embeddings and norms), F32."""
-    return {k: (fn(v) if v.ndim == 2 and "embeddings" not in k else v.clone()) for k, v in tensors.items()}
+    """Every 2-D weight but the embeddings and output head through `fn` (as quantizers leave them and the norms),
+    F32."""
+    return {k: (fn(v) if v.ndim == 2 and not any(w in k for w in KEPT) else v.clone()) for k, v in tensors.items()}
+
+
+Tensors = dict[str, torch.Tensor]
+# the derived models that change no value beyond a re-store's or a quantizer's rounding (causal_pairs.py too)
+STORED: dict[str, Callable[[Tensors], Tensors]] = {
+    "restored-bf16": lambda t: {k: v.bfloat16() for k, v in t.items()},
+    "quant-int8": lambda t: quantized(t, lambda w: quantize_int(w, 8, w.shape[1])),
+    "quant-int4-g32": lambda t: quantized(t, lambda w: quantize_int(w, 4, 32)),
+    "quant-int4-g128": lambda t: quantized(t, lambda w: quantize_int(w, 4, 128)),
+    "quant-int2-g32": lambda t: quantized(t, lambda w: quantize_int(w, 2, 32)),
+    "quant-fp8": lambda t: quantized(t, quantize_fp8),
+    "quant-nf4": lambda t: quantized(t, quantize_nf4),
+}
+
+
+def renamed(tensors: Tensors, prefix: str) -> Tensors:
+    """The same tensors under a prefix (a re-store under a wrapper's names, as `bert.` or `language_model.`)."""
+    return {prefix + k: v for k, v in tensors.items()}
 
 
 def lora(tensors: dict[str, torch.Tensor], rank: int, scale: float, seed: int) -> dict[str, torch.Tensor]:
@@ -141,14 +164,8 @@ def build(out: Path, steps: int = 30, model: str = "minilm") -> Path:
         base = {k: v.float() for k, v in load_file(str(source / "model.safetensors")).items()}
     made = {}
     made["identical"] = base
-    made["restored-bf16"] = {k: v.bfloat16() for k, v in base.items()}
-    made["restored-renamed"] = {"bert." + k: v for k, v in base.items()}
-    made["quant-int8"] = quantized(base, lambda w: quantize_int(w, 8, w.shape[1]))
-    made["quant-int4-g32"] = quantized(base, lambda w: quantize_int(w, 4, 32))
-    made["quant-int4-g128"] = quantized(base, lambda w: quantize_int(w, 4, 128))
-    made["quant-int2-g32"] = quantized(base, lambda w: quantize_int(w, 2, 32))
-    made["quant-fp8"] = quantized(base, quantize_fp8)
-    made["quant-nf4"] = quantized(base, quantize_nf4)
+    made["restored-renamed"] = renamed(base, "bert.")
+    made |= {name: make(base) for name, make in STORED.items()}
     made["lora-r4"] = lora(base, 4, 0.05, seed=1)
     made["lora-r16"] = lora(base, 16, 0.03, seed=2)
     ft_cache = out / "finetune" / "model.safetensors"

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from weightdiag.delta import forensics, merge
+from weightdiag.delta import mechanism as mechanism_rules
 from weightdiag.delta.lora import factor
 from weightdiag.delta.result import DiffOptions
 from weightdiag.run.diff import diff
@@ -335,12 +336,34 @@ def test_export_lora_of_planted_pair_has_its_rank_and_merges_back(planted, tmp_p
 # --- MiniLM (real weights) -------------------------------------------------------------------------------------
 
 
-def _pairs_module():
-    path = ROOT / "benchmarks" / "forensic_pairs.py"
-    spec = importlib.util.spec_from_file_location("forensic_pairs", path)
+def _pairs_module(name: str = "forensic_pairs"):
+    path = ROOT / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_the_causal_lms_copies_that_train_nothing_are_read_as_made(tmp_path):
+    """benchmarks/causal_pairs.py's byte copy, BF16 re-store, `language_model.` names, int8 and int4 round trips of
+    its Llama (untrained weights: these pairs do not depend on training), each with the verdict it is made as."""
+    pytest.importorskip("transformers")
+    from transformers import LlamaForCausalLM
+
+    causal = _pairs_module("causal_pairs")
+    torch.manual_seed(0)
+    causal._save(tmp_path / "base", causal._state(LlamaForCausalLM(causal.config())))
+    causal.stored_copies(tmp_path)
+    made = [name for name in causal.PAIRS if (tmp_path / name).exists()]
+    assert made == ["identical", "restored-bf16", "restored-renamed", "quant-int8", "quant-int4-g32"]
+    base_bytes = (tmp_path / "base" / "model.safetensors").read_bytes()
+    assert (tmp_path / "identical" / "model.safetensors").read_bytes() == base_bytes
+    formats = {"quant-int8": "int8, a symmetric absmax scale per row", "quant-int4-g32": "int4, a symmetric absmax"}
+    for name in made:
+        mechanism = diff(str(tmp_path / "base"), str(tmp_path / name), DiffOptions(device="cpu")).mechanism
+        assert mechanism.verdict == causal.PAIRS[name][0], (name, mechanism)
+        if name in formats:
+            assert formats[name] in mechanism.details["format"]
 
 
 @pytest.fixture(scope="module")
@@ -493,11 +516,21 @@ def _spectrum_scaled(w: np.ndarray, scale: float, rng: np.random.Generator) -> n
     return (grown + 0.2 * float(np.std(w)) * rng.standard_normal(w.shape)).astype(np.float32)
 
 
+def _leaning(w: np.ndarray, size: float, rng: np.random.Generator) -> np.ndarray:
+    """Dense noise with its part in the base's top-16 right singular subspace tripled (an update leaning on the
+    principal directions, as SFT's and our causal LMs' RL runs do), ‖ΔW‖ = size ‖W‖."""
+    v = np.linalg.svd(w.astype(np.float64), full_matrices=False)[2][: forensics.TOP_K].T
+    d = rng.standard_normal(w.shape)
+    d += 2.0 * (d @ v) @ v.T
+    return (w + size * np.linalg.norm(w) / np.linalg.norm(d) * d).astype(np.float32)
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> dict[str, Path]:
     """Planted dense trained updates (norms trained too): RL-like (small, off the principal directions),
     continued-pretraining-like (large, spectrum grown, every embedding row), and that large change with a narrow
-    fine-tune's embedding (a few token rows)."""
+    fine-tune's embedding (a few token rows); updates leaning on the principal directions with that narrow
+    embedding, of 0.3% (the spectrum moved about 3e-4, as our RL runs moved it) and of 5% of each matrix."""
     root = tmp_path_factory.mktemp("trained")
     base = base_tensors()
     rng = np.random.default_rng(7)
@@ -511,7 +544,17 @@ def trained(tmp_path_factory) -> dict[str, Path]:
     rows[:20] += 0.3 * float(np.std(rows)) * rng.standard_normal(rows[:20].shape).astype(np.float32)
     narrow["model.embed_tokens.weight"] = rows
     moderate = {k: _spectrum_scaled(v, 0.02, rng) for k, v in base.items() if v.ndim == 2}
+    leaning = {
+        name: {
+            **{k: _leaning(v, size, rng) for k, v in base.items() if v.ndim == 2},
+            "lm_head.weight": base["lm_head.weight"],
+        }
+        for name, size in (("short", 0.003), ("leaning", 0.05))
+    }
+    for tensors in leaning.values():
+        tensors["model.embed_tokens.weight"] = rows
     return {
+        **{name: write(root / name, {**tensors, **vectors}) for name, tensors in leaning.items()},
         "base": write(root / "base", base),
         "moderate": write(root / "moderate", {**moderate, **vectors}),
         "rl": write(root / "rl", {**rl, **vectors}),
@@ -527,12 +570,19 @@ def trained(tmp_path_factory) -> dict[str, Path]:
         ("cpt", "continued_pretraining"),
         ("narrow", "full_finetune"),  # the same change but few embedding rows: not broad, so not continued pretraining
         ("moderate", "unsure"),  # broad but the spectrum barely moved: continued pretraining or a merge, not told
+        ("leaning", "full_finetune"),  # narrow, leaning on the principal directions, the spectrum moved 5e-3
+        ("short", "unsure"),  # the same at 0.3%: the spectrum kept as an RL-style update keeps it, not told apart
     ],
 )
 def test_dense_trained_updates_are_told_by_size_breadth_and_lean(trained, name, verdict):
     mechanism = diff(str(trained["base"]), str(trained[name]), DiffOptions(device="cpu")).to_json()["mechanism"]
     assert mechanism["verdict"] == verdict, mechanism
-    signals = {e["signal"] for e in mechanism["evidence"]}
+    signals = {e["signal"]: e["value"] for e in mechanism["evidence"]}
     assert "relative_change_median" in signals
     if name == "moderate":
         assert "broad_update" in signals, mechanism
+    if name in ("short", "leaning"):  # both lean and are above the small-change size: only the drift tells them
+        assert signals["principal_energy_excess_median"] >= 3 and signals["relative_change_median"] >= 0.0025
+        assert (signals["spectral_drift_median"] <= mechanism_rules.RL_DRIFT) == (name == "short"), mechanism
+    if name == "short":
+        assert "small_update" in signals, mechanism

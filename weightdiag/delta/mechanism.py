@@ -24,8 +24,8 @@ Each changed matrix is put in one class first (`matrix_class`):
 
 A verdict needs the voting matrices to agree: all of them for "lora" and "restored", AGREE (90%) for
 "quantized", FINETUNE_AGREE (2/3) "dense-principal" and the rest "dense-isotropic" for "full_finetune" (a
-fine-tune's attention value and output matrices were seen without a principal preference; see
-docs/forensics.md).
+fine-tune's attention value and output matrices were seen without a principal preference), with the spectrum
+moved beyond what an RL-style update moves it (RL_DRIFT); see docs/forensics.md.
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ SMALL = 16  # matrices narrower than this on either side do not vote (as finding
 SMALL_CHANGE = 0.002  # median relative change below: a small update (RL-style, or a short fine-tune)
 RL_OFF = 0.5  # rl_update: ΔW's share in the base's top-16 subspace at most half an isotropic update's (median)
 RL_DRIFT = 1e-3  # rl_update: top singular values moved at most this (Zhu et al.: minimal spectral drift)
+# RL_DRIFT also bounds what is named a fine-tune: a dense update whose top singular values moved no more (median)
+# is a short fine-tune or an RL-style update, not told apart (the causal LMs' RL runs moved them 0.0002-0.0006)
 RL_SPARSE = 0.5  # rl_update: at least half the elements changed by less than BF16 resolves (2^-9 relative)
 BROAD = 0.8  # this share of the input embedding's elements changed: nearly every token trained on
 CPT_CHANGE = 0.2  # continued_pretraining: median relative change at least this
@@ -332,19 +334,28 @@ def _judge(
     size = _median([t.figures.relative_change for t in voting]) or 0.0
     lean = share("dense-principal")
     say("relative_change_median", size, f"each ΔW {_g(size)} of its matrix (median)")
-    if size < SMALL_CHANGE:
+    # An RL-style update leaves the spectrum nearly where it was (Zhu et al.): an update that moved it no more is
+    # not named a fine-tune, whatever its size (a small RL run that leans on the principal directions, as ours do,
+    # is otherwise one)
+    still = (moved or 0.0) <= RL_DRIFT
+    if size < SMALL_CHANGE or still:
         near = _median([t.forensics.tolerance_fraction for t in voting if t.forensics]) or 0.0
         say("bf16_sparsity_median", near, f"{near:.0%} of the elements changed by less than BF16 resolves")
-        if excess is not None and excess <= RL_OFF and (moved or 0.0) <= RL_DRIFT and near >= RL_SPARSE:
+        if size < SMALL_CHANGE and excess is not None and excess <= RL_OFF and still and near >= RL_SPARSE:
             say("off_principal", excess, "the update avoids the base's principal directions (Zhu et al.)")
             say("vectors_changed", len(trained), "norms and biases trained too")
             return Mechanism("rl_update", evidence, details)
+        what = (
+            f"a dense update that barely moved the spectrum (top-16 singular values by {_g(moved)}, at most "
+            f"{RL_DRIFT:g} as an RL-style update)"
+            if still
+            else f"a small dense update (under {SMALL_CHANGE:g} of each matrix)"
+        )
         say(
             "small_update",
             size,
-            f"a small dense update (under {SMALL_CHANGE:g} of each matrix) that does not avoid the base's principal "
-            f"directions ({_x(excess)} the isotropic share): a short fine-tune, an RL-style update or noise, not "
-            "told apart",
+            f"{what}, not avoiding the base's principal directions ({_x(excess)} the isotropic share): a short "
+            "fine-tune, an RL-style update or noise, not told apart",
         )
         return Mechanism("unsure", evidence, details)
     if footprint is not None:
