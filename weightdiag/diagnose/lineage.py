@@ -22,6 +22,7 @@ trained alike have close values of those otherwise, so they never make a verdict
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -186,11 +187,18 @@ def _key(shape: Sequence[int]) -> tuple[int, int]:
     return cols, 1 << max(0, (rows - 1).bit_length())
 
 
+def log_p_max(z: np.ndarray, n: int) -> np.ndarray:
+    """ln P(max of n independent N(0,1) >= z), elementwise (one function for the per-reference judge and the
+    batched one: their p-values agree bit for bit)."""
+    z = np.asarray(z, dtype=np.float64)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        exact = np.log(np.maximum(-np.expm1(n * log_ndtr(z)), 1e-300))
+        tail = np.minimum(0.0, np.log(n) + log_ndtr(-z))  # 1 - (1 - q)^n ~ n q for tiny q
+    return np.where(z < 5.0, exact, tail)
+
+
 def _log_p_max(z: float, n: int) -> float:
-    """ln P(max of n independent N(0,1) >= z)."""
-    if z < 5.0:
-        return math.log(max(-math.expm1(n * float(log_ndtr(z))), 1e-300))
-    return min(0.0, math.log(n) + float(log_ndtr(-z)))  # 1 - (1 - q)^n ~ n q for tiny q
+    return float(log_p_max(np.array([z]), n)[0])
 
 
 def fisher_log_p(log_ps: Sequence[float]) -> float:
@@ -510,7 +518,7 @@ def _relation(
         kinds = sorted({str(cand.records[e.candidate].get("kind")) for e in carrying})
         said.append(f"shares some matrices only ({len(carrying)} of {compared}: {', '.join(kinds)})")
     changes = [e.relative_change for e in carrying if e.relative_change is not None]
-    change = float(np.median(changes)) if changes else None
+    change = statistics.median(changes) if changes else None  # np.median's value, without its overhead per call
     dtypes = {str(cand.records[e.candidate].get("dtype")) for e in carrying} - {
         str(ref.records[e.reference].get("dtype")) for e in carrying
     }

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import gammaln, log_ndtr, logsumexp
+from scipy.special import gammaln, logsumexp
 from scipy.stats import rankdata
 
 from .lineage import (
@@ -35,6 +35,7 @@ from .lineage import (
     conclude,
     fisher_z,
     judge,
+    log_p_max,
     ranked,
 )
 from .lineage_packed import Layout, Packed, layout_in, unpack
@@ -109,17 +110,6 @@ def _standard(doubled: np.ndarray) -> np.ndarray:
     return x
 
 
-def _log_p_max(z: np.ndarray, n: int) -> np.ndarray:
-    """lineage._log_p_max of each z, bit for bit (math's log and expm1 where it takes them: numpy's may differ
-    in the last bit)."""
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        out = np.minimum(0.0, math.log(n) + log_ndtr(-z))
-    low = z < 5.0
-    tails = (n * log_ndtr(z[low])).tolist()
-    out[low] = [math.log(max(-math.expm1(t), 1e-300)) for t in tails]
-    return out
-
-
 def _fisher(log_ps: np.ndarray) -> np.ndarray:
     """lineage.fisher_log_p of each row (ascending, as judge sums them), bit for bit."""
     m = log_ps.shape[1]
@@ -183,7 +173,7 @@ def _judge_chunk(
         change[:, m] = np.stack(changes, axis=1)[at, best]
         samples[:, m] = np.array([ia.size for ia, _ in c.common])[best]
         rho_best[:, m] = rho[at, best]
-        log_p[:, m] = _log_p_max(z[at, best], len(c.options)) / LN10
+        log_p[:, m] = log_p_max(z[at, best], len(c.options)) / LN10
         chosen[:, m] = np.array(c.options)[best]
     for key, positions in stacked.items():  # one product per reference, as _same_shape_z's
         names, ra = cand.stacks[key]
@@ -198,7 +188,7 @@ def _judge_chunk(
         samples[:, positions] = key[1]
         rho_best[:, positions] = np.take_along_axis(rho, best[..., None], axis=2)[..., 0]
         z_best = np.take_along_axis(z, best[..., None], axis=2)[..., 0]
-        log_p[:, positions] = _log_p_max(z_best, len(options)) / LN10
+        log_p[:, positions] = log_p_max(z_best, len(options)) / LN10
         chosen[:, positions] = options[best]
     combined: list[float | None] = _fisher(np.sort(log_p * LN10, axis=1)).tolist() if count else [None] * refs
     invariants = _invariants(cand, plan, packed.roles)
@@ -237,7 +227,7 @@ def _pairs_evidence(cand: Fingerprint, packed: Packed) -> list[tuple[list[Matrix
         best = np.argmax(z, axis=2)
         z_best = np.take_along_axis(z, best[..., None], axis=2)[..., 0]
         rhos.append(np.take_along_axis(rho, best[..., None], axis=2)[..., 0])
-        log_ps.append(_log_p_max(z_best.ravel(), len(options)).reshape(z_best.shape) / LN10)
+        log_ps.append(log_p_max(z_best.ravel(), len(options)).reshape(z_best.shape) / LN10)
         theirs.append(np.array(options, dtype=object)[best])
         names += mine
         sizes += [key[2]] * len(mine)
