@@ -125,6 +125,18 @@ def test_quantized_after_other_changes_is_said_and_an_unquantized_copy_never_rea
     assert plain.verdict == "derived" and not any(r.startswith("quantized") for r in plain.relation), plain.relation
 
 
+def test_a_quantized_copy_against_its_own_dequantized_values_is_the_same_weights_stored_quantized(models):
+    qdir, tdir = _quantized(models, "gptq")
+    judged = judge("twin", Fingerprint.of(_fit(qdir)), Fingerprint.of(_fit(tdir)))
+    assert judged.verdict == "derived"
+    assert judged.relation[:2] == [
+        "same weights (median relative change 0.00%)",
+        "stored quantized (GPTQ int4, group 128)",
+    ]
+    unquantized = judge("twin", Fingerprint.of(_fit(tdir)), Fingerprint.of(_fit(tdir)))
+    assert not any("stored quantized" in r for r in unquantized.relation), unquantized.relation
+
+
 def test_lineage_command_against_a_database_says_quantized(models, tmp_path):
     """The database's packed path (lineage_batch) and the text: the relation names the format."""
     from typer.testing import CliRunner
