@@ -94,6 +94,18 @@ def test_quantized_samples_are_the_dequantized_values_at_the_logical_positions(m
         assert 1e-4 < change <= quantization_error(bits), (name, change)
 
 
+@pytest.mark.parametrize("fmt", ["gptq-act-order", "awq"])  # decoded pieces, counted pieces
+def test_the_torch_pipeline_gathers_the_same_quantized_samples(models, fmt, monkeypatch):
+    """The device path (issue 41) on torch's CPU device: the same samples and pair cosines as the CPU path."""
+    qdir, _ = _quantized(models, fmt)
+    rows = []
+    for on_torch in (True, False):
+        monkeypatch.setattr(stream, "uses_torch", lambda device, on=on_torch: on)
+        with tuning.override(split_bytes=16 << 10, local_chunk_bytes=16 << 10):
+            rows.append(_fit(qdir))
+    assert rows[0]["lineage"] == rows[1]["lineage"] and len(rows[0]["lineage"]["matrices"]) == 40
+
+
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_a_quantized_copy_is_derived_and_a_quantized_independent_model_is_not(models, fmt):
     _, _, base_row, other = models
