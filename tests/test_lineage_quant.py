@@ -36,6 +36,8 @@ FORMATS = {
     "awq": (lambda: gq.awq(), gq.AWQ_CONFIG, 4),
     "fp8-block": (lambda: qc.fp8_block(), qc.FP8_BLOCK_CONFIG, 8),
     "ct-int4": (lambda: qc.ct_pack(), qc.ct_pack_config(), 4),
+    "nvfp4": (lambda: qc.nvfp4_ct(), qc.NVFP4_CT_CONFIG, 4),
+    "mxfp4": (lambda: qc.mxfp4_ct(), qc.MXFP4_CT_CONFIG, 3),  # power-of-two scales: a bit of the grid lost
     "bnb-nf4": (lambda: qc.bnb_4bit(), qc.BNB_4BIT_CONFIG, 4),
     "bnb-int8": (lambda: qc.bnb_int8(), qc.BNB_8BIT_CONFIG, 8),
 }

@@ -562,6 +562,8 @@ def _quantization(record: Mapping[str, Any]) -> tuple[str, int] | None:
     if not isinstance(bits, int):  # GGUF records name the type only: Q4_1, IQ4_XS, Q6_K, MXFP4
         found = re.search(r"(\d+)", str(label))
         bits = int(found.group(1)) if found else 4
+    if "MXFP4" in str(label).upper():  # E8M0 scales, powers of two: up to half the grid unused, a bit lost
+        bits -= 1
     return str(label), bits
 
 
