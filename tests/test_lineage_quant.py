@@ -97,6 +97,16 @@ def test_quantized_samples_are_the_dequantized_values_at_the_logical_positions(m
 
 
 @pytest.mark.parametrize("fmt", ["gptq-act-order", "awq"])  # decoded pieces, counted pieces
+def test_sampling_leaves_the_quantized_records_as_they_were(models, fmt):
+    qdir, _ = _quantized(models, fmt)
+    rows = []
+    for on in (True, False):
+        with tuning.override(lineage_fingerprint=on):
+            rows.append(_fit(qdir))
+    assert rows[0]["matrices"] == rows[1]["matrices"] and rows[0]["lineage"]["matrices"]
+
+
+@pytest.mark.parametrize("fmt", ["gptq-act-order", "awq"])  # decoded pieces, counted pieces
 def test_the_torch_pipeline_gathers_the_same_quantized_samples(models, fmt, monkeypatch):
     """The device path (issue 41) on torch's CPU device: the same samples and pair cosines as the CPU path."""
     qdir, _ = _quantized(models, fmt)
