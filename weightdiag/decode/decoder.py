@@ -78,6 +78,12 @@ class Decoder(Protocol):
         """The logical (row-major) flat index of a decoded index."""
         ...
 
+    @classmethod
+    def decoded_positions(cls, q: Quantized, logical: np.ndarray) -> np.ndarray:
+        """The decoded indices (int64) of logical flat positions: where the stream meets them (the lineage
+        samples are gathered in decoded order; built from `q` alone, before any companion is read)."""
+        ...
+
     def selection(self, rows: Segments) -> Segments:
         """A selection of whole logical rows (a fused part), as a selection in decoded order."""
         ...
@@ -165,6 +171,10 @@ class RowMajorDecoder:
 
     def logical_index(self, index: int) -> int:
         return index
+
+    @classmethod
+    def decoded_positions(cls, q: Quantized, logical: np.ndarray) -> np.ndarray:
+        return np.asarray(logical, dtype=np.int64)
 
     def selection(self, rows: Segments) -> Segments:
         return rows

@@ -22,6 +22,7 @@ trained alike have close values of those otherwise, so they never make a verdict
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -48,6 +49,7 @@ CLOSE = 0.003
 EXACT = 1e-6
 EXACT_MATRICES = 8
 SAME_WEIGHTS = 0.005  # median relative change below: the same weights, re-stored (BF16 rounding is 0.2%)
+QUANT_ERROR_FLOOR = 0.05  # quantization_error's least: FP8's rounding (3 mantissa bits) is 2-3% in rms
 SAME_BITS = 1e-3  # the same, in the same dtype (the samples are float16 of value / rms: 0.05% steps)
 SPEARMAN_VARIANCE = 1.06  # Fieller, Hartley and Pearson (1957): var(atanh rho) ~ 1.06 / (m - 3)
 RHO_CAP = 0.999999  # |rho| kept below 1: atanh's poles
@@ -519,14 +521,21 @@ def _relation(
         said.append(f"shares some matrices only ({len(carrying)} of {compared}: {', '.join(kinds)})")
     changes = [e.relative_change for e in carrying if e.relative_change is not None]
     change = statistics.median(changes) if changes else None  # np.median's value, without its overhead per call
-    dtypes = {str(cand.records[e.candidate].get("dtype")) for e in carrying} - {
+    stored = {e.candidate: _quantization(cand.records[e.candidate]) for e in carrying}
+    quantized = {n: q for n, q in stored.items() if q is not None}
+    # a quantized matrix's stored dtype (I32 codes) is not a re-storing of the reference's values
+    dtypes = {str(cand.records[e.candidate].get("dtype")) for e in carrying if e.candidate not in quantized} - {
         str(ref.records[e.reference].get("dtype")) for e in carrying
     }
     grid = any("grid" in cand.records[e.candidate] for e in carrying)
-    same = SAME_WEIGHTS if dtypes else SAME_BITS  # rounding to another dtype changes values by up to 0.4%
+    same = SAME_WEIGHTS if dtypes or quantized else SAME_BITS  # rounding to another dtype changes values by 0.4%
     if change is not None and change < same:
         word = "the other matrices unchanged" if said else "same weights"
         said.append(f"{word} (median relative change {change:.2%})")
+        if quantized:
+            said.append(f"stored quantized ({', '.join(sorted({label for label, _ in quantized.values()}))})")
+    elif quantized:
+        said.append(_quantized_relation(carrying, quantized))
     elif grid:
         said.append(f"quantized: values on a 4-bit grid (median relative change {change:.1%})")
     elif change is not None:
@@ -550,6 +559,47 @@ def _relation(
             word = "added" if a[0] > b[0] else "removed"
             said.append(f"rows {word} in {e.candidate} ({a[0]} against {b[0]}): an extended or cut vocabulary")
     return said
+
+
+def _quantization(record: Mapping[str, Any]) -> tuple[str, int] | None:
+    """(label, bits) of a matrix stored quantized and sampled from its dequantized values, else None."""
+    label = record.get("quantization")
+    if not label:
+        return None
+    bits = (record.get("dequantized") or {}).get("bits")
+    if not isinstance(bits, int):  # GGUF records name the type only: Q4_1, IQ4_XS, Q6_K, MXFP4
+        found = re.search(r"(\d+)", str(label))
+        bits = int(found.group(1)) if found else 4
+    if "MXFP4" in str(label).upper():  # E8M0 scales, powers of two: up to half the grid unused, a bit lost
+        bits -= 1
+    return str(label), bits
+
+
+def quantization_error(bits: int) -> float:
+    """The relative change (||a - b|| / ||b||) rounding to a `bits`-bit grid explains, generously: a scale per
+    group from the group's range (about 8 rms wide) gives steps of 8 / 2^bits rms and errors of about 2^(1 - bits)
+    rms (step / sqrt(12)); twice that, and at least 5% (FP8 E4M3 keeps 3 mantissa bits: 2-3% in rms)."""
+    return max(QUANT_ERROR_FLOOR, 2.0 ** (2 - bits))
+
+
+def _quantized_relation(carrying: list[MatrixEvidence], quantized: Mapping[str, tuple[str, int]]) -> str:
+    """What a candidate whose matrices are stored quantized looks like: quantized only (its dequantized values
+    differ from the reference's by no more than its grid explains), or changed besides."""
+    changes = [e.relative_change for e in carrying if e.candidate in quantized and e.relative_change is not None]
+    labels = ", ".join(sorted({label for label, _ in quantized.values()}))
+    if not changes:
+        return f"quantized ({labels})"
+    change = float(np.median(changes))
+    level = quantization_error(min(bits for _, bits in quantized.values()))
+    if change <= level:
+        return (
+            f"quantized ({labels}): dequantized values at the quantization error's level "
+            f"(median relative change {change:.1%}; the grid explains up to {level:.0%})"
+        )
+    return (
+        f"quantized ({labels}) and changed besides: fine-tuned, merged or noised (median relative change "
+        f"{change:.1%}, more than the {level:.0%} the grid explains)"
+    )
 
 
 def _expert(fp: Fingerprint, name: str) -> int | None:

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import kernels, settings, tuning
+from ..decode.decoder import Counted, Decoder
 from ..decode.loader import LOOKAHEAD, CompanionLoader, LazyDecoder
 from ..execution import Execution
 from ..executor import LOCAL, TASK_BASE_MEMORY, PassRun, Verified, check_verified
@@ -243,12 +244,17 @@ def _reduce_chunk(
                 counted = decoder.counts(raw, piece.lo) if target.selections == (None,) else None
                 if counted is not None:  # counted per scale group and code: no value materialised
                     red = reduce_counted(counted.values, counted.weights, counted.numel, counted.locate)
+                    if len(target.sample):  # only the units holding sampled positions decoded
+                        red.sample = _decoded_sampled(decoder, raw, piece.lo, target.sample, counted)
                     out.append((piece.item, [[red]]))
                     continue
                 values, first = decoder.decode(raw, piece.lo)  # float32, or rows only reordered: ref.dtype
                 selections = [s if s is None else decoder.selection(s) for s in target.selections]
                 dtype = target.ref.dtype.name
-                out.append((piece.item, reduce_piece(values.view(np.uint8), dtype, selections, first)))
+                result = reduce_piece(values.view(np.uint8), dtype, selections, first)
+                if len(target.sample) and result and target.selections[0] is None:  # positions in decoded order
+                    result[0][0].sample = _sampled(values.view(np.uint8), dtype, target.sample, first)
+                out.append((piece.item, result))
                 del values  # before the chunk's next piece is decoded: one piece's values at a time
                 continue
             dtype = target.ref.dtype.name
@@ -282,6 +288,36 @@ def _float32(picked: np.ndarray, dtype: str) -> np.ndarray:
         return (picked.astype(np.uint32) << 16).view(np.float32)
     with np.errstate(over="ignore"):  # F64 beyond float32 is inf here, as the fit counts it (silently)
         return values_of(picked.view(np.uint8), dtype).astype(np.float32)
+
+
+# Sampled units of a counted piece closer than this many stored bytes are decoded in one call: decoding a few
+# kilobytes costs less than a call per unit (the lines of a paired column meet every row).
+SAMPLE_RUN_GAP = 4096
+
+
+def _decoded_sampled(
+    decoder: Decoder, raw: np.ndarray, byte_lo: int, positions: tuple[int, ...] | np.ndarray, counted: Counted
+) -> np.ndarray:
+    """float32 values of the sampled positions (decoded order, sorted) in a counted piece: the decoder's own
+    `decode` over runs of the whole units (`unit_bytes`) that hold them, never the piece's other values."""
+    at = np.asarray(positions, dtype=np.int64)
+    a, b = np.searchsorted(at, [counted.first, counted.first + counted.numel])
+    wanted = at[a:b]
+    if not wanted.size:
+        return np.zeros(0, dtype=np.float32)
+    unit = max(1, decoder.unit_bytes)
+    per_unit, left = divmod(unit * counted.numel, raw.size)
+    if left or per_unit == 0:  # units that do not hold whole elements: decode the piece
+        values, first = decoder.decode(raw, byte_lo)
+        return values[wanted - first].astype(np.float32)
+    units = (wanted - counted.first) // per_unit
+    breaks = np.flatnonzero(np.diff(units) * unit > SAMPLE_RUN_GAP) + 1
+    out = np.empty(wanted.size, dtype=np.float32)
+    for lo, hi in zip(np.r_[0, breaks], np.r_[breaks, wanted.size], strict=True):
+        u0, u1 = int(units[lo]), int(units[hi - 1]) + 1
+        values, first = decoder.decode(raw[u0 * unit : u1 * unit], byte_lo + u0 * unit)
+        out[lo:hi] = values[wanted[lo:hi] - first]
+    return out
 
 
 @dataclass

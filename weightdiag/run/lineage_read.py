@@ -47,7 +47,8 @@ def sampled_base(spec: str, token: str | None = None) -> SampledBase | None:
             return None
         arch = complete_arch(arch_from_config(plan.config, []), [(t.name, t.shape) for t in plan.tensors])
         work, _ = plan_work(plan, arch, FitOptions().measurement)
-        chosen = [i for i in fingerprinted(work) if work[i].ref.dtype.bits % 8 == 0]
+        # quantized weights' codes are not their values: ranged reads take the matrices stored as floats only
+        chosen = [i for i in fingerprinted(work) if work[i].ref.quant is None and work[i].ref.dtype.bits % 8 == 0]
         if not chosen:
             return None
         k = min(SAMPLED_K, samples_per_matrix(len(chosen)))

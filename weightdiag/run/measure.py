@@ -47,13 +47,22 @@ from ..progress import SILENT, Progress
 from ..record.journal import Expected, Journal, Resumed
 from ..record.lineage import fingerprint_json
 from ..record.row import SCHEMA, matrix_record, vector_offset, vector_record
-from ..reduce.pairs import MAX_PAIRED, LineGather, as_lines, line_gather, pair_axis, pair_cosines
+from ..reduce.pairs import (
+    MAX_PAIRED,
+    LineGather,
+    as_lines,
+    line_gather,
+    pair_axis,
+    pair_cosines,
+    pair_lines,
+    pair_positions,
+)
 from ..reduce.reduction import Reduction
 from ..reduce.sample import MAX_EXPERTS, gather_order, layer_stride, sample_positions, samples_per_matrix
 from ..reduce.stream import ChunkReport, Target, reduce_chunked
 from ..reduce.vectors import VectorSummary, values_of
 from ..segments import Segments
-from ..source.plan import ModelPlan, TensorRef
+from ..source.plan import ModelPlan, Quantized, TensorRef
 from ..source.reader import Reader, closing_on_error
 from ..vocabulary import TRIMS
 from .options import FitOptions, Measurement
@@ -454,7 +463,7 @@ def _reduce_all(
             # a vector cut into records (experts' biases) is gathered whole: small, [experts, width]
             summarize=item.vector and not item.views and item.ref.nbytes > gather,
             offset=vector_offset(item.role, arch.norm_offset),
-            sample=sampled[i].positions if i in sampled else (),
+            sample=sampled[i].stream_positions if i in sampled else (),
             lines=sampled[i].lines if i in sampled else None,
         )
         for i, (item, (segs, _)) in enumerate(zip(work, parts, strict=True))
@@ -475,10 +484,14 @@ def _reduce_all(
         if index in sampled and whole is not None and whole.sample is not None:
             at, got = sampled[index], whole.sample
             if got.size == at.positions.size:  # the samples in sampling order (a prefix for any k)
+                if at.decoded is not None:  # a quantized weight's, gathered in decoded order: put back
+                    got = got[at.decoded[1]]
                 reduced.sample = got[at.order]
                 if at.lines is not None and whole.lines is not None:
                     shape = tuple(work[index].ref.shape)
                     reduced.pairs = pair_cosines(as_lines(whole.lines, at.lines, shape), at.lines.lines.size)
+                elif at.paired is not None:  # a quantized weight's lines, gathered as positions
+                    reduced.pairs = pair_cosines(got[at.paired], pair_lines(tuple(work[index].ref.shape), at.axis).size)
             whole.sample = whole.lines = None
         yield work[index], reduced
 
@@ -490,11 +503,44 @@ PAIRS_KEY = "lineage_pairs"  # and its pair cosines (reduce/pairs.py)
 @dataclass(frozen=True)
 class _Gathered:
     """A sampled matrix's sample positions gathered in the chunk pass (sorted, int64), where in them its lineage
-    samples are in sampling order, and the gather of its paired lines (None: no pairs)."""
+    samples are in sampling order, and the gather of its paired lines (None: no pairs).
+
+    A quantized weight's stream delivers values in its decoder's order (GPTQ's and AWQ's storage order), never
+    as raw elements to take lines from: its paired lines' elements are positions too, with the samples' in
+    `positions` (`paired`: where, in pair order; `axis`: their side), and `decoded` holds all of them in decoded
+    order, sorted, with the permutation that puts values gathered so back in `positions`' order."""
 
     positions: np.ndarray
     order: np.ndarray
     lines: LineGather | None
+    paired: np.ndarray | None = None
+    axis: int = 0
+    decoded: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def stream_positions(self) -> np.ndarray:
+        """The positions as the chunk pass meets them (Target.sample)."""
+        return self.positions if self.decoded is None else self.decoded[0]
+
+    def stored_as(self, q: Quantized, shape: tuple[int, ...], k: int) -> _Gathered:
+        """The same samples and lines for a weight of `shape` stored as `q`: positions, in its decoded order."""
+        from ..decode.formats import decoded_positions
+
+        sampled = sample_positions(shape, k)
+        axis = self.lines.axis if self.lines is not None else 0
+        paired = pair_positions(shape, axis) if self.lines is not None else np.zeros(0, dtype=np.int64)
+        both = np.sort(np.concatenate([sampled, paired]))  # sorted, repeats dropped (np.unique hashes: 5x slower)
+        positions = both[np.concatenate([[True], np.diff(both) > 0])] if both.size else both
+        order = np.searchsorted(positions, sampled)
+        at_pairs = np.searchsorted(positions, paired) if self.lines is not None else None
+        at = decoded_positions(q, positions)
+        decoded = None
+        if not np.array_equal(at, positions):  # GPTQ, AWQ: another order
+            by = np.argsort(at, kind="stable")
+            back = np.empty_like(by)
+            back[by] = np.arange(by.size)
+            decoded = (at[by], back)
+        return _Gathered(positions, order, None, at_pairs, axis, decoded)
 
 
 def _gathered(shape: tuple[int, ...], k: int, axis: int | None) -> _Gathered:
@@ -503,15 +549,15 @@ def _gathered(shape: tuple[int, ...], k: int, axis: int | None) -> _Gathered:
 
 
 def fingerprinted(work: list[_Work]) -> list[int]:
-    """The indices of the matrices the lineage fingerprint samples: stored whole and unquantized, the first
-    MAX_EXPERTS experts of a layer, and of a model of more than MAX_MATRICES such matrices only the layers whose
-    index is a multiple of a stride (layer_stride)."""
+    """The indices of the matrices the lineage fingerprint samples: stored whole (unquantized, or quantized:
+    sampled from their dequantized values at the logical matrix's positions), the first MAX_EXPERTS experts of
+    a layer, and of a model of more than MAX_MATRICES such matrices only the layers whose index is a multiple of
+    a stride (layer_stride)."""
     chosen = [
         i
         for i, item in enumerate(work)
         if not item.vector
         and not item.views
-        and item.ref.quant is None
         and len(item.ref.shape) >= 2
         and (item.role.expert is None or item.role.expert < MAX_EXPERTS)
     ]
@@ -520,8 +566,9 @@ def fingerprinted(work: list[_Work]) -> list[int]:
 
 
 def _sampled_positions(work: list[_Work]) -> dict[int, _Gathered]:
-    """The lineage samples of each matrix stored whole and unquantized (reduce/sample.py) and, for those indexed
-    by hidden units, its paired lines (reduce/pairs.py), by work index. Experts past the first MAX_EXPERTS of a
+    """The lineage samples of each matrix stored whole (reduce/sample.py; of a quantized one, its dequantized
+    values at the logical [out, in] matrix's positions, gathered in its decoded order) and, for those indexed by
+    hidden units, its paired lines (reduce/pairs.py), by work index. Experts past the first MAX_EXPERTS of a
     layer and tensors cut into records are not sampled; of a model of more than MAX_MATRICES such matrices, only
     the layers whose index is a multiple of a stride (layer_stride); of more than MAX_PAIRED matrices with pairs,
     only those of the layers whose index is a multiple of a second stride have them."""
@@ -534,11 +581,18 @@ def _sampled_positions(work: list[_Work]) -> dict[int, _Gathered]:
     paired_set = {i for i in paired if (work[i].role.block or 0) % stride == 0}
     out = {}
     by_shape: dict[tuple[tuple[int, ...], int | None], _Gathered] = {}  # most matrices share a few shapes
+    by_storage: dict[tuple[Any, ...], _Gathered] = {}  # and a quantized model a few formats
     for i in chosen:
         key = (tuple(work[i].ref.shape), pair_axis(work[i].role.kind) if i in paired_set else None)
         if key not in by_shape:
             by_shape[key] = _gathered(key[0], k, key[1])
         out[i] = by_shape[key]
+        q = work[i].ref.quant
+        if q is not None:
+            stored = (*key, q.spec.format, q.spec.bits, q.logical_shape)
+            if stored not in by_storage:
+                by_storage[stored] = out[i].stored_as(q, key[0], k)
+            out[i] = by_storage[stored]
     return out
 
 

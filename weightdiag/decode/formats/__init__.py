@@ -1,5 +1,7 @@
 """One module per family of quantized formats; importing this package registers every decoder."""
 
+import numpy as np
+
 from ...source.plan import Quantized
 from ..decoder import FACTORIES, Companions, Decoder
 from . import bnb, fp4, gguf, gptq, intpack, scaled  # noqa: F401  (each registers its formats)
@@ -8,6 +10,11 @@ from . import bnb, fp4, gguf, gptq, intpack, scaled  # noqa: F401  (each registe
 def build_decoder(q: Quantized, companions: Companions) -> Decoder:
     """The decoder of `q`'s format over its loaded companions."""
     return FACTORIES[q.spec.format](q, companions)
+
+
+def decoded_positions(q: Quantized, logical: np.ndarray) -> np.ndarray:
+    """Where in `q`'s decoded order (the order its stream delivers values) the logical flat positions are."""
+    return FACTORIES[q.spec.format].decoded_positions(q, logical)
 
 
 def selects_any_elements(fmt: str) -> bool:

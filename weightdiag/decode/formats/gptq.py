@@ -262,6 +262,15 @@ class GPTQDecoder(_PackedLinear):
         r, j = divmod(word, self.out)
         return j * self.inputs + r * self.per + k
 
+    @classmethod
+    def decoded_positions(cls, q: Quantized, logical: np.ndarray) -> np.ndarray:
+        """logical_index inverted: (output j, input i = r * per + k) is decoded index (r * out + j) * per + k."""
+        out, inputs = q.logical_shape
+        per = 32 // q.spec.bits
+        j, i = np.divmod(np.asarray(logical, dtype=np.int64), inputs)
+        r, k = np.divmod(i, per)
+        return (r * out + j) * per + k
+
 
 @register("awq")
 class AWQDecoder(_PackedLinear):
@@ -344,3 +353,10 @@ class AWQDecoder(_PackedLinear):
     def logical_index(self, index: int) -> int:
         i, j = divmod(index, self.out)
         return j * self.inputs + i
+
+    @classmethod
+    def decoded_positions(cls, q: Quantized, logical: np.ndarray) -> np.ndarray:
+        """logical_index inverted: the transposed matrix [in, out] row-major."""
+        out, inputs = q.logical_shape
+        j, i = np.divmod(np.asarray(logical, dtype=np.int64), inputs)
+        return i * out + j
