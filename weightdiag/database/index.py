@@ -444,12 +444,8 @@ class RowIndex:
         if not names:
             return {}
         keys = tuple(_key(n) for n in names)
-        wanted = set(names)
-        found: dict[str, tuple[Entry, str, bytes]] = {}
-        for name, entry, _, summary, lineage in self._sealed(f"name IN ({', '.join('?' * len(keys))})", keys):
-            if name in wanted:
-                found[name] = (entry, summary, lineage)
-        return found
+        where = f"name IN ({', '.join('?' * len(keys))})"
+        return {name: (entry, summary, lineage) for name, entry, _, summary, lineage in self._sealed(where, keys)}
 
     def checked(self, sha256: str) -> bool:
         """Whether bytes of this hash were checked as a row, by this session's checker, and found to need no

@@ -529,13 +529,14 @@ def _relation(
     }
     grid = any("grid" in cand.records[e.candidate] for e in carrying)
     same = SAME_WEIGHTS if dtypes or quantized else SAME_BITS  # rounding to another dtype changes values by 0.4%
+    labels = ", ".join(sorted({label for label, _ in quantized.values()}))
     if change is not None and change < same:
         word = "the other matrices unchanged" if said else "same weights"
         said.append(f"{word} (median relative change {change:.2%})")
         if quantized:
-            said.append(f"stored quantized ({', '.join(sorted({label for label, _ in quantized.values()}))})")
+            said.append(f"stored quantized ({labels})")
     elif quantized:
-        said.append(_quantized_relation(carrying, quantized))
+        said.append(_quantized_relation(carrying, quantized, labels))
     elif grid:
         said.append(f"quantized: values on a 4-bit grid (median relative change {change:.1%})")
     elif change is not None:
@@ -582,11 +583,10 @@ def quantization_error(bits: int) -> float:
     return max(QUANT_ERROR_FLOOR, 2.0 ** (2 - bits))
 
 
-def _quantized_relation(carrying: list[MatrixEvidence], quantized: Mapping[str, tuple[str, int]]) -> str:
-    """What a candidate whose matrices are stored quantized looks like: quantized only (its dequantized values
-    differ from the reference's by no more than its grid explains), or changed besides."""
+def _quantized_relation(carrying: list[MatrixEvidence], quantized: Mapping[str, tuple[str, int]], labels: str) -> str:
+    """What a candidate whose matrices are stored quantized (`labels`: their formats) looks like: quantized only
+    (its dequantized values differ from the reference's by no more than its grid explains), or changed besides."""
     changes = [e.relative_change for e in carrying if e.candidate in quantized and e.relative_change is not None]
-    labels = ", ".join(sorted({label for label, _ in quantized.values()}))
     if not changes:
         return f"quantized ({labels})"
     change = float(np.median(changes))

@@ -227,7 +227,7 @@ def _pairs_evidence(cand: Fingerprint, packed: Packed) -> list[tuple[list[Matrix
         best = np.argmax(z, axis=2)
         z_best = np.take_along_axis(z, best[..., None], axis=2)[..., 0]
         rhos.append(np.take_along_axis(rho, best[..., None], axis=2)[..., 0])
-        log_ps.append(log_p_max(z_best.ravel(), len(options)).reshape(z_best.shape) / LN10)
+        log_ps.append(log_p_max(z_best, len(options)) / LN10)
         theirs.append(np.array(options, dtype=object)[best])
         names += mine
         sizes += [key[2]] * len(mine)

@@ -534,12 +534,7 @@ class _Gathered:
         order = np.searchsorted(positions, sampled)
         at_pairs = np.searchsorted(positions, paired) if self.lines is not None else None
         at = decoded_positions(q, positions)
-        decoded = None
-        if not np.array_equal(at, positions):  # GPTQ, AWQ: another order
-            by = np.argsort(at, kind="stable")
-            back = np.empty_like(by)
-            back[by] = np.arange(by.size)
-            decoded = (at[by], back)
+        decoded = gather_order(at) if not np.array_equal(at, positions) else None  # GPTQ, AWQ: another order
         return _Gathered(positions, order, None, at_pairs, axis, decoded)
 
 
