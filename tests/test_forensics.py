@@ -553,6 +553,15 @@ def trained(tmp_path_factory) -> dict[str, Path]:
     }
     for tensors in leaning.values():
         tensors["model.embed_tokens.weight"] = rows
+    # the 5% update with its token rows moved by sizes that vary as one run's do (log-normal, 90th/10th about 3.6),
+    # and with a small update of every other token row added (a fine-tune merged with an RL-style update)
+    embed = base["model.embed_tokens.weight"]
+    uneven, mixed = embed.copy(), rows.copy()
+    sizes = np.exp(0.5 * rng.standard_normal((20, 1)))
+    uneven[:20] += (0.3 * float(np.std(embed)) * sizes * rng.standard_normal((20, embed.shape[1]))).astype(np.float32)
+    mixed[20:] += (1e-3 * float(np.std(embed)) * rng.standard_normal(mixed[20:].shape)).astype(np.float32)
+    leaning["uneven"] = {**leaning["leaning"], "model.embed_tokens.weight": uneven}
+    leaning["mixed"] = {**leaning["leaning"], "model.embed_tokens.weight": mixed}
     return {
         **{name: write(root / name, {**tensors, **vectors}) for name, tensors in leaning.items()},
         "base": write(root / "base", base),
@@ -572,6 +581,8 @@ def trained(tmp_path_factory) -> dict[str, Path]:
         ("moderate", "unsure"),  # broad but the spectrum barely moved: continued pretraining or a merge, not told
         ("leaning", "full_finetune"),  # narrow, leaning on the principal directions, the spectrum moved 5e-3
         ("short", "unsure"),  # the same at 0.3%: the spectrum kept as an RL-style update keeps it, not told apart
+        ("uneven", "full_finetune"),  # its token rows moved by sizes as varied as one run's: still one update
+        ("mixed", "unsure"),  # its other token rows moved 300x less: two updates added (a merge), not one run
     ],
 )
 def test_dense_trained_updates_are_told_by_size_breadth_and_lean(trained, name, verdict):
@@ -586,3 +597,29 @@ def test_dense_trained_updates_are_told_by_size_breadth_and_lean(trained, name, 
         assert (signals["spectral_drift_median"] <= mechanism_rules.RL_DRIFT) == (name == "short"), mechanism
     if name == "short":
         assert "small_update" in signals, mechanism
+    if name in ("leaning", "uneven", "mixed"):  # the spread of the token rows' change decides between them
+        spread = signals["embedding_row_spread"]
+        assert (spread >= mechanism_rules.MIXED_SIZES) == (name == "mixed") == ("mixed_update_sizes" in signals)
+        assert spread > (2.0 if name == "uneven" else 1.0), mechanism
+
+
+def test_the_row_change_quantiles_streamed_equal_numpys_on_the_whole_matrix():
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal((300, 48)).astype(np.float32)
+    tuned = base.copy()
+    tuned[:120] += np.exp(rng.standard_normal((120, 1))).astype(np.float32) * 0.01 * rng.standard_normal((120, 48))
+    tuned[7] = np.nan  # a non-finite row is left out; untouched rows are not changed rows
+    acc = forensics.Accumulator(300, 48, None, rows=True)
+    for r0 in range(0, 300, 64):
+        acc.fold(acc.block_part(base[r0 : r0 + 64], tuned[r0 : r0 + 64], first=r0 == 0))
+    found = acc.result(None)
+    b, t = base.astype(np.float64), tuned.astype(np.float64)
+    rel = np.linalg.norm(t - b, axis=1) / np.linalg.norm(b, axis=1)
+    rel = rel[np.isfinite(rel) & (rel > 0)]
+    assert found.rows_changed == rel.size == 119
+    assert np.allclose(found.row_change, np.quantile(rel, forensics.ROW_QUANTILES), rtol=1e-6)
+    assert found.row_spread == pytest.approx(found.row_change[2] / found.row_change[0])
+    assert forensics.Accumulator(300, 48, None).result(None).row_spread is None  # not an embedding: not measured
+    few = forensics.Accumulator(300, 48, None, rows=True)
+    few.fold(few.block_part(base, np.where(np.arange(300)[:, None] < 4, base + 1, base), first=True))
+    assert few.result(None).rows_changed == 4 and few.result(None).row_spread is None  # under ROW_MIN rows

@@ -191,7 +191,7 @@ def compare(
             # embeddings and heads: counts only (their Grams were most of MiniLM's cost, and no verdict reads them)
             role = classify_tensor(pair.name, tuple(pair.base.shape), arch.n_layers, arch.family, arch.n_experts)
             side = None if role.kind in geometry.COUNTS_ONLY else geometry.side_for(m, n, step >= m)
-            shapes[i] = geometry.Accumulator(m, n, side, cast)
+            shapes[i] = geometry.Accumulator(m, n, side, cast, rows=role.kind == "embed")
         else:
             spectra[i] = None
             # a vector or a 1-wide matrix: the counts only (no Gram)

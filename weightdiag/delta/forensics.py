@@ -21,7 +21,11 @@ heads (COUNTS_ONLY: their Grams cost most on a small model, and no verdict reads
 - level ratio: distinct values per row of the tuned side over those of the base side, summed over the first
   LEVEL_ROWS rows of every row block (a sample: sorting every row of both sides cost more than the rest of the
   diff): a quantized copy puts its rows on few levels (an int4 group on 16 at most), a fine-tune keeps them
-  distinct.
+  distinct;
+- row change spread (embeddings only, `rows=True`): each row's ||ΔW_r|| / ||W_base,r||, and over the changed
+  rows the ratio of the 99th to the 1st percentile. A token embedding's row is a token: one training run with
+  Adam moves the rows it touches by amounts of one order (Adam's steps are about the learning rate whatever the
+  gradient), so rows 30x or more apart say that updates of different sizes were added (see delta/mechanism.py).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ REPORTED = 8  # relative changes of the top singular values reported
 COUNTS_ONLY = ("embed", "unembed")  # kinds given the counts only: no verdict reads their subspaces
 LEVEL_ROWS = 8  # rows of each block whose distinct values are counted
 NULL_CUT = 1e-12  # eigenvalues below this fraction of the largest: no singular direction (rank deficiency)
+ROW_QUANTILES = (0.01, 0.5, 0.99)  # of the changed rows' relative change: the spread is the last over the first
+ROW_MIN = 5  # changed rows needed for a spread (fewer: None; with few rows the quantiles near min and max)
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,16 @@ class Forensics:
     # σ^2 of W); None without a Gram or where the fit failed
     alpha_base: float | None = None
     alpha_tuned: float | None = None
+    # embeddings only: rows whose values changed, and the ROW_QUANTILES of their ||ΔW_r|| / ||W_base,r||
+    rows_changed: int | None = None
+    row_change: tuple[float, ...] = ()
+
+    @property
+    def row_spread(self) -> float | None:
+        """The changed rows' 99th over 1st percentile of relative change (None: no row figures, or < ROW_MIN)."""
+        if len(self.row_change) != len(ROW_QUANTILES) or self.row_change[0] <= 0:
+            return None
+        return self.row_change[-1] / self.row_change[0]
 
     @property
     def delta_alpha(self) -> float | None:
@@ -112,6 +128,9 @@ class Forensics:
             "alpha_base": num(self.alpha_base),
             "alpha_tuned": num(self.alpha_tuned),
             "delta_alpha": num(self.delta_alpha),
+            "rows_changed": self.rows_changed,
+            "row_change_quantiles": [float(q) for q in self.row_change] or None,
+            "row_change_spread": num(self.row_spread),
         }
 
 
@@ -126,6 +145,7 @@ class Part:
     cast_equal: int = 0
     grid: tuple[int, int] | None = None
     integer_grid: tuple[int, int] | None = None
+    row_change: np.ndarray | None = None  # each row's ||ΔW_r|| / ||W_base,r|| (rows=True), float32
 
 
 def side_for(m: int, n: int, single_block: bool) -> str | None:
@@ -150,9 +170,11 @@ class Accumulator:
     """Both sides' Grams (float64) and the counts, over row blocks; `block_part` may run in several threads,
     `fold` runs in block order."""
 
-    def __init__(self, m: int, n: int, side: str | None, cast: str | None = None) -> None:
-        """cast: "BF16" or "F16" when the tuned side is stored so and the base wider (see cast_fraction)."""
-        self.m, self.n, self.side, self.cast = m, n, side, cast
+    def __init__(self, m: int, n: int, side: str | None, cast: str | None = None, rows: bool = False) -> None:
+        """cast: "BF16" or "F16" when the tuned side is stored so and the base wider (see cast_fraction); rows:
+        keep each row's relative change (an embedding's: m floats)."""
+        self.m, self.n, self.side, self.cast, self.rows = m, n, side, cast, rows
+        self.row_change: list[np.ndarray] = []
         self.cast_equal = 0
         self.grid: tuple[int, int] | None = None
         self.integer_grid: tuple[int, int] | None = None
@@ -182,7 +204,8 @@ class Accumulator:
         if first and t32.ndim == 2 and t32.shape[1] > 1:
             grid = grid_probe(np.ascontiguousarray(t32).reshape(-1).view(np.uint32), t32.shape[1])
             whole = integer_grid(t32[rows])
-        return Part(gb, gt, near, _levels(b32[rows]), _levels(t32[rows]), b32.size, cast, grid, whole)
+        change = row_change(b32, t32) if self.rows and t32.ndim == 2 else None
+        return Part(gb, gt, near, _levels(b32[rows]), _levels(t32[rows]), b32.size, cast, grid, whole, change)
 
     def fold(self, part: Part) -> None:
         if self.base_gram is not None and part.base_gram is not None and part.tuned_gram is not None:
@@ -196,6 +219,8 @@ class Accumulator:
         self.cast_equal += part.cast_equal
         self.grid = self.grid or part.grid
         self.integer_grid = self.integer_grid or part.integer_grid
+        if part.row_change is not None:
+            self.row_change.append(part.row_change)
 
     def result(self, delta_gram: np.ndarray | None) -> Forensics:
         """delta_gram: ΔW's Gram on the same side (spectrum.py's), for the principal energy; None: not known."""
@@ -206,7 +231,33 @@ class Accumulator:
             out = Forensics(None, 0, (), None, None, (), None, (), None, (), None, None, tol, levels)
         else:
             out = subspaces(self.base_gram, self.tuned_gram, delta_gram, self.side, tol, levels)
-        return replace(out, cast_fraction=cast, grid=self.grid, integer_grid=self.integer_grid)
+        changed, quantiles = row_quantiles(self.row_change) if self.rows else (None, ())
+        return replace(
+            out,
+            cast_fraction=cast,
+            grid=self.grid,
+            integer_grid=self.integer_grid,
+            rows_changed=changed,
+            row_change=quantiles,
+        )
+
+
+def row_change(base: np.ndarray, tuned: np.ndarray) -> np.ndarray:
+    """Each row's ||ΔW_r|| / ||W_base,r|| (float64 sums; NaN/Inf rows and all-zero base rows: NaN, left out)."""
+    b = np.asarray(base, dtype=np.float64)
+    d = np.asarray(tuned, dtype=np.float64) - b
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        out = np.sqrt(np.einsum("ij,ij->i", d, d) / np.einsum("ij,ij->i", b, b))
+    return out.astype(np.float32)
+
+
+def row_quantiles(parts: list[np.ndarray]) -> tuple[int, tuple[float, ...]]:
+    """(changed rows, the ROW_QUANTILES of their relative change; () under ROW_MIN changed rows)."""
+    every = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    changed = every[np.isfinite(every) & (every > 0)]
+    if changed.size < ROW_MIN:
+        return int(changed.size), ()
+    return int(changed.size), tuple(float(q) for q in np.quantile(changed.astype(np.float64), ROW_QUANTILES))
 
 
 INTEGER_CODES = (2, 3, 4, 5, 6, 7, 8)  # narrowest first (a 2-bit grid is on the 8-bit one too: 127 = 127 x 1)

@@ -25,7 +25,9 @@ Each changed matrix is put in one class first (`matrix_class`):
 A verdict needs the voting matrices to agree: all of them for "lora" and "restored", AGREE (90%) for
 "quantized", FINETUNE_AGREE (2/3) "dense-principal" and the rest "dense-isotropic" for "full_finetune" (a
 fine-tune's attention value and output matrices were seen without a principal preference), with the spectrum
-moved beyond what an RL-style update moves it (RL_DRIFT); see docs/forensics.md.
+moved beyond what an RL-style update moves it (RL_DRIFT), and neither it nor "continued_pretraining" is named
+when the token embedding's changed rows moved by sizes 30x apart (MIXED_SIZES: updates of different sizes
+added, as a task-arithmetic merge adds a fine-tune's and a small RL update's); see docs/forensics.md.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ RL_SPARSE = 0.5  # rl_update: at least half the elements changed by less than BF
 BROAD = 0.8  # this share of the input embedding's elements changed: nearly every token trained on
 CPT_CHANGE = 0.2  # continued_pretraining: median relative change at least this
 CPT_DRIFT = 0.1  # ... and the top-16 singular values moved at least this (median)
+MIXED_SIZES = 30.0  # the token embedding's changed rows 30x apart (99th over 1st percentile): two updates added
 AGREE = 0.9  # share of the changed matrices that must be in the verdict's class (the rest: "unclassified" only)
 PLAIN = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
 
@@ -158,13 +161,17 @@ def judge(
     unpaired: int = 0,
     merge: Sequence[MergeFit] | None = None,
     footprint: float | None = None,
+    spread: float | None = None,
 ) -> Mechanism:
     """The model's verdict (see the module docstring and docs/forensics.md). `unpaired`: tensors found on one side
     only or with another shape there: then no mechanism is named (a truncated model is not `identical`). `merge`:
-    the per-tensor fits against the parents (delta/merge.py) when parents were given, else None."""
+    the per-tensor fits against the parents (delta/merge.py) when parents were given, else None. `footprint`,
+    `spread`: the token embedding's (a block's verdict is given the model's), else read from `matrices`."""
     if footprint is None:
         footprint = embedding_footprint(matrices)
-    found = _judge(matrices, vectors, merge, footprint)
+    if spread is None:
+        spread = row_spread(matrices)
+    found = _judge(matrices, vectors, merge, footprint, spread)
     if not unpaired or found.verdict == "unsure":
         return found
     reading = f"{unpaired} tensors on one side only or of another shape; the paired ones read as {found.verdict}"
@@ -213,6 +220,7 @@ def _judge(
     vectors: Sequence[TensorDiff],
     merge: Sequence[MergeFit] | None,
     footprint: float | None,
+    spread: float | None,
 ) -> Mechanism:
     everything = [*matrices, *vectors]
     changed = [t for t in everything if not t.untouched]
@@ -360,6 +368,19 @@ def _judge(
         return Mechanism("unsure", evidence, details)
     if footprint is not None:
         say("embedding_rows_changed", footprint, f"{footprint:.0%} of the token embedding changed")
+    if spread is not None:
+        say("embedding_row_spread", spread, f"the changed token rows moved {_x(spread)} apart (99th/1st percentile)")
+    if spread is not None and spread >= MIXED_SIZES:
+        # one run with Adam moves a row by about its learning rate for each step that sees the token (a token seen
+        # once: about 30 steps' worth, as Adam's moments decay): rows further apart are updates of different sizes
+        # added (task arithmetic of a fine-tune and a smaller update)
+        say(
+            "mixed_update_sizes",
+            spread,
+            f"the token rows that changed fall in sizes {_x(spread)} apart: updates of different sizes added "
+            "together (a merge), not one training run; give the parents with --parent to tell",
+        )
+        return Mechanism("unsure", evidence, details)
     if footprint is not None and footprint >= BROAD:
         if size >= CPT_CHANGE and (moved or 0.0) >= CPT_DRIFT:
             say("broad_large_update", size, "every matrix and nearly every token's embedding moved, the spectrum too")
@@ -379,16 +400,26 @@ def _judge(
     return Mechanism("unsure", evidence, details)
 
 
-def embedding_footprint(matrices: Sequence[TensorDiff]) -> float | None:
-    """The share of the token embedding's elements (BERT's, not its positions'; the largest input embedding where
-    none is named so) that changed: a fine-tune on a narrow task leaves the rows of the tokens it never saw alone;
-    None without an embedding."""
+def token_embedding(matrices: Sequence[TensorDiff]) -> TensorDiff | None:
+    """The token embedding (BERT's, not its positions'; the largest input embedding where none is named so)."""
     embeds = [t for t in matrices if t.kind == "embed"]
     if not embeds:
         return None
     tokens = [t for t in embeds if any(word in t.name for word in TOKEN_EMBEDDINGS)] or embeds  # not positions
-    largest = max(tokens, key=lambda t: t.figures.numel)
-    return 1.0 - largest.figures.unchanged_fraction
+    return max(tokens, key=lambda t: t.figures.numel)
+
+
+def embedding_footprint(matrices: Sequence[TensorDiff]) -> float | None:
+    """The share of the token embedding's elements that changed: a fine-tune on a narrow task leaves the rows of
+    the tokens it never saw alone; None without an embedding."""
+    token = token_embedding(matrices)
+    return None if token is None else 1.0 - token.figures.unchanged_fraction
+
+
+def row_spread(matrices: Sequence[TensorDiff]) -> float | None:
+    """The token embedding's changed rows' spread of relative change (delta/forensics.py; None: not measured)."""
+    token = token_embedding(matrices)
+    return None if token is None or token.forensics is None else token.forensics.row_spread
 
 
 TOKEN_EMBEDDINGS = ("word_embeddings", "embed_tokens", "wte", "tok_embeddings", "token_embd")
@@ -404,13 +435,13 @@ def by_block(
     and its own tensors' merge fits when parents were given), listed only where some block's differs from the
     model's."""
     keys = sorted({t.block for t in [*matrices, *vectors] if t.block is not None})
-    footprint = embedding_footprint(matrices)
+    footprint, spread = embedding_footprint(matrices), row_spread(matrices)
     out = []
     for key in keys:
         in_block = [t for t in matrices if t.block == key]
         block_vectors = [t for t in vectors if t.block == key]
         names = {t.name for t in [*in_block, *block_vectors]}
         fits = [f for f in merge if f.name in names] if merge is not None else None
-        verdict = judge(in_block, block_vectors, merge=fits, footprint=footprint)
+        verdict = judge(in_block, block_vectors, merge=fits, footprint=footprint, spread=spread)
         out.append({"block": key, "verdict": verdict.verdict})
     return out if any(b["verdict"] != model for b in out) else []
