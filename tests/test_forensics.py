@@ -185,6 +185,10 @@ def planted(tmp_path_factory) -> dict[str, Path]:
     out["renamed"] = write(root / "renamed", {"base_model.model." + k: v for k, v in base.items()})
     out["lora"] = write(root / "lora", lora)
     out["quantized"] = write(root / "quantized", quant)
+    # the LoRA model quantized as the base was: a quantized copy of a changed model, not of the base
+    out["lora-quantized"] = write(
+        root / "lora-quantized", {k: _int4(v) if quant[k] is not base[k] else v for k, v in lora.items()}
+    )
     out["noise"] = write(root / "noise", noise(base, 1e-3, seed=1))
     # the FFN units of every layer permuted (the same function): every value kept, only moved
     permuted = dict(base)
@@ -194,6 +198,11 @@ def planted(tmp_path_factory) -> dict[str, Path]:
             permuted[name] = w[:, units] if "down" in name else w[units]
     out["permuted"] = write(root / "permuted", permuted)
     out["truncated"] = write(root / "truncated", {k: v for k, v in base.items() if ".layers.3." not in k})
+    # blocks 0-1 a LoRA's, blocks 2-3 noise: the blocks' verdicts differ from the model's
+    half = noise(base, 1e-3, seed=2)
+    out["halves"] = write(
+        root / "halves", {k: half[k] if ".layers.2." in k or ".layers.3." in k else v for k, v in lora.items()}
+    )
     return out
 
 
@@ -205,6 +214,7 @@ def planted(tmp_path_factory) -> dict[str, Path]:
         ("renamed", "restored"),
         ("lora", "lora"),
         ("quantized", "quantized"),
+        ("lora-quantized", "unsure"),  # the LoRA's directions stand out of the rounding noise: not the base's copy
         ("noise", "unsure"),  # full-rank noise with no principal preference: no mechanism named
         ("permuted", "unsure"),  # values moved, not changed: no mechanism here explains it (not a fine-tune)
         ("truncated", "unsure"),  # a layer dropped: the paired tensors are equal, the model is not
@@ -219,6 +229,13 @@ def test_the_verdict_on_planted_pairs(planted, name, verdict):
         assert mechanism["rank"] == 4
     if name == "quantized":  # int4 in groups of 32
         assert mechanism["format"] == "dequantized int4, a symmetric absmax scale per 32 elements of a row"
+    signals = {e["signal"]: e["value"] for e in mechanism["evidence"]}
+    assert ("structured_change" in signals) == (name == "lora-quantized"), mechanism
+    if name in ("quantized", "lora-quantized"):  # ΔW's σ_1 against the noise edge: above it only where the LoRA is
+        excess = {t.name: mechanism_rules.noise_excess(t) for t in result.matrices if not t.untouched}
+        above = {name for name, x in excess.items() if x is not None and x > mechanism_rules.NOISE_EDGE}
+        lora = {f.format(i) for i in range(4) for f in (Q, V)}
+        assert above == (lora if name == "lora-quantized" else set()), excess
 
 
 def test_json_and_text_carry_the_mechanism_the_damage_and_the_forensics(planted):
@@ -623,3 +640,19 @@ def test_the_row_change_quantiles_streamed_equal_numpys_on_the_whole_matrix():
     few = forensics.Accumulator(300, 48, None, rows=True)
     few.fold(few.block_part(base, np.where(np.arange(300)[:, None] < 4, base + 1, base), first=True))
     assert few.result(None).rows_changed == 4 and few.result(None).row_spread is None  # under ROW_MIN rows
+
+
+def test_blocks_whose_verdicts_differ_are_listed_in_json_and_text(planted):
+    done = run_cli("diff", str(planted["base"]), str(planted["halves"]), "--json", "--no-save")
+    mechanism = json.loads(done.stdout)["mechanism"]
+    assert mechanism["verdict"] == "unsure", mechanism
+    assert [(b["block"], b["verdict"]) for b in mechanism["blocks"]] == [
+        (0, "lora"),
+        (1, "lora"),
+        (2, "unsure"),
+        (3, "unsure"),
+    ]
+    text = run_cli("diff", str(planted["base"]), str(planted["halves"]), "--no-save").stdout
+    assert "by block: 0-1 lora; 2-3 unsure" in text, text
+    same = run_cli("diff", str(planted["base"]), str(planted["lora"]), "--json", "--no-save")
+    assert "blocks" not in json.loads(same.stdout)["mechanism"]  # every block reads as the model: none listed

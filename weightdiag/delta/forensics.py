@@ -85,6 +85,8 @@ class Forensics:
     # embeddings only: rows whose values changed, and the ROW_QUANTILES of their ||ΔW_r|| / ||W_base,r||
     rows_changed: int | None = None
     row_change: tuple[float, ...] = ()
+    # ΔW's largest row or column norm: a lower bound on its σ_1 that a change confined to one line reaches
+    line_max: float | None = None
 
     @property
     def row_spread(self) -> float | None:
@@ -131,6 +133,7 @@ class Forensics:
             "rows_changed": self.rows_changed,
             "row_change_quantiles": [float(q) for q in self.row_change] or None,
             "row_change_spread": num(self.row_spread),
+            "delta_line_max": num(self.line_max),
         }
 
 
@@ -146,6 +149,7 @@ class Part:
     grid: tuple[int, int] | None = None
     integer_grid: tuple[int, int] | None = None
     row_change: np.ndarray | None = None  # each row's ||ΔW_r|| / ||W_base,r|| (rows=True), float32
+    lines: tuple[float, np.ndarray] | None = None  # the block's largest ||ΔW_r||^2, and each column's sum of squares
 
 
 def side_for(m: int, n: int, single_block: bool) -> str | None:
@@ -175,6 +179,8 @@ class Accumulator:
         keep each row's relative change (an embedding's: m floats)."""
         self.m, self.n, self.side, self.cast, self.rows = m, n, side, cast, rows
         self.row_change: list[np.ndarray] = []
+        self.row_max = 0.0  # ΔW's largest squared row norm so far
+        self.columns = np.zeros(n)  # ΔW's squared column norms
         self.cast_equal = 0
         self.grid: tuple[int, int] | None = None
         self.integer_grid: tuple[int, int] | None = None
@@ -197,7 +203,10 @@ class Accumulator:
         b32 = np.asarray(base, dtype=np.float32)
         t32 = np.asarray(tuned, dtype=np.float32)
         with np.errstate(invalid="ignore", over="ignore"):
-            near = int(np.count_nonzero(np.abs(t32 - b32) <= np.float32(TOLERANCE) * np.abs(b32)))
+            d32 = t32 - b32
+            near = int(np.count_nonzero(np.abs(d32) <= np.float32(TOLERANCE) * np.abs(b32)))
+            d32 = np.where(np.isfinite(d32), d32, np.float32(0))  # NaN/Inf left out, as the diff's sums do
+        lines = line_energy(d32) if d32.ndim == 2 else None
         cast = int(np.count_nonzero(rounded(b32, self.cast) == t32)) if self.cast else 0
         rows = slice(0, LEVEL_ROWS)
         grid = whole = None
@@ -205,7 +214,7 @@ class Accumulator:
             grid = grid_probe(np.ascontiguousarray(t32).reshape(-1).view(np.uint32), t32.shape[1])
             whole = integer_grid(t32[rows])
         change = row_change(b32, t32) if self.rows and t32.ndim == 2 else None
-        return Part(gb, gt, near, _levels(b32[rows]), _levels(t32[rows]), b32.size, cast, grid, whole, change)
+        return Part(gb, gt, near, _levels(b32[rows]), _levels(t32[rows]), b32.size, cast, grid, whole, change, lines)
 
     def fold(self, part: Part) -> None:
         if self.base_gram is not None and part.base_gram is not None and part.tuned_gram is not None:
@@ -221,6 +230,9 @@ class Accumulator:
         self.integer_grid = self.integer_grid or part.integer_grid
         if part.row_change is not None:
             self.row_change.append(part.row_change)
+        if part.lines is not None:
+            self.row_max = max(self.row_max, part.lines[0])
+            self.columns += part.lines[1]
 
     def result(self, delta_gram: np.ndarray | None) -> Forensics:
         """delta_gram: ΔW's Gram on the same side (spectrum.py's), for the principal energy; None: not known."""
@@ -239,7 +251,14 @@ class Accumulator:
             integer_grid=self.integer_grid,
             rows_changed=changed,
             row_change=quantiles,
+            line_max=math.sqrt(max(self.row_max, float(self.columns.max(initial=0.0)))),
         )
+
+
+def line_energy(delta: np.ndarray) -> tuple[float, np.ndarray]:
+    """A block of ΔW's largest squared row norm and its squared column norms (float64 sums)."""
+    rows = np.einsum("ij,ij->i", delta, delta, dtype=np.float64)
+    return float(rows.max(initial=0.0)), np.einsum("ij,ij->j", delta, delta, dtype=np.float64)
 
 
 def row_change(base: np.ndarray, tuned: np.ndarray) -> np.ndarray:

@@ -69,6 +69,7 @@ BROAD = 0.8  # this share of the input embedding's elements changed: nearly ever
 CPT_CHANGE = 0.2  # continued_pretraining: median relative change at least this
 CPT_DRIFT = 0.1  # ... and the top-16 singular values moved at least this (median)
 MIXED_SIZES = 30.0  # the token embedding's changed rows 30x apart (99th over 1st percentile): two updates added
+NOISE_EDGE = 1.7  # quantized: no matrix's ΔW σ_1 above this over the noise edge (a quantizer's copies: <= 1.34)
 AGREE = 0.9  # share of the changed matrices that must be in the verdict's class (the rest: "unclassified" only)
 PLAIN = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
 
@@ -77,7 +78,6 @@ LEAD = {
     "full_finetune": ("dense_principal_share",),
     "continued_pretraining": ("broad_large_update", "embedding_rows_changed"),
     "rl_update": ("off_principal", "relative_change_median"),
-    "unsure": ("small_update", "broad_update"),
 }
 
 
@@ -99,8 +99,23 @@ class Mechanism:
             extra = f" ({self.details['format']})"
         lead = LEAD.get(self.verdict, ())  # the verdict's deciding readings first
         first = sorted((e for e in self.evidence if e["signal"] in lead), key=lambda e: lead.index(e["signal"]))
+        if self.verdict == "unsure" and self.evidence:  # the rules say why they stop last: that reading first
+            first = [self.evidence[-1]]
         reasons = "; ".join(e["reading"] for e in [*first, *(e for e in self.evidence if e not in first)][:3])
         return f"mechanism: {self.verdict}{extra}: {reasons}"
+
+    def blocks_line(self) -> str | None:
+        """The blocks' verdicts where they differ from the model's, runs of blocks with one verdict joined."""
+        blocks = self.details.get("blocks") or []
+        runs: list[tuple[int, int, str]] = []
+        for b in blocks:
+            if runs and runs[-1][2] == b["verdict"] and runs[-1][1] == b["block"] - 1:
+                runs[-1] = (runs[-1][0], b["block"], b["verdict"])
+            else:
+                runs.append((b["block"], b["block"], b["verdict"]))
+        if not runs:
+            return None
+        return "by block: " + "; ".join(f"{a}{'' if a == z else f'-{z}'} {v}" for a, z, v in runs)
 
 
 def _cap(t: TensorDiff) -> int:
@@ -133,6 +148,38 @@ def matrix_class(t: TensorDiff) -> str:
 
 def _quant_label(t: TensorDiff) -> str | None:
     return t.tuned_dtype if t.tuned_dtype not in PLAIN else None
+
+
+def noise_excess(t: TensorDiff) -> float | None:
+    """ΔW's largest singular value over the largest that rounding noise of its size reaches: the Marchenko-Pastur
+    edge ||ΔW||_F (sqrt(m) + sqrt(n)) / sqrt(mn) of unstructured noise, or ΔW's largest row or column norm where
+    that is more (a quantizer's scale set by an outlier puts its noise on that row or column, and σ_1 is at least
+    the line's norm). About 1 for a quantizer's rounding; well above where a low-rank or trained change stands out
+    of it. None without a spectrum and the line norms, or for a small or unchanged matrix."""
+    if t.spectrum is None or not t.spectrum.singular or len(t.shape) < 2 or t.forensics is None:
+        return None
+    m, n = t.shape[0], t.shape[-1]
+    if min(m, n) < SMALL or t.figures.delta_norm <= 0 or t.forensics.line_max is None:
+        return None
+    edge = max(t.figures.delta_norm * (math.sqrt(m) + math.sqrt(n)) / math.sqrt(m * n), t.forensics.line_max)
+    return t.spectrum.singular[0] / edge
+
+
+def _structured(voting: Sequence[TensorDiff], say: Any) -> bool:
+    """Whether some matrix's change stands out of rounding noise (noise_excess above NOISE_EDGE); says so."""
+    excess = [(x, t.name) for t in voting if (x := noise_excess(t)) is not None]
+    above = [(x, name) for x, name in excess if x > NOISE_EDGE]
+    if not above:
+        return False
+    top, name = max(above)
+    say(
+        "structured_change",
+        len(above),
+        f"{len(above)} of {len(excess)} matrices changed beyond rounding noise (ΔW's top singular value up to "
+        f"{_x(top)} the noise edge, {name}): a change besides the quantizer's (a quantized copy of a fine-tuned "
+        "or merged model?); diff against that model",
+    )
+    return True
 
 
 def _g(x: float | None) -> str:
@@ -288,11 +335,18 @@ def _judge(
     untouched_vectors = sum(t.untouched for t in vectors)
     if labels and all(_quant_label(t) for t in changed_matrices):
         say("tuned_format", sorted(labels), "the tuned side is stored quantized")
+        if changed_vectors and not vectors_cast:
+            say("vectors_changed", len(changed_vectors), "vectors changed too: not a quantizer's copy alone")
+            return Mechanism("unsure", evidence, details)
+        if _structured(voting, say):
+            return Mechanism("unsure", evidence, details)
         return Mechanism("quantized", evidence, {**details, "format": ", ".join(sorted(labels))})
     if voting and share("grid") >= AGREE and share("grid") + share("unclassified") == 1.0:
         level = _median(levels)
         say("level_ratio_median", level, f"tuned rows hold {_g(level)} of the base's distinct values: a grid")
         say("vectors_untouched", untouched_vectors, f"{untouched_vectors} of {len(vectors)} vectors untouched")
+        if (not changed_vectors or vectors_cast) and _structured(voting, say):
+            return Mechanism("unsure", evidence, details)
         if not changed_vectors or vectors_cast:
             grids = {t.forensics.grid for t in voting if t.forensics and every_class[t.name] == "grid"}
             codes = {t.forensics.integer_grid for t in voting if t.forensics and every_class[t.name] == "grid"}
@@ -307,7 +361,7 @@ def _judge(
                 fmt = f"dequantized, at most {2**bits} levels per {group} elements of a row ({bits} bits or fewer)"
                 say("grid", {"bits": grid[0], "group": grid[1]}, f"every grid matrix: {fmt}")
             return Mechanism("quantized", evidence, {**details, "format": fmt})
-        say("vectors_changed", len(changed_vectors), "but vectors changed too: not a quantizer's copy alone")
+        say("vectors_changed", len(changed_vectors), "vectors changed too: not a quantizer's copy alone")
         return Mechanism("unsure", evidence, details)
 
     ranks = [t.spectrum.rank999 for t in voting if t.spectrum is not None and t.spectrum.rank999]

@@ -79,6 +79,8 @@ def diff_view(result: DiffResult, every: bool = False, gate: GateResult | None =
     parts: list[Any] = [head]
     if result.mechanism is not None:
         parts.append(Text("  " + result.mechanism.line()))
+        if (blocks := result.mechanism.blocks_line()) is not None:
+            parts.append(Text("  " + blocks))
     quantized = result.mechanism is not None and result.mechanism.verdict == "quantized"
     if quantized and result.damage is not None and result.damage.get("sqnr_db") is not None:
         parts.append(
