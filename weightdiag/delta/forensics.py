@@ -49,7 +49,7 @@ NULL_CUT = 1e-12  # eigenvalues below this fraction of the largest: no singular 
 class Forensics:
     """One matrix's subspace figures (None where the matrix is too wide for a Gram) and counts."""
 
-    side: str | None  # "right" (W^T W) or "left" (W W^T); None: counts only
+    side: str | None  # "right" (W^T W), "left" (W W^T), "sketch" (delta/wide.py's left sketch); None: counts only
     k: int  # directions compared
     principal_cosines: tuple[float, ...]  # cosines of the principal angles, descending
     overlap: float | None  # mean square of the cosines
@@ -72,6 +72,8 @@ class Forensics:
     # (bits, group) when every group of the tuned side's first rows is whole multiples of its own absmax /
     # (2^(bits-1) - 1): a symmetric absmax integer code, dequantized (`integer_grid`; group 0: the row); else None
     integer_grid: tuple[int, int] | None = None
+    # side "sketch": the l vectors of the range sketch (delta/wide.py) that stand for the base's singular vectors
+    basis: int | None = None
     # WeightWatcher's power-law alpha of each side's ESD (fit.esd.fit_power_law on the Grams' eigenvalues, the
     # σ^2 of W); None without a Gram or where the fit failed
     alpha_base: float | None = None
@@ -89,6 +91,8 @@ class Forensics:
 
         return {
             "side": self.side,
+            "method": None if self.side is None else "sketch" if self.side == "sketch" else "gram",
+            "basis": self.basis,
             "k": self.k,
             "principal_cosines": [float(c) for c in self.principal_cosines],
             "subspace_overlap": num(self.overlap),

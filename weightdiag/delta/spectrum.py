@@ -46,7 +46,7 @@ ERROR_ROWS = 16  # s: rows of the error sketch Θ
 ERROR_SAFETY = 1.5  # the error estimate is a 16-sample mean: widen it before bounding rank90 with it
 TOP_SINGULAR = 8  # singular values reported per matrix
 ENERGY = 0.9  # rank90: singular values holding 90% of ||ΔW||_F^2
-NEAR_ALL = 0.999  # rank999: singular values holding 99.9% of ||ΔW||_F^2 (exact spectra only)
+NEAR_ALL = 0.999  # rank999: singular values holding 99.9% of ||ΔW||_F^2 (the sketch: a lower bound, or pinned)
 TOL = 1e-9  # relative slack on the energy cut (float64 rounding of the sums)
 
 
@@ -66,6 +66,9 @@ class Spectrum:
     # how many σ hold 99.9% of ||ΔW||_F^2 (a merged LoRA of rank r: r, up to the rounding of its storage; a
     # fine-tune's is far larger); from the sketch only where its error bound pins it to one value, else None
     rank999: int | None = None
+    # a lower bound on rank999 (rank999 itself when known): the sketch's, from the same error bound as
+    # rank90_at_least (k + 1 when its k σ̂ cannot reach 99.9% within the bound); None: not computed
+    rank999_at_least: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +80,7 @@ class Spectrum:
             "sketch_error": self.error,
             "rank90_range": list(self.rank90_range) if self.rank90_range is not None else None,
             "rank999": self.rank999,
+            "rank999_at_least": self.rank999_at_least,
         }
 
 
@@ -145,7 +149,8 @@ def _exact(eig: np.ndarray, total: float) -> Spectrum:
     tail = rank_at(eig, total, NEAR_ALL)
     if tail is None:
         tail = rank_at(eig, float(np.sum(eig)), NEAR_ALL)
-    return Spectrum("exact", singular, rank, rank, rank90_range=(rank, rank), rank999=tail or 0)
+    tail = tail or 0
+    return Spectrum("exact", singular, rank, rank, rank90_range=(rank, rank), rank999=tail, rank999_at_least=tail)
 
 
 class Sketch(Accumulator):
@@ -252,6 +257,7 @@ class Sketch(Accumulator):
             rel,
             (lo, hi if bounded else None),
             lo999 if lo999 == hi999 and hi999 <= sv.size else None,
+            lo999,
         )
 
 
