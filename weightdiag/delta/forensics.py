@@ -3,9 +3,9 @@ how sparse and how grid-like the change is. Pure numerics over the row blocks th
 
 Each side's Gram matrix is accumulated in float64 over the row blocks, as delta/spectrum.py accumulates ΔW's:
 W^T W (n x n) when n <= the gram_cols knob (right singular vectors), or W W^T (m x m) for a matrix read in one
-block whose m is (left singular vectors); a wider matrix read in several blocks, and embeddings and output
-heads (COUNTS_ONLY: their Grams cost most on a small model, and no verdict reads them), get the counts only
-(their subspace figures are None). From G = V diag(σ^2) V^T:
+block whose m is (left singular vectors); a wider matrix read in several blocks has its subspaces sketched
+(delta/wide.py); embeddings and output heads (COUNTS_ONLY: their Grams cost most on a small model, and no verdict
+reads them) get the counts only (their subspace figures are None). From G = V diag(σ^2) V^T:
 
 - principal angles between the base's and the tuned's top-k subspaces (k = TOP_K): the cosines are the
   singular values of V_base[:, :k]^T V_tuned[:, :k]; `overlap` = their mean square (1: the same subspace);
