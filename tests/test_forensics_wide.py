@@ -129,6 +129,19 @@ def test_a_dense_sketched_delta_is_dense_by_its_rank999_lower_bound_and_a_lora_p
         assert dense.rank999 is None and 12 < dense.rank999_at_least <= exact[name].spectrum.rank999
 
 
+def test_a_sketched_rank999_neither_pinned_nor_bounded_beyond_the_cap_is_unclassified(both):
+    """matrix_class on the dense-isotropic matrix with its spectrum's lower bound moved: beyond the cap (12) it is
+    dense, at or below it unclassified (it might be low rank), pinned within it exact-low-rank."""
+    from dataclasses import replace
+
+    t = both[1][NAME.format(3)]
+    assert t.spectrum is not None
+    cases = ((None, 13, "dense-isotropic"), (None, 12, "unclassified"), (5, 5, "exact-low-rank"))
+    for rank, at_least, expected in cases:
+        spectrum = replace(t.spectrum, rank999=rank, rank999_at_least=at_least)
+        assert rules.matrix_class(replace(t, spectrum=spectrum)) == expected
+
+
 @pytest.mark.parametrize("tail", [0.0, 5e-4, 5e-3, 0.3])
 def test_the_sketchs_rank999_lower_bound_never_exceeds_the_true_rank999(tail):
     """A rank-8 ΔW with a full-rank tail holding `tail` of its energy: the bound stays at or below numpy's
