@@ -128,7 +128,11 @@ def interleaved(base: Path, tuned: Path, before: Path, rounds: int, extra: list[
             env = {**CHILD_ENV, "PYTHONPATH": str(checkouts[label])}
             cmd = [sys.executable, "-c", CHILD, "diff", str(base), str(tuned), "--device", "cpu", "--no-save"]
             t = time.perf_counter()
-            out = subprocess.run([*cmd, "--json", "-q", *extra], capture_output=True, text=True, cwd=REPO, env=env)
+            # run from the checkout itself: `python -c` puts the working directory first on sys.path, ahead of
+            # PYTHONPATH (from REPO, `before` imported this checkout's weightdiag)
+            out = subprocess.run(
+                [*cmd, "--json", "-q", *extra], capture_output=True, text=True, cwd=checkouts[label], env=env
+            )
             seconds = time.perf_counter() - t
             if out.returncode not in (0, 1):
                 raise RuntimeError(f"{label} failed: {out.stderr[-2000:]}")

@@ -20,7 +20,11 @@ labelled by its folder's name), e.g. a second model trained from another seed (`
 which no threshold was set. The confusion table is printed for all models and for each model apart, with the
 mechanisms each model covers.
 
+`--sketch-all` runs every diff with no Gram (the gram_cols knob at 16): every matrix's subspace figures come from
+the wide matrices' sketch (delta/wide.py) and ΔW's spectrum from the one-pass sketch, as on a real LLM.
+
     python benchmarks/bench_forensics.py [--pairs DIR] [--antiberty DIR] [--causal DIR ...] [--steps 30]
+        [--causal-only] [--sketch-all]
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks import causal_pairs, forensic_pairs  # noqa: E402
+from weightdiag import tuning  # noqa: E402
 from weightdiag.delta.mechanism import VERDICTS  # noqa: E402
 from weightdiag.delta.result import DiffOptions  # noqa: E402
 from weightdiag.run.diff import diff  # noqa: E402
@@ -71,6 +76,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--causal-only", action="store_true", help="the causal sets alone (no MiniLM, AntiBERTy)")
+    parser.add_argument(
+        "--sketch-all",
+        action="store_true",
+        help="every matrix on the wide path: no Gram (gram_cols 16), its subspaces sketched (delta/wide.py)",
+    )
     args = parser.parse_args(argv)
     berts: list[tuple[str, Path]] = []
     if not args.causal_only:
@@ -86,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         if not (causal / "pairs.json").exists():
             causal_pairs.build(causal)
     print(f"machine: {platform.machine()}, {platform.processor() or platform.platform()}")
+    print(f"mode: {'every matrix sketched (gram_cols 16)' if args.sketch_all else 'as is'}")
     print(f"pairs in {', '.join(str(f) for f in [*(f for _, f in berts), *causals])}")
     # (label, folder of the pairs, derived model, true mechanism, parents given)
     cases: list[tuple[str, Path, str, str | None, list[str]]] = []
@@ -105,7 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     for label, folder, name, expected, parents in cases:
         started = time.perf_counter()
         options = DiffOptions(device="cpu", parents=[str(folder / p) for p in parents])
-        result = diff(str(folder / "base"), str(folder / name), options)
+        with tuning.override(**({"gram_cols": 16} if args.sketch_all else {})):
+            result = diff(str(folder / "base"), str(folder / name), options)
         seconds = time.perf_counter() - started
         m = result.mechanism
         rows.append((label, expected, m.verdict, m.details, result.damage, seconds))

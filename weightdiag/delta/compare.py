@@ -35,6 +35,7 @@ from .paired import BLOCK_BYTES, Rows, block_rows, matrix_shape, plan_rows, side
 from .pairing import Pair
 from .result import DiffOptions, TensorDiff
 from .spectrum import Accumulator, accumulator
+from .wide import SKETCH_SIZE, WideSketch
 
 SIDES = ("base", "tuned")
 
@@ -144,15 +145,18 @@ class PairsPass:
 
     def task_memory(self, parts: range) -> int:
         """A task's peak: the blocks in flight on both sides and their float64 arithmetic, the spectra's
-        accumulators (8 MB at most each: the gram_cols knob; three with the forensics' Grams of both sides), a Hub
-        side's buffers."""
+        accumulators (8 MB at most each: the gram_cols knob; three with the forensics' Grams of both sides), the
+        wide matrices' subspace sketches, a Hub side's buffers."""
         workers = self.options.workers or 1
         hub = any(source.kind == "hub" for source in self.sources)
         elems = tuning.current().block_elems
         blocks = 2 * workers * (2 * BLOCK_BYTES + 4 * 8 * elems)  # the one-pass kernel's need no float64
         buffers = 2 * (self.options.connections + 2) * (16 << 20) if hub else 0
         grams = 3 if self.options.spectrum else 1  # ΔW's Gram, and both sides' (delta/forensics.py)
-        return TASK_BASE_MEMORY + blocks + 2 * workers * grams * (8 << 20) + buffers
+        # a wide matrix's subspace sketch (delta/wide.py): two 2l x n float64 sums, held and in each part
+        widest = max((matrix_shape(self.pairs[i].base.shape)[1] for i in parts), default=0)
+        wide = 2 * (2 * SKETCH_SIZE) * widest * 8 if self.options.spectrum else 0
+        return TASK_BASE_MEMORY + blocks + 2 * workers * (grams * (8 << 20) + wide) + buffers
 
 
 def _shards_of(ref: TensorRef) -> set[int]:
@@ -176,6 +180,7 @@ def compare(
     spectra: dict[int, Accumulator | None] = {}
     shapes: dict[int, geometry.Accumulator | None] = {}
     tops: dict[int, tails.Accumulator | None] = {}
+    wides: dict[int, WideSketch | None] = {}  # the subspace sketch of a matrix too wide for a Gram (wide.py)
 
     def start(i: int) -> None:
         pair = pairs[i]
@@ -192,13 +197,16 @@ def compare(
             role = classify_tensor(pair.name, tuple(pair.base.shape), arch.n_layers, arch.family, arch.n_experts)
             side = None if role.kind in geometry.COUNTS_ONLY else geometry.side_for(m, n, step >= m)
             shapes[i] = geometry.Accumulator(m, n, side, cast, rows=role.kind == "embed")
+            wide = side is None and role.kind not in geometry.COUNTS_ONLY
+            wides[i] = WideSketch(m, n, seed=options.seed) if wide else None
         else:
+            wides[i] = None
             spectra[i] = None
             # a vector or a 1-wide matrix: the counts only (no Gram)
             cast = geometry.cast_of(_dtype_label(pair.base), _dtype_label(pair.tuned))
             shapes[i] = geometry.Accumulator(m, n, None, cast) if options.spectrum else None
 
-    def work(block: Rows, b: Any, t: Any) -> tuple[Any, Any, Any, Any]:
+    def work(block: Rows, b: Any, t: Any) -> tuple[Any, Any, Any, Any, Any]:
         acc = spectra[block.pair]
         part, delta = block_part(b, t, delta=acc is not None)
         n = matrix_shape(pairs[block.pair].base.shape)[1]
@@ -208,11 +216,16 @@ def compare(
         if shape is not None:
             geo = shape.block_part(b.values.reshape(rows, n), t.values.reshape(rows, n), first=block.r0 == 0)
         top = tails.block_part(b, t, block.r0 * n) if tops[block.pair] is not None else None
+        sketch = wides[block.pair]
+        wide = None
+        if sketch is not None:
+            d = delta.reshape(rows, n) if delta is not None else None
+            wide = sketch.block_part(b.values.reshape(rows, n), t.values.reshape(rows, n), d)
         if acc is None or delta is None:
-            return part, None, geo, top
-        return part, acc.block_part(block.r0, delta.reshape(rows, n)), geo, top
+            return part, None, geo, top, wide
+        return part, acc.block_part(block.r0, delta.reshape(rows, n)), geo, top, wide
 
-    for block, (part, spec, geo, top) in stream_pairs(
+    for block, (part, spec, geo, top, wide) in stream_pairs(
         pairs,
         base_reader,
         tuned_reader,
@@ -235,6 +248,9 @@ def compare(
         held = tops[i]
         if held is not None and top is not None:
             held.fold(top)
+        sketched = wides[i]
+        if sketched is not None and wide is not None:
+            sketched.fold(wide)
         if not block.last:
             continue
         pair = pairs[i]
@@ -247,6 +263,9 @@ def compare(
         if shape is not None:
             gram = getattr(acc, "gram", None)  # ΔW's Gram on the same side (Gram: right, _Whole: left)
             found = shape.result(gram if _same_side(acc, shape.side) else None)
+            if sketched is not None:
+                found = sketched.result(found, fig.delta_norm**2)
+        wides.pop(i)
         spectra.pop(i)
         role = classify_tensor(pair.name, tuple(pair.base.shape), arch.n_layers, arch.family, arch.n_experts)
         m, n = matrix_shape(pair.base.shape)

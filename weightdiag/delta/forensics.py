@@ -3,9 +3,9 @@ how sparse and how grid-like the change is. Pure numerics over the row blocks th
 
 Each side's Gram matrix is accumulated in float64 over the row blocks, as delta/spectrum.py accumulates ΔW's:
 W^T W (n x n) when n <= the gram_cols knob (right singular vectors), or W W^T (m x m) for a matrix read in one
-block whose m is (left singular vectors); a wider matrix read in several blocks, and embeddings and output
-heads (COUNTS_ONLY: their Grams cost most on a small model, and no verdict reads them), get the counts only
-(their subspace figures are None). From G = V diag(σ^2) V^T:
+block whose m is (left singular vectors); a wider matrix read in several blocks has its subspaces sketched
+(delta/wide.py); embeddings and output heads (COUNTS_ONLY: their Grams cost most on a small model, and no verdict
+reads them) get the counts only (their subspace figures are None). From G = V diag(σ^2) V^T:
 
 - principal angles between the base's and the tuned's top-k subspaces (k = TOP_K): the cosines are the
   singular values of V_base[:, :k]^T V_tuned[:, :k]; `overlap` = their mean square (1: the same subspace);
@@ -55,7 +55,7 @@ ROW_MIN = 5  # changed rows needed for a spread (fewer: None; with few rows the 
 class Forensics:
     """One matrix's subspace figures (None where the matrix is too wide for a Gram) and counts."""
 
-    side: str | None  # "right" (W^T W) or "left" (W W^T); None: counts only
+    side: str | None  # "right" (W^T W), "left" (W W^T), "sketch" (delta/wide.py's left sketch); None: counts only
     k: int  # directions compared
     principal_cosines: tuple[float, ...]  # cosines of the principal angles, descending
     overlap: float | None  # mean square of the cosines
@@ -78,6 +78,8 @@ class Forensics:
     # (bits, group) when every group of the tuned side's first rows is whole multiples of its own absmax /
     # (2^(bits-1) - 1): a symmetric absmax integer code, dequantized (`integer_grid`; group 0: the row); else None
     integer_grid: tuple[int, int] | None = None
+    # side "sketch": the l vectors of the range sketch (delta/wide.py) that stand for the base's singular vectors
+    basis: int | None = None
     # WeightWatcher's power-law alpha of each side's ESD (fit.esd.fit_power_law on the Grams' eigenvalues, the
     # σ^2 of W); None without a Gram or where the fit failed
     alpha_base: float | None = None
@@ -107,6 +109,8 @@ class Forensics:
 
         return {
             "side": self.side,
+            "method": None if self.side is None else "sketch" if self.side == "sketch" else "gram",
+            "basis": self.basis,
             "k": self.k,
             "principal_cosines": [float(c) for c in self.principal_cosines],
             "subspace_overlap": num(self.overlap),

@@ -135,9 +135,11 @@ def matrix_class(t: TensorDiff) -> str:
     if t.kind in ("embed", "unembed") or min(t.shape[0], t.shape[-1]) < SMALL:
         return "embedding"
     rank = t.spectrum.rank999 if t.spectrum is not None else None
-    if rank is None or f.level_ratio is None or f.level_ratio < DISTINCT:
+    # the sketch's lower bound beyond the cap: dense, though rank999 itself is not pinned
+    dense = rank is None and t.spectrum is not None and (t.spectrum.rank999_at_least or 0) > _cap(t)
+    if (rank is None and not dense) or f.level_ratio is None or f.level_ratio < DISTINCT:
         return "unclassified"
-    if 0 < rank <= _cap(t):
+    if rank is not None and 0 < rank <= _cap(t):
         return "exact-low-rank"
     if f.principal_energy is None or f.isotropic_energy is None:
         return "unclassified"

@@ -46,8 +46,9 @@ ERROR_ROWS = 16  # s: rows of the error sketch Θ
 ERROR_SAFETY = 1.5  # the error estimate is a 16-sample mean: widen it before bounding rank90 with it
 TOP_SINGULAR = 8  # singular values reported per matrix
 ENERGY = 0.9  # rank90: singular values holding 90% of ||ΔW||_F^2
-NEAR_ALL = 0.999  # rank999: singular values holding 99.9% of ||ΔW||_F^2 (exact spectra only)
+NEAR_ALL = 0.999  # rank999: singular values holding 99.9% of ||ΔW||_F^2 (the sketch: a lower bound, or pinned)
 TOL = 1e-9  # relative slack on the energy cut (float64 rounding of the sums)
+TAIL_MARGIN = 4.0  # tail_rank: the squared error must exceed Tropp et al.'s expected bound this many times over
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ class Spectrum:
     # how many σ hold 99.9% of ||ΔW||_F^2 (a merged LoRA of rank r: r, up to the rounding of its storage; a
     # fine-tune's is far larger); from the sketch only where its error bound pins it to one value, else None
     rank999: int | None = None
+    # a lower bound on rank999 (rank999 itself when known): the sketch's, from the same error bound as
+    # rank90_at_least (k + 1 when its k σ̂ cannot reach 99.9% within the bound); None: not computed
+    rank999_at_least: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +81,7 @@ class Spectrum:
             "sketch_error": self.error,
             "rank90_range": list(self.rank90_range) if self.rank90_range is not None else None,
             "rank999": self.rank999,
+            "rank999_at_least": self.rank999_at_least,
         }
 
 
@@ -88,6 +93,25 @@ def rank_at(singular_sq: np.ndarray, total: float, energy: float = ENERGY) -> in
     cum = np.cumsum(np.sort(np.asarray(singular_sq, dtype=np.float64))[::-1])
     hit = np.flatnonzero(cum >= energy * total * (1 - TOL))
     return int(hit[0]) + 1 if hit.size else None
+
+
+def tail_rank(error: float, total: float, k: int, co: int, energy: float = NEAR_ALL) -> int:
+    """A lower bound on the rank holding `energy` of ||ΔW||_F^2 from the sketch's error, by Tropp et al.'s Theorem
+    4.3 read backwards: were that rank at most ρ, the energy beyond ρ, τ_{ρ+1}^2, would be at most (1 - energy)
+    total and E e^2 at most (1 + f(k, l)) (1 + f(ρ, k)) (1 - energy) total. An error above that (taken as
+    error / ERROR_SAFETY, and TAIL_MARGIN over the expectation: one draw, not the mean) puts the rank beyond ρ.
+    co: the co-range sketch's l. Returns 1 + the largest such ρ (< k - 1), 0 when none (or l < k + 2: the bound
+    does not hold)."""
+    if total <= 0 or co < k + 2:
+        return 0
+    seen = (error / ERROR_SAFETY) ** 2 / TAIL_MARGIN
+    grow = 1 + k / (co - k - 1)
+    found = 0
+    for rho in range(k - 1):
+        if grow * (1 + rho / (k - rho - 1)) * (1 - energy) * total >= seen:
+            break
+        found = rho + 1
+    return found
 
 
 def rank90_bounds(singular: np.ndarray, total: float, error: float, energy: float = ENERGY) -> tuple[int, int]:
@@ -145,7 +169,8 @@ def _exact(eig: np.ndarray, total: float) -> Spectrum:
     tail = rank_at(eig, total, NEAR_ALL)
     if tail is None:
         tail = rank_at(eig, float(np.sum(eig)), NEAR_ALL)
-    return Spectrum("exact", singular, rank, rank, rank90_range=(rank, rank), rank999=tail or 0)
+    tail = tail or 0
+    return Spectrum("exact", singular, rank, rank, rank90_range=(rank, rank), rank999=tail, rank999_at_least=tail)
 
 
 class Sketch(Accumulator):
@@ -243,6 +268,8 @@ class Sketch(Accumulator):
         rel = err / math.sqrt(total) if total > 0 else 0.0
         # rank999 only where the same bound pins it to one value (a ΔW of rank <= k, a merged LoRA: e ~ 0)
         lo999, hi999 = rank90_bounds(sv, total, ERROR_SAFETY * err, NEAR_ALL)
+        # its lower bound: Mirsky's (lo999, weak for a dense ΔW: e is most of its norm) or the error's own
+        at_least = max(lo999, tail_rank(err, total, self.k, self.l))
         return Spectrum(
             "sketch",
             tuple(float(v) for v in sv[:TOP_SINGULAR]),
@@ -252,6 +279,7 @@ class Sketch(Accumulator):
             rel,
             (lo, hi if bounded else None),
             lo999 if lo999 == hi999 and hi999 <= sv.size else None,
+            lo999 if lo999 == hi999 and hi999 <= sv.size else at_least,
         )
 
 
