@@ -17,7 +17,8 @@ Each changed matrix is put in one class first (`matrix_class`):
   directions with RL's off them);
 - "dense-isotropic": high-rank ΔW with no preference for the principal subspace (noise, or an RL-style update:
   the two cannot be told apart from the weights here, so no verdict is drawn from it);
-- "unclassified": figures missing (a matrix too wide for the exact spectrum, or without one);
+- "unclassified": figures missing (no spectrum, or a sketched ΔW whose rank999 the sketch neither pins nor
+  bounds beyond the low-rank cap);
 - "embedding": embeddings and output heads, and matrices under 16 wide: a fine-tune on few tokens or positions
   changes few of their rows, so their rank says nothing of the mechanism. They do not vote (the grid and cast
   classes aside, which hold for every matrix).
