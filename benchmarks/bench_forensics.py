@@ -12,6 +12,9 @@ of the fine-tune and the rank-16 LoRA). Diffs each against the base and prints:
   - `--export-lora` on the rank-4 LoRA (energy 0.99999: the exported rank, the largest relative error) and on
     the fine-tune (energy 0.9: the smallest energy reached per matrix).
 
+Each model's LoRA and fine-tune are also quantized (int8, int4 in groups of 32, NF4) and diffed against the base:
+a changed model's quantized copy, which no one mechanism names (only `unsure` is right: "changed+quantized").
+
 Then the pairs of a tiny causal LM trained here (benchmarks/causal_pairs.py: identical, re-stored as BF16 and
 renamed, int8 and int4 round trips, continued pretraining, a GRPO-style RL update, SFT, a merged LoRA, two
 merges), and every merge diffed twice: with its parents given (`--parent`) and without; and one null case for
@@ -48,6 +51,36 @@ from weightdiag.delta.mechanism import VERDICTS  # noqa: E402
 from weightdiag.delta.result import DiffOptions  # noqa: E402
 from weightdiag.run.diff import diff  # noqa: E402
 from weightdiag.run.export_lora import export_lora  # noqa: E402
+
+
+# A changed model quantized (a LoRA or a fine-tune, then a quantizer's round trip) against the base: no one
+# mechanism names it, so only `unsure` is right (`quantized` hides the change, `lora` the rounding)
+CHANGED_QUANTIZED = "changed+quantized"
+QUANTIZED_CHANGED = (  # (the changed model, forensic_pairs.STORED's quantizer), where the folder has the first
+    ("lora-r4", "quant-int8"),
+    ("lora-r4", "quant-int4-g32"),
+    ("lora-r16", "quant-nf4"),
+    ("finetune", "quant-int8"),
+    ("lora", "quant-int8"),
+    ("lora", "quant-int4-g32"),
+    ("sft", "quant-int8"),
+)
+
+
+def quantized_changed(folder: Path) -> list[str]:
+    """Write (once) each changed model of `folder` through the quantizers of QUANTIZED_CHANGED; their names."""
+    from safetensors.torch import load_file
+
+    made = []
+    for source, quantizer in QUANTIZED_CHANGED:
+        if not (folder / source / "model.safetensors").exists():
+            continue
+        name = f"{source}+{quantizer}"
+        if not (folder / name / "model.safetensors").exists():
+            tensors = load_file(str(folder / source / "model.safetensors"))
+            forensic_pairs.write(folder / name, folder / source, forensic_pairs.STORED[quantizer](tensors))
+        made.append(name)
+    return made
 
 
 def confusion(rows: list) -> None:
@@ -112,6 +145,9 @@ def main(argv: list[str] | None = None) -> None:
             if parents:
                 cases.append((f"{model} {name} --parent x2", causal, name, expected, parents))
         cases.append((f"{model} sft --parent cpt --parent rl", causal, "sft", "full_finetune", ["cpt", "rl"]))
+    for label, folder in [*berts, *((c.name, c) for c in causals)]:
+        for name in quantized_changed(folder):
+            cases.append((f"{label} {name}", folder, name, CHANGED_QUANTIZED, []))
     rows = []
     for label, folder, name, expected, parents in cases:
         started = time.perf_counter()
