@@ -52,7 +52,6 @@ from weightdiag.delta.result import DiffOptions  # noqa: E402
 from weightdiag.run.diff import diff  # noqa: E402
 from weightdiag.run.export_lora import export_lora  # noqa: E402
 
-
 # A changed model quantized (a LoRA or a fine-tune, then a quantizer's round trip) against the base: no one
 # mechanism names it, so only `unsure` is right (`quantized` hides the change, `lora` the rounding)
 CHANGED_QUANTIZED = "changed+quantized"
