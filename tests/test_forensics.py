@@ -656,3 +656,40 @@ def test_blocks_whose_verdicts_differ_are_listed_in_json_and_text(planted):
     assert "by block: 0-1 lora; 2-3 unsure" in text, text
     same = run_cli("diff", str(planted["base"]), str(planted["lora"]), "--json", "--no-save")
     assert "blocks" not in json.loads(same.stdout)["mechanism"]  # every block reads as the model: none listed
+
+
+def _gguf_q8(path: Path, tensors: dict[str, np.ndarray]) -> Path:
+    """The matrices (not the embeddings or head) quantized Q8_0 by gguf-py and stored so, the rest F32."""
+    gguf = pytest.importorskip("gguf")
+    from gguf import quants
+
+    kind = gguf.GGMLQuantizationType.Q8_0
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for name, w in tensors.items():
+        if w.ndim == 2 and "embed" not in name and "lm_head" not in name:
+            packed = quants.quantize(w, kind)
+            writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=kind)
+        else:
+            writer.add_tensor(name, w)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_stored_quantized_copy_of_a_changed_model_is_not_named_quantized(planted, tmp_path):
+    """Stored Q8_0 (gguf-py's quantizer): the base's copy is `quantized (Q8_0)`; the LoRA model's copy, against the
+    base, is `unsure`: its q and v matrices stand out of the rounding noise."""
+    base = base_tensors()
+    lora = dict(base)
+    for i in range(4):
+        for name in (Q.format(i), V.format(i)):
+            lora[name] = low_rank_update(base[name], rank=4, seed=10 + i)
+    copies = {"base": _gguf_q8(tmp_path / "base.gguf", base), "lora": _gguf_q8(tmp_path / "lora.gguf", lora)}
+    plain = diff(str(planted["base"]), str(copies["base"]), DiffOptions(device="cpu")).mechanism
+    assert plain.verdict == "quantized" and plain.details["format"] == "Q8_0", plain
+    changed = diff(str(planted["base"]), str(copies["lora"]), DiffOptions(device="cpu")).mechanism
+    assert changed.verdict == "unsure", changed
+    signals = {e["signal"]: e["value"] for e in changed.evidence}
+    assert signals["structured_change"] == 8, changed  # the 8 matrices the LoRA changed
