@@ -24,7 +24,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -920,6 +920,11 @@ def diff(
     _check_outputs(plot_dir, html_file)
     if export_lora is not None:
         check_export(Path(export_lora), lora_rank, lora_energy)
+        if options is None or options.workers is None:
+            # the export's bound (one matrix's ΔW and Gram) holds for the whole command: the diff before it takes
+            # one block at a time (two workers' float64 block arithmetic and spectra passed 500 MB on 2 x 1 GB),
+            # a few seconds on an export that takes minutes
+            options = replace(options or DiffOptions(), workers=1)
     elif lora_rank is not None or lora_energy is not None:
         raise OptionError(f"{param('rank')} and {param('energy')} go with {param('export_lora')}", param="rank")
     if plot_dir is not None or html_file is not None:

@@ -49,8 +49,8 @@ class WidePart(NamedTuple):
     """One row block's sums (plain numpy: picklable, folded in block order)."""
 
     gram: np.ndarray  # Z^T Z (2l x 2l), Z = [Y_W, Y_T]
-    s: np.ndarray  # Z^T W_b (2l x n)
-    d: np.ndarray  # Z^T ΔW_b (2l x n)
+    s: np.ndarray  # Z^T W_b (2l x n, float32)
+    d: np.ndarray  # Z^T ΔW_b (2l x n, float32)
 
 
 class WideSketch:
@@ -62,8 +62,10 @@ class WideSketch:
         self.l = max(1, min(size, m, n))
         self.omega = np.random.default_rng([seed, 2, n]).standard_normal((n, self.l), dtype=np.float32)
         self.gram = np.zeros((2 * self.l, 2 * self.l))
-        self.s = np.zeros((2 * self.l, n))
-        self.d = np.zeros((2 * self.l, n))
+        # ZᵀW and ZᵀΔW summed in float32 (each block's part is sgemm's float32; a few dozen blocks add ~1e-6
+        # relative, far below the sketch's own error) to hold 2 x 2l x n x 4 bytes per matrix in flight
+        self.s = np.zeros((2 * self.l, n), dtype=np.float32)
+        self.d = np.zeros((2 * self.l, n), dtype=np.float32)
 
     def block_part(self, base: np.ndarray, tuned: np.ndarray, delta: np.ndarray | None = None) -> WidePart:
         """base, tuned: values of rows [r0, r1) (rows x n); delta: ΔW there as the diff computed it (0 where a
@@ -79,7 +81,9 @@ class WideSketch:
         d = t - b if delta is None else np.asarray(delta, dtype=np.float32)
         z = np.concatenate([yb, yb + d @ self.omega], axis=1)  # [Y_W, Y_T]: Y_T is Y_W exactly where ΔW = 0
         z64 = z.astype(np.float64)
-        return WidePart(z64.T @ z64, (z.T @ b).astype(np.float64), (z.T @ d).astype(np.float64))
+        # ZᵀW and ZᵀΔW stay float32 as sgemm gave them (a float64 copy added no digits and doubled the parts in
+        # flight: 5.8 MB each at 5,632 wide); the Gram, whose inverse root orthonormalizes Q, is float64
+        return WidePart(z64.T @ z64, z.T @ b, z.T @ d)
 
     def fold(self, part: WidePart) -> None:
         self.gram += part.gram
