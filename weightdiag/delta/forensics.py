@@ -339,7 +339,7 @@ def rounded(values: np.ndarray, dtype: str) -> np.ndarray:
     return np.where(nan, x, out)
 
 
-def _eig(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def descending_eig(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(σ descending, V with the matching columns), directions below NULL_CUT of the largest dropped."""
     lam, vecs = np.linalg.eigh(gram)
     lam, vecs = lam[::-1], vecs[:, ::-1]
@@ -364,8 +364,8 @@ def subspaces(
     level_ratio: float | None,
 ) -> Forensics:
     """The subspace figures from both sides' Grams (see the module docstring)."""
-    sb, vb = _eig(base_gram)
-    st, vt = _eig(tuned_gram)
+    sb, vb = descending_eig(base_gram)
+    st, vt = descending_eig(tuned_gram)
     dim = base_gram.shape[0]
     k = min(TOP_K, sb.size, st.size)
     if k == 0:

@@ -48,6 +48,7 @@ TOP_SINGULAR = 8  # singular values reported per matrix
 ENERGY = 0.9  # rank90: singular values holding 90% of ||ΔW||_F^2
 NEAR_ALL = 0.999  # rank999: singular values holding 99.9% of ||ΔW||_F^2 (the sketch: a lower bound, or pinned)
 TOL = 1e-9  # relative slack on the energy cut (float64 rounding of the sums)
+RANGE_CUT = 1e-12  # eigenvalues of a sketch's Gram below this fraction of the largest: directions dropped from Q
 TAIL_MARGIN = 4.0  # tail_rank: the squared error must exceed Tropp et al.'s expected bound this many times over
 
 
@@ -93,6 +94,14 @@ def rank_at(singular_sq: np.ndarray, total: float, energy: float = ENERGY) -> in
     cum = np.cumsum(np.sort(np.asarray(singular_sq, dtype=np.float64))[::-1])
     hit = np.flatnonzero(cum >= energy * total * (1 - TOL))
     return int(hit[0]) + 1 if hit.size else None
+
+
+def range_map(gram: np.ndarray) -> np.ndarray:
+    """V Λ^{-1/2} of a sketch's Gram Y^T Y = V Λ V^T, directions below RANGE_CUT of the largest dropped: Y V Λ^{-1/2}
+    is an orthonormal basis of Y's range (delta/wide.py's sketch too)."""
+    eig, vecs = np.linalg.eigh(gram)
+    keep = eig > RANGE_CUT * max(float(eig[-1]), 0.0)
+    return vecs[:, keep] / np.sqrt(eig[keep])
 
 
 def tail_rank(error: float, total: float, k: int, co: int, energy: float = NEAR_ALL) -> int:
@@ -176,8 +185,6 @@ def _exact(eig: np.ndarray, total: float) -> Spectrum:
 class Sketch(Accumulator):
     """The one-pass sketch of Tropp et al. (2017), Algorithm 4, with an a-posteriori error sketch."""
 
-    RANGE_CUT = 1e-12  # eigenvalues of G below this fraction of the largest: directions dropped from Q
-
     def __init__(
         self, m: int, n: int, seed: int = 0, cap: int = SKETCH_CAP, device: str = "cpu", backend: str | None = None
     ) -> None:
@@ -228,9 +235,7 @@ class Sketch(Accumulator):
 
     def range_map(self) -> np.ndarray:
         """V Λ^{-1/2} (k x r): Q = Y @ range_map() is an orthonormal basis of Y's range."""
-        eig, vecs = np.linalg.eigh(self.gram)
-        keep = eig > self.RANGE_CUT * max(float(eig[-1]), 0.0)
-        return vecs[:, keep] / np.sqrt(eig[keep])
+        return range_map(self.gram)
 
     def factors(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(Q, X) with Â = Q X, given Y = ΔW Ω (tests compare Â with ΔW; the stream never holds Y)."""

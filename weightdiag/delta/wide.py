@@ -10,10 +10,10 @@ by both sides) and each row block of the base W, the tuned T and ΔW = T - W (fl
     Y_W = W_b Ω,  Y_T = Y_W + ΔW_b Ω,  Z = [Y_W, Y_T]      (rows x 2l, not kept)
     G += Z^T Z (2l x 2l),  S += Z^T W_b,  D += Z^T ΔW_b     (2l x n)
 
-At the end: G = V Λ V^T, M = V Λ^{-1/2} (directions of Λ below RANGE_CUT of the largest dropped, as spectrum.py's
-sketch does), so that Q = Z M is an orthonormal basis of both sides' sketched ranges, never formed; Q^T W = M^T S
-and Q^T T = M^T (S + D), whose left singular vectors (from the r x r B B^T) and σ̂ (those of Q Q^T W, each at
-most W's) are the two sides' in one basis:
+At the end: G = V Λ V^T, M = V Λ^{-1/2} (spectrum.range_map: directions of Λ below its RANGE_CUT of the largest
+dropped, as for ΔW's sketch), so that Q = Z M is an orthonormal basis of both sides' sketched ranges, never
+formed; Q^T W = M^T S and Q^T T = M^T (S + D), whose left singular vectors (forensics.descending_eig of the r x r
+B B^T) and σ̂ (those of Q Q^T W, each at most W's) are the two sides' in one basis:
 
 - principal cosines: the singular values of U_W,k^T U_T,k (k = forensics.TOP_K), both in Q's coordinates;
 - spectral drift and the relative changes of the top σ, from σ̂ (one basis: a change of ΔW outside it moves
@@ -38,10 +38,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .forensics import INTRUDER_EPS, INTRUDER_K, NULL_CUT, REPORTED, TOP_K, Forensics
+from .forensics import INTRUDER_EPS, INTRUDER_K, REPORTED, TOP_K, Forensics, descending_eig
+from .spectrum import range_map
 
 SKETCH_SIZE = 64  # l: columns of Ω (TOP_K = 16 directions compared, oversampled fourfold)
-RANGE_CUT = 1e-12  # eigenvalues of Y^T Y below this fraction of the largest: directions dropped from Q
 SIDE = "sketch"  # Forensics.side of a sketched matrix
 
 
@@ -94,15 +94,19 @@ class WideSketch:
         """`counts` (forensics.Accumulator's result without subspaces) with the sketched subspace figures;
         delta_sq: the diff's exact ||ΔW||_F^2 (the principal energy's denominator)."""
         half = self.l
-        to_q = _range(self.gram)  # Q = Z to_q: an orthonormal basis of both sides' ranges
+        to_q = range_map(self.gram)  # Q = Z to_q: an orthonormal basis of both sides' ranges
         bw = to_q.T @ self.s  # Q^T W (r x n)
         same = not np.any(self.d)
-        sb, ub = _left(bw)
-        st, ut = (sb, ub) if same else _left(bw + to_q.T @ self.d)
+        sb, ub = descending_eig(bw @ bw.T)  # σ̂ and U of the r x n B from B B^T (level-3 BLAS, as spectrum.py's)
+        st, ut = sb, ub
+        if not same:
+            bt = bw + to_q.T @ self.d  # Q^T T
+            st, ut = descending_eig(bt @ bt.T)
         # the base's own sketch (Y_W alone): independent of ΔW, so that ΔW's directions, which Y_T holds, lend the
         # base's top-k no share of ΔW (the principal energy) and no tuned direction its own match (intruders)
-        to_w = _range(self.gram[:half, :half])
-        own, uw = _left(to_w.T @ self.s[:half])
+        to_w = range_map(self.gram[:half, :half])
+        base_own = to_w.T @ self.s[:half]
+        own, uw = descending_eig(base_own @ base_own.T)
         k = min(TOP_K, sb.size, st.size, own.size)
         blank = replace(counts, side=SIDE, k=0, basis=int(own.size))
         if k == 0:
@@ -134,20 +138,3 @@ class WideSketch:
             principal_energy=energy,
             isotropic_energy=k / self.m,
         )
-
-
-def _range(gram: np.ndarray) -> np.ndarray:
-    """V Λ^{-1/2} of the Gram Z^T Z = V Λ V^T, directions below RANGE_CUT of the largest dropped: Z V Λ^{-1/2} is
-    an orthonormal basis of Z's range."""
-    eig, vecs = np.linalg.eigh(gram)
-    keep = eig > RANGE_CUT * max(float(eig[-1]), 0.0)
-    return vecs[:, keep] / np.sqrt(eig[keep])
-
-
-def _left(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(σ descending, U) of b (r x n) from b b^T (r x r: level-3 BLAS, as spectrum.py's sketch), directions below
-    NULL_CUT of the largest eigenvalue dropped."""
-    lam, u = np.linalg.eigh(b @ b.T)
-    lam, u = lam[::-1], u[:, ::-1]
-    live = lam > NULL_CUT * max(float(lam[0]), 0.0) if lam.size else np.zeros(0, bool)
-    return np.sqrt(lam[live]), u[:, live]
