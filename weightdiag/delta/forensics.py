@@ -209,6 +209,7 @@ class Accumulator:
         with np.errstate(invalid="ignore", over="ignore"):
             d32 = t32 - b32
             near = int(np.count_nonzero(np.abs(d32) <= np.float32(TOLERANCE) * np.abs(b32)))
+        change = row_change(b32, d32) if self.rows and d32.ndim == 2 else None  # before NaN/Inf are zeroed
         if not np.isfinite(d32).all():  # NaN/Inf left out, as the diff's sums do
             d32 = np.where(np.isfinite(d32), d32, np.float32(0))
         lines = line_energy(d32) if d32.ndim == 2 else None
@@ -218,7 +219,6 @@ class Accumulator:
         if first and t32.ndim == 2 and t32.shape[1] > 1:
             grid = grid_probe(np.ascontiguousarray(t32).reshape(-1).view(np.uint32), t32.shape[1])
             whole = integer_grid(t32[rows])
-        change = row_change(b32, t32) if self.rows and t32.ndim == 2 else None
         return Part(gb, gt, near, _levels(b32[rows]), _levels(t32[rows]), b32.size, cast, grid, whole, change, lines)
 
     def fold(self, part: Part) -> None:
@@ -270,13 +270,11 @@ def line_energy(delta: np.ndarray) -> tuple[float, np.ndarray]:
     return float(rows.max(initial=0.0)), columns
 
 
-def row_change(base: np.ndarray, tuned: np.ndarray) -> np.ndarray:
-    """Each row's ||ΔW_r|| / ||W_base,r|| (float32 sums, as line_energy's; NaN/Inf rows and all-zero base rows:
-    NaN or Inf, left out by row_quantiles)."""
-    b = np.asarray(base, dtype=np.float32)
-    d = np.asarray(tuned, dtype=np.float32) - b
+def row_change(base: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """Each row's ||ΔW_r|| / ||W_base,r|| from float32 base and ΔW (float32 sums, as line_energy's; NaN/Inf rows
+    and all-zero base rows: NaN or Inf, left out by row_quantiles)."""
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        return np.sqrt(np.einsum("ij,ij->i", d, d) / np.einsum("ij,ij->i", b, b))
+        return np.sqrt(np.einsum("ij,ij->i", delta, delta) / np.einsum("ij,ij->i", base, base))
 
 
 def row_quantiles(parts: list[np.ndarray]) -> tuple[int, tuple[float, ...]]:
