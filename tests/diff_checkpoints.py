@@ -87,3 +87,28 @@ def stored(folder: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     return load_file(str(folder / "model.safetensors"))
+
+
+def write_gguf(
+    path: Path, tensors: Tensors, qtype: str, quantize: Callable[[str, np.ndarray], bool], arch: str = "llama"
+) -> dict[str, np.ndarray]:
+    """`tensors` as a GGUF file, those `quantize` picks quantized by gguf-py's own quantizer (`qtype`) and stored so,
+    the rest F32; returns the picked ones' values as gguf-py dequantizes them (float64, the tensors' shapes)."""
+    import gguf
+    from gguf import quants
+
+    kind = gguf.GGMLQuantizationType[qtype]
+    writer = gguf.GGUFWriter(str(path), arch)
+    back = {}
+    for name, w in tensors.items():
+        if quantize(name, w):
+            packed = quants.quantize(w, kind)
+            writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=kind)
+            back[name] = quants.dequantize(packed, kind).reshape(w.shape).astype(np.float64)
+        else:
+            writer.add_tensor(name, w)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return back

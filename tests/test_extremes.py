@@ -20,7 +20,7 @@ from weightdiag.fit.esd import fit_power_law
 from weightdiag.run.diff import diff
 
 from .conftest import run_cli
-from .diff_checkpoints import base_tensors, write
+from .diff_checkpoints import base_tensors, write, write_gguf
 
 DOWN = "model.layers.{}.mlp.down_proj.weight"
 SUPER_AT = (1, 5, 17)  # layer, row, column of the planted super weight
@@ -164,26 +164,12 @@ def test_without_the_spectrum_the_outliers_are_still_tracked(pairs):
 def test_a_gguf_made_by_gguf_py_is_diffed_on_the_values_gguf_py_dequantizes(tmp_path, qtype):
     """The cohort's GGUF members (benchmarks/quant_cohort.py): written by gguf-py's own quantizer under the base's
     tensor names; the diff's relative error per matrix equals numpy's on gguf-py's dequantized values."""
-    gguf = pytest.importorskip("gguf")
-    from gguf import quants
-
+    pytest.importorskip("gguf")
     base = base_tensors()
     write(tmp_path / "base", base)
-    kind = gguf.GGMLQuantizationType[qtype]
-    writer = gguf.GGUFWriter(str(tmp_path / "model.gguf"), "bert")
-    expected = {}
-    for name, w in base.items():
-        if w.ndim == 2:
-            packed = quants.quantize(w, kind)
-            writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=kind)
-            back = quants.dequantize(packed, kind).reshape(w.shape).astype(np.float64)
-            expected[name] = np.linalg.norm(back - w) / np.linalg.norm(w.astype(np.float64))
-        else:
-            writer.add_tensor(name, w)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    back = write_gguf(tmp_path / "model.gguf", base, qtype, lambda name, w: w.ndim == 2, arch="bert")
+    norm = np.linalg.norm
+    expected = {name: norm(v - base[name]) / norm(base[name].astype(np.float64)) for name, v in back.items()}
     result = diff(str(tmp_path / "base"), str(tmp_path / "model.gguf"), DiffOptions(device="cpu", spectrum=False))
     got = {t.name: t.relative_change for t in result.matrices}
     assert set(got) == set(expected)

@@ -22,7 +22,7 @@ from weightdiag.delta.result import DiffOptions
 from weightdiag.run.diff import diff
 
 from .conftest import run_cli
-from .diff_checkpoints import base_tensors, low_rank_update, noise, write
+from .diff_checkpoints import base_tensors, low_rank_update, noise, write, write_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -170,15 +170,26 @@ def _int4(w: np.ndarray, group: int = 32) -> np.ndarray:
     return (np.clip(np.round(x / scale), -8, 7) * scale).reshape(rows, cols).astype(np.float32)
 
 
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("forensics")
-    base = base_tensors()
+def _lora(base: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The base with a rank-4 update merged into every q and v (the planted LoRA)."""
     lora = dict(base)
     for i in range(4):
         for name in (Q.format(i), V.format(i)):
             lora[name] = low_rank_update(base[name], rank=4, seed=10 + i)
-    quant = {k: (_int4(v) if v.ndim == 2 and "embed" not in k and "lm_head" not in k else v) for k, v in base.items()}
+    return lora
+
+
+def _matrix(name: str, w: np.ndarray) -> bool:
+    """The matrices a quantizer stores quantized here: not the embeddings or the head."""
+    return w.ndim == 2 and "embed" not in name and "lm_head" not in name
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("forensics")
+    base = base_tensors()
+    lora = _lora(base)
+    quant = {k: (_int4(v) if _matrix(k, v) else v) for k, v in base.items()}
     out = {"base": write(root / "base", base)}
     out["identical"] = write(root / "identical", base)
     out["restored"] = write(root / "restored", base, dtype=torch.bfloat16)
@@ -658,35 +669,14 @@ def test_blocks_whose_verdicts_differ_are_listed_in_json_and_text(planted):
     assert "blocks" not in json.loads(same.stdout)["mechanism"]  # every block reads as the model: none listed
 
 
-def _gguf_q8(path: Path, tensors: dict[str, np.ndarray]) -> Path:
-    """The matrices (not the embeddings or head) quantized Q8_0 by gguf-py and stored so, the rest F32."""
-    gguf = pytest.importorskip("gguf")
-    from gguf import quants
-
-    kind = gguf.GGMLQuantizationType.Q8_0
-    writer = gguf.GGUFWriter(str(path), "llama")
-    for name, w in tensors.items():
-        if w.ndim == 2 and "embed" not in name and "lm_head" not in name:
-            packed = quants.quantize(w, kind)
-            writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=kind)
-        else:
-            writer.add_tensor(name, w)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
 def test_a_stored_quantized_copy_of_a_changed_model_is_not_named_quantized(planted, tmp_path):
     """Stored Q8_0 (gguf-py's quantizer): the base's copy is `quantized (Q8_0)`; the LoRA model's copy, against the
     base, is `unsure`: its q and v matrices stand out of the rounding noise."""
+    pytest.importorskip("gguf")
     base = base_tensors()
-    lora = dict(base)
-    for i in range(4):
-        for name in (Q.format(i), V.format(i)):
-            lora[name] = low_rank_update(base[name], rank=4, seed=10 + i)
-    copies = {"base": _gguf_q8(tmp_path / "base.gguf", base), "lora": _gguf_q8(tmp_path / "lora.gguf", lora)}
+    copies = {"base": tmp_path / "base.gguf", "lora": tmp_path / "lora.gguf"}
+    write_gguf(copies["base"], base, "Q8_0", _matrix)
+    write_gguf(copies["lora"], _lora(base), "Q8_0", _matrix)
     plain = diff(str(planted["base"]), str(copies["base"]), DiffOptions(device="cpu")).mechanism
     assert plain.verdict == "quantized" and plain.details["format"] == "Q8_0", plain
     changed = diff(str(planted["base"]), str(copies["lora"]), DiffOptions(device="cpu")).mechanism
