@@ -185,6 +185,17 @@ def _structured(voting: Sequence[TensorDiff], say: Any) -> bool:
     return True
 
 
+def _copy_alone(
+    changed_vectors: Sequence[TensorDiff], vectors_cast: bool, voting: Sequence[TensorDiff], say: Any
+) -> bool:
+    """Whether a quantized-looking change is a quantizer's copy alone: vectors untouched or only cast, and no matrix
+    changed beyond rounding noise (_structured). Says why not."""
+    if changed_vectors and not vectors_cast:
+        say("vectors_changed", len(changed_vectors), "vectors changed too: not a quantizer's copy alone")
+        return False
+    return not _structured(voting, say)
+
+
 def _g(x: float | None) -> str:
     return "?" if x is None else f"{x:.3g}"
 
@@ -338,34 +349,28 @@ def _judge(
     untouched_vectors = sum(t.untouched for t in vectors)
     if labels and all(_quant_label(t) for t in changed_matrices):
         say("tuned_format", sorted(labels), "the tuned side is stored quantized")
-        if changed_vectors and not vectors_cast:
-            say("vectors_changed", len(changed_vectors), "vectors changed too: not a quantizer's copy alone")
-            return Mechanism("unsure", evidence, details)
-        if _structured(voting, say):
+        if not _copy_alone(changed_vectors, vectors_cast, voting, say):
             return Mechanism("unsure", evidence, details)
         return Mechanism("quantized", evidence, {**details, "format": ", ".join(sorted(labels))})
     if voting and share("grid") >= AGREE and share("grid") + share("unclassified") == 1.0:
         level = _median(levels)
         say("level_ratio_median", level, f"tuned rows hold {_g(level)} of the base's distinct values: a grid")
         say("vectors_untouched", untouched_vectors, f"{untouched_vectors} of {len(vectors)} vectors untouched")
-        if (not changed_vectors or vectors_cast) and _structured(voting, say):
+        if not _copy_alone(changed_vectors, vectors_cast, voting, say):
             return Mechanism("unsure", evidence, details)
-        if not changed_vectors or vectors_cast:
-            grids = {t.forensics.grid for t in voting if t.forensics and every_class[t.name] == "grid"}
-            codes = {t.forensics.integer_grid for t in voting if t.forensics and every_class[t.name] == "grid"}
-            fmt = None
-            if len(codes) == 1 and (code := next(iter(codes))) is not None:
-                per = "row" if code[1] == 0 else f"{code[1]} elements of a row"
-                fmt = f"dequantized int{code[0]}, a symmetric absmax scale per {per}"
-                say("integer_grid", {"bits": code[0], "group": code[1]}, f"every grid matrix: {fmt}")
-            elif len(grids) == 1 and (grid := next(iter(grids))) is not None:
-                # grid_probe answers for the largest group with <= 16 levels: 2 bits in groups of 32 read as 4 in 128
-                bits, group = grid
-                fmt = f"dequantized, at most {2**bits} levels per {group} elements of a row ({bits} bits or fewer)"
-                say("grid", {"bits": grid[0], "group": grid[1]}, f"every grid matrix: {fmt}")
-            return Mechanism("quantized", evidence, {**details, "format": fmt})
-        say("vectors_changed", len(changed_vectors), "vectors changed too: not a quantizer's copy alone")
-        return Mechanism("unsure", evidence, details)
+        grids = {t.forensics.grid for t in voting if t.forensics and every_class[t.name] == "grid"}
+        codes = {t.forensics.integer_grid for t in voting if t.forensics and every_class[t.name] == "grid"}
+        fmt = None
+        if len(codes) == 1 and (code := next(iter(codes))) is not None:
+            per = "row" if code[1] == 0 else f"{code[1]} elements of a row"
+            fmt = f"dequantized int{code[0]}, a symmetric absmax scale per {per}"
+            say("integer_grid", {"bits": code[0], "group": code[1]}, f"every grid matrix: {fmt}")
+        elif len(grids) == 1 and (grid := next(iter(grids))) is not None:
+            # grid_probe answers for the largest group with <= 16 levels: 2 bits in groups of 32 read as 4 in 128
+            bits, group = grid
+            fmt = f"dequantized, at most {2**bits} levels per {group} elements of a row ({bits} bits or fewer)"
+            say("grid", {"bits": grid[0], "group": grid[1]}, f"every grid matrix: {fmt}")
+        return Mechanism("quantized", evidence, {**details, "format": fmt})
 
     ranks = [t.spectrum.rank999 for t in voting if t.spectrum is not None and t.spectrum.rank999]
     intruders = [t.forensics.intruders for t in voting if t.forensics and t.forensics.intruders is not None]
