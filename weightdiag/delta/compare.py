@@ -153,7 +153,8 @@ class PairsPass:
         blocks = 2 * workers * (2 * BLOCK_BYTES + 4 * 8 * elems)  # the one-pass kernel's need no float64
         buffers = 2 * (self.options.connections + 2) * (16 << 20) if hub else 0
         grams = 3 if self.options.spectrum else 1  # ΔW's Gram, and both sides' (delta/forensics.py)
-        # a wide matrix's subspace sketch (delta/wide.py): two 2l x n float64 sums, held and in each part
+        # a wide matrix's subspace sketch (delta/wide.py): two 2l x n float32 sums, held and in each part, counted
+        # at 8 bytes an element (the parts' float32 products and their temporaries)
         widest = max((matrix_shape(self.pairs[i].base.shape)[1] for i in parts), default=0)
         wide = 2 * (2 * SKETCH_SIZE) * widest * 8 if self.options.spectrum else 0
         return TASK_BASE_MEMORY + blocks + 2 * workers * (grams * (8 << 20) + wide) + buffers
