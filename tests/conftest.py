@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -297,6 +298,31 @@ def load_json(path: Path):
 
 
 from .hub_server import fake_hub  # noqa: E402,F401  (registers the fixture)
+
+# Folders that a session-scoped fixture made: never removed before the run ends (see pytest_fixture_setup).
+_SESSION_FOLDERS: set[Path] = set()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest):
+    """A module- or class-scoped fixture's tmp_path_factory folders are removed when that fixture is torn down,
+    not when the run ends: the suite writes tens of quantized and fine-tuned model copies, and kept to the end they
+    took more than 11 GB of /tmp (a CI run on a fuller disk ran out of space). With tmp_path_retention_policy
+    "failed" (pyproject.toml), a passing test's tmp_path goes when the test ends; a failing one's stays."""
+    basetemp = request.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    before = set(basetemp.iterdir())
+    made: set[Path] = set()
+    if fixturedef.scope in ("module", "class", "package"):
+        # Registered before the fixture runs, so it runs after the fixture's own teardown (finalizers run last in,
+        # first out): a server or cluster the fixture started is stopped before its folder goes.
+        fixturedef.addfinalizer(lambda: [shutil.rmtree(path, ignore_errors=True) for path in made])
+    try:
+        return (yield)
+    finally:
+        made.update(set(basetemp.iterdir()) - before - _SESSION_FOLDERS)
+        if fixturedef.scope == "session":
+            _SESSION_FOLDERS.update(made)
+            made.clear()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
