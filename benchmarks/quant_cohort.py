@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks import forensic_pairs as fp  # noqa: E402
+from tests.diff_checkpoints import write_gguf  # noqa: E402
 
 GGUF = ("Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0", "MXFP4")
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
@@ -103,26 +104,11 @@ def quantizable(name: str, w: torch.Tensor) -> bool:
 
 
 def _gguf(path: Path, tensors: dict[str, torch.Tensor], qtype: str) -> dict[str, torch.Tensor]:
-    """Write the GGUF file; the values gguf's own dequantizer gives back."""
-    import gguf
-    from gguf import quants
-
-    kind = gguf.GGMLQuantizationType[qtype]
-    writer = gguf.GGUFWriter(str(path), "bert")
-    values = {}
-    for name, w in tensors.items():
-        if quantizable(name, w):
-            packed = quants.quantize(w.numpy().astype(np.float32), kind)
-            writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=kind)
-            values[name] = torch.from_numpy(quants.dequantize(packed, kind).astype(np.float32)).reshape(w.shape)
-        else:
-            writer.add_tensor(name, w.numpy())
-            values[name] = w
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return values
+    """Write the GGUF file (the suite's writer: gguf-py's own quantizer); the values gguf's own dequantizer gives
+    back, the tensors left F32 as they are."""
+    arrays = {name: w.numpy().astype(np.float32) for name, w in tensors.items()}
+    back = write_gguf(path, arrays, qtype, lambda name, w: quantizable(name, tensors[name]), arch="bert")
+    return {name: torch.from_numpy(back[name].astype(np.float32)) if name in back else w for name, w in tensors.items()}
 
 
 def make(out: Path, model: str, names: list[str] | None = None) -> dict[str, tuple[Path, dict[str, torch.Tensor]]]:
