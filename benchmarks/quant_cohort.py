@@ -106,7 +106,8 @@ def quantizable(name: str, w: torch.Tensor) -> bool:
 def _gguf(path: Path, tensors: dict[str, torch.Tensor], qtype: str) -> dict[str, torch.Tensor]:
     """Write the GGUF file (the suite's writer: gguf-py's own quantizer); the values gguf's own dequantizer gives
     back, the tensors left F32 as they are."""
-    arrays = {name: w.numpy().astype(np.float32) for name, w in tensors.items()}
+    # the quantized ones as float32; the rest in their own dtype (AntiBERTy's int64 position_ids stay int64)
+    arrays = {name: w.numpy().astype(np.float32) if quantizable(name, w) else w.numpy() for name, w in tensors.items()}
     back = write_gguf(path, arrays, qtype, lambda name, w: quantizable(name, tensors[name]), arch="bert")
     return {name: torch.from_numpy(back[name].astype(np.float32)) if name in back else w for name, w in tensors.items()}
 
