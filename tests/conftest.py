@@ -309,10 +309,12 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureR
     not when the run ends: the suite writes tens of quantized and fine-tuned model copies, and kept to the end they
     took more than 11 GB of /tmp (a CI run on a fuller disk ran out of space). With tmp_path_retention_policy
     "failed" (pyproject.toml), a passing test's tmp_path goes when the test ends; a failing one's stays."""
+    if fixturedef.scope == "function":  # its folders, if any, go with the run: no listing per test's fixtures
+        return (yield)
     basetemp = request.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
     before = set(basetemp.iterdir())
     made: set[Path] = set()
-    if fixturedef.scope in ("module", "class", "package"):
+    if fixturedef.scope != "session":  # module, class or package
         # Registered before the fixture runs, so it runs after the fixture's own teardown (finalizers run last in,
         # first out): a server or cluster the fixture started is stopped before its folder goes.
         fixturedef.addfinalizer(lambda: [shutil.rmtree(path, ignore_errors=True) for path in made])
@@ -322,7 +324,6 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureR
         made.update(set(basetemp.iterdir()) - before - _SESSION_FOLDERS)
         if fixturedef.scope == "session":
             _SESSION_FOLDERS.update(made)
-            made.clear()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
